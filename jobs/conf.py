@@ -1,0 +1,86 @@
+"""The scheduler's tunables, in one namespace (STYLE.md #9).
+
+Each value is read lazily from Django settings (so ``override_settings`` works in tests),
+where a ``SCHEDULER`` dict may override it, and then from the environment variable
+``SCHEDULER_<NAME>``. Unknown keys in ``settings.SCHEDULER`` are rejected.
+"""
+
+import os
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+
+@dataclass(frozen=True)
+class Tunable:
+    default: object
+    cast: type
+    doc: str
+
+
+DEFAULTS: dict[str, Tunable] = {
+    "BROKER": Tunable("", str, '"redis" or "database"; empty: redis when REDIS_URL is set'),
+    "LEASE_TTL_S": Tunable(60.0, float, "seconds a lease lasts without a heartbeat"),
+    "HEARTBEAT_S": Tunable(0.0, float, "seconds between heartbeats; 0: a third of LEASE_TTL_S"),
+    "LOOKAHEAD_S": Tunable(10.0, float, "seconds ahead of now the scheduler materialises runs"),
+    "SCHEDULER_TICK_S": Tunable(1.0, float, "seconds between scheduler ticks"),
+    "PARTITIONS": Tunable(16, int, "number of job-id partitions schedulers split by lease"),
+    "PARTITION_TTL_S": Tunable(15.0, float, "seconds a scheduler's partition lease lasts"),
+    "SHARDS": Tunable(1, int, "shards per queue in the redis broker"),
+    "SCHEDULE_BATCH": Tunable(1000, int, "cron jobs claimed per scheduler transaction"),
+    "PROMOTE_BATCH": Tunable(1000, int, "runs moved delayed -> ready per promote call"),
+    "REAP_BATCH": Tunable(500, int, "expired leases handled per reap call"),
+    "DISPATCH_INTERVAL_S": Tunable(0.1, float, "seconds between dispatcher rounds when idle"),
+    "RECONCILE_INTERVAL_S": Tunable(10.0, float, "seconds between DB -> broker reconciles"),
+    "WORKER_POLL_S": Tunable(0.05, float, "seconds a worker with free slots waits when idle"),
+    "WORKER_GRACE_S": Tunable(30.0, float, "seconds a SIGTERMed worker waits for in-flight runs"),
+    "RETRY_BACKOFF_BASE_S": Tunable(1.0, float, "first retry delay; doubles each attempt"),
+    "RETRY_BACKOFF_CAP_S": Tunable(3600.0, float, "longest retry delay"),
+    "DEFAULT_TIMEOUT_S": Tunable(300, int, "a job's timeout_s when none is given"),
+    "DEFAULT_MAX_ATTEMPTS": Tunable(4, int, "a job's max_attempts when none is given"),
+    "MAX_LAG_S": Tunable(3600, int, "default catch-up window for missed cron occurrences"),
+    "MISFIRE_GRACE_S": Tunable(60.0, float, "an occurrence older than this counts as missed"),
+    "REDIS_PREFIX": Tunable("sched", str, "first part of every Redis key"),
+}
+
+
+def _configured() -> dict:
+    overrides = getattr(settings, "SCHEDULER", {}) or {}
+    unknown = set(overrides) - set(DEFAULTS)
+    if unknown:
+        raise ImproperlyConfigured(f"Unknown SCHEDULER settings: {', '.join(sorted(unknown))}")
+    return overrides
+
+
+def get(name: str):
+    """Return the tunable ``name`` (a key of DEFAULTS), cast to its type.
+
+    Order: ``settings.SCHEDULER[name]``, then env ``SCHEDULER_<name>``, then the default.
+    Raises ImproperlyConfigured for an unknown name or a value that does not cast.
+    """
+    if name not in DEFAULTS:
+        raise ImproperlyConfigured(f"Unknown scheduler setting {name!r}")
+    tunable = DEFAULTS[name]
+    overrides = _configured()
+    if name in overrides:
+        raw = overrides[name]
+    else:
+        raw = os.environ.get(f"SCHEDULER_{name}", tunable.default)
+    try:
+        return tunable.cast(raw)
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"SCHEDULER {name}={raw!r}: {exc}") from exc
+
+
+def broker_name() -> str:
+    """The configured broker: "redis" or "database" (DESIGN.md, "Configuration")."""
+    name = get("BROKER") or ("redis" if settings.REDIS_URL else "database")
+    if name not in {"redis", "database"}:
+        raise ImproperlyConfigured(f"SCHEDULER_BROKER must be redis or database, not {name!r}")
+    return name
+
+
+def heartbeat_interval() -> float:
+    """Seconds between heartbeats: HEARTBEAT_S, or a third of the lease TTL."""
+    return get("HEARTBEAT_S") or get("LEASE_TTL_S") / 3

@@ -1,0 +1,15 @@
+from django.core.management.base import BaseCommand
+
+from jobs.scheduler import Scheduler
+from runs.daemon_command import run_daemon
+
+
+class Command(BaseCommand):
+    help = "Materialise due cron occurrences as runs (jobs/scheduler.py)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--max-ticks", type=int, default=None,
+                            help="exit after this many ticks (tests)")
+
+    def handle(self, *args, max_ticks, **options):
+        run_daemon(Scheduler(), max_rounds=max_ticks)

@@ -1,0 +1,120 @@
+"""Jobs and schedules (DESIGN.md, "Vocabulary").
+
+A job is a handler name plus a JSON payload, and either a one-off ``run_at`` or a
+recurring ``schedule``; the CheckConstraint ``job_run_at_xor_schedule`` makes "exactly one
+of the two" a database rule rather than a ``save()`` convention.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class MisfirePolicy(models.TextChoices):
+    """What a schedule does with occurrences missed while the scheduler was down or the
+    job was paused (see docs/architecture.md)."""
+
+    RUN_ALL = "run_all", "run every missed occurrence (within max lag)"
+    RUN_ONCE = "run_once", "run one catch-up run now"
+    SKIP = "skip", "skip to the next future occurrence"
+
+
+class Schedule(models.Model):
+    """The recurring part of a job: a five-field cron expression (cron(5)) in an IANA
+    timezone, with its misfire policy and catch-up window ``max_lag_s`` (seconds)."""
+
+    cron = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, default="UTC")
+    misfire_policy = models.CharField(
+        max_length=16, choices=MisfirePolicy.choices, default=MisfirePolicy.RUN_ONCE
+    )
+    max_lag_s = models.PositiveIntegerField(default=3600)
+
+    def __str__(self) -> str:
+        return f"{self.cron} ({self.timezone})"
+
+
+class JobQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(status=Job.Status.ACTIVE)
+
+    def recurring(self):
+        return self.filter(schedule__isnull=False)
+
+
+class Job(models.Model):
+    """What to run and when. ``priority`` 0 is most urgent, 9 least; ``timeout_s`` is the
+    wall-clock limit of one attempt in seconds; ``max_attempts`` counts the first try.
+
+    ``next_run_at`` (UTC) is the next cron occurrence not yet materialised as a run; the
+    scheduler advances it atomically (``WHERE next_run_at = old``)."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        PAUSED = "paused"
+        CANCELLED = "cancelled"
+
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+        related_name="jobs",
+    )
+    handler = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=64, default="default")
+    priority = models.PositiveSmallIntegerField(default=5)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    run_at = models.DateTimeField(null=True, blank=True)
+    schedule = models.OneToOneField(
+        Schedule, null=True, blank=True, on_delete=models.PROTECT, related_name="job"
+    )
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    timeout_s = models.PositiveIntegerField(default=300)
+    max_attempts = models.PositiveSmallIntegerField(default=4)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(run_at__isnull=False, schedule__isnull=True)
+                | Q(run_at__isnull=True, schedule__isnull=False),
+                name="job_run_at_xor_schedule",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=0, priority__lte=9), name="job_priority_0_9"
+            ),
+            models.CheckConstraint(condition=Q(timeout_s__gte=1), name="job_timeout_positive"),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="job_max_attempts_positive"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_run_at"],
+                name="job_due_active",
+                condition=Q(status="active", next_run_at__isnull=False),
+            ),
+            models.Index(fields=["owner", "status"], name="job_owner_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.handler})"
+
+    @property
+    def is_recurring(self) -> bool:
+        return self.schedule_id is not None
+
+
+class SchedulerPartition(models.Model):
+    """A lease on one partition of job ids (``job.id % PARTITIONS``): the scheduler whose
+    lease is live materialises those jobs' cron runs (DESIGN.md, "partition")."""
+
+    number = models.PositiveIntegerField(primary_key=True)
+    owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"partition {self.number} -> {self.owner or '-'}"

@@ -1,0 +1,68 @@
+"""Partition ownership by lease (DESIGN.md, "partition").
+
+Job ids are split into ``PARTITIONS`` partitions (``job.id % PARTITIONS``). Each live
+scheduler holds leases on about an equal share and renews them every tick; a dead
+scheduler's partitions are free once its leases expire (PARTITION_TTL_S) and the others
+take them. Ownership only spreads the work: correctness never depends on it, because
+claims are fenced (``WHERE next_run_at = old``) and runs are unique per occurrence.
+"""
+
+import math
+
+from django.db import transaction
+from django.db.models import Q
+
+from jobs.models import SchedulerPartition
+from runs.clock import db_now, seconds
+
+
+class PartitionLeases:
+    """The partitions held by scheduler ``owner`` (a unique string)."""
+
+    def __init__(self, owner: str, total: int, ttl_s: float, using: str = "default"):
+        self.owner, self.total, self.ttl_s, self.using = owner, total, ttl_s, using
+        self.owned: list[int] = []
+
+    def _ensure_rows(self) -> None:
+        rows = SchedulerPartition.objects.using(self.using)
+        if rows.filter(number__lt=self.total).count() < self.total:
+            rows.bulk_create(
+                [SchedulerPartition(number=n) for n in range(self.total)],
+                ignore_conflicts=True,
+            )
+
+    def refresh(self) -> list[int]:
+        """Renew this scheduler's leases, take free ones up to a fair share
+        (ceil(total / live schedulers)), give back any excess; returns the partitions now
+        held, sorted."""
+        self._ensure_rows()
+        rows = SchedulerPartition.objects.using(self.using).filter(number__lt=self.total)
+        with transaction.atomic(using=self.using):
+            now = db_now(self.using)
+            expires = now + seconds(self.ttl_s)
+            live = Q(lease_expires_at__gt=now)
+            owners = set(rows.filter(live).exclude(owner="").values_list("owner", flat=True))
+            share = math.ceil(self.total / len(owners | {self.owner}))
+            mine = list(rows.filter(live, owner=self.owner).order_by("number")
+                        .values_list("number", flat=True))
+            if len(mine) > share:
+                rows.filter(number__in=mine[share:]).update(owner="", lease_expires_at=None)
+                mine = mine[:share]
+            elif len(mine) < share:
+                free = list(
+                    rows.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+                    .order_by("number")
+                    .select_for_update(skip_locked=True)
+                    .values_list("number", flat=True)[: share - len(mine)]
+                )
+                mine += free
+            rows.filter(number__in=mine).update(owner=self.owner, lease_expires_at=expires)
+        self.owned = sorted(mine)
+        return self.owned
+
+    def release_all(self) -> None:
+        """Give every partition back (clean shutdown), so others take them at once."""
+        SchedulerPartition.objects.using(self.using).filter(owner=self.owner).update(
+            owner="", lease_expires_at=None
+        )
+        self.owned = []

@@ -1,0 +1,52 @@
+"""The handler registry: handlers are registered by name with ``@handler("name")`` in an
+app's ``handlers.py`` and discovered at start-up, the way ``admin.py`` is (DESIGN.md,
+"Handlers")."""
+
+import re
+from collections.abc import Callable
+
+from jobs.exceptions import SchedulerError, UnknownHandler
+
+HandlerFn = Callable[..., object]
+_registry: dict[str, HandlerFn] = {}
+NAME_RE = re.compile(r"^[A-Za-z_][\w.:-]{0,199}$")
+
+
+def handler(name: str) -> Callable[[HandlerFn], HandlerFn]:
+    """Register ``fn(ctx, payload) -> JSON-able result`` under ``name``.
+
+    ``name`` is a dotted identifier such as ``"billing.send_invoice"`` (letters, digits,
+    ``_ . : -``; at most 200 characters). Registering a second, different function under a
+    name already taken raises SchedulerError, so two apps cannot silently shadow each other.
+    """
+    if not NAME_RE.match(name):
+        raise SchedulerError(f"invalid handler name {name!r}")
+
+    def register(fn: HandlerFn) -> HandlerFn:
+        existing = _registry.get(name)
+        if existing is not None and existing.__qualname__ != fn.__qualname__:
+            raise SchedulerError(f"handler {name!r} is already registered to {existing!r}")
+        _registry[name] = fn
+        return fn
+
+    return register
+
+
+def get_handler(name: str) -> HandlerFn:
+    """Return the handler registered as ``name``; raises UnknownHandler."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise UnknownHandler(name) from None
+
+
+def handler_names() -> list[str]:
+    """Every registered handler name, sorted."""
+    return sorted(_registry)
+
+
+def autodiscover() -> None:
+    """Import ``handlers`` from every installed app (called from JobsConfig.ready)."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("handlers")

@@ -1,0 +1,167 @@
+"""The cron scheduler: materialises due cron occurrences as runs (DESIGN.md, "Processes").
+
+Each tick, for the partitions this scheduler holds, it claims active cron jobs whose
+``next_run_at`` falls within ``LOOKAHEAD_S`` of the database clock (FOR UPDATE SKIP
+LOCKED, so several schedulers never wait on each other), inserts their runs with
+``ON CONFLICT (job_id, scheduled_at) DO NOTHING``, advances ``next_run_at`` with a fenced
+UPDATE (``WHERE next_run_at = old``), and pushes the new runs to the broker after commit.
+Missed occurrences follow the schedule's misfire policy, never older than its max lag.
+"""
+
+import os
+import socket
+import uuid
+from datetime import datetime
+
+from django.db import connections, transaction
+from django.db.models import Case, F, When
+
+from jobs import conf, cron
+from jobs.models import Job, MisfirePolicy
+from jobs.partitions import PartitionLeases
+from runs.brokers import get_broker
+from runs.brokers.keys import shard_of
+from runs.clock import db_now, seconds
+from runs.daemon import Daemon
+from runs.models import Run
+from runs.transitions import run_refs
+
+INSERT_CHUNK = 500
+
+
+def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 1000,
+                     ) -> tuple[list[datetime], datetime]:
+    """Which occurrences of cron job ``job`` to materialise now, and its new next_run_at.
+
+    Occurrences run from ``job.next_run_at`` to ``horizon`` (now + lookahead). Those older
+    than ``now - MISFIRE_GRACE_S`` are missed: older than ``max_lag_s`` they are dropped
+    whatever the policy; otherwise ``run_all`` keeps each, ``run_once`` keeps only the
+    latest, ``skip`` keeps none. At most ``limit`` are produced per call; the rest follow
+    on the next tick. Returns ``(scheduled_at list, next_run_at)``, all aware UTC.
+    """
+    schedule = job.schedule
+    expr, tz = schedule.cron, schedule.timezone
+    oldest = now - seconds(schedule.max_lag_s)
+    start = job.next_run_at
+    if start < oldest:
+        start = cron.next_after(expr, tz, oldest - seconds(1))
+    found = cron.occurrences(expr, tz, start, horizon, limit=limit)
+    next_run_at = cron.next_after(expr, tz, found[-1]) if found else start
+    missed_before = now - seconds(conf.get("MISFIRE_GRACE_S"))
+    missed = [t for t in found if t < missed_before]
+    on_time = [t for t in found if t >= missed_before]
+    if schedule.misfire_policy == MisfirePolicy.RUN_ONCE:
+        missed = missed[-1:]
+    elif schedule.misfire_policy == MisfirePolicy.SKIP:
+        missed = []
+    return missed + on_time, next_run_at
+
+
+class Scheduler(Daemon):
+    """The ``runscheduler`` daemon. ``tick()`` does one pass and is what tests call."""
+
+    name = "scheduler"
+
+    def __init__(self, using: str = "default", scheduler_id: str | None = None,
+                 partitions: int | None = None):
+        super().__init__(using)
+        self.scheduler_id = scheduler_id or f"{socket.gethostname()}:{os.getpid()}:" \
+                                            f"{uuid.uuid4().hex[:6]}"
+        self.leases = PartitionLeases(
+            self.scheduler_id, partitions or conf.get("PARTITIONS"),
+            conf.get("PARTITION_TTL_S"), using,
+        )
+        self.interval_s = conf.get("SCHEDULER_TICK_S")
+
+    def round(self) -> bool:
+        self.tick()
+        return False
+
+    def tick(self) -> int:
+        """Refresh partition leases, then materialise every due occurrence in the held
+        partitions. Returns the number of runs created."""
+        owned = self.leases.refresh()
+        created = 0
+        if not owned:
+            return 0
+        while True:
+            count, more = self.materialize(owned)
+            created += count
+            if not more:
+                return created
+
+    def materialize(self, partitions: list[int]) -> tuple[int, bool]:
+        """One batch: claim up to SCHEDULE_BATCH due cron jobs of ``partitions``, insert
+        their runs and advance them. Returns ``(runs created, more jobs may be due)``."""
+        batch = conf.get("SCHEDULE_BATCH")
+        total = self.leases.total
+        broker = get_broker(self.using)
+        with transaction.atomic(using=self.using):
+            now = db_now(self.using)
+            horizon = now + seconds(conf.get("LOOKAHEAD_S"))
+            due = Job.objects.using(self.using).filter(
+                status=Job.Status.ACTIVE, schedule__isnull=False, next_run_at__lte=horizon
+            )
+            if len(partitions) < total:
+                due = due.alias(part=F("id") % total).filter(part__in=partitions)
+            jobs = list(
+                due.select_related("schedule")
+                .select_for_update(skip_locked=True, of=("self",))
+                .order_by("next_run_at")[:batch]
+            )
+            if not jobs:
+                return 0, False
+            rows, advances = [], []
+            for job in jobs:
+                times, next_run_at = plan_occurrences(job, now, horizon)
+                shard = shard_of(job.handler, conf.get("SHARDS"))
+                rows += [(job, t, shard) for t in times]
+                advances.append((job.pk, job.next_run_at, next_run_at))
+            run_ids = self._insert_runs(rows, now)
+            self._advance(advances)
+            broker.push_after_commit(run_refs(Run.objects.using(self.using).filter(pk__in=run_ids)))
+        if run_ids:
+            self.log.debug("materialised %d runs for %d jobs", len(run_ids), len(jobs))
+        return len(run_ids), len(jobs) == batch
+
+    def _insert_runs(self, rows, now: datetime) -> list[int]:
+        connection = connections[self.using]
+        ops = connection.ops
+        table = Run._meta.db_table
+        ids: list[int] = []
+        columns = ("job_id, scheduled_at, run_at, state, queue, shard, priority, attempt, "
+                   "max_attempts, worker_id, created_at, error")
+        created = ops.adapt_datetimefield_value(now)
+        with connection.cursor() as cursor:
+            for start in range(0, len(rows), INSERT_CHUNK):
+                chunk = rows[start:start + INSERT_CHUNK]
+                params = []
+                for job, when, shard in chunk:
+                    at = ops.adapt_datetimefield_value(when)
+                    params += [job.pk, at, at, "scheduled", job.queue, shard, job.priority, 0,
+                               job.max_attempts, "", created, ""]
+                values = ",".join(["(" + ",".join(["%s"] * 12) + ")"] * len(chunk))
+                cursor.execute(
+                    f"INSERT INTO {table} ({columns}) VALUES {values} "
+                    f"ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING id",
+                    params,
+                )
+                ids += [r[0] for r in cursor.fetchall()]
+        return ids
+
+    def _advance(self, advances) -> int:
+        """Set each job's next_run_at, fenced on the value it was claimed with."""
+        changed = 0
+        jobs = Job.objects.using(self.using)
+        for start in range(0, len(advances), INSERT_CHUNK):
+            chunk = advances[start:start + INSERT_CHUNK]
+            changed += jobs.filter(pk__in=[a[0] for a in chunk]).update(
+                next_run_at=Case(
+                    *[When(pk=pk, next_run_at=old, then=new) for pk, old, new in chunk],
+                    default=F("next_run_at"),
+                )
+            )
+        return changed
+
+    def shutdown(self) -> None:
+        self.leases.release_all()

@@ -1,0 +1,172 @@
+"""The Python API for other Django code: create, bulk-create, pause, resume, cancel and
+trigger jobs. The REST API and the admin call these same functions.
+
+Everything happens in one transaction on the database alias ``using``; runs reach the
+broker only after that transaction commits (STYLE.md #7).
+"""
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import conf, cron
+from jobs.exceptions import InvalidJob, SchedulerError
+from jobs.models import Job, Schedule
+from jobs.validation import validate_job
+from runs.brokers import get_broker
+from runs.brokers.keys import shard_of
+from runs.clock import db_now
+from runs.models import PENDING_STATES, Run, RunState
+from runs.transitions import run_refs
+from runs.types import RunRef
+
+
+class InvalidJobs(InvalidJob):
+    """Some jobs of a bulk request are invalid; ``errors`` maps each bad item's index to
+    its field errors. Nothing was stored."""
+
+    def __init__(self, errors: dict[int, dict[str, str]]):
+        self.item_errors = errors
+        flat = {f"[{i}].{field}": reason for i, errs in errors.items()
+                for field, reason in errs.items()}
+        super().__init__(flat)
+
+
+def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=None,
+          timezone_name="UTC", queue="default", priority=5, timeout_s=None,
+          max_attempts=None, misfire_policy=None, max_lag_s=None) -> dict:
+    if delay_s is not None:
+        if run_at is not None:
+            raise InvalidJob({"schedule": "give run_at or delay_s, not both"})
+        run_at = timezone.now() + timedelta(seconds=delay_s)
+    spec = {
+        "name": name, "handler": handler, "payload": {} if payload is None else payload,
+        "run_at": run_at, "cron": cron_expr, "timezone": timezone_name, "queue": queue,
+        "priority": priority,
+        "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
+        "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_attempts is None
+        else max_attempts,
+        "misfire_policy": misfire_policy,
+    }
+    if max_lag_s is not None:
+        spec["max_lag_s"] = max_lag_s
+    return spec
+
+
+def create_job(handler: str, payload: dict | None = None, *, owner=None, using="default",
+               **options) -> Job:
+    """Create one job and, for a one-off job, its run.
+
+    Options: ``name``; exactly one of ``run_at`` (aware datetime; in the past means now),
+    ``delay_s`` (seconds from now) or ``cron_expr`` (five-field cron or macro) with
+    ``timezone_name`` (IANA, default UTC), ``misfire_policy`` and ``max_lag_s``; ``queue``,
+    ``priority`` (0-9, 0 most urgent, default 5), ``timeout_s`` (seconds),
+    ``max_attempts`` (first try included). Raises InvalidJob naming each bad field.
+    """
+    return create_jobs([_spec(handler, payload, **options)], owner=owner, using=using)[0]
+
+
+def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> list[Job]:
+    """Create many jobs in one transaction, all or nothing.
+
+    Each spec is a dict with the keys of ``validate_job`` (``cron`` rather than
+    ``cron_expr``). Raises InvalidJobs with every bad item's index before storing anything.
+    """
+    cleaned, errors = [], {}
+    for i, spec in enumerate(specs):
+        try:
+            cleaned.append(validate_job(spec))
+        except InvalidJob as exc:
+            errors[i] = exc.errors
+    if errors:
+        raise InvalidJobs(errors)
+    broker = get_broker(using)
+    shards = conf.get("SHARDS")
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        schedules = Schedule.objects.using(using).bulk_create([
+            Schedule(cron=s["cron"], timezone=s["timezone"], misfire_policy=s["misfire_policy"],
+                     max_lag_s=s["max_lag_s"])
+            for s in cleaned if s.get("cron")
+        ])
+        schedule_iter = iter(schedules)
+        jobs = []
+        for s in cleaned:
+            schedule = next(schedule_iter) if s.get("cron") else None
+            jobs.append(Job(
+                name=s["name"], owner=owner, handler=s["handler"], payload=s.get("payload", {}),
+                queue=s.get("queue", "default"), priority=s.get("priority", 5),
+                run_at=s.get("run_at") if schedule is None else None, schedule=schedule,
+                next_run_at=cron.next_after(schedule.cron, schedule.timezone, now)
+                if schedule else None,
+                timeout_s=s["timeout_s"], max_attempts=s["max_attempts"],
+            ))
+        Job.objects.using(using).bulk_create(jobs, batch_size=2000)
+        runs = [
+            Run(job=job, scheduled_at=job.run_at, run_at=job.run_at, queue=job.queue,
+                shard=shard_of(job.handler, shards), priority=job.priority,
+                max_attempts=job.max_attempts)
+            for job in jobs if job.run_at is not None
+        ]
+        Run.objects.using(using).bulk_create(runs, batch_size=2000)
+        broker.push_after_commit([
+            RunRef(r.pk, r.queue, r.shard, r.priority, r.run_at) for r in runs
+        ])
+    return jobs
+
+
+def _set_status(job_ids, from_states, to_state, using) -> list[int]:
+    jobs = Job.objects.using(using).filter(pk__in=list(job_ids), status__in=from_states)
+    ids = list(jobs.select_for_update().values_list("pk", flat=True))
+    Job.objects.using(using).filter(pk__in=ids).update(status=to_state, updated_at=timezone.now())
+    return ids
+
+
+def pause(job_ids, using: str = "default") -> int:
+    """Pause active jobs: no new runs are created, and their pending runs are held (not
+    leased) until resume. Returns how many jobs were paused."""
+    with transaction.atomic(using=using):
+        return len(_set_status(job_ids, [Job.Status.ACTIVE], Job.Status.PAUSED, using))
+
+
+def resume(job_ids, using: str = "default") -> int:
+    """Resume paused jobs. Held runs go back to the broker; occurrences missed while
+    paused follow each schedule's misfire policy at the scheduler's next tick. Returns how
+    many jobs were resumed."""
+    broker = get_broker(using)
+    with transaction.atomic(using=using):
+        ids = _set_status(job_ids, [Job.Status.PAUSED], Job.Status.ACTIVE, using)
+        pending = Run.objects.using(using).filter(job_id__in=ids, state__in=PENDING_STATES)
+        broker.push_after_commit(run_refs(pending))
+    return len(ids)
+
+
+def cancel(job_ids, using: str = "default") -> int:
+    """Cancel jobs and their pending runs (a run already running finishes). Returns how
+    many jobs were cancelled."""
+    with transaction.atomic(using=using):
+        ids = _set_status(job_ids, [Job.Status.ACTIVE, Job.Status.PAUSED],
+                          Job.Status.CANCELLED, using)
+        Run.objects.using(using).filter(job_id__in=ids, state__in=PENDING_STATES).update(
+            state=RunState.CANCELLED, finished_at=db_now(using)
+        )
+    return len(ids)
+
+
+def trigger(job_id: int, using: str = "default", at: datetime | None = None) -> Run:
+    """Create one run of an active job now (database clock) or at ``at``; returns it.
+    Raises SchedulerError if the job is paused or cancelled."""
+    broker = get_broker(using)
+    with transaction.atomic(using=using):
+        job = Job.objects.using(using).select_for_update().get(pk=job_id)
+        if job.status != Job.Status.ACTIVE:
+            raise SchedulerError(f"job {job_id} is {job.status}; only active jobs can be triggered")
+        when = at or db_now(using)
+        run = Run.objects.using(using).create(
+            job=job, scheduled_at=when, run_at=when, queue=job.queue,
+            shard=shard_of(job.handler, conf.get("SHARDS")), priority=job.priority,
+            max_attempts=job.max_attempts,
+        )
+        broker.push_after_commit([RunRef(run.pk, run.queue, run.shard, run.priority, when)])
+    return run

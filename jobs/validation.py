@@ -1,0 +1,80 @@
+"""Validation of job definitions shared by the Python API and the REST API.
+
+Every check names the field and the reason; ``validate_job`` collects them all and raises
+one InvalidJob, so nothing half-valid is ever stored.
+"""
+
+import re
+from datetime import datetime
+
+from django.utils import timezone
+
+from jobs import conf, cron
+from jobs.exceptions import InvalidJob
+from jobs.models import MisfirePolicy
+from jobs.registry import get_handler
+
+QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def validate_job(spec: dict) -> dict:
+    """Check and normalise one job spec; returns the cleaned dict.
+
+    Keys: name (str), handler (registered name), payload (JSON object), queue, priority
+    (0-9), timeout_s (>= 1), max_attempts (>= 1), and exactly one of ``run_at`` (aware
+    datetime) / ``cron`` (with optional timezone, misfire_policy, max_lag_s).
+    Raises InvalidJob mapping each bad field to its reason.
+    """
+    errors: dict[str, str] = {}
+    clean = dict(spec)
+    name = spec.get("name") or spec.get("handler") or ""
+    clean["name"] = str(name)[:200]
+    try:
+        get_handler(spec.get("handler") or "")
+    except InvalidJob as exc:
+        errors.update(exc.errors)
+    if not isinstance(spec.get("payload", {}), dict):
+        errors["payload"] = "must be a JSON object"
+    queue = spec.get("queue", "default")
+    if not isinstance(queue, str) or not QUEUE_RE.match(queue):
+        errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
+    for field, low, high in (("priority", 0, 9), ("timeout_s", 1, None),
+                             ("max_attempts", 1, 100)):
+        value = spec.get(field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors[field] = "must be an integer"
+        elif value < low or (high is not None and value > high):
+            errors[field] = f"must be between {low} and {high}" if high else f"must be >= {low}"
+    has_run_at, has_cron = spec.get("run_at") is not None, bool(spec.get("cron"))
+    if has_run_at == has_cron:
+        errors["schedule"] = "give exactly one of run_at (one-off) or a cron schedule"
+    if has_run_at:
+        run_at = spec["run_at"]
+        if not isinstance(run_at, datetime):
+            errors["run_at"] = "must be a datetime"
+        elif timezone.is_naive(run_at):
+            errors["run_at"] = "must carry a UTC offset (naive datetimes are ambiguous)"
+    if has_cron:
+        try:
+            clean["cron"] = cron.normalize(spec["cron"])
+        except ValueError as exc:
+            errors["schedule"] = str(exc)
+        tz = spec.get("timezone") or "UTC"
+        try:
+            cron.zone(tz)
+            clean["timezone"] = tz
+        except ValueError as exc:
+            errors["timezone"] = str(exc)
+        policy = spec.get("misfire_policy") or MisfirePolicy.RUN_ONCE
+        if policy not in MisfirePolicy.values:
+            errors["misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"
+        clean["misfire_policy"] = policy
+        max_lag = spec.get("max_lag_s", conf.get("MAX_LAG_S"))
+        if not isinstance(max_lag, int) or max_lag < 0:
+            errors["max_lag_s"] = "must be a non-negative integer (seconds)"
+        clean["max_lag_s"] = max_lag
+    if errors:
+        raise InvalidJob(errors)
+    return clean

@@ -1,0 +1,195 @@
+"""The broker contract (DESIGN.md, "broker"; STYLE.md #1).
+
+A broker is the working set of runs that are due or leased. PostgreSQL (or SQLite) stays
+the source of truth: every state change is a fenced UPDATE in runs/transitions.py, and the
+broker can always be rebuilt from the runs table (``reconcile``). Concrete brokers only
+implement the working-set verbs marked abstract below; leasing, heartbeats, acks, retries,
+dead-lettering and reaping are shared here so both brokers give the same guarantees:
+
+- ``push`` is idempotent; a run whose ``run_at`` has passed goes straight to ready.
+- ``promote`` moves due runs to ready atomically; racing dispatchers never move one twice.
+- ``lease`` hands each ready run to exactly one caller, ordered by priority (0 first)
+  then ``run_at``, then id; the lease is fenced by the run's attempt number.
+- ``heartbeat`` extends leases still held and reports the ones that were lost.
+- ``complete`` applies an attempt's outcome only if its lease is still the current one
+  (a stale worker's ack is refused); failures retry after 1, 2, 4, 8 ... s (capped) and
+  dead-letter after ``max_attempts``.
+- ``reap`` retries or dead-letters runs whose lease expired on the database clock.
+
+Times are aware UTC datetimes; durations are seconds unless a name ends in ``_ms``.
+"""
+
+import logging
+from abc import ABC, abstractmethod
+
+from django.db import DatabaseError, transaction
+
+from jobs import conf
+from jobs.exceptions import BrokerUnavailable
+from runs import transitions
+from runs.models import PENDING_STATES, Run
+from runs.types import Lease, Outcome, QueueDepth, RunRef, Slot
+
+log = logging.getLogger("scheduler.broker")
+
+
+class Broker(ABC):
+    """Base of every broker. ``using`` is the Django database alias holding the runs."""
+
+    name = ""
+
+    def __init__(self, using: str = "default"):
+        self.using = using
+
+    # --- working-set verbs each broker implements -------------------------------------
+
+    @abstractmethod
+    def push(self, runs: list[RunRef]) -> None:
+        """Add runs to the working set: ready if ``run_at`` has passed, else delayed.
+        Idempotent: pushing a run already present moves it rather than duplicating it.
+        Call after the transaction that created or changed the runs has committed."""
+
+    @abstractmethod
+    def promote(self, limit: int | None = None) -> int:
+        """Move up to ``limit`` (default PROMOTE_BATCH) due delayed runs to ready, atomically;
+        mark them ``queued``. Returns how many moved."""
+
+    @abstractmethod
+    def _claim(self, queues: list[str], n: int) -> list[Slot]:
+        """Take up to ``n`` ready runs from ``queues`` (in the order given), by priority then
+        run_at. Runs inside the lease transaction; no run may go to two callers."""
+
+    @abstractmethod
+    def depth(self) -> list[QueueDepth]:
+        """Ready, delayed and leased counts per queue."""
+
+    def _forget(self, slots: list[Slot]) -> None:
+        """Drop runs from the broker's leased set (the run finished or was refused)."""
+        return None
+
+    def _extend(self, leases: list[Lease], ttl_s: float) -> None:
+        """Extend the broker-side record of ``leases`` (the database row is the authority)."""
+        return None
+
+    def _expired_claims(self, limit: int) -> list[int]:
+        """Ids whose broker-side lease lapsed; runs the database still calls pending are
+        pushed again (a worker died between claiming and starting them)."""
+        return []
+
+    def missing(self, slots: list[Slot]) -> list[int]:
+        """Of these pending runs, the ids of those the broker does not hold (reconcile)."""
+        return []
+
+    def needs_reconcile(self) -> bool:
+        """True when the broker has lost its state (e.g. Redis was flushed or restarted)
+        since ``mark_reconciled``; the dispatcher then reconciles at once."""
+        return False
+
+    def mark_reconciled(self) -> None:
+        """Record that the working set was rebuilt from the database."""
+        return None
+
+    def ping(self) -> None:
+        """Raise BrokerUnavailable (or a database error) if the broker cannot be reached."""
+        Run.objects.using(self.using).exists()
+
+    # --- shared operations --------------------------------------------------------------
+
+    def lease(self, queues: list[str], n: int, worker_id: str,
+              ttl_s: float | None = None) -> list[Lease]:
+        """Lease up to ``n`` ready runs from ``queues`` to ``worker_id`` for ``ttl_s``
+        seconds (default LEASE_TTL_S). Each run is leased to exactly one caller; each lease
+        starts a new attempt (an Attempt row) whose number fences later acks."""
+        ttl_s = ttl_s or conf.get("LEASE_TTL_S")
+        with transaction.atomic(using=self.using):
+            claimed = self._claim(queues, n)
+            leases = transitions.start_attempts(
+                [slot[0] for slot in claimed], worker_id, ttl_s, self.using
+            )
+        started = {lease.run_id for lease in leases}
+        refused = [slot for slot in claimed if slot[0] not in started]
+        if refused:
+            self._forget(refused)
+        return leases
+
+    def heartbeat(self, leases: list[Lease], ttl_s: float | None = None) -> list[Lease]:
+        """Extend ``leases`` by ``ttl_s`` seconds from now; returns the leases still held,
+        with their new expiry. A lease not returned was lost and must not be acked."""
+        ttl_s = ttl_s or conf.get("LEASE_TTL_S")
+        held = transitions.extend_leases(leases, ttl_s, self.using)
+        self._extend(held, ttl_s)
+        return held
+
+    def complete(self, outcomes: list[Outcome]) -> list[bool]:
+        """Ack attempts (success, failure, timeout, crash), fenced; returns per outcome
+        whether it was applied (False: the lease was stale, nothing changed)."""
+        accepted, retried = transitions.complete(outcomes, self.using)
+        self._forget([_slot(o.lease) for o in outcomes])
+        self._push_ids(retried)
+        return accepted
+
+    def release(self, leases: list[Lease]) -> list[int]:
+        """Give leased runs back for another worker at once (graceful shutdown); the
+        released attempt does not count against max_attempts. Returns the ids released."""
+        released = transitions.release(leases, self.using)
+        self._forget([_slot(lease) for lease in leases])
+        self._push_ids(released)
+        return released
+
+    def reap(self, limit: int | None = None) -> int:
+        """Retry or dead-letter runs whose lease expired (database clock), and push back
+        runs the broker claimed for a worker that died before starting them."""
+        limit = limit or conf.get("REAP_BATCH")
+        retried = transitions.expire_leases(limit, self.using)
+        self._push_ids(retried)
+        lapsed = self._expired_claims(limit)
+        if lapsed:
+            self._push_ids(lapsed, pending_only=True)
+        return len(retried)
+
+    def reconcile(self, batch: int = 5000) -> int:
+        """Push every pending run of an active job that the broker lacks (after a Redis
+        FLUSHALL or restart). Returns how many were pushed again."""
+        pushed, last_id = 0, 0
+        pending = Run.objects.using(self.using).filter(
+            state__in=PENDING_STATES, job__status="active"
+        )
+        while True:
+            slots = list(
+                pending.filter(pk__gt=last_id)
+                .order_by("pk")
+                .values_list("pk", "queue", "shard")[:batch]
+            )
+            if not slots:
+                return pushed
+            last_id = slots[-1][0]
+            lacking = self.missing(slots)
+            if lacking:
+                self._push_ids(lacking, pending_only=True)
+                pushed += len(lacking)
+
+    def push_after_commit(self, refs: list[RunRef]) -> None:
+        """Push ``refs`` once the current transaction on ``using`` commits (STYLE.md #7).
+        A failed push is logged, not raised: the dispatcher's reconcile restores it."""
+        if refs:
+            transaction.on_commit(lambda: self._push_quietly(refs), using=self.using)
+
+    def _push_quietly(self, refs: list[RunRef]) -> None:
+        try:
+            self.push(refs)
+        except (BrokerUnavailable, DatabaseError) as exc:
+            log.warning("push of %d runs deferred to reconcile: %s", len(refs), exc)
+
+    def _push_ids(self, run_ids: list[int], pending_only: bool = False) -> None:
+        if not run_ids:
+            return
+        runs = Run.objects.using(self.using).filter(pk__in=run_ids)
+        if pending_only:
+            runs = runs.filter(state__in=PENDING_STATES, job__status="active")
+        refs = transitions.run_refs(runs)
+        if refs:
+            self.push(refs)
+
+
+def _slot(lease: Lease) -> Slot:
+    return (lease.run_id, lease.queue, lease.shard)

@@ -1,0 +1,33 @@
+"""One clock (DESIGN.md invariant 7): claims and leases use the database's clock, never a
+worker's. On PostgreSQL that is ``clock_timestamp()``; SQLite has no server, so the
+embedded default uses the host clock, which is the same machine's clock anyway."""
+
+from datetime import datetime, timedelta
+
+from django.db import connections
+from django.utils import timezone
+
+
+def db_now(using: str = "default") -> datetime:
+    """The database's current time as an aware UTC datetime (one round trip on PostgreSQL)."""
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            return cursor.fetchone()[0]
+    return timezone.now()
+
+
+def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
+    """Seconds to wait before retrying after failed attempt number ``attempt`` (1-based):
+    ``base_s * 2**(attempt-1)`` capped at ``cap_s`` (DESIGN.md invariant 5: 1, 2, 4, 8 s)."""
+    return min(base_s * (2 ** max(attempt - 1, 0)), cap_s)
+
+
+def to_ms(moment: datetime) -> int:
+    """Milliseconds since the Unix epoch for an aware datetime (the Redis scores' unit)."""
+    return int(moment.timestamp() * 1000)
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)

@@ -1,0 +1,108 @@
+"""What every daemon shares: lifecycle log lines, signals, and surviving the outside world
+(STYLE.md #5, #6).
+
+A daemon is a class with ``round()`` (one pass of work; returns True when it did work, so
+the loop goes again at once) and ``shutdown()``. ``serve()`` runs rounds until SIGTERM or
+SIGINT: the first asks for a graceful stop, the second forces. A database or Redis error in
+a round is logged as one line and retried with capped backoff, so the daemon reconnects
+when the service comes back instead of crash-looping.
+"""
+
+import logging
+import signal
+import time
+
+import redis
+from django.db import DatabaseError, InterfaceError, close_old_connections, connections
+
+from jobs.exceptions import BrokerUnavailable, SchedulerError
+from runs.brokers import get_broker
+
+TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError)
+
+
+class Daemon:
+    """Base of the scheduler, dispatcher and worker daemons."""
+
+    name = "daemon"
+    interval_s = 1.0
+
+    def __init__(self, using: str = "default"):
+        self.using = using
+        self.log = logging.getLogger(f"scheduler.{self.name}")
+        self.stopping = False
+        self.forced = False
+        self.rounds = 0
+
+    # --- to override ------------------------------------------------------------------
+
+    def round(self) -> bool:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Called once when the loop ends (graceful or forced)."""
+
+    def keep_going(self) -> bool:
+        """Whether the loop runs another round; by default, until a stop is requested."""
+        return not self.stopping
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def request_stop(self, signum=None, frame=None) -> None:
+        """First call: finish gracefully. Second call: force (STYLE.md #5)."""
+        if self.stopping:
+            self.forced = True
+            self.log.info("%s: second stop signal, forcing", self.name)
+        else:
+            self.stopping = True
+            self.log.info("%s: stop requested, finishing", self.name)
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+
+    def check_ready(self) -> None:
+        """Raise SchedulerError naming what is unreachable: the database or the broker."""
+        try:
+            connections[self.using].ensure_connection()
+        except DatabaseError as exc:
+            raise SchedulerError(f"database {self.using!r} is unreachable: {exc}") from exc
+        try:
+            get_broker(self.using).ping()
+        except (BrokerUnavailable, DatabaseError, redis.RedisError) as exc:
+            raise SchedulerError(f"broker is unreachable: {exc}") from exc
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep in short steps so a stop signal is noticed quickly."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.05))
+
+    def serve(self, max_rounds: int | None = None) -> None:
+        """Run rounds until stopped (or ``max_rounds``, for tests)."""
+        self.log.info("%s: started (broker %s, database %s)", self.name,
+                      get_broker(self.using).name, connections[self.using].vendor)
+        failures = 0
+        while self.keep_going() and (max_rounds is None or self.rounds < max_rounds):
+            self.rounds += 1
+            try:
+                close_old_connections()
+                busy = self.round()
+                if failures:
+                    self.log.info("%s: reconnected after %d failed rounds", self.name, failures)
+                failures = 0
+            except TRANSIENT as exc:
+                failures += 1
+                self.log.warning("%s: round failed (%s: %s); retrying", self.name,
+                                 type(exc).__name__, str(exc).strip().splitlines()[0][:200])
+                for connection in connections.all(initialized_only=True):
+                    connection.close_if_unusable_or_obsolete()
+                self.sleep(min(0.2 * 2 ** failures, 5.0))
+                continue
+            if not busy:
+                self.sleep(self.interval_s)
+        try:
+            self.shutdown()
+        except TRANSIENT as exc:
+            self.log.warning("%s: shutdown incomplete: %s", self.name, exc)
+        self.log.info("%s: stopped", self.name)

@@ -1,0 +1,102 @@
+"""The child process that runs handlers for a worker (one run at a time per child).
+
+The worker (parent) owns every database and broker connection; a child only executes
+handler code and reports back over a pipe, so the parent can cut off a handler stuck in a
+busy loop by killing the child, and survive a handler that kills its own process.
+
+Protocol, parent -> child: a task dict (run_id, job_id, attempt, scheduled_at, deadline,
+handler, payload). Child -> parent: ``("heartbeat", run_id)`` any number of times, then
+``("done", run_id, attempt, ok, result, error, logs)``.
+"""
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import time
+import traceback
+from datetime import UTC, datetime
+
+from runs.context import RunContext
+
+PR_SET_PDEATHSIG = 1
+HEARTBEAT_MIN_INTERVAL_S = 1.0
+
+
+class CaptureHandler(logging.Handler):
+    """Collects every record emitted in the child while a run executes."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            if record.exc_info:
+                message += "\n" + "".join(traceback.format_exception(*record.exc_info))
+            created = datetime.fromtimestamp(record.created, tz=UTC)
+            self.records.append((created, record.levelno, record.name, message))
+        except Exception:  # noqa: BLE001 - a log line must never fail the run
+            self.handleError(record)
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def execute(task: dict, capture: CaptureHandler, send) -> tuple:
+    """Run one task's handler; returns the ``("done", ...)`` message."""
+    from jobs.registry import get_handler
+
+    capture.records = []
+    last_beat = [0.0]
+
+    def beat():
+        now = time.monotonic()
+        if now - last_beat[0] >= HEARTBEAT_MIN_INTERVAL_S:
+            last_beat[0] = now
+            send(("heartbeat", task["run_id"]))
+
+    ctx = RunContext(
+        run_id=task["run_id"], job_id=task["job_id"], attempt=task["attempt"],
+        scheduled_at=task["scheduled_at"], deadline=task["deadline"], handler=task["handler"],
+        logger=logging.getLogger(f"jobs.run.{task['handler']}"), _beat=beat,
+    )
+    ok, result, error = True, None, ""
+    try:
+        result = get_handler(task["handler"])(ctx, task["payload"])
+    except BaseException:  # noqa: BLE001 - SystemExit from a handler is a failure too
+        ok, error = False, traceback.format_exc()
+    if ok:
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            ok, result, error = False, None, f"result is not JSON-serialisable: {exc}"
+    return ("done", task["run_id"], task["attempt"], ok, result, error, capture.records)
+
+
+def child_main(conn) -> None:
+    """Entry point of a worker's child process: serve tasks until the pipe closes."""
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    capture = CaptureHandler()
+    root = logging.getLogger()
+    root.addHandler(capture)
+    root.setLevel(logging.INFO)
+    # Handler logging must land on the attempt, not only on the worker's console.
+    logging.getLogger("jobs").propagate = True
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        if task is None:
+            os._exit(0)
+        conn.send(execute(task, capture, conn.send))

@@ -1,0 +1,15 @@
+from django.core.management.base import BaseCommand
+
+from runs.daemon_command import run_daemon
+from runs.dispatcher import Dispatcher
+
+
+class Command(BaseCommand):
+    help = "Promote due runs, reap expired leases, reconcile DB and broker (runs/dispatcher.py)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--max-rounds", type=int, default=None,
+                            help="exit after this many rounds (tests)")
+
+    def handle(self, *args, max_rounds, **options):
+        run_daemon(Dispatcher(), max_rounds=max_rounds)

@@ -1,0 +1,152 @@
+"""Runs, attempts and their log lines (DESIGN.md, "Run states").
+
+A run is one occurrence of a job at ``scheduled_at``; at most one exists per
+(job, scheduled_at). Every state change is one fenced UPDATE in runs/transitions.py,
+never ``save()`` on a loaded row.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+
+class RunState(models.TextChoices):
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+PENDING_STATES = (RunState.SCHEDULED, RunState.QUEUED, RunState.RETRYING)
+DELAYED_STATES = (RunState.SCHEDULED, RunState.RETRYING)
+TERMINAL_STATES = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED)
+
+
+class RunQuerySet(models.QuerySet):
+    def pending(self):
+        return self.filter(state__in=PENDING_STATES)
+
+    def running(self):
+        return self.filter(state=RunState.RUNNING)
+
+    def dead(self):
+        return self.filter(state=RunState.DEAD)
+
+    def finished(self):
+        return self.filter(state__in=TERMINAL_STATES)
+
+
+class Run(models.Model):
+    """One occurrence of a job.
+
+    ``run_at`` (UTC) is when the run may next start: ``scheduled_at`` at first, then
+    now + backoff after a failed attempt. ``attempt`` counts attempts started and is the
+    fencing token of the current lease. ``queue``, ``shard`` and ``priority`` are copied
+    from the job so the broker never needs a join.
+    """
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="runs")
+    scheduled_at = models.DateTimeField()
+    run_at = models.DateTimeField()
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.SCHEDULED)
+    queue = models.CharField(max_length=64, default="default")
+    shard = models.PositiveSmallIntegerField(default=0)
+    priority = models.PositiveSmallIntegerField(default=5)
+    attempt = models.PositiveSmallIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField(default=4)
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "scheduled_at"], name="run_job_scheduled_at"),
+            models.CheckConstraint(
+                condition=Q(priority__gte=0, priority__lte=9), name="run_priority_0_9"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="run_max_attempts_positive"
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="running") | Q(lease_expires_at__isnull=False),
+                name="run_running_has_lease",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["run_at"], name="run_delayed",
+                condition=Q(state__in=["scheduled", "retrying"]),
+            ),
+            models.Index(
+                fields=["queue", "priority", "run_at", "id"], name="run_ready",
+                condition=Q(state="queued"),
+            ),
+            models.Index(
+                fields=["lease_expires_at"], name="run_leased", condition=Q(state="running"),
+            ),
+            models.Index(fields=["state", "finished_at"], name="run_state_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of job {self.job_id} at {self.scheduled_at:%Y-%m-%d %H:%M:%S}"
+
+
+class AttemptOutcome(models.TextChoices):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CRASHED = "crashed"
+    LEASE_EXPIRED = "lease_expired"
+    RELEASED = "released"
+    CANCELLED = "cancelled"
+
+
+class Attempt(models.Model):
+    """One try of a run by one worker under one lease; ``number`` equals the run's
+    ``attempt`` while the lease is held."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    worker_id = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=16, choices=AttemptOutcome.choices, default=AttemptOutcome.RUNNING
+    )
+    error = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="attempt_run_number"),
+        ]
+        ordering = ["run", "number"]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of run {self.run_id}"
+
+
+class LogLine(models.Model):
+    """One log record emitted while an attempt ran (``ctx.logger`` or plain logging)."""
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="log_lines")
+    created_at = models.DateTimeField()
+    level = models.PositiveSmallIntegerField()
+    logger = models.CharField(max_length=200)
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["attempt", "id"]
+        indexes = [models.Index(fields=["attempt", "id"], name="logline_attempt")]
+
+    def __str__(self) -> str:
+        return self.message[:80]

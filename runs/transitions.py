@@ -1,0 +1,257 @@
+"""Run state transitions, each one fenced UPDATE (DESIGN.md, "Run states").
+
+A transition names the state (and, for leased runs, the attempt number) it expects in its
+WHERE clause, so a worker whose lease expired and whose run moved on cannot overwrite the
+newer attempt's outcome: its UPDATE matches no row and the caller learns the lease was
+stale. All functions take ``using``, the database alias, and run on the database clock.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F, Q
+
+from jobs import conf
+from runs.clock import backoff_s, db_now, seconds
+from runs.models import (
+    PENDING_STATES,
+    Attempt,
+    AttemptOutcome,
+    LogLine,
+    Run,
+    RunState,
+)
+from runs.types import Lease, Outcome, RunRef
+
+LOG_MESSAGE_MAX = 10_000
+
+
+def run_refs(queryset) -> list[RunRef]:
+    """RunRefs for the runs of ``queryset`` (one query)."""
+    return [
+        RunRef(id=r[0], queue=r[1], shard=r[2], priority=r[3], run_at=r[4])
+        for r in queryset.values_list("id", "queue", "shard", "priority", "run_at")
+    ]
+
+
+def _lease_match(leases: Iterable[Lease]) -> Q:
+    match = Q(pk__in=[])
+    for lease in leases:
+        match |= Q(pk=lease.run_id, attempt=lease.attempt)
+    return match
+
+
+def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> list[Lease]:
+    """Lease the pending runs among ``ids`` to ``worker_id`` for ``ttl_s`` seconds.
+
+    One UPDATE moves each still-pending run of an active job to ``running`` and bumps its
+    attempt number (the new fencing token); runs that are no longer pending, or whose job is
+    paused or cancelled, are left alone and not returned. Creates one Attempt row per lease.
+    Must be called inside a transaction on ``using``.
+    """
+    if not ids:
+        return []
+    now = db_now(using)
+    expires = now + seconds(ttl_s)
+    runs = Run.objects.using(using)
+    runs.filter(pk__in=ids, state__in=PENDING_STATES, job__status="active").update(
+        state=RunState.RUNNING,
+        attempt=F("attempt") + 1,
+        worker_id=worker_id,
+        lease_expires_at=expires,
+        started_at=now,
+    )
+    rows = runs.filter(
+        pk__in=ids, state=RunState.RUNNING, worker_id=worker_id, lease_expires_at=expires
+    ).values_list("id", "attempt", "queue", "shard")
+    leases = [Lease(r[0], r[1], r[2], r[3], expires) for r in rows]
+    Attempt.objects.using(using).bulk_create(
+        [
+            Attempt(run_id=lease.run_id, number=lease.attempt, worker_id=worker_id, started_at=now)
+            for lease in leases
+        ]
+    )
+    return leases
+
+
+def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:
+    """Push the expiry of every lease still held to now + ``ttl_s``; return those leases
+    (with their new expiry). A lease missing from the result was lost (fencing)."""
+    if not leases:
+        return []
+    now = db_now(using)
+    expires = now + seconds(ttl_s)
+    match = _lease_match(leases)
+    runs = Run.objects.using(using).filter(match, state=RunState.RUNNING)
+    runs.update(lease_expires_at=expires)
+    held = set(runs.values_list("id", "attempt"))
+    return [
+        Lease(le.run_id, le.attempt, le.queue, le.shard, expires)
+        for le in leases
+        if (le.run_id, le.attempt) in held
+    ]
+
+
+def _store_logs(attempt_ids: dict[tuple[int, int], int], outcomes: list[Outcome], using: str):
+    lines = []
+    for outcome in outcomes:
+        attempt_id = attempt_ids.get((outcome.lease.run_id, outcome.lease.attempt))
+        if attempt_id is None:
+            continue
+        for created_at, level, logger, message in outcome.logs:
+            lines.append(
+                LogLine(
+                    attempt_id=attempt_id,
+                    created_at=created_at,
+                    level=level,
+                    logger=logger[:200],
+                    message=str(message)[:LOG_MESSAGE_MAX],
+                )
+            )
+    LogLine.objects.using(using).bulk_create(lines, batch_size=500)
+
+
+def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: str) -> list[int]:
+    """Move failed leased runs to ``retrying`` (run_at = now + backoff) or ``dead``.
+
+    ``rows`` are ``(run_id, attempt, max_attempts)`` of runs known to be running under that
+    attempt; each UPDATE is fenced on it. Records ``outcome`` on the attempt. Returns the
+    ids of runs that will be retried (the caller pushes them to the broker after commit).
+    """
+    base, cap = conf.get("RETRY_BACKOFF_BASE_S"), conf.get("RETRY_BACKOFF_CAP_S")
+    runs = Run.objects.using(using)
+    retried = []
+    for run_id, attempt, max_attempts in rows:
+        error = errors.get(run_id, "")
+        fenced = runs.filter(pk=run_id, attempt=attempt, state=RunState.RUNNING)
+        if attempt >= max_attempts:
+            changed = fenced.update(
+                state=RunState.DEAD, finished_at=now, error=error, lease_expires_at=None
+            )
+        else:
+            changed = fenced.update(
+                state=RunState.RETRYING,
+                run_at=now + seconds(backoff_s(attempt, base, cap)),
+                error=error,
+                lease_expires_at=None,
+            )
+            if changed:
+                retried.append(run_id)
+        if changed:
+            Attempt.objects.using(using).filter(run_id=run_id, number=attempt).update(
+                finished_at=now, outcome=outcome, error=error
+            )
+    return retried
+
+
+def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]]:
+    """Record the end of each attempt in ``outcomes`` in one transaction.
+
+    Success moves the run to ``succeeded`` with its result; any other outcome goes through
+    ``fail_runs`` (retry with backoff, or dead after max_attempts). Every change is fenced
+    on (run id, attempt, state running): a stale worker's outcome changes nothing, but its
+    log lines are still kept on its attempt. Returns ``(accepted, retried_ids)``:
+    ``accepted[i]`` tells whether ``outcomes[i]`` was applied.
+    """
+    if not outcomes:
+        return [], []
+    accepted: list[bool] = []
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        runs = Run.objects.using(using)
+        attempts = Attempt.objects.using(using)
+        match = _lease_match(o.lease for o in outcomes)
+        live = {
+            (r[0], r[1]): r[2]
+            for r in runs.filter(match, state=RunState.RUNNING)
+            .select_for_update()
+            .values_list("id", "attempt", "max_attempts")
+        }
+        failed: dict[str, list] = {}
+        errors: dict[int, str] = {}
+        retried: list[int] = []
+        for o in outcomes:
+            key = (o.lease.run_id, o.lease.attempt)
+            ok = key in live
+            accepted.append(ok)
+            if not ok:
+                continue
+            if o.outcome == AttemptOutcome.SUCCEEDED:
+                runs.filter(pk=key[0], attempt=key[1], state=RunState.RUNNING).update(
+                    state=RunState.SUCCEEDED, finished_at=now, result=o.result,
+                    lease_expires_at=None, error="",
+                )
+                attempts.filter(run_id=key[0], number=key[1]).update(
+                    finished_at=now, outcome=o.outcome, result=o.result
+                )
+            else:
+                failed.setdefault(o.outcome, []).append((key[0], key[1], live[key]))
+                errors[key[0]] = o.error
+        for outcome, rows in failed.items():
+            retried += fail_runs(rows, outcome, errors, now, using)
+        attempt_ids = {
+            (a[1], a[2]): a[0]
+            for a in attempts.filter(
+                _attempt_match((o.lease.run_id, o.lease.attempt) for o in outcomes)
+            ).values_list("id", "run_id", "number")
+        }
+        _store_logs(attempt_ids, outcomes, using)
+    return accepted, retried
+
+
+def _attempt_match(keys) -> Q:
+    match = Q(pk__in=[])
+    for run_id, number in keys:
+        match |= Q(run_id=run_id, number=number)
+    return match
+
+
+def release(leases: list[Lease], using: str) -> list[int]:
+    """Give leased runs back at once without counting the attempt (graceful shutdown).
+
+    Each run goes back to ``queued`` with run_at = now; its ``max_attempts`` grows by one
+    so the released attempt does not use up a retry. Returns the ids released.
+    """
+    if not leases:
+        return []
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        released = []
+        for lease in leases:
+            changed = Run.objects.using(using).filter(
+                pk=lease.run_id, attempt=lease.attempt, state=RunState.RUNNING
+            ).update(
+                state=RunState.QUEUED, run_at=now, lease_expires_at=None,
+                max_attempts=F("max_attempts") + 1,
+            )
+            if changed:
+                released.append(lease.run_id)
+                Attempt.objects.using(using).filter(
+                    run_id=lease.run_id, number=lease.attempt
+                ).update(finished_at=now, outcome=AttemptOutcome.RELEASED)
+    return released
+
+
+def expire_leases(limit: int, using: str) -> list[int]:
+    """Handle up to ``limit`` runs whose lease expired on the database clock: retry with
+    backoff, or dead-letter after max_attempts; the attempt is recorded as
+    ``lease_expired``. Safe to run from several dispatchers (SKIP LOCKED where supported).
+    Returns the ids to push back to the broker after commit."""
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        rows = list(
+            Run.objects.using(using)
+            .filter(state=RunState.RUNNING, lease_expires_at__lt=now)
+            .select_for_update(skip_locked=True)
+            .values_list("id", "attempt", "max_attempts", "worker_id")[:limit]
+        )
+        if not rows:
+            return []
+        errors = {
+            r[0]: f"lease expired: worker {r[3]} stopped heartbeating during attempt {r[1]}"
+            for r in rows
+        }
+        return fail_runs(
+            [(r[0], r[1], r[2]) for r in rows], AttemptOutcome.LEASE_EXPIRED, errors, now, using
+        )

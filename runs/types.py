@@ -1,0 +1,56 @@
+"""Value types passed between the broker, the daemons and the services."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+Slot = tuple[int, str, int]
+"""Where a run sits in the broker: ``(run_id, queue, shard)``."""
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """What a broker needs to place a run: its id, queue, shard, priority (0-9) and
+    ``run_at`` (aware UTC datetime: when it may start)."""
+
+    id: int
+    queue: str
+    shard: int
+    priority: int
+    run_at: datetime
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's claim on run ``run_id``; ``attempt`` is the fencing token and
+    ``expires_at`` the lease expiry on the database clock (aware UTC)."""
+
+    run_id: int
+    attempt: int
+    queue: str
+    shard: int
+    expires_at: datetime
+
+
+@dataclass
+class Outcome:
+    """How one attempt ended, reported by a worker to ``Broker.complete``.
+
+    ``outcome`` is an AttemptOutcome value (succeeded, failed, timed_out, crashed);
+    ``logs`` is a list of ``(created_at, level, logger_name, message)`` tuples.
+    """
+
+    lease: Lease
+    outcome: str
+    result: object = None
+    error: str = ""
+    logs: list[tuple] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """Depth of one queue: runs ready now, delayed (waiting for run_at), leased."""
+
+    queue: str
+    ready: int
+    delayed: int
+    leased: int

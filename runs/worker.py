@@ -1,0 +1,285 @@
+"""The worker daemon (``runworker``): lease runs, execute them in child processes with a
+timeout, heartbeat, ack (fenced) (DESIGN.md, "Processes").
+
+The worker process holds every database and broker connection and ``concurrency`` child
+processes (runs/executor.py) that only run handler code, one run each at a time. That is
+what lets the worker enforce ``timeout_s`` on a handler stuck in a busy loop (it kills the
+child, records the attempt as timed out and starts a new child) and survive a handler that
+kills its own process (recorded as crashed).
+
+SIGTERM: stop leasing, let in-flight runs finish for up to WORKER_GRACE_S, release the
+rest at once (they go straight back to ready), exit 0. A second SIGTERM releases
+everything in flight immediately.
+"""
+
+import multiprocessing
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from multiprocessing.connection import wait
+
+from django.db import connections
+
+from jobs import conf
+from runs.brokers import get_broker
+from runs.daemon import Daemon
+from runs.executor import child_main
+from runs.models import AttemptOutcome, Run
+from runs.types import Lease, Outcome
+
+FORK = multiprocessing.get_context("fork")
+
+
+@dataclass
+class InFlight:
+    lease: Lease
+    deadline: float  # time.monotonic() at which the attempt is cut off
+    timeout_s: int
+    lost: bool = False
+
+
+class Slot:
+    """One child process and the run it is executing, if any."""
+
+    def __init__(self):
+        self.current: InFlight | None = None
+        self.start()
+
+    def start(self) -> None:
+        parent, child = FORK.Pipe()
+        self.process = FORK.Process(target=child_main, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.conn = parent
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.join(5)
+        self.conn.close()
+
+    def restart(self) -> None:
+        self.kill()
+        self.current = None
+        self.start()
+
+
+class Worker(Daemon):
+    """Run leased runs of ``queues`` in ``concurrency`` child processes.
+
+    ``max_runs`` stops the worker after that many finished runs; ``burst`` stops it once
+    nothing is ready and nothing is in flight (both make the daemon testable).
+    """
+
+    name = "worker"
+
+    def __init__(self, queues: list[str], concurrency: int = 2, using: str = "default",
+                 max_runs: int | None = None, burst: bool = False,
+                 grace_s: float | None = None):
+        super().__init__(using)
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.queues = queues
+        self.concurrency = concurrency
+        self.max_runs = max_runs
+        self.burst = burst
+        self.grace_s = conf.get("WORKER_GRACE_S") if grace_s is None else grace_s
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.broker = get_broker(using)
+        self.poll_s = conf.get("WORKER_POLL_S")
+        self.heartbeat_s = conf.heartbeat_interval()
+        self.slots: list[Slot] = []
+        self.outcomes: list[Outcome] = []
+        self.finished = 0
+        self.last_heartbeat = time.monotonic()
+        self.stop_requested_at: float | None = None
+        self.idle = False
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def serve(self, max_rounds: int | None = None) -> None:
+        # Children must not inherit open database sockets.
+        connections.close_all()
+        self.slots = [Slot() for _ in range(self.concurrency)]
+        self.log.info("worker %s: %d slots on queues %s", self.worker_id, self.concurrency,
+                      ",".join(self.queues))
+        super().serve(max_rounds)
+
+    def request_stop(self, signum=None, frame=None) -> None:
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
+        super().request_stop(signum, frame)
+
+    def keep_going(self) -> bool:
+        if self.forced:
+            return False
+        if not self.stopping:
+            return True
+        in_grace = time.monotonic() - (self.stop_requested_at or 0) < self.grace_s
+        return bool((self.in_flight() or self.outcomes) and in_grace)
+
+    def in_flight(self) -> list[Slot]:
+        return [slot for slot in self.slots if slot.current is not None]
+
+    def shutdown(self) -> None:
+        self.flush()
+        busy = [slot.current.lease for slot in self.in_flight() if not slot.current.lost]
+        if busy:
+            released = self.broker.release(busy)
+            self.log.info("worker %s: released %d in-flight runs", self.worker_id, len(released))
+        for slot in self.slots:
+            slot.kill()
+
+    # --- one round --------------------------------------------------------------------
+
+    def round(self) -> bool:
+        self.lease_more()
+        self.collect(self.wait_timeout())
+        self.enforce_deadlines()
+        self.flush()
+        self.heartbeat_if_due()
+        if self.burst and self.idle and not self.in_flight() and not self.outcomes:
+            self.stopping = True
+        if self.max_runs is not None and self.finished >= self.max_runs:
+            self.stopping = True
+        return True
+
+    def lease_more(self) -> None:
+        free = [slot for slot in self.slots if slot.current is None]
+        if self.stopping or not free:
+            return
+        want = len(free)
+        if self.max_runs is not None:
+            want = min(want, self.max_runs - self.finished - len(self.in_flight()))
+        if want <= 0:
+            return
+        leases = self.broker.lease(self.queues, want, self.worker_id)
+        self.idle = not leases
+        if not leases:
+            return
+        runs = {
+            run.pk: run
+            for run in Run.objects.using(self.using)
+            .filter(pk__in=[lease.run_id for lease in leases])
+            .select_related("job")
+            .only("pk", "scheduled_at", "job__id", "job__handler", "job__payload",
+                  "job__timeout_s")
+        }
+        now = datetime.now(UTC)
+        for slot, lease in zip(free, leases, strict=False):
+            run = runs[lease.run_id]
+            timeout_s = run.job.timeout_s
+            slot.current = InFlight(lease, time.monotonic() + timeout_s, timeout_s)
+            slot.conn.send({
+                "run_id": run.pk, "job_id": run.job.pk, "attempt": lease.attempt,
+                "scheduled_at": run.scheduled_at, "handler": run.job.handler,
+                "payload": run.job.payload, "deadline": now + timedelta(seconds=timeout_s),
+            })
+
+    def wait_timeout(self) -> float:
+        """Seconds to wait for a child: short while a slot is free (so leasing resumes
+        soon), never past the nearest deadline."""
+        busy = self.in_flight()
+        timeout = self.poll_s if len(busy) < len(self.slots) else 0.5
+        if busy:
+            timeout = min(timeout, min(s.current.deadline for s in busy) - time.monotonic())
+        return max(0.0, timeout)
+
+    def collect(self, timeout: float) -> None:
+        busy = {slot.conn: slot for slot in self.in_flight()}
+        if not busy:
+            if timeout:
+                time.sleep(timeout)
+            return
+        for conn in wait(list(busy), timeout):
+            slot = busy[conn]
+            try:
+                while conn.poll():
+                    self.handle_message(slot, conn.recv())
+                    if slot.current is None:
+                        break
+            except (EOFError, OSError):
+                self.child_died(slot)
+
+    def handle_message(self, slot: Slot, message: tuple) -> None:
+        kind, run_id = message[0], message[1]
+        current = slot.current
+        if current is None or current.lease.run_id != run_id:
+            return
+        if kind == "heartbeat":
+            held = self.broker.heartbeat([current.lease])
+            if held:
+                current.lease = held[0]
+            else:
+                current.lost = True
+            return
+        _, _, attempt, ok, result, error, logs = message
+        self.outcomes.append(Outcome(
+            lease=current.lease,
+            outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
+            result=result, error=error, logs=logs,
+        ))
+        slot.current = None
+
+    def child_died(self, slot: Slot) -> None:
+        current = slot.current
+        slot.process.join(1)
+        code = slot.process.exitcode
+        self.outcomes.append(Outcome(
+            lease=current.lease, outcome=AttemptOutcome.CRASHED,
+            error=f"the worker's child process died (exit code {code}) while running the run",
+        ))
+        self.log.warning("worker: child running run %s died (exit code %s); restarting it",
+                         current.lease.run_id, code)
+        slot.restart()
+
+    def enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        for slot in self.in_flight():
+            current = slot.current
+            if not slot.process.is_alive():
+                self.child_died(slot)
+            elif now >= current.deadline:
+                self.log.warning("worker: run %s exceeded timeout_s=%s; cutting it off",
+                                 current.lease.run_id, current.timeout_s)
+                self.outcomes.append(Outcome(
+                    lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
+                    error=f"timed out after {current.timeout_s} s; the handler was cut off",
+                ))
+                slot.restart()
+
+    def flush(self) -> None:
+        """Ack every collected outcome in one transaction (kept for the next round if the
+        database is down)."""
+        if not self.outcomes:
+            return
+        outcomes = self.outcomes
+        accepted = self.broker.complete(outcomes)
+        self.outcomes = []
+        self.finished += len(outcomes)
+        for outcome, ok in zip(outcomes, accepted, strict=True):
+            if not ok:
+                self.log.warning("worker: ack of run %s attempt %s refused: lease is stale",
+                                 outcome.lease.run_id, outcome.lease.attempt)
+
+    def heartbeat_if_due(self) -> None:
+        if time.monotonic() - self.last_heartbeat < self.heartbeat_s:
+            return
+        self.last_heartbeat = time.monotonic()
+        live = [slot.current for slot in self.in_flight() if not slot.current.lost]
+        if not live:
+            return
+        held = {(le.run_id, le.attempt): le for le in self.broker.heartbeat(
+            [c.lease for c in live])}
+        for current in live:
+            key = (current.lease.run_id, current.lease.attempt)
+            if key in held:
+                current.lease = held[key]
+            else:
+                current.lost = True
+                self.log.warning("worker: lease on run %s lost; its outcome will be refused",
+                                 current.lease.run_id)
