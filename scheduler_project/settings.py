@@ -95,10 +95,6 @@ DATABASES = {
         os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
     ),
 }
-# Tests add a second alias so that the one broker contract suite also runs on SQLite
-# in the same session as PostgreSQL (tests/conftest.py).
-if os.environ.get("SCHEDULER_TEST_SQLITE_URL"):
-    DATABASES["sqlite"] = database_config(os.environ["SCHEDULER_TEST_SQLITE_URL"])
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

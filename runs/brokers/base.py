@@ -106,11 +106,11 @@ class Broker(ABC):
             leases = transitions.start_attempts(
                 [slot[0] for slot in claimed], worker_id, ttl_s, self.using
             )
-        started = {lease.run_id for lease in leases}
+        started = {lease.run_id: lease for lease in leases}
         refused = [slot for slot in claimed if slot[0] not in started]
         if refused:
             self._forget(refused)
-        return leases
+        return [started[slot[0]] for slot in claimed if slot[0] in started]
 
     def heartbeat(self, leases: list[Lease], ttl_s: float | None = None) -> list[Lease]:
         """Extend ``leases`` by ``ttl_s`` seconds from now; returns the leases still held,

@@ -8,10 +8,10 @@ serialises writers, so the same query is safe there.
 
 from django.db import transaction
 from django.db.models import Count, Q
-from django.db.models.functions import Now
 
 from jobs import conf
 from runs.brokers.base import Broker
+from runs.clock import db_now
 from runs.models import DELAYED_STATES, Run, RunState
 from runs.types import QueueDepth, RunRef, Slot
 
@@ -32,7 +32,7 @@ class DatabaseBroker(Broker):
         runs = Run.objects.using(self.using)
         with transaction.atomic(using=self.using):
             ids = list(
-                runs.filter(state__in=DELAYED_STATES, run_at__lte=Now())
+                runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using))
                 .order_by("run_at")
                 .select_for_update(skip_locked=True)
                 .values_list("pk", flat=True)[:limit]

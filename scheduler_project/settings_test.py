@@ -1,0 +1,22 @@
+"""Settings for the test suite: real PostgreSQL as ``default``, a second ``sqlite`` alias
+so the one broker contract suite also runs on SQLite in the same session, and real Redis
+(database 15, key prefix ``schedtest``) so tests never touch a developer's data.
+
+TEST_DATABASE_URL and TEST_REDIS_URL override the local defaults.
+"""
+
+import os
+
+os.environ.setdefault("SCHEDULER_REDIS_PREFIX", "schedtest")
+
+from scheduler_project.settings import *  # noqa: E402,F403
+from scheduler_project.settings import BASE_DIR, database_config  # noqa: E402
+
+DATABASES = {
+    "default": database_config(
+        os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/scheduler")
+    ),
+    "sqlite": database_config(f"sqlite:///{BASE_DIR / 'test-broker.sqlite3'}"),
+}
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
