@@ -80,15 +80,15 @@ class Scheduler(Daemon):
     def tick(self) -> int:
         """Refresh partition leases, then materialise every due occurrence in the held
         partitions. Returns the number of runs created."""
-        owned = self.leases.refresh()
         created = 0
-        if not owned:
-            return 0
-        while True:
+        while owned := self.leases.refresh():
+            # Leases are refreshed between batches so a long catch-up hands partitions
+            # to a scheduler that just started instead of holding them all.
             count, more = self.materialize(owned)
             created += count
-            if not more:
-                return created
+            if not more or self.stopping:
+                break
+        return created
 
     def materialize(self, partitions: list[int]) -> tuple[int, bool]:
         """One batch: claim up to SCHEDULE_BATCH due cron jobs of ``partitions``, insert

@@ -71,9 +71,12 @@ def daemon_env(broker_name: str = "redis", alias: str = "default", **tunables) -
 
 def start_daemon(args: list[str], env: dict, log_path: Path | None = None) -> subprocess.Popen:
     """Start ``manage.py <args>`` as a real process."""
-    out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], env=env,
-                            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    argv = [sys.executable, str(ROOT / "manage.py"), *args]
+    if log_path is None:
+        return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT, cwd=ROOT)
+    with open(log_path, "wb") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 def stop(*procs: subprocess.Popen, timeout: float = 30) -> None:

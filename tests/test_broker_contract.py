@@ -14,7 +14,7 @@ from runs.clock import db_now
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.transitions import run_refs
 from runs.types import Outcome
-from tests.conftest import ROOT, daemon_env, flush_redis, make_runs, wait_until
+from tests.conftest import ROOT, daemon_env, flush_redis, make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 

@@ -1,0 +1,130 @@
+"""Real worker processes: SIGKILL mid-run, SIGTERM, timeouts, poison handlers, and
+start-up against unreachable services."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from jobs import services
+from runs.models import Run
+from tests.conftest import ROOT, daemon_env, flush_redis, start_daemon, stop, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def env():
+    flush_redis()
+    yield daemon_env("redis", lease_ttl_s=3, dispatch_interval_s=0.1)
+    flush_redis()
+
+
+def worker_pid(worker_id: str) -> int:
+    return int(worker_id.split(":")[1])
+
+
+def test_a_run_on_a_sigkilled_worker_finishes_on_another_after_its_lease_expires(env, tmp_path):
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    workers = {}
+    for i in range(2):
+        proc = start_daemon(["runworker", "--concurrency", "1"], env, tmp_path / f"w{i}.log")
+        workers[proc.pid] = proc
+    try:
+        job = services.create_job("sleep", {"seconds": 2}, delay_s=0, timeout_s=30)
+        running = wait_until(lambda: Run.objects.filter(job=job, state="running").first(),
+                             message="the run to start")
+        victim = workers[worker_pid(running.worker_id)]
+        victim.send_signal(signal.SIGKILL)
+
+        done = wait_until(lambda: Run.objects.filter(job=job, state="succeeded").first(),
+                          timeout=40, message="the run to succeed elsewhere")
+
+        attempts = list(done.attempts.order_by("number"))
+        assert [a.outcome for a in attempts] == ["lease_expired", "succeeded"]
+        assert worker_pid(attempts[0].worker_id) == victim.pid
+        assert worker_pid(attempts[1].worker_id) != victim.pid
+        assert attempts[1].started_at > attempts[0].started_at
+    finally:
+        stop(dispatcher, *workers.values())
+
+
+def test_sigterm_lets_short_runs_finish_and_releases_long_ones_at_once(env, tmp_path):
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    worker = start_daemon(["runworker", "--concurrency", "2", "--grace", "1.5"], env,
+                          tmp_path / "worker.log")
+    try:
+        short = services.create_job("sleep", {"seconds": 0.5}, delay_s=0)
+        long = services.create_job("sleep", {"seconds": 30}, delay_s=0, max_attempts=1)
+        wait_until(lambda: Run.objects.filter(state="running").count() == 2,
+                   message="both runs to start")
+
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=15) == 0
+
+        assert Run.objects.get(job=short).state == "succeeded"
+        released = Run.objects.get(job=long)
+        assert released.state == "queued"
+        assert released.attempts.get().outcome == "released"
+        assert released.max_attempts == 2, "a released attempt must not use up the budget"
+    finally:
+        stop(dispatcher, worker)
+
+
+def test_stuck_and_poison_handlers_are_contained_and_the_worker_keeps_serving(env, tmp_path):
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    worker = start_daemon(["runworker", "--concurrency", "2"], env, tmp_path / "worker.log")
+    try:
+        stuck = services.create_job("busy_loop", {}, delay_s=0, timeout_s=1, max_attempts=1)
+        poison = services.create_job("suicide", {}, delay_s=0, max_attempts=2)
+        others = [services.create_job("noop", {}, delay_s=0) for _ in range(10)]
+
+        wait_until(lambda: Run.objects.filter(state__in=["succeeded", "dead"]).count() == 12,
+                   timeout=40, message="every run to finish")
+
+        assert worker.poll() is None, "the worker died"
+        stuck_run = Run.objects.get(job=stuck)
+        assert (stuck_run.state, stuck_run.attempts.get().outcome) == ("dead", "timed_out")
+        poison_run = Run.objects.get(job=poison)
+        assert poison_run.state == "dead"
+        assert [a.outcome for a in poison_run.attempts.all()] == ["crashed", "crashed"]
+        assert Run.objects.filter(job__in=others, state="succeeded").count() == 10
+    finally:
+        stop(dispatcher, worker)
+
+
+def test_handler_logs_are_stored_on_the_attempt(env, tmp_path):
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    worker = start_daemon(["runworker"], env, tmp_path / "worker.log")
+    try:
+        job = services.create_job("flaky", {"fail_first": 1}, delay_s=0)
+        run = wait_until(lambda: Run.objects.filter(job=job, state="succeeded").first(),
+                         timeout=20, message="the flaky run to succeed")
+        first, second = run.attempts.order_by("number")
+        assert "HandlerFailure" in first.error
+        assert [ln.message for ln in first.log_lines.all()] == ["attempt 1 fails on purpose"]
+        assert [ln.message for ln in second.log_lines.all()] == ["attempt 2 succeeds"]
+        assert (second.started_at - first.finished_at).total_seconds() >= 1.0
+    finally:
+        stop(dispatcher, worker)
+
+
+@pytest.mark.parametrize("command", ["runworker", "rundispatcher", "runscheduler"])
+@pytest.mark.parametrize("unreachable", ["database", "redis"])
+def test_a_daemon_exits_non_zero_with_a_clear_message_when_a_service_is_down(command,
+                                                                             unreachable):
+    env = daemon_env("redis")
+    if unreachable == "database":
+        env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:1/nowhere"
+    else:
+        env["REDIS_URL"] = "redis://127.0.0.1:1/0"
+
+    proc = subprocess.run([sys.executable, str(ROOT / "manage.py"), command], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+    assert proc.returncode != 0
+    expected = "database 'default' is unreachable" if unreachable == "database" \
+        else "broker is unreachable"
+    assert f"{command[3:]} cannot start" in proc.stderr
+    assert expected in proc.stderr
