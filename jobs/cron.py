@@ -42,6 +42,10 @@ def normalize(expression: str) -> str:
             if not croniter.is_valid(" ".join(probe)):
                 raise ValueError(f"bad {name} field {fields[i]!r}")
         raise ValueError(f"invalid cron expression {expression!r}")
+    try:
+        croniter(text, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except (CroniterBadCronError, CroniterBadDateError) as exc:
+        raise ValueError(f"{expression!r} never fires (e.g. February 31st)") from exc
     return text
 
 

@@ -27,7 +27,6 @@ a missing command or user, and a command whose first word looks like another tim
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from jobs import cron
@@ -130,7 +129,6 @@ def _entry(number: int, line: str, system: bool, tz: str, comment: str) -> CronE
     if TIME_WORD_RE.match(first):
         raise ValueError(f"command starts with {first!r}, which looks like one more time field "
                          "(six-field or seconds-first cron is not supported)")
-    cron.next_after(schedule, tz, datetime.now(UTC))  # ValueError if it never fires
     return CronEntry(number, schedule, command, user, tz, comment)
 
 

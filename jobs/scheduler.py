@@ -42,9 +42,9 @@ def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 10
     schedule = job.schedule
     expr, tz = schedule.cron, schedule.timezone
     oldest = now - seconds(schedule.max_lag_s)
-    start = job.next_run_at
-    if start < oldest:
-        start = cron.next_after(expr, tz, oldest - seconds(1))
+    # Snap to a real occurrence: next_run_at may have been written by hand or under an
+    # older expression, and a run must only ever exist at a time the schedule names.
+    start = cron.next_after(expr, tz, max(job.next_run_at, oldest) - seconds(1))
     found = cron.occurrences(expr, tz, start, horizon, limit=limit)
     next_run_at = cron.next_after(expr, tz, found[-1]) if found else start
     missed_before = now - seconds(conf.get("MISFIRE_GRACE_S"))

@@ -73,14 +73,14 @@ class JobCreateSerializer(serializers.Serializer):
 
     def to_spec(self) -> dict:
         data = self.validated_data
-        max_retries = data.get("max_retries")
+        max_retries, timeout_s = data.get("max_retries"), data.get("timeout_s")
         return {
             "name": data.get("name"), "handler": data["handler"],
             "payload": data.get("payload") or {}, "run_at": data.get("run_at"),
             "cron": data.get("schedule"), "timezone": data.get("timezone") or "UTC",
             "misfire_policy": data.get("misfire_policy"), "queue": data.get("queue"),
             "priority": data.get("priority"),
-            "timeout_s": data.get("timeout_s") or conf.get("DEFAULT_TIMEOUT_S"),
+            "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
             "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_retries is None
             else max_retries + 1,
         }

@@ -1,5 +1,6 @@
 """The crontab parser (jobs/crontab.py): pure Python, no database."""
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -165,7 +166,7 @@ def test_reboot_and_unknown_macros_are_refused_not_raised():
     ("0 0 * * *", "no command"),
     ("*/6 * * * * * echo six fields", "command starts with '*'"),
     ("30 7 * * 2 - 5 /root/wifi/wifion.sh", "command starts with '-'"),
-    ("0 0 31 2 * /bin/never", "failed to find next date"),
+    ("0 0 31 2 * /bin/never", "never fires"),
 ])
 def test_bad_line_is_reported_with_its_line_number(line, reason):
     result = parse(f"# header\n0 * * * * /bin/ok\n{line}\n30 * * * * /bin/ok\n")
@@ -219,3 +220,35 @@ def test_demo_crontab_is_valid_and_has_what_the_readme_promises():
     berlin = [e for e in result.entries if e.timezone == "Europe/Berlin"]
     assert [e.schedule for e in berlin] == ["30 9 * * 1-5"]
     assert all(e.comment for e in result.entries)
+
+
+CRONTABS = Path(__file__).resolve().parents[2] / "shared" / "crontabs"
+
+
+def corpus_rows() -> list[tuple[str, int, str]]:
+    """(file, schedule lines, features) of each row of the shared corpus' README table."""
+    readme = CRONTABS / "README.md"
+    if not readme.is_file():
+        return []
+    rows = []
+    for line in readme.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 4 and cells[0].endswith(".crontab"):
+            rows.append((cells[0], int(cells[2].split()[0]), cells[3]))
+    return rows
+
+
+@pytest.mark.parametrize("name, schedule_lines, features",
+                         corpus_rows() or [pytest.param("", 0, "", marks=pytest.mark.skip(
+                             reason="no shared crontab corpus"))])
+def test_real_crontab_agrees_with_the_corpus_annotations(name, schedule_lines, features):
+    """Every schedule line of the README's count is an entry or an error; the format guess
+    matches its "user column" tag; every flagged line is an error, except the /etc/crontab
+    files written without a user column, which read fine as user crontabs."""
+    result = parse_file(CRONTABS / name)
+    assert len(result.entries) + len(result.errors) == schedule_lines
+    if schedule_lines:
+        assert result.system == ("user column" in features.split(", "))
+    flagged = [int(n) for n, why in re.findall(r"L(\d+) ([^;]+)", features)
+               if "in a system crontab the user column" not in why]
+    assert set(flagged) <= {e.line_number for e in result.errors}

@@ -1,0 +1,189 @@
+"""``manage.py loaddemo`` (jobs/management/commands/loaddemo.py) on PostgreSQL, and the
+scheduler over every real-world crontab of the shared corpus."""
+
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from croniter import croniter
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from rest_framework.authtoken.models import Token
+
+from jobs import conf
+from jobs.cron import normalize
+from jobs.crontab import parse_file
+from jobs.management.commands.loaddemo import DEMO_CRONTAB
+from jobs.models import Job, Schedule
+from jobs.scheduler import Scheduler
+from runs.clock import db_now
+from runs.models import Run
+
+CRONTABS = Path(__file__).resolve().parents[2] / "shared" / "crontabs"
+CORPUS = sorted(p.name for p in CRONTABS.glob("*.crontab")) if CRONTABS.is_dir() else []
+ONE_OFF = {"noop", "sleep", "flaky", "always_fails"}
+
+
+def loaddemo(*args, **options) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command("loaddemo", *args, stdout=out, stderr=err, **options)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.mark.django_db
+def test_loaddemo_creates_the_demo_jobs_user_and_token():
+    entries = parse_file(DEMO_CRONTAB).entries
+    before = db_now()
+    out, err = loaddemo()
+    assert err == ""
+    demo = get_user_model().objects.get(username="demo")
+    assert demo.is_staff and demo.is_superuser and demo.check_password("demo")
+    token = Token.objects.get(user=demo)
+
+    cron_jobs = Job.objects.filter(owner=demo, schedule__isnull=False).select_related("schedule")
+    assert sorted(j.payload["source"] for j in cron_jobs) == sorted(
+        f"jobs/demo.crontab:{e.line_number}" for e in entries)
+    by_line = {int(j.payload["source"].rsplit(":", 1)[1]): j for j in cron_jobs}
+    for entry in entries:
+        job = by_line[entry.line_number]
+        assert (job.handler, job.queue, job.priority, job.timeout_s, job.max_attempts) == (
+            "echo", "default", 5, 60, 4)
+        assert job.payload["command"] == entry.command
+        assert job.name == (entry.comment or entry.command)[:200]
+        assert job.schedule.cron == normalize(entry.schedule)
+        assert job.schedule.timezone == entry.timezone
+        assert job.schedule.misfire_policy == "run_once"
+        assert job.next_run_at > before
+    assert sum(j.schedule.cron == "* * * * *" for j in cron_jobs) >= 3
+    assert {j.schedule.timezone for j in cron_jobs} == {"UTC", "Europe/Berlin"}
+
+    one_off = {j.handler: j for j in Job.objects.filter(owner=demo, schedule__isnull=True)}
+    assert set(one_off) == ONE_OFF
+    assert one_off["sleep"].payload == {"seconds": 3}
+    assert one_off["flaky"].payload == {"fail_first": 3}
+    assert one_off["flaky"].max_attempts == 5
+    assert one_off["always_fails"].max_attempts == 3
+    for job in one_off.values():
+        (run,) = Run.objects.filter(job=job)
+        assert run.state == "scheduled" and run.run_at <= db_now()
+
+    flaky = one_off["flaky"]
+    assert f"Created {len(entries) + 4} jobs ({len(entries)} cron, 4 one-off)" in out
+    assert token.key in out
+    assert f'curl -H "Authorization: Token {token.key}" http://127.0.0.1:8000/api/jobs/' in out
+    assert f"http://127.0.0.1:8000/api/jobs/{flaky.pk}/runs/" in out
+    for job in [*cron_jobs, *one_off.values()]:
+        assert str(job.pk) in out
+
+
+@pytest.mark.django_db
+def test_loaddemo_twice_creates_a_second_set_with_the_same_user_and_token():
+    first, _ = loaddemo()
+    second, err = loaddemo()
+    assert err == ""
+    count = len(parse_file(DEMO_CRONTAB).entries) + 4
+    assert f"Created {count} jobs" in second
+    assert get_user_model().objects.filter(username="demo").count() == 1
+    assert Job.objects.count() == 2 * count
+    key = Token.objects.get().key
+    assert key in first and key in second
+
+
+@pytest.mark.django_db
+def test_owner_option_uses_an_existing_user_and_no_demo_user():
+    alice = get_user_model().objects.create_user("alice", password="pw")
+    out, _ = loaddemo(owner="alice")
+    assert not get_user_model().objects.filter(username="demo").exists()
+    assert Job.objects.exclude(owner=alice).count() == 0
+    assert Token.objects.get(user=alice).key in out
+    with pytest.raises(CommandError, match="nobody-here"):
+        loaddemo(owner="nobody-here")
+
+
+@pytest.mark.django_db
+def test_bad_lines_are_reported_and_skipped_not_fatal(tmp_path):
+    path = tmp_path / "mixed.crontab"
+    path.write_text("@reboot /bin/boot\n61 * * * * /bin/bad\n# ok job\n*/5 * * * * /bin/ok\n"
+                    "CRON_TZ=Nowhere/Land\n0 9 * * * /bin/tz\n")
+    out, err = loaddemo(str(path))
+    lines = err.splitlines()
+    assert lines[0].startswith(f"{path}:1: skipped: @reboot")
+    assert lines[1] == f"{path}:2: skipped: bad minute field '61'"
+    assert lines[2].startswith(f"{path}:5: skipped: unknown IANA timezone 'Nowhere/Land'")
+    assert lines[3].startswith(f"{path}:6: skipped: unknown IANA timezone")
+    (job,) = Job.objects.all()  # no one-off demo jobs when files are given
+    assert (job.name, job.payload) == ("ok job", {"command": "/bin/ok", "source": f"{path}:4"})
+    assert "Created 1 jobs (1 cron, 0 one-off)" in out and "skipped 4 crontab lines" in out
+
+
+@pytest.mark.django_db
+def test_missing_file_is_a_command_error(tmp_path):
+    with pytest.raises(CommandError, match="no such crontab file"):
+        loaddemo(str(tmp_path / "absent.crontab"))
+    assert not Job.objects.exists()
+
+
+def first_from(schedule: str, tz: str, moment: datetime) -> datetime:
+    """The first occurrence of ``schedule`` in ``tz`` at or after ``moment`` (whole
+    seconds), straight from croniter (not jobs.cron), as a UTC datetime."""
+    start = (moment - timedelta(seconds=1)).astimezone(ZoneInfo(tz))
+    return croniter(schedule, start).get_next(datetime).astimezone(UTC)
+
+
+def occurrences(schedule: str, tz: str, first: datetime, until: datetime) -> set[datetime]:
+    """Occurrences of ``schedule`` in ``tz`` from ``first`` (included) to ``until``
+    (included), as UTC datetimes."""
+    found = set()
+    moment = first_from(schedule, tz, first)
+    while moment <= until:
+        found.add(moment)
+        moment = first_from(schedule, tz, moment + timedelta(seconds=1))
+    return found
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", CORPUS or ["(no shared crontabs)"])
+def test_real_crontab_loads_and_the_scheduler_runs_its_lines(name):
+    if not CRONTABS.is_dir():
+        pytest.skip(f"{CRONTABS} does not exist")
+    path = CRONTABS / name
+    parsed = parse_file(path)
+    _, err = loaddemo(str(path))
+    assert [line.split(": skipped: ")[0] for line in err.splitlines()] == [
+        f"{path}:{e.line_number}" for e in parsed.errors]
+    jobs = {j.payload["source"]: j for j in Job.objects.select_related("schedule")}
+    assert Job.objects.count() == len(jobs) == len(parsed.entries)
+    entries = {}
+    for entry in parsed.entries:
+        job = jobs[f"{path}:{entry.line_number}"]  # every valid schedule line became a job
+        assert job.payload["command"] == entry.command
+        assert (job.schedule.cron, job.schedule.timezone) == (normalize(entry.schedule),
+                                                              entry.timezone)
+        entries[job.pk] = entry
+
+    # Make them due as if created three minutes ago: next_run_at is each job's first
+    # occurrence from then on (the scheduler's invariant: next_run_at is an occurrence).
+    start = (db_now() - timedelta(minutes=3)).replace(second=0, microsecond=0)
+    first = {}
+    for pk, entry in entries.items():
+        first[pk] = first_from(entry.schedule, entry.timezone, start)
+        Job.objects.filter(pk=pk).update(next_run_at=first[pk])
+    Schedule.objects.update(misfire_policy="run_all")
+    lookahead = timedelta(seconds=conf.get("LOOKAHEAD_S"))
+    low = db_now() + lookahead
+    created = Scheduler(partitions=1).tick()
+    high = db_now() + lookahead  # the tick's own horizon lies between low and high
+
+    runs = list(Run.objects.filter(job_id__in=entries).values_list("job_id", "scheduled_at"))
+    assert len(runs) == len(set(runs)) == created, "a (job, scheduled_at) is duplicated"
+    for pk, entry in entries.items():
+        actual = {at for job_id, at in runs if job_id == pk}
+        must = occurrences(entry.schedule, entry.timezone, first[pk], low)
+        may = occurrences(entry.schedule, entry.timezone, first[pk], high)
+        where = f"line {entry.line_number} {entry.schedule!r} in {entry.timezone}"
+        assert must <= actual <= may, f"{where}: expected {sorted(must)}, got {sorted(actual)}"
+        after = max(actual) if actual else first[pk] - timedelta(seconds=1)
+        following = first_from(entry.schedule, entry.timezone, after + timedelta(seconds=1))
+        assert Job.objects.get(pk=pk).next_run_at == following, where
