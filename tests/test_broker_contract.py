@@ -27,6 +27,15 @@ def run(broker, run_id) -> Run:
     return Run.objects.using(broker.using).get(pk=run_id)
 
 
+def lease_one(broker, worker="w1", ttl_s=None, **run_options):
+    """Create one due run, push and promote it, and lease it to ``worker``."""
+    [r] = make_runs(broker.using, 1, **run_options)
+    push(broker, [r])
+    broker.promote()
+    [lease] = broker.lease(["default"], 1, worker, ttl_s=ttl_s)
+    return r, lease
+
+
 def test_lease_orders_by_priority_then_run_at(broker):
     low = make_runs(broker.using, 2, priority=9, delay_s=-5)
     urgent_late = make_runs(broker.using, 1, priority=0, delay_s=-1)
@@ -78,10 +87,7 @@ def test_racing_processes_promote_and_lease_every_run_exactly_once(broker):
 
 
 def test_expired_lease_is_reaped_and_retried_with_backoff(broker):
-    [r] = make_runs(broker.using, 1)
-    push(broker, [r])
-    broker.promote()
-    [lease] = broker.lease(["default"], 1, "w1", ttl_s=0.5)
+    r, lease = lease_one(broker, ttl_s=0.5)
 
     time.sleep(0.7)
     assert broker.reap() == 1
@@ -95,10 +101,7 @@ def test_expired_lease_is_reaped_and_retried_with_backoff(broker):
 
 
 def test_heartbeat_extends_a_lease(broker):
-    [r] = make_runs(broker.using, 1)
-    push(broker, [r])
-    broker.promote()
-    [lease] = broker.lease(["default"], 1, "w1", ttl_s=1.0)
+    r, lease = lease_one(broker, ttl_s=1.0)
 
     time.sleep(0.6)
     [held] = broker.heartbeat([lease], ttl_s=3.0)
@@ -110,10 +113,7 @@ def test_heartbeat_extends_a_lease(broker):
 
 
 def test_heartbeat_reports_a_lost_lease(broker):
-    [r] = make_runs(broker.using, 1)
-    push(broker, [r])
-    broker.promote()
-    [lease] = broker.lease(["default"], 1, "w1", ttl_s=0.3)
+    r, lease = lease_one(broker, ttl_s=0.3)
     time.sleep(0.5)
     broker.reap()
 
@@ -121,10 +121,7 @@ def test_heartbeat_reports_a_lost_lease(broker):
 
 
 def test_stale_ack_after_lease_expiry_is_refused(broker):
-    [r] = make_runs(broker.using, 1)
-    push(broker, [r])
-    broker.promote()
-    [stale] = broker.lease(["default"], 1, "slow-worker", ttl_s=0.3)
+    r, stale = lease_one(broker, "slow-worker", ttl_s=0.3)
     time.sleep(0.5)
     broker.reap()
     Run.objects.using(broker.using).filter(pk=r.pk).update(run_at=db_now(broker.using))
@@ -172,10 +169,7 @@ def test_failures_retry_after_1_2_4_8_seconds_then_dead_letter(broker):
 
 
 def test_release_hands_a_run_back_at_once_without_spending_an_attempt(broker):
-    [r] = make_runs(broker.using, 1, max_attempts=1)
-    push(broker, [r])
-    broker.promote()
-    [lease] = broker.lease(["default"], 1, "leaving-worker")
+    r, lease = lease_one(broker, "leaving-worker", max_attempts=1)
 
     assert broker.release([lease]) == [r.pk]
     broker.promote()
