@@ -1,3 +1,5 @@
+"""Every REST endpoint under /api/ (DRF routers, trailing slashes)."""
+
 from rest_framework.routers import DefaultRouter
 
 from jobs.api import JobViewSet
