@@ -150,3 +150,25 @@ class LogLine(models.Model):
 
     def __str__(self) -> str:
         return self.message[:80]
+
+
+class WorkerProcess(models.Model):
+    """A ``runworker`` process, registered at start and refreshed at every heartbeat, so
+    operators can see live workers and what they run (``last_heartbeat_at``, database
+    clock). ``stopped_at`` is set on a clean exit; a worker killed outright simply stops
+    heartbeating."""
+
+    worker_id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["last_heartbeat_at"], name="worker_last_heartbeat")]
+
+    def __str__(self) -> str:
+        return self.worker_id

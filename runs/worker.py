@@ -26,9 +26,10 @@ from django.db import connections
 
 from jobs import conf
 from runs.brokers import get_broker
+from runs.clock import db_now
 from runs.daemon import Daemon
 from runs.executor import child_main
-from runs.models import AttemptOutcome, Run
+from runs.models import AttemptOutcome, Run, WorkerProcess
 from runs.types import Lease, Outcome
 
 FORK = multiprocessing.get_context("fork")
@@ -105,6 +106,7 @@ class Worker(Daemon):
         # Children must not inherit open database sockets.
         connections.close_all()
         self.slots = [Slot() for _ in range(self.concurrency)]
+        self.register()
         self.log.info("worker %s: %d slots on queues %s", self.worker_id, self.concurrency,
                       ",".join(self.queues))
         super().serve(max_rounds)
@@ -133,6 +135,20 @@ class Worker(Daemon):
             self.log.info("worker %s: released %d in-flight runs", self.worker_id, len(released))
         for slot in self.slots:
             slot.kill()
+        WorkerProcess.objects.using(self.using).filter(worker_id=self.worker_id).update(
+            stopped_at=db_now(self.using))
+
+    def register(self) -> None:
+        """Record this worker (and refresh its heartbeat) for operators."""
+        now = db_now(self.using)
+        WorkerProcess.objects.using(self.using).update_or_create(
+            worker_id=self.worker_id,
+            defaults={"last_heartbeat_at": now},
+            create_defaults={
+                "hostname": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+                "concurrency": self.concurrency, "started_at": now, "last_heartbeat_at": now,
+            },
+        )
 
     # --- one round --------------------------------------------------------------------
 
@@ -270,6 +286,7 @@ class Worker(Daemon):
         if time.monotonic() - self.last_heartbeat < self.heartbeat_s:
             return
         self.last_heartbeat = time.monotonic()
+        self.register()
         live = [slot.current for slot in self.in_flight() if not slot.current.lost]
         if not live:
             return

@@ -128,3 +128,24 @@ def test_a_daemon_exits_non_zero_with_a_clear_message_when_a_service_is_down(com
         else "broker is unreachable"
     assert f"{command[3:]} cannot start" in proc.stderr
     assert expected in proc.stderr
+
+
+def test_a_worker_registers_heartbeats_and_signs_off(env, tmp_path):
+    from runs.models import WorkerProcess
+    from runs.stats import live_workers, queue_stats
+
+    worker = start_daemon(["runworker", "--queues", "default,reports"], env,
+                          tmp_path / "worker.log")
+    try:
+        registered = wait_until(lambda: WorkerProcess.objects.filter(pid=worker.pid).first(),
+                                message="the worker to register")
+        assert registered.queues == ["default", "reports"]
+        assert list(live_workers()) == [registered]
+        assert {s.queue: s.live_workers for s in queue_stats()} == {"default": 1, "reports": 1}
+        beat = registered.last_heartbeat_at
+        wait_until(lambda: WorkerProcess.objects.get(pk=registered.pk).last_heartbeat_at > beat,
+                   timeout=5, message="a heartbeat")
+    finally:
+        stop(worker)
+    assert WorkerProcess.objects.get(pk=registered.pk).stopped_at is not None
+    assert list(live_workers()) == []
