@@ -29,6 +29,9 @@ class Schedule(models.Model):
         max_length=16, choices=MisfirePolicy.choices, default=MisfirePolicy.RUN_ONCE
     )
     max_lag_s = models.PositiveIntegerField(default=3600)
+    jitter_s = models.PositiveIntegerField(
+        default=0, help_text="spread runs over this many seconds after each occurrence"
+    )
 
     def __str__(self) -> str:
         return f"{self.cron} ({self.timezone})"
@@ -118,3 +121,24 @@ class SchedulerPartition(models.Model):
 
     def __str__(self) -> str:
         return f"partition {self.number} -> {self.owner or '-'}"
+
+
+class IdempotencyKey(models.Model):
+    """The first response to a POST that carried an ``Idempotency-Key`` header, so a retried
+    request returns it instead of creating a second job (unique per owner and key)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    key = models.CharField(max_length=255)
+    method = models.CharField(max_length=10, default="POST")
+    path = models.CharField(max_length=255)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="idempotency_owner_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}:{self.key}"

@@ -130,7 +130,7 @@ class Scheduler(Daemon):
         table = Run._meta.db_table
         ids: list[int] = []
         columns = ("job_id, scheduled_at, run_at, state, queue, shard, priority, attempt, "
-                   "max_attempts, worker_id, created_at, error")
+                   "max_attempts, worker_id, created_at, error, jitter_s")
         created = ops.adapt_datetimefield_value(now)
         with connection.cursor() as cursor:
             for start in range(0, len(rows), INSERT_CHUNK):
@@ -139,8 +139,8 @@ class Scheduler(Daemon):
                 for job, when, shard in chunk:
                     at = ops.adapt_datetimefield_value(when)
                     params += [job.pk, at, at, "scheduled", job.queue, shard, job.priority, 0,
-                               job.max_attempts, "", created, ""]
-                values = ",".join(["(" + ",".join(["%s"] * 12) + ")"] * len(chunk))
+                               job.max_attempts, "", created, "", 0.0]
+                values = ",".join(["(" + ",".join(["%s"] * 13) + ")"] * len(chunk))
                 cursor.execute(
                     f"INSERT INTO {table} ({columns}) VALUES {values} "
                     f"ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING id",

@@ -41,8 +41,8 @@ class RunQuerySet(models.QuerySet):
 class Run(models.Model):
     """One occurrence of a job.
 
-    ``run_at`` (UTC) is when the run may next start: ``scheduled_at`` at first, then
-    now + backoff after a failed attempt. ``attempt`` counts attempts started and is the
+    ``run_at`` (UTC) is when the run may next start: ``scheduled_at`` plus its
+    ``jitter_s`` (seconds) at first, then now + backoff after a failed attempt. ``attempt`` counts attempts started and is the
     fencing token of the current lease. ``queue``, ``shard`` and ``priority`` are copied
     from the job so the broker never needs a join.
     """
@@ -50,6 +50,7 @@ class Run(models.Model):
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="runs")
     scheduled_at = models.DateTimeField()
     run_at = models.DateTimeField()
+    jitter_s = models.FloatField(default=0.0)
     state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.SCHEDULED)
     queue = models.CharField(max_length=64, default="default")
     shard = models.PositiveSmallIntegerField(default=0)
