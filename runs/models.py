@@ -173,3 +173,20 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class DeadRunManager(models.Manager):
+    def get_queryset(self):
+        return super().get_queryset().filter(state=RunState.DEAD)
+
+
+class DeadRun(Run):
+    """The dead letter as its own admin view: runs whose attempts are exhausted (state
+    ``dead``). A proxy of Run, so it has no table of its own."""
+
+    objects = DeadRunManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead run"
+        verbose_name_plural = "dead letter"
