@@ -84,7 +84,9 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
 def child_main(conn) -> None:
     """Entry point of a worker's child process: serve tasks until the pipe closes."""
     _die_with_parent()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A process-group SIGTERM (honcho, Ctrl-C in a terminal) is meant for the worker; it
+    # decides whether the run finishes or is released, and kills children itself.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     capture = CaptureHandler()
     root = logging.getLogger()

@@ -1,6 +1,7 @@
 """Settings for the test suite: real PostgreSQL as ``default``, a second ``sqlite`` alias
 so the one broker contract suite also runs on SQLite in the same session, and real Redis
-(database 15, key prefix ``schedtest``) so tests never touch a developer's data.
+(database 15, key prefix ``schedtest``). One test (tests/test_redis_loss.py) runs FLUSHALL
+on that Redis server: never point TEST_REDIS_URL at a server whose data matters.
 
 TEST_DATABASE_URL and TEST_REDIS_URL override the local defaults.
 """

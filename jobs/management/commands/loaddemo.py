@@ -1,7 +1,8 @@
 """``manage.py loaddemo [CRONTAB ...] [--owner USER]``: load crontab files as cron jobs.
 
 With no file it loads the project's demo crontab (jobs/demo.crontab) plus four one-off
-jobs that show a success, a slow run, retries with backoff and the dead letter. Without
+jobs that show a success, a slow run, retries with backoff and the dead letter; if the
+demo is already loaded it only lists it again (``--again`` loads a second copy). Without
 --owner the jobs belong to the superuser ``demo`` (password ``demo``), created if missing.
 Bad crontab lines (and @reboot) are reported on stderr and skipped, never fatal.
 """
@@ -13,10 +14,10 @@ from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
 from jobs import crontab
+from jobs.models import Job
 from jobs.services import InvalidJobs, create_job, create_jobs
 
 DEMO_CRONTAB = Path(__file__).resolve().parents[2] / "demo.crontab"
-API = "http://127.0.0.1:8000/api/jobs/"
 ONE_OFF = [  # (handler, payload, name, max_attempts)
     ("noop", {}, "demo: noop (succeeds at once)", None),
     ("sleep", {"seconds": 3}, "demo: sleep 3 s", None),
@@ -48,10 +49,26 @@ class Command(BaseCommand):
                             choices=("auto", "user", "system"),
                             help="crontab format: user, system (with a user column) or "
                                  "auto (guess per file, the default)")
+        parser.add_argument("--again", action="store_true",
+                            help="load the demo even if it is already loaded")
+        parser.add_argument("--base-url", default="http://127.0.0.1:8000",
+                            help="where the web server listens, for the printed examples")
 
-    def handle(self, *args, crontabs, owner, crontab_format, **options):
+    def handle(self, *args, crontabs, owner, crontab_format, again, base_url, **options):
         user = self.owner(owner)
         token, _ = Token.objects.get_or_create(user=user)
+        api = f"{base_url.rstrip('/')}/api/jobs/"
+        if not crontabs and not again:
+            loaded = list(Job.objects.filter(owner=user, name__startswith="demo: ")
+                          .select_related("schedule"))
+            if loaded:
+                demo = list(Job.objects.filter(owner=user).select_related("schedule")
+                            .order_by("pk"))
+                self.table(demo)
+                self.stdout.write(f"The demo is already loaded ({len(demo)} jobs); "
+                                  "--again loads another copy.")
+                self.instructions(token, api, demo)
+                return
         paths = [Path(p) for p in crontabs] or [DEMO_CRONTAB]
         for path in paths:
             if not path.is_file():
@@ -75,13 +92,19 @@ class Command(BaseCommand):
         self.stdout.write(f"Created {len(jobs)} jobs ({cron_count} cron, "
                           f"{len(jobs) - cron_count} one-off) owned by {user.get_username()}; "
                           f"skipped {skipped} crontab lines.")
-        self.stdout.write(f"API token for {user.get_username()}: {token.key}")
-        self.stdout.write(f'  curl -H "Authorization: Token {token.key}" {API}')
-        flaky = next((j for j in jobs if j.handler == "flaky"), None)
-        if flaky is not None:
-            self.stdout.write("Watch the flaky job retry:")
-            self.stdout.write(f'  curl -H "Authorization: Token {token.key}" '
-                              f"{API}{flaky.pk}/runs/")
+        self.instructions(token, api, jobs)
+
+    def instructions(self, token, api: str, jobs) -> None:
+        self.stdout.write(f"API token for {token.user.get_username()}: {token.key}")
+        self.stdout.write(f'  curl -H "Authorization: Token {token.key}" {api}')
+        for handler, what in (("echo", "a cron job's runs, one a minute"),
+                              ("flaky", "the flaky job retry after 1, 2 and 4 s"),
+                              ("always_fails", "a run land in the dead letter")):
+            job = next((j for j in jobs if j.handler == handler), None)
+            if job is not None:
+                self.stdout.write(f"Watch {what}:")
+                self.stdout.write(f'  curl -H "Authorization: Token {token.key}" '
+                                  f"{api}{job.pk}/runs/")
 
     def owner(self, username: str | None):
         User = get_user_model()

@@ -63,7 +63,9 @@ class Command(BaseCommand):
         self.stdout.write("runall: stopped")
 
     def start(self, name: str, argv: list[str]) -> None:
-        self.children[name] = subprocess.Popen(argv)
+        # Own session: Ctrl-C reaches only runall, which forwards one SIGTERM, so the
+        # children stop gracefully instead of seeing two signals and forcing.
+        self.children[name] = subprocess.Popen(argv, start_new_session=True)
         self.stdout.write(f"runall: started {name} (pid {self.children[name].pid})")
 
     def stop(self, signum, frame) -> None:
