@@ -100,7 +100,8 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
                 run_at=s.get("run_at") if schedule is None else None, schedule=schedule,
                 next_run_at=cron.next_after(schedule.cron, schedule.timezone, now)
                 if schedule else None,
-                timeout_s=s["timeout_s"], max_attempts=s["max_attempts"],
+                timeout_s=s.get("timeout_s") or conf.get("DEFAULT_TIMEOUT_S"),
+                max_attempts=s.get("max_attempts") or conf.get("DEFAULT_MAX_ATTEMPTS"),
             ))
         Job.objects.using(using).bulk_create(jobs, batch_size=2000)
         runs = [
