@@ -72,11 +72,13 @@ def daemon_env(broker_name: str = "redis", alias: str = "default", **tunables) -
 def start_daemon(args: list[str], env: dict, log_path: Path | None = None) -> subprocess.Popen:
     """Start ``manage.py <args>`` as a real process."""
     argv = [sys.executable, str(ROOT / "manage.py"), *args]
+    # Own process group, as under a process manager, so a test can signal the group.
     if log_path is None:
         return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT, cwd=ROOT)
+                                stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     with open(log_path, "wb") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                start_new_session=True)
 
 
 def stop(*procs: subprocess.Popen, timeout: float = 30) -> None:

@@ -1,6 +1,7 @@
 """Real worker processes: SIGKILL mid-run, SIGTERM, timeouts, poison handlers, and
 start-up against unreachable services."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -68,6 +69,24 @@ def test_sigterm_lets_short_runs_finish_and_releases_long_ones_at_once(env, tmp_
         assert released.state == "queued"
         assert released.attempts.get().outcome == "released"
         assert released.max_attempts == 2, "a released attempt must not use up the budget"
+    finally:
+        stop(dispatcher, worker)
+
+
+def test_sigterm_to_the_whole_process_group_does_not_kill_in_flight_runs(env, tmp_path):
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    worker = start_daemon(["runworker", "--grace", "10"], env, tmp_path / "worker.log")
+    try:
+        job = services.create_job("sleep", {"seconds": 1.5}, delay_s=0)
+        wait_until(lambda: Run.objects.filter(job=job, state="running").exists(),
+                   message="the run to start")
+
+        os.killpg(worker.pid, signal.SIGTERM)  # what honcho or a terminal's Ctrl-C does
+        assert worker.wait(timeout=15) == 0
+
+        run = Run.objects.get(job=job)
+        assert (run.state, [a.outcome for a in run.attempts.all()]) == (
+            "succeeded", ["succeeded"])
     finally:
         stop(dispatcher, worker)
 
