@@ -170,6 +170,8 @@ class WorkerProcess(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["last_heartbeat_at"], name="worker_last_heartbeat")]
+        verbose_name = "worker"
+        verbose_name_plural = "workers"
 
     def __str__(self) -> str:
         return self.worker_id

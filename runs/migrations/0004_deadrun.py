@@ -23,4 +23,8 @@ class Migration(migrations.Migration):
             },
             bases=('runs.run',),
         ),
+        migrations.AlterModelOptions(
+            name='workerprocess',
+            options={'verbose_name': 'worker', 'verbose_name_plural': 'workers'},
+        ),
     ]
