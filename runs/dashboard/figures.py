@@ -1,0 +1,215 @@
+"""The dashboard's figures in one JSON-able snapshot (issue 4; docs/admin.md, "Dashboard").
+
+Queue depth and live workers come from runs/stats.py, so the dashboard, /api/queues/ and
+metrics agree. Throughput and lag over the last hour are bucketed per minute:
+
+* started per second: runs whose (latest) attempt started in that minute, over 60 s (over
+  the seconds elapsed for the current minute);
+* succeeded / dead per second: runs that reached that state in that minute;
+* lag p50 / p99: ``started_at - scheduled_at`` of runs started in that minute on their
+  first attempt (a retry's start is backoff by design, not lag). Jitter, when a schedule
+  has it, is part of the lag, as the issue defines lag.
+
+Percentiles are interpolated like PostgreSQL's ``percentile_cont``: computed in the
+database there, in Python on SQLite (the embedded default, meant for modest load).
+Only runs finished in the window or not finished at all are read, which the
+``(state, finished_at)`` index serves, so the cost follows the last hour's runs, not the
+whole history.
+"""
+
+import math
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from django.db import connections
+from django.db.models import Aggregate, Count, DurationField, F, Q
+from django.db.models.functions import TruncMinute
+from django.urls import reverse
+
+from jobs.models import SchedulerPartition
+from runs.clock import db_now
+from runs.models import Run, RunState
+from runs.stats import live_workers, queue_stats
+
+WINDOW_MINUTES = 60
+UNFINISHED = (RunState.SCHEDULED, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
+ENDED = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED)
+
+
+class PercentileCont(Aggregate):
+    """PostgreSQL's ``percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)``;
+    ``fraction`` in [0, 1]. The result has the expression's type (an interval for a lag)."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+    def __init__(self, expression, fraction: float, **extra):
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"percentile fraction must be in [0, 1], not {fraction!r}")
+        super().__init__(expression, fraction=repr(float(fraction)), **extra)
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float | None:
+    """Linear interpolation between the closest ranks, as ``percentile_cont`` does:
+    position ``fraction * (n - 1)`` in ``sorted_values`` (ascending). None when empty."""
+    if not sorted_values:
+        return None
+    position = fraction * (len(sorted_values) - 1)
+    low, high = math.floor(position), math.ceil(position)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def _minute(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def _started_in_window(using: str, since: datetime):
+    # Written so PostgreSQL can use run_state_finished (state, finished_at) for both halves.
+    return Run.objects.using(using).filter(
+        Q(state__in=ENDED, finished_at__gte=since) | Q(state__in=UNFINISHED),
+        started_at__gte=since,
+    )
+
+
+def _lag_by_minute(using: str, since: datetime, in_database: bool) -> dict:
+    first_attempts = _started_in_window(using, since).filter(attempt=1)
+    if in_database:
+        lag = F("started_at") - F("scheduled_at")
+        rows = (first_attempts.annotate(minute=TruncMinute("started_at")).values("minute")
+                .annotate(p50=PercentileCont(lag, 0.5, output_field=DurationField()),
+                          p99=PercentileCont(lag, 0.99, output_field=DurationField()))
+                .order_by())
+        return {_minute(r["minute"]): (r["p50"].total_seconds(), r["p99"].total_seconds())
+                for r in rows}
+    lags: dict[datetime, list[float]] = defaultdict(list)
+    for started, scheduled in first_attempts.values_list("started_at", "scheduled_at"):
+        lags[_minute(started)].append((started - scheduled).total_seconds())
+    result = {}
+    for minute, values in lags.items():
+        values.sort()
+        result[minute] = (percentile(values, 0.5), percentile(values, 0.99))
+    return result
+
+
+def series(using: str = "default", now: datetime | None = None,
+           minutes: int = WINDOW_MINUTES, in_database: bool | None = None) -> dict:
+    """Per-minute series for the last ``minutes`` minutes up to ``now`` (aware; default
+    the database clock): ``minutes`` (ISO start of each minute, UTC), ``started_per_s``,
+    ``succeeded_per_s``, ``dead_per_s`` (runs per second) and ``lag_p50_s``,
+    ``lag_p99_s`` (seconds, None for a minute with no first attempt), plus the window's
+    totals. ``in_database`` forces where percentiles are computed (default: in
+    PostgreSQL, in Python elsewhere)."""
+    now = now or db_now(using)
+    if in_database is None:
+        in_database = connections[using].vendor == "postgresql"
+    end = _minute(now) + timedelta(minutes=1)
+    since = end - timedelta(minutes=minutes)
+    starts = [since + timedelta(minutes=i) for i in range(minutes)]
+
+    started = {
+        _minute(r["minute"]): r["n"] for r in
+        _started_in_window(using, since).annotate(minute=TruncMinute("started_at"))
+        .values("minute").annotate(n=Count("pk")).order_by()
+    }
+    ended = {
+        _minute(r["minute"]): r for r in
+        Run.objects.using(using).filter(state__in=(RunState.SUCCEEDED, RunState.DEAD),
+                                        finished_at__gte=since)
+        .annotate(minute=TruncMinute("finished_at")).values("minute")
+        .annotate(succeeded=Count("pk", filter=Q(state=RunState.SUCCEEDED)),
+                  dead=Count("pk", filter=Q(state=RunState.DEAD))).order_by()
+    }
+    lags = _lag_by_minute(using, since, in_database)
+
+    def per_second(count: int, start: datetime) -> float:
+        seconds = min(60.0, max((now - start).total_seconds(), 1.0))
+        return round(count / seconds, 3)
+
+    def rounded(value):
+        return None if value is None else round(value, 4)
+
+    out = {"minutes": [], "started_per_s": [], "succeeded_per_s": [], "dead_per_s": [],
+           "lag_p50_s": [], "lag_p99_s": []}
+    for start in starts:
+        out["minutes"].append(start.isoformat())
+        out["started_per_s"].append(per_second(started.get(start, 0), start))
+        done = ended.get(start, {})
+        out["succeeded_per_s"].append(per_second(done.get("succeeded", 0), start))
+        out["dead_per_s"].append(per_second(done.get("dead", 0), start))
+        p50, p99 = lags.get(start, (None, None))
+        out["lag_p50_s"].append(rounded(p50))
+        out["lag_p99_s"].append(rounded(p99))
+    out["totals"] = {
+        "started": sum(started.values()),
+        "succeeded": sum(r["succeeded"] for r in ended.values()),
+        "dead": sum(r["dead"] for r in ended.values()),
+    }
+    return out
+
+
+def workers(using: str = "default", now: datetime | None = None) -> list[dict]:
+    """Live workers (runs/stats.py live_workers) with their current runs and the age of
+    their last heartbeat in seconds."""
+    now = now or db_now(using)
+    live = list(live_workers(using).order_by("worker_id"))
+    current: dict[str, list[dict]] = defaultdict(list)
+    running = (Run.objects.using(using).filter(state=RunState.RUNNING,
+                                               worker_id__in=[w.worker_id for w in live])
+               .order_by("started_at").values("pk", "job_id", "job__name", "attempt",
+                                              "started_at", "worker_id"))
+    for run in running:
+        current[run["worker_id"]].append({
+            "id": run["pk"], "job_id": run["job_id"], "job": run["job__name"],
+            "attempt": run["attempt"], "started_at": run["started_at"].isoformat(),
+            "url": reverse("admin:runs_run_change", args=[run["pk"]]),
+        })
+    return [{
+        "worker_id": w.worker_id, "hostname": w.hostname, "pid": w.pid, "queues": w.queues,
+        "concurrency": w.concurrency, "started_at": w.started_at.isoformat(),
+        "last_heartbeat_at": w.last_heartbeat_at.isoformat(),
+        "heartbeat_age_s": round(max((now - w.last_heartbeat_at).total_seconds(), 0.0), 1),
+        "runs": current.get(w.worker_id, []),
+    } for w in live]
+
+
+def partitions(using: str = "default", now: datetime | None = None) -> list[dict]:
+    """Which scheduler owns which partitions: one entry per owner (``owner`` empty for
+    partitions nobody holds a live lease on), with partition numbers and the seconds until
+    the owner's earliest lease expires."""
+    now = now or db_now(using)
+    owners: dict[str, dict] = {}
+    for p in SchedulerPartition.objects.using(using).order_by("number"):
+        live = bool(p.owner) and p.lease_expires_at is not None and p.lease_expires_at > now
+        owner = p.owner if live else ""
+        entry = owners.setdefault(owner, {"owner": owner, "partitions": [],
+                                          "lease_expires_in_s": None})
+        entry["partitions"].append(p.number)
+        if live:
+            left = round((p.lease_expires_at - now).total_seconds(), 1)
+            current = entry["lease_expires_in_s"]
+            entry["lease_expires_in_s"] = left if current is None else min(current, left)
+    return sorted(owners.values(), key=lambda e: (e["owner"] == "", e["owner"]))
+
+
+def snapshot(using: str = "default") -> dict:
+    """Everything the dashboard shows, JSON-able: ``now`` (database clock), ``totals``,
+    ``queues`` (runs/stats.py), ``series`` (last hour per minute), ``workers``,
+    ``partitions``."""
+    now = db_now(using)
+    queues = [q.as_dict() for q in queue_stats(using)]
+    chart = series(using, now=now)
+    window = chart.pop("totals")
+    live = workers(using, now=now)
+    totals = {
+        "ready": sum(q["ready"] for q in queues),
+        "delayed": sum(q["delayed"] for q in queues),
+        "leased": sum(q["leased"] for q in queues),
+        "dead_letter": Run.objects.using(using).filter(state=RunState.DEAD).count(),
+        "live_workers": len(live),
+        "started_last_hour": window["started"],
+        "succeeded_last_hour": window["succeeded"],
+        "dead_last_hour": window["dead"],
+    }
+    return {"now": now.isoformat(), "totals": totals, "queues": queues, "series": chart,
+            "workers": live, "partitions": partitions(using, now=now)}
+
