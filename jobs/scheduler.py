@@ -37,16 +37,22 @@ def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 10
     than ``now - MISFIRE_GRACE_S`` are missed: older than ``max_lag_s`` they are dropped
     whatever the policy; otherwise ``run_all`` keeps each, ``run_once`` keeps only the
     latest, ``skip`` keeps none. At most ``limit`` are produced per call; the rest follow
-    on the next tick. Returns ``(scheduled_at list, next_run_at)``, all aware UTC.
+    on the next tick. Returns ``(scheduled_at list, next_run_at)``, all aware UTC;
+    next_run_at is None when the schedule has no occurrence left before year 9999.
+    Occurrences follow jobs.cron (DST and day rules in docs/cron.md).
     """
     schedule = job.schedule
-    expr, tz = schedule.cron, schedule.timezone
     oldest = now - seconds(schedule.max_lag_s)
     # Snap to a real occurrence: next_run_at may have been written by hand or under an
     # older expression, and a run must only ever exist at a time the schedule names.
-    start = cron.next_after(expr, tz, max(job.next_run_at, oldest) - seconds(1))
-    found = cron.occurrences(expr, tz, start, horizon, limit=limit)
-    next_run_at = cron.next_after(expr, tz, found[-1]) if found else start
+    upcoming = cron.iter_after(schedule.cron, schedule.timezone,
+                               max(job.next_run_at, oldest) - seconds(1))
+    found, next_run_at = [], None
+    for moment in upcoming:
+        if moment > horizon or len(found) >= limit:
+            next_run_at = moment
+            break
+        found.append(moment)
     missed_before = now - seconds(conf.get("MISFIRE_GRACE_S"))
     missed = [t for t in found if t < missed_before]
     on_time = [t for t in found if t >= missed_before]
@@ -137,9 +143,13 @@ class Scheduler(Daemon):
                 chunk = rows[start:start + INSERT_CHUNK]
                 params = []
                 for job, when, shard in chunk:
+                    # Jitter delays the start, never the occurrence: scheduled_at stays the
+                    # cron time (the run's identity), run_at = scheduled_at + jitter.
+                    jitter = cron.jitter_offset(job.pk, job.schedule.jitter_s)
                     at = ops.adapt_datetimefield_value(when)
-                    params += [job.pk, at, at, "scheduled", job.queue, shard, job.priority, 0,
-                               job.max_attempts, "", created, "", 0.0]
+                    start_at = ops.adapt_datetimefield_value(when + seconds(jitter))
+                    params += [job.pk, at, start_at, "scheduled", job.queue, shard,
+                               job.priority, 0, job.max_attempts, "", created, "", jitter]
                 values = ",".join(["(" + ",".join(["%s"] * 13) + ")"] * len(chunk))
                 cursor.execute(
                     f"INSERT INTO {table} ({columns}) VALUES {values} "

@@ -87,7 +87,7 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
         now = db_now(using)
         schedules = Schedule.objects.using(using).bulk_create([
             Schedule(cron=s["cron"], timezone=s["timezone"], misfire_policy=s["misfire_policy"],
-                     max_lag_s=s["max_lag_s"])
+                     max_lag_s=s["max_lag_s"], jitter_s=s.get("jitter_s", 0))
             for s in cleaned if s.get("cron")
         ])
         schedule_iter = iter(schedules)

@@ -22,7 +22,7 @@ def validate_job(spec: dict) -> dict:
 
     Keys: name (str), handler (registered name), payload (JSON object), queue, priority
     (0-9), timeout_s (>= 1), max_attempts (>= 1), and exactly one of ``run_at`` (aware
-    datetime) / ``cron`` (with optional timezone, misfire_policy, max_lag_s).
+    datetime) / ``cron`` (with optional timezone, misfire_policy, max_lag_s, jitter_s).
     Raises InvalidJob mapping each bad field to its reason.
     """
     errors: dict[str, str] = {}
@@ -72,9 +72,16 @@ def validate_job(spec: dict) -> dict:
             errors["misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"
         clean["misfire_policy"] = policy
         max_lag = spec.get("max_lag_s", conf.get("MAX_LAG_S"))
-        if not isinstance(max_lag, int) or max_lag < 0:
+        if isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0:
             errors["max_lag_s"] = "must be a non-negative integer (seconds)"
         clean["max_lag_s"] = max_lag
+        jitter = spec.get("jitter_s") or 0
+        if isinstance(jitter, bool) or not isinstance(jitter, int) \
+                or not 0 <= jitter <= cron.MAX_JITTER_S:
+            errors["jitter_s"] = f"must be an integer from 0 to {cron.MAX_JITTER_S} (seconds)"
+        clean["jitter_s"] = jitter
+    elif spec.get("jitter_s"):
+        errors["jitter_s"] = "applies to cron schedules only; a one-off job runs at its run_at"
     if errors:
         raise InvalidJob(errors)
     return clean

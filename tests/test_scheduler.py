@@ -151,3 +151,36 @@ def test_schedulers_that_both_claim_every_partition_still_create_each_occurrence
     assert errors == []
     assert Run.objects.count() >= 3000
     _assert_every_occurrence_exactly_once(job_ids, start)
+
+
+@pytest.mark.parametrize("policy, expected", [
+    (MisfirePolicy.RUN_ALL, ["12:10", "12:20", "12:30"]),
+    (MisfirePolicy.RUN_ONCE, ["12:30"]),
+    (MisfirePolicy.SKIP, []),
+])
+def test_the_misfire_example_of_docs_cron_md(policy, expected):
+    """A */10 job paused since 12:01 and resumed at 12:35: its next_run_at is still 12:10."""
+    now = datetime(2026, 3, 10, 12, 35, tzinfo=UTC)
+    job = cron_job("*/10 * * * *", policy=policy,
+                   next_run_at=datetime(2026, 3, 10, 12, 10, tzinfo=UTC))
+
+    times, next_run_at = plan_occurrences(job, now, now + timedelta(seconds=10))
+
+    assert [t.strftime("%H:%M") for t in times] == expected
+    assert next_run_at == datetime(2026, 3, 10, 12, 40, tzinfo=UTC)
+
+
+def test_a_long_run_all_catch_up_continues_on_the_next_tick():
+    job = cron_job(max_lag_s=86_400, next_run_at=NOW - timedelta(hours=20))
+
+    times, next_run_at = plan_occurrences(job, NOW, NOW + timedelta(seconds=10), limit=1000)
+
+    assert len(times) == 1000 and times[0] == minutes(-1199)[0]  # 16:01, after 16:00:30
+    assert next_run_at == times[-1] + timedelta(minutes=1)
+
+
+def test_a_schedule_with_no_occurrence_left_gets_no_next_run_at():
+    end = datetime(9999, 6, 1, tzinfo=UTC)
+    job = cron_job("0 0 1 1 *", next_run_at=end)
+
+    assert plan_occurrences(job, end, end + timedelta(seconds=10)) == ([], None)
