@@ -1,80 +1,272 @@
-"""The seed REST API: jobs (create, list, retrieve, runs, pause, resume) and health probes.
+"""The jobs REST API (/api/jobs/...) and the health probes (/healthz, /readyz).
 
-An owner sees only their own jobs (any other id answers 404); staff see all.
+An owner sees and acts on their own jobs only: any other owner's job answers 404 on every
+verb, exactly like a job that does not exist. Staff see all. Every write goes through
+jobs/services.py, the same functions the Python API and the admin use.
 """
 
 from django.db import DatabaseError
 from django.http import JsonResponse
-from rest_framework import mixins, status, viewsets
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination, PageNumberPagination
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.filters import OrderingFilter
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
-from jobs import services
+from jobs import conf, services
 from jobs.exceptions import BrokerUnavailable, InvalidJob, SchedulerError
+from jobs.filters import JOB_ORDERING, JobFilter
+from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
+from jobs.idempotency import idempotent
 from jobs.models import Job
 from jobs.serializers import (
+    BulkCreatedSerializer,
+    BulkErrorSerializer,
+    BulkJobsSerializer,
     JobCreateSerializer,
     JobSerializer,
-    RunSerializer,
-    invalid_job_errors,
+    JobUpdateSerializer,
+    api_errors,
+    to_spec,
 )
+from jobs.validation import validate_job
 from runs.brokers import get_broker
-from runs.models import Run
+from runs.serializers import RunSerializer
+
+
+class Conflict(APIException):
+    """The request is valid but the job or run is in a state that forbids it."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state of the resource."
+    default_code = "conflict"
+
+
+class DetailSerializer(serializers.Serializer):
+    """An error other than a field error: 401, 403, 404, 409, 413, 415, 422, 429."""
+
+    detail = serializers.CharField()
+
+
+FIELD_ERRORS = OpenApiResponse(
+    OpenApiTypes.OBJECT, description="field name -> list of reasons; nothing was stored")
+COMMON = {401: DetailSerializer, 403: DetailSerializer, 404: DetailSerializer,
+          429: DetailSerializer}
+LISTED = {400: FIELD_ERRORS, **COMMON}  # a bad filter value is a 400 naming the filter
+IDEMPOTENCY = OpenApiParameter(
+    IDEMPOTENCY_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
+    description="retrying a POST with the same key returns the first response (with "
+                "header Idempotent-Replayed: true) instead of creating a second job; 1-255 "
+                "printable ASCII characters, kept IDEMPOTENCY_TTL_S (24 h)")
 
 
 class JobPagination(PageNumberPagination):
+    """Page-number pagination for jobs: ``page`` (1-based), ``page_size`` (default 50,
+    at most 500)."""
+
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
 
 
-class RunCursor(CursorPagination):
-    page_size = 50
-    ordering = "-scheduled_at"
-
-
+@extend_schema_view(
+    list=extend_schema(summary="List your jobs", responses={200: JobSerializer(many=True),
+                                                           **LISTED}),
+    retrieve=extend_schema(summary="One job", responses={200: JobSerializer, **COMMON}),
+    create=extend_schema(
+        summary="Create a job (one-off with run_at, or recurring with a cron schedule)",
+        request=JobCreateSerializer, parameters=[IDEMPOTENCY],
+        responses={201: JobSerializer, 400: FIELD_ERRORS, 413: DetailSerializer,
+                   422: DetailSerializer, **COMMON},
+        examples=[OpenApiExample("recurring", request_only=True, value={
+            "name": "nightly report", "handler": "echo", "schedule": "30 2 * * *",
+            "timezone": "Europe/Berlin", "payload": {"report": "sales"}}),
+            OpenApiExample("one-off", request_only=True, value={
+                "handler": "noop", "run_at": "2030-01-01T09:00:00+01:00"})]),
+    partial_update=extend_schema(
+        summary="Change a job's payload, schedule, priority or limits",
+        request=JobUpdateSerializer,
+        responses={200: JobSerializer, 400: FIELD_ERRORS, 409: DetailSerializer, **COMMON}),
+    destroy=extend_schema(
+        summary="Cancel a job and its pending runs (the job is kept, status cancelled)",
+        responses={200: JobSerializer, **COMMON}),
+)
 class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                  viewsets.GenericViewSet):
+    """/api/jobs/: list, create, retrieve, partial update, cancel (DELETE), pause, resume,
+    trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (runs/api.py)."""
+
     serializer_class = JobSerializer
     pagination_class = JobPagination
+    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    filterset_class = JobFilter
+    ordering_fields = JOB_ORDERING
+    ordering = ["-id"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+    lookup_value_regex = r"\d+"
 
     def get_queryset(self):
-        jobs = Job.objects.select_related("schedule", "owner").order_by("-id")
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user
+            return Job.objects.none()
+        jobs = Job.objects.select_related("schedule", "owner")
         user = self.request.user
         return jobs if user.is_staff else jobs.filter(owner=user)
 
+    def get_serializer_class(self):
+        return {"create": JobCreateSerializer, "partial_update": JobUpdateSerializer,
+                "bulk": BulkJobsSerializer}.get(self.action, JobSerializer)
+
+    @property
+    def max_body_setting(self) -> str:
+        """The body-size tunable jobs/parsers.py applies to this request."""
+        return "API_BULK_MAX_BODY_BYTES" if self.action == "bulk" else "API_MAX_BODY_BYTES"
+
     def create(self, request, *args, **kwargs):
+        return idempotent(request, lambda: self._create(request))
+
+    def _create(self, request) -> Response:
         incoming = JobCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         try:
-            job = services.create_jobs([incoming.to_spec()], owner=request.user)[0]
-        except InvalidJob as exc:
-            if isinstance(exc, services.InvalidJobs):
-                exc = InvalidJob(exc.item_errors[0])
-            return Response(invalid_job_errors(exc), status=status.HTTP_400_BAD_REQUEST)
-        job = self.get_queryset().get(pk=job.pk)
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+            job = services.create_jobs([to_spec(incoming.validated_data)],
+                                       owner=request.user)[0]
+        except services.InvalidJobs as exc:
+            raise ValidationError(api_errors(exc.item_errors[0])) from exc
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED,
+                        headers={"Location": f"/api/jobs/{job.pk}/"})
 
-    @action(detail=True, methods=["get"])
-    def runs(self, request, pk=None):
+    def partial_update(self, request, *args, **kwargs):
         job = self.get_object()
-        runs = Run.objects.filter(job=job).prefetch_related("attempts")
-        paginator = RunCursor()
-        page = paginator.paginate_queryset(runs, request, view=self)
-        return paginator.get_paginated_response(RunSerializer(page, many=True).data)
+        incoming = JobUpdateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        try:
+            services.update_job(job.pk, incoming.to_changes())
+        except InvalidJob as exc:
+            raise ValidationError(api_errors(exc.errors)) from exc
+        except SchedulerError as exc:
+            raise Conflict(str(exc)) from exc
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
+    def destroy(self, request, *args, **kwargs):
+        job = self.get_object()
+        services.cancel([job.pk])
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @extend_schema(summary="Pause a job: no new runs; pending runs are held",
+                   request=None, responses={200: JobSerializer, 409: DetailSerializer, **COMMON})
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
-        job = self.get_object()
+        job = self._not_cancelled("paused")
         services.pause([job.pk])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
+    @extend_schema(summary="Resume a paused job; missed occurrences follow its misfire policy",
+                   request=None, responses={200: JobSerializer, 409: DetailSerializer, **COMMON})
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
-        job = self.get_object()
+        job = self._not_cancelled("resumed")
         services.resume([job.pk])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @extend_schema(summary="Create one extra run of an active job now",
+                   request=None, responses={201: RunSerializer, 409: DetailSerializer, **COMMON})
+    @action(detail=True, methods=["post"])
+    def trigger(self, request, pk=None):
+        job = self.get_object()
+        try:
+            run = services.trigger(job.pk)
+        except SchedulerError as exc:
+            raise Conflict(str(exc)) from exc
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Create up to 10,000 jobs in one request, all or nothing",
+        request=BulkJobsSerializer, parameters=[IDEMPOTENCY],
+        responses={201: BulkCreatedSerializer, 400: BulkErrorSerializer,
+                   413: DetailSerializer, 422: DetailSerializer, **COMMON})
+    @action(detail=False, methods=["post"])
+    def bulk(self, request):
+        return idempotent(request, lambda: self._bulk(request))
+
+    def _bulk(self, request) -> Response:
+        items = _bulk_items(request.data)
+        child = JobCreateSerializer()
+        specs, positions, errors = [], [], {}
+        for i, item in enumerate(items):
+            try:
+                specs.append(to_spec(child.run_validation(item)))
+                positions.append(i)
+            except ValidationError as exc:
+                errors[i] = exc.detail
+        try:
+            if errors:  # report every bad item, but store nothing
+                _validate_all(specs)
+            else:
+                jobs = services.create_jobs(specs, owner=request.user)
+        except services.InvalidJobs as exc:
+            for j, item_errors in exc.item_errors.items():
+                errors.setdefault(positions[j], {}).update(api_errors(item_errors))
+        if errors:
+            return Response({
+                "detail": f"{len(errors)} of {len(items)} jobs are invalid; nothing was stored",
+                "errors": [{"index": i, "errors": errors[i]} for i in sorted(errors)],
+            }, status=status.HTTP_400_BAD_REQUEST)
+        return Response({"count": len(jobs), "ids": [job.pk for job in jobs]},
+                        status=status.HTTP_201_CREATED)
+
+    def _not_cancelled(self, verb: str) -> Job:
+        job = self.get_object()
+        if job.status == Job.Status.CANCELLED:
+            raise Conflict(f"job {job.pk} is cancelled; it cannot be {verb}")
+        return job
+
+
+class BulkRefused(APIException):
+    """The bulk request as a whole is wrong (400), in the bulk error shape."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "invalid"
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = {"detail": detail, "errors": []}
+
+
+def _bulk_items(data) -> list:
+    """The ``jobs`` list of a bulk request; raises BulkRefused naming what is wrong."""
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+        raise BulkRefused('give {"jobs": [job, ...]}, a list of jobs')
+    unknown = sorted(set(data) - {"jobs"})
+    if unknown:
+        raise BulkRefused(f"unknown field(s): {', '.join(unknown)}; give only jobs")
+    items, cap = data["jobs"], conf.get("API_BULK_MAX_JOBS")
+    if not items:
+        raise BulkRefused("give at least one job")
+    if len(items) > cap:
+        raise BulkRefused(f"at most {cap} jobs per request; got {len(items)}")
+    return items
+
+
+def _validate_all(specs: list[dict]) -> None:
+    """Raise InvalidJobs for every spec the service layer would refuse (stores nothing)."""
+    errors = {}
+    for i, spec in enumerate(specs):
+        try:
+            validate_job(spec)
+        except InvalidJob as exc:
+            errors[i] = exc.errors
+    if errors:
+        raise services.InvalidJobs(errors)
 
 
 def healthz(request):
@@ -96,3 +288,4 @@ def readyz(request):
     if problems:
         return JsonResponse({"status": "unavailable", **problems}, status=503)
     return JsonResponse({"status": "ok", "broker": get_broker().name})
+

@@ -42,6 +42,21 @@ DEFAULTS: dict[str, Tunable] = {
     "MAX_LAG_S": Tunable(3600, int, "default catch-up window for missed cron occurrences"),
     "MISFIRE_GRACE_S": Tunable(60.0, float, "an occurrence older than this counts as missed"),
     "REDIS_PREFIX": Tunable("sched", str, "first part of every Redis key"),
+    "MAX_PAYLOAD_BYTES": Tunable(
+        262_144, int, "largest job payload, in bytes of compact UTF-8 JSON (256 KiB)"),
+    "MAX_TIMEOUT_S": Tunable(86_400, int, "largest timeout_s a job may ask for (seconds)"),
+    "MAX_RETRIES": Tunable(
+        99, int, "largest max_retries (attempts after the first) a job may ask for"),
+    "API_THROTTLE_RATE": Tunable(
+        "100000/minute", str,
+        'requests per owner the REST API accepts, "<count>/<second|minute|hour|day>"'),
+    "API_MAX_BODY_BYTES": Tunable(
+        1_048_576, int, "largest REST request body, in bytes, except the bulk endpoint's"),
+    "API_BULK_MAX_BODY_BYTES": Tunable(
+        67_108_864, int, "largest request body of POST /api/jobs/bulk/, in bytes (64 MiB)"),
+    "API_BULK_MAX_JOBS": Tunable(10_000, int, "most jobs one POST /api/jobs/bulk/ may create"),
+    "IDEMPOTENCY_TTL_S": Tunable(
+        86_400, int, "seconds an Idempotency-Key's first response is replayed"),
 }
 
 

@@ -1,120 +1,290 @@
-"""Serializers of the seed REST API (POST/GET jobs, runs of a job)."""
+"""Serializers of the jobs REST API: a job as shown, a job to create (alone or in bulk)
+and a partial update.
 
+The serializers parse and type-check, in the API's terms (``schedule``, ``max_retries``);
+the rules every job obeys, whichever API created it, live in jobs/validation.py and run
+in the service layer. Field names in errors are always the API's.
+"""
+
+from functools import cache
+from zoneinfo import available_timezones
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from jobs import conf
 from jobs.exceptions import InvalidJob
-from jobs.models import Job
-from runs.models import Attempt, Run
+from jobs.models import Job, MisfirePolicy
+from jobs.registry import handler_names
+from jobs.validation import QUEUE_RE
 
+# Service-layer field names -> the API's.
 FIELD_ALIASES = {"cron": "schedule", "max_attempts": "max_retries"}
+NAIVE = "give an ISO 8601 datetime with a UTC offset, e.g. 2026-01-01T09:00:00+01:00"
+MAX_INT = 2_147_483_647  # PostgreSQL integer
+
+
+@cache
+def iana_zones() -> frozenset[str]:
+    """Every IANA timezone name the installed tz database knows (read once)."""
+    return frozenset(available_timezones())
+
+
+class TextField(serializers.CharField):
+    """A CharField that also refuses lone UTF-16 surrogates, which JSON escapes can carry
+    but PostgreSQL cannot store (DRF already refuses NUL characters)."""
+
+    default_error_messages = {"surrogate": "must be valid Unicode text (no lone surrogates)"}
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            self.fail("surrogate")
+        return value
 
 
 class AwareDateTimeField(serializers.DateTimeField):
-    """ISO 8601 with a UTC offset; a naive datetime is refused rather than guessed."""
+    """ISO 8601 with a UTC offset; a naive datetime is refused rather than guessed, and so
+    is one whose UTC equivalent falls outside years 1-9999."""
+
+    default_error_messages = {"naive": NAIVE, "range": "is outside the years 1-9999 in UTC"}
 
     def to_internal_value(self, value):
-        parsed = super().to_internal_value(value)
-        if isinstance(value, str) and not _has_offset(value):
-            raise serializers.ValidationError(
-                "give an ISO 8601 datetime with a UTC offset, e.g. 2026-01-01T09:00:00+01:00")
-        return parsed
+        if isinstance(value, str):
+            try:
+                parsed = parse_datetime(value.strip())
+            except ValueError:
+                parsed = None
+            if parsed is not None and parsed.tzinfo is None:
+                self.fail("naive")
+        try:
+            return super().to_internal_value(value)
+        except OverflowError:
+            self.fail("range")
 
 
-def _has_offset(text: str) -> bool:
-    tail = text.strip()[10:]
-    return tail.endswith("Z") or "+" in tail or "-" in tail
+class StrictFieldsMixin:
+    """Refuse fields the serializer does not declare (``unknown field``), reported together
+    with the other field errors. ``read_only_names`` are fields of the job that exist but
+    cannot be set here; they get a clearer reason."""
+
+    read_only_names: tuple[str, ...] = ()
+
+    def to_internal_value(self, data):
+        extra = {}
+        if isinstance(data, dict):
+            for name in data:
+                if name not in self.fields:
+                    extra[name] = [
+                        "cannot be changed; create a new job instead"
+                        if name in self.read_only_names else "unknown field"
+                    ]
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if extra and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **extra}) from exc
+            raise
+        if extra:
+            raise serializers.ValidationError(extra)
+        return value
 
 
 class JobSerializer(serializers.ModelSerializer):
-    """A job as the API shows it; ``schedule`` is the cron expression (recurring jobs)."""
+    """A job as the API shows it; ``schedule`` is the cron expression (recurring jobs),
+    null for a one-off job, whose time is ``run_at``."""
 
     schedule = serializers.CharField(source="schedule.cron", allow_null=True, default=None)
     timezone = serializers.CharField(source="schedule.timezone", allow_null=True, default=None)
-    misfire_policy = serializers.CharField(source="schedule.misfire_policy", allow_null=True,
-                                           default=None)
+    misfire_policy = serializers.ChoiceField(
+        source="schedule.misfire_policy", choices=MisfirePolicy.choices, allow_null=True,
+        default=None)
+    max_lag_s = serializers.IntegerField(source="schedule.max_lag_s", allow_null=True,
+                                         default=None)
     max_retries = serializers.SerializerMethodField()
-    owner = serializers.CharField(source="owner.username", default=None)
+    owner = serializers.CharField(source="owner.username", allow_null=True, default=None)
 
     class Meta:
         model = Job
         fields = ["id", "name", "owner", "handler", "payload", "queue", "priority", "status",
-                  "run_at", "schedule", "timezone", "misfire_policy", "next_run_at",
-                  "timeout_s", "max_retries", "created_at", "updated_at"]
+                  "run_at", "schedule", "timezone", "misfire_policy", "max_lag_s",
+                  "next_run_at", "timeout_s", "max_retries", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_max_retries(self, job) -> int:
+        """Retries after the first attempt (``max_attempts - 1``)."""
         return job.max_attempts - 1
 
 
-class JobCreateSerializer(serializers.Serializer):
-    """POST /api/jobs/: exactly one of ``run_at`` or ``schedule`` (cron)."""
-
-    name = serializers.CharField(max_length=200, required=False)
-    handler = serializers.CharField(max_length=200)
-    payload = serializers.JSONField(required=False, default=dict)
-    run_at = AwareDateTimeField(required=False, allow_null=True, default=None)
-    schedule = serializers.CharField(max_length=200, required=False, allow_null=True,
-                                     default=None)
-    timezone = serializers.CharField(max_length=64, required=False, default="UTC")
-    misfire_policy = serializers.CharField(required=False, allow_null=True, default=None)
-    queue = serializers.CharField(max_length=64, required=False, default="default")
-    priority = serializers.IntegerField(required=False, default=5)
-    timeout_s = serializers.IntegerField(required=False, default=None, allow_null=True)
-    max_retries = serializers.IntegerField(required=False, default=None, allow_null=True,
-                                           min_value=0, max_value=99)
-
-    def validate(self, attrs):
-        unknown = set(self.initial_data) - set(self.fields)
-        if unknown:
-            raise serializers.ValidationError(
-                {name: "unknown field" for name in sorted(unknown)})
-        return attrs
-
-    def to_spec(self) -> dict:
-        data = self.validated_data
-        max_retries, timeout_s = data.get("max_retries"), data.get("timeout_s")
-        return {
-            "name": data.get("name"), "handler": data["handler"],
-            "payload": data.get("payload") or {}, "run_at": data.get("run_at"),
-            "cron": data.get("schedule"), "timezone": data.get("timezone") or "UTC",
-            "misfire_policy": data.get("misfire_policy"), "queue": data.get("queue"),
-            "priority": data.get("priority"),
-            "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
-            "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_retries is None
-            else max_retries + 1,
-        }
+def _limits(serializer) -> None:
+    # Caps are tunables read per request, so they cannot be class-level field arguments.
+    serializer.fields["timeout_s"].max_value = conf.get("MAX_TIMEOUT_S")
+    serializer.fields["max_retries"].max_value = conf.get("MAX_RETRIES")
+    for field in ("timeout_s", "max_retries"):
+        _reset_validators(serializer.fields[field])
 
 
-def invalid_job_errors(exc: InvalidJob) -> dict:
-    """Map service-layer field names to the API's (cron -> schedule, ...)."""
-    return {FIELD_ALIASES.get(field, field): [reason] for field, reason in exc.errors.items()}
+def _reset_validators(field) -> None:
+    field.validators = [v for v in field.validators
+                        if not isinstance(v, MinValueValidator | MaxValueValidator)]
+    if field.max_value is not None:
+        field.validators.append(MaxValueValidator(
+            field.max_value, message=f"must be at most {field.max_value}"))
+    if field.min_value is not None:
+        field.validators.append(MinValueValidator(
+            field.min_value, message=f"must be at least {field.min_value}"))
 
 
-class AttemptSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Attempt
-        fields = ["number", "worker_id", "started_at", "finished_at", "outcome", "error",
-                  "result"]
+def _check_timezone(value):
+    if value is not None and value not in iana_zones():
+        raise serializers.ValidationError(f"unknown IANA timezone {value!r}")
+    return value
 
 
-class RunSerializer(serializers.ModelSerializer):
-    """A run with its attempts."""
+class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
+    """POST /api/jobs/ (and each item of /api/jobs/bulk/): exactly one of ``run_at``
+    (one-off) or ``schedule`` (a cron expression, recurring)."""
 
-    attempts = AttemptSerializer(many=True, read_only=True)
-    lag_s = serializers.SerializerMethodField()
+    name = TextField(max_length=200, required=False,
+                     help_text="free text; defaults to the handler name")
+    handler = serializers.ChoiceField(
+        choices=[], help_text="a registered handler name",
+        error_messages={"invalid_choice": "no handler is registered as {input!r}"})
+    payload = serializers.JSONField(
+        required=False, default=dict,
+        help_text="a JSON object passed to the handler (at most MAX_PAYLOAD_BYTES, "
+                  "256 KiB by default)")
+    run_at = AwareDateTimeField(
+        required=False, allow_null=True, default=None,
+        help_text="one-off: ISO 8601 with a UTC offset; a past time means now")
+    schedule = TextField(max_length=200, required=False, allow_null=True, default=None,
+                         help_text="recurring: five-field cron expression or @hourly, "
+                                   "@daily, @weekly, @monthly, @yearly")
+    timezone = TextField(max_length=64, required=False, default="UTC", trim_whitespace=False,
+                         validators=[_check_timezone],
+                         help_text="IANA timezone the cron expression is read in")
+    misfire_policy = serializers.ChoiceField(
+        choices=MisfirePolicy.choices, required=False, allow_null=True, default=None,
+        help_text="what to do with occurrences missed while down or paused "
+                  "(default run_once)")
+    max_lag_s = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=0, max_value=MAX_INT,
+        help_text="missed occurrences older than this many seconds are dropped")
+    queue = serializers.RegexField(
+        QUEUE_RE, max_length=64, required=False, default="default",
+        error_messages={"invalid": "1-64 characters of letters, digits, '_', '.', '-'"})
+    priority = serializers.IntegerField(required=False, default=5, min_value=0, max_value=9,
+                                        help_text="0 most urgent, 9 least")
+    timeout_s = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1,
+        help_text="seconds one attempt may run (at most MAX_TIMEOUT_S)")
+    max_retries = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=0,
+        help_text="retries after the first attempt (at most MAX_RETRIES)")
 
-    class Meta:
-        model = Run
-        fields = ["id", "job", "scheduled_at", "run_at", "state", "queue", "priority",
-                  "attempt", "max_attempts", "worker_id", "lease_expires_at", "started_at",
-                  "finished_at", "lag_s", "error", "result", "attempts"]
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["handler"].choices = handler_names()
+        _limits(self)
 
-    def get_lag_s(self, run) -> float | None:
-        """Seconds between scheduled_at and the first attempt's start."""
-        attempts = list(run.attempts.all())
-        if not attempts:
-            return None
-        return round((attempts[0].started_at - run.scheduled_at).total_seconds(), 3)
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and data.get("timezone") is None:
+            data = {k: v for k, v in data.items() if k != "timezone"}
+        return super().to_internal_value(data)
 
 
+def to_spec(data: dict) -> dict:
+    """The ``services.create_jobs`` spec of one validated JobCreateSerializer item."""
+    max_retries, timeout_s = data.get("max_retries"), data.get("timeout_s")
+    spec = {
+        "name": data.get("name"), "handler": data["handler"],
+        "payload": data.get("payload") if data.get("payload") is not None else {},
+        "run_at": data.get("run_at"), "cron": data.get("schedule"),
+        "timezone": data.get("timezone") or "UTC",
+        "misfire_policy": data.get("misfire_policy"), "queue": data.get("queue") or "default",
+        "priority": data.get("priority", 5),
+        "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
+        "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_retries is None
+        else max_retries + 1,
+    }
+    if data.get("max_lag_s") is not None:
+        spec["max_lag_s"] = data["max_lag_s"]
+    return spec
+
+
+class BulkJobsSerializer(serializers.Serializer):
+    """POST /api/jobs/bulk/: ``{"jobs": [job, ...]}``, 1 to API_BULK_MAX_JOBS (10,000)
+    items, each as for POST /api/jobs/. All are created or none."""
+
+    jobs = JobCreateSerializer(many=True)
+
+
+class BulkCreatedSerializer(serializers.Serializer):
+    """The answer to a bulk create: how many jobs, and their ids in request order."""
+
+    count = serializers.IntegerField()
+    ids = serializers.ListField(child=serializers.IntegerField())
+
+
+class BulkItemErrorSerializer(serializers.Serializer):
+    index = serializers.IntegerField(help_text="0-based position in the request's jobs")
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()),
+                                   help_text="field name -> reasons")
+
+
+class BulkErrorSerializer(serializers.Serializer):
+    """A refused bulk create: nothing was stored. ``detail`` says why; ``errors`` names
+    each bad item by index (empty when the request as a whole is wrong: not a list, no
+    job, too many jobs; absent when the body is not JSON)."""
+
+    detail = serializers.CharField()
+    errors = BulkItemErrorSerializer(many=True, required=False)
+
+
+class JobUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
+    """PATCH /api/jobs/{id}/: any subset of these fields. A one-off job takes ``run_at``
+    (only while its run has not started); a recurring job takes ``schedule``,
+    ``timezone``, ``misfire_policy`` and ``max_lag_s``. ``priority``, ``timeout_s`` and
+    ``max_retries`` apply to runs created after the change; ``payload`` to every run
+    that has not started."""
+
+    read_only_names = ("id", "owner", "handler", "queue", "status", "next_run_at",
+                       "created_at", "updated_at")
+
+    name = TextField(max_length=200, required=False)
+    payload = serializers.JSONField(required=False)
+    run_at = AwareDateTimeField(required=False)
+    schedule = TextField(max_length=200, required=False)
+    timezone = TextField(max_length=64, required=False, trim_whitespace=False,
+                         validators=[_check_timezone])
+    misfire_policy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)
+    max_lag_s = serializers.IntegerField(required=False, min_value=0, max_value=MAX_INT)
+    priority = serializers.IntegerField(required=False, min_value=0, max_value=9)
+    timeout_s = serializers.IntegerField(required=False, min_value=1)
+    max_retries = serializers.IntegerField(required=False, min_value=0)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _limits(self)
+
+    def to_changes(self) -> dict:
+        """The validated fields in the service layer's terms (see services.update_job)."""
+        changes = dict(self.validated_data)
+        if "schedule" in changes:
+            changes["cron"] = changes.pop("schedule")
+        if "max_retries" in changes:
+            changes["max_attempts"] = changes.pop("max_retries") + 1
+        return changes
+
+
+def api_errors(errors: dict[str, str]) -> dict[str, list[str]]:
+    """Service-layer field errors in the API's names (cron -> schedule, ...)."""
+    return {FIELD_ALIASES.get(field, field): [reason] for field, reason in errors.items()}
+
+
+def invalid_job_errors(exc: InvalidJob) -> dict[str, list[str]]:
+    """The 400 body of an InvalidJob raised by the service layer."""
+    return api_errors(exc.errors)

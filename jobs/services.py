@@ -171,3 +171,102 @@ def trigger(job_id: int, using: str = "default", at: datetime | None = None) -> 
         )
         broker.push_after_commit([RunRef(run.pk, run.queue, run.shard, run.priority, when)])
     return run
+
+
+UPDATABLE = frozenset({"name", "payload", "run_at", "cron", "timezone", "misfire_policy",
+                       "max_lag_s", "priority", "timeout_s", "max_attempts"})
+SCHEDULE_FIELDS = frozenset({"cron", "timezone", "misfire_policy", "max_lag_s"})
+
+
+def update_job(job_id: int, changes: dict, using: str = "default") -> Job:
+    """Change some fields of a job in one transaction, all or nothing; returns the job.
+
+    ``changes`` uses ``validate_job``'s keys (a subset of UPDATABLE): the merged job must
+    pass every rule a new job passes. A recurring job takes ``cron``, ``timezone``,
+    ``misfire_policy`` and ``max_lag_s``; a new cron or timezone recomputes
+    ``next_run_at`` from the database's now and cancels the runs the old schedule had
+    materialised ahead of time (still ``scheduled``, never attempted, in the future). A
+    one-off job takes ``run_at`` while its run has not started: that run is cancelled and a
+    new one created at the new time (a run already in the broker is never moved, so it
+    cannot start early). ``priority``, ``timeout_s`` and ``max_attempts`` apply to runs
+    created afterwards; ``payload`` to every run not yet started (workers read it then).
+
+    Raises InvalidJob naming each bad field, Job.DoesNotExist, or SchedulerError when the
+    job is cancelled or its one-off run already started.
+    """
+    unknown = set(changes) - UPDATABLE
+    if unknown:
+        raise InvalidJob({field: "cannot be changed" for field in sorted(unknown)})
+    broker = get_broker(using)
+    with transaction.atomic(using=using):
+        job = (Job.objects.using(using).select_related("schedule")
+               .select_for_update(of=("self",)).get(pk=job_id))
+        if job.status == Job.Status.CANCELLED:
+            raise SchedulerError(f"job {job_id} is cancelled; it can no longer be changed")
+        clean = validate_job(_merged_spec(job, changes))
+        now = db_now(using)
+        fields = [f for f in ("name", "payload", "priority", "timeout_s", "max_attempts")
+                  if f in changes]
+        for field in fields:
+            setattr(job, field, clean[field])
+        if job.schedule is not None:
+            fields += _reschedule_recurring(job, clean, now, using)
+        elif "run_at" in changes and clean["run_at"] != job.run_at:
+            _reschedule_one_off(job, clean["run_at"], now, broker, using)
+            fields.append("run_at")
+        job.save(using=using, update_fields=[*fields, "updated_at"])
+    return job
+
+
+def _merged_spec(job: Job, changes: dict) -> dict:
+    schedule = job.schedule
+    errors = {}
+    if schedule is not None and "run_at" in changes:
+        errors["run_at"] = "a recurring job has no run_at; change its schedule instead"
+    if schedule is None:
+        for field in sorted(SCHEDULE_FIELDS & set(changes)):
+            errors[field] = "a one-off job has no schedule; change its run_at instead"
+    if errors:
+        raise InvalidJob(errors)
+    spec = {
+        "name": job.name, "handler": job.handler, "payload": job.payload, "queue": job.queue,
+        "priority": job.priority, "timeout_s": job.timeout_s,
+        "max_attempts": job.max_attempts, "run_at": job.run_at,
+    }
+    if schedule is not None:
+        spec.update(cron=schedule.cron, timezone=schedule.timezone,
+                    misfire_policy=schedule.misfire_policy, max_lag_s=schedule.max_lag_s)
+    spec.update(changes)
+    return spec
+
+
+def _reschedule_recurring(job: Job, clean: dict, now: datetime, using: str) -> list[str]:
+    schedule = job.schedule
+    moved = (clean["cron"], clean["timezone"]) != (schedule.cron, schedule.timezone)
+    schedule.cron, schedule.timezone = clean["cron"], clean["timezone"]
+    schedule.misfire_policy, schedule.max_lag_s = clean["misfire_policy"], clean["max_lag_s"]
+    schedule.save(using=using,
+                  update_fields=["cron", "timezone", "misfire_policy", "max_lag_s"])
+    if not moved:
+        return []
+    job.next_run_at = cron.next_after(schedule.cron, schedule.timezone, now)
+    # Runs of the old schedule's future occurrences (lookahead) no longer belong to it.
+    Run.objects.using(using).filter(
+        job=job, state=RunState.SCHEDULED, attempt=0, scheduled_at__gt=now
+    ).update(state=RunState.CANCELLED, finished_at=now)
+    return ["next_run_at"]
+
+
+def _reschedule_one_off(job: Job, run_at: datetime, now: datetime, broker, using: str) -> None:
+    runs = Run.objects.using(using)
+    if runs.filter(job=job, scheduled_at=run_at).exists():
+        raise InvalidJob({"run_at": "the job already had a run at that time"})
+    cancelled = runs.filter(job=job, scheduled_at=job.run_at, state__in=PENDING_STATES,
+                            attempt=0).update(state=RunState.CANCELLED, finished_at=now)
+    if not cancelled:
+        raise SchedulerError(f"job {job.pk}'s run already started; create a new job instead")
+    run = runs.create(job=job, scheduled_at=run_at, run_at=run_at, queue=job.queue,
+                      shard=shard_of(job.handler, conf.get("SHARDS")), priority=job.priority,
+                      max_attempts=job.max_attempts)
+    job.run_at = run_at
+    broker.push_after_commit([RunRef(run.pk, run.queue, run.shard, run.priority, run_at)])

@@ -4,6 +4,7 @@ Every check names the field and the reason; ``validate_job`` collects them all a
 one InvalidJob, so nothing half-valid is ever stored.
 """
 
+import json
 import re
 from datetime import datetime
 
@@ -33,13 +34,14 @@ def validate_job(spec: dict) -> dict:
         get_handler(spec.get("handler") or "")
     except InvalidJob as exc:
         errors.update(exc.errors)
-    if not isinstance(spec.get("payload", {}), dict):
-        errors["payload"] = "must be a JSON object"
+    payload_error = payload_problem(spec.get("payload", {}))
+    if payload_error:
+        errors["payload"] = payload_error
     queue = spec.get("queue", "default")
     if not isinstance(queue, str) or not QUEUE_RE.match(queue):
         errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
-    for field, low, high in (("priority", 0, 9), ("timeout_s", 1, None),
-                             ("max_attempts", 1, 100)):
+    for field, low, high in (("priority", 0, 9), ("timeout_s", 1, conf.get("MAX_TIMEOUT_S")),
+                             ("max_attempts", 1, conf.get("MAX_RETRIES") + 1)):
         value = spec.get(field)
         if value is None:
             continue
@@ -85,3 +87,33 @@ def validate_job(spec: dict) -> dict:
     if errors:
         raise InvalidJob(errors)
     return clean
+
+
+def payload_problem(payload) -> str | None:
+    """Why ``payload`` cannot be stored, or None: it must be a JSON object of at most
+    MAX_PAYLOAD_BYTES (compact UTF-8 JSON) that PostgreSQL's jsonb accepts: no NUL
+    character and no lone UTF-16 surrogate in any key or string."""
+    if not isinstance(payload, dict):
+        return "must be a JSON object"
+    try:
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        size = len(text.encode())
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError: ValueError
+        return f"must be JSON text in valid Unicode: {exc}"
+    cap = conf.get("MAX_PAYLOAD_BYTES")
+    if size > cap:
+        return f"is {size} bytes of JSON, more than the cap of {cap}"
+    # json.dumps always escapes NUL, so the cheap substring test finds every candidate.
+    if "\\u0000" in text and _has_nul(payload):
+        return "must not contain NUL characters (\\u0000)"
+    return None
+
+
+def _has_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False

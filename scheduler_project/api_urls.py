@@ -1,9 +1,23 @@
-"""Every REST endpoint under /api/ (DRF routers, trailing slashes)."""
+"""Every REST endpoint under /api/ (DRF routers, trailing slashes), the OpenAPI 3 schema
+and its Swagger UI. /healthz and /readyz live in scheduler_project/urls.py."""
 
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from jobs.api import JobViewSet
+from runs.api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
-urlpatterns = router.urls
+router.register("runs", RunViewSet, basename="run")
+router.register("dead-letter", DeadLetterViewSet, basename="dead-letter")
+
+urlpatterns = [
+    path("jobs/<int:job_pk>/runs/", RunViewSet.as_view({"get": "list"}), name="job-runs"),
+    path("runs/<int:run_pk>/logs/", LogLineViewSet.as_view({"get": "list"}), name="run-logs"),
+    path("queues/", QueueView.as_view(), name="queues"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    *router.urls,
+]

@@ -122,6 +122,10 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # no collectstatic step (run `manage.py collectstatic` for compressed, cached files).
 WHITENOISE_USE_FINDERS = True
 
+# The REST API (docs/api.md). Its caps and the per-owner throttle rate are SCHEDULER_*
+# tunables (jobs/conf.py: MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S, MAX_RETRIES, API_THROTTLE_RATE,
+# API_MAX_BODY_BYTES, API_BULK_MAX_BODY_BYTES, API_BULK_MAX_JOBS, IDEMPOTENCY_TTL_S), read
+# per request so that they can be changed from the environment or override_settings.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
@@ -130,13 +134,28 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PARSER_CLASSES": ["jobs.parsers.CappedJSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": ["jobs.throttling.OwnerRateThrottle"],
 }
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Job scheduler API",
-    "DESCRIPTION": "Jobs (one-off and cron), their runs, attempts and logs.",
-    "VERSION": "0.1.0",
+    "DESCRIPTION": (
+        "Jobs (one-off and cron), their runs, attempts and logs, the dead letter and queue "
+        "figures. Authenticate with `Authorization: Token <key>` (manage.py createapitoken "
+        "USER) or a session. You see your own jobs and runs only; staff see all. "
+        "See docs/api.md."
+    ),
+    "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "RunStateEnum": "runs.models.RunState",
+        "JobStatusEnum": "jobs.models.Job.Status",
+        "MisfirePolicyEnum": "jobs.models.MisfirePolicy",
+        "AttemptOutcomeEnum": "runs.models.AttemptOutcome",
+    },
 }
 
 LOGGING = {

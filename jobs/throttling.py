@@ -1,0 +1,64 @@
+"""Per-owner request throttling for the REST API: 429 with ``Retry-After``.
+
+DRF's ``UserRateThrottle`` keeps a list of every request's timestamp in the cache and
+rewrites it on each request, which grows with the rate; at the high default rate we want
+(so ingest and normal use are never throttled) that list would hold 100,000 floats. This
+throttle counts requests in fixed windows instead: one atomic ``incr`` per request on a
+key per (owner, window), shared by every process through the Django cache (Redis when
+``REDIS_URL`` is set; a per-process memory cache otherwise).
+"""
+
+import math
+import time
+
+from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
+from rest_framework.throttling import BaseThrottle
+
+from jobs import conf
+
+PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """``"<count>/<period>"`` -> (count, period in seconds); the period is ``second``,
+    ``minute``, ``hour`` or ``day`` (only the first letter counts, as in DRF).
+    Raises ImproperlyConfigured for anything else."""
+    count, _, period = rate.partition("/")
+    try:
+        return int(count), PERIODS[period.strip()[:1].lower()]
+    except (ValueError, KeyError):
+        raise ImproperlyConfigured(
+            f"SCHEDULER API_THROTTLE_RATE {rate!r}: expected '<count>/<second|minute|hour|day>'"
+        ) from None
+
+
+class OwnerRateThrottle(BaseThrottle):
+    """At most API_THROTTLE_RATE requests per authenticated owner (user id) per window;
+    anonymous requests are not counted here (every throttled endpoint needs a login, and
+    authentication runs first). The rate is read on every request, so
+    ``override_settings(SCHEDULER={"API_THROTTLE_RATE": ...})`` takes effect at once."""
+
+    scope = "owner"
+
+    def allow_request(self, request, view) -> bool:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return True
+        count, period = parse_rate(conf.get("API_THROTTLE_RATE"))
+        now = time.time()
+        window = int(now // period)
+        key = f"throttle:{self.scope}:{user.pk}:{period}:{window}"
+        # add() is a no-op when the key exists, so the window's counter starts once.
+        cache.add(key, 0, timeout=period + 1)
+        try:
+            used = cache.incr(key)
+        except ValueError:  # the key expired between add() and incr()
+            cache.add(key, 1, timeout=period + 1)
+            used = 1
+        self._wait = (window + 1) * period - now
+        return used <= count
+
+    def wait(self) -> float:
+        """Whole seconds until the current window ends (at least 1): the Retry-After."""
+        return max(1, math.ceil(getattr(self, "_wait", 1)))

@@ -1,0 +1,180 @@
+"""The runs REST API: /api/runs/ (with attempts, logs, retry, cancel), the runs of one job
+(/api/jobs/{id}/runs/), /api/dead-letter/ and /api/queues/.
+
+Runs belong to jobs, so an owner sees the runs of their own jobs only; any other run id
+answers 404 on every verb. Staff see all. Runs grow without bound, so their lists use
+cursor pagination (stable under inserts, no COUNT). Every change goes through
+runs/services.py, the functions the admin uses too.
+"""
+
+from django.shortcuts import get_object_or_404
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.filters import OrderingFilter
+from rest_framework.pagination import CursorPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from jobs.api import COMMON, LISTED, Conflict, DetailSerializer
+from jobs.models import Job
+from runs import services
+from runs.filters import DeadLetterFilter, LogLineFilter, RunFilter
+from runs.models import PENDING_STATES, LogLine, Run, RunState
+from runs.serializers import (
+    DeadRunSerializer,
+    LogLineSerializer,
+    QueueStatsSerializer,
+    RunSerializer,
+)
+from runs.stats import queue_stats
+
+RUN_ORDERING = ("scheduled_at", "created_at", "id")
+
+
+class RunCursor(CursorPagination):
+    """Newest scheduled first by default; ``ordering`` may name a RUN_ORDERING field."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+    ordering = ("-scheduled_at", "-id")
+
+
+class LogCursor(CursorPagination):
+    """Log lines in the order they were written."""
+
+    page_size = 200
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+    ordering = ("id",)
+
+
+class DeadCursor(CursorPagination):
+    """Most recently dead first."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+    ordering = ("-finished_at", "-id")
+
+
+def visible_runs(request):
+    """The runs ``request.user`` may see: their jobs' runs, or all for staff."""
+    runs = Run.objects.all()
+    return runs if request.user.is_staff else runs.filter(job__owner=request.user)
+
+
+def visible_job(request, job_pk) -> Job:
+    """The job ``job_pk`` if ``request.user`` may see it; raises Http404 otherwise."""
+    jobs = Job.objects.all()
+    if not request.user.is_staff:
+        jobs = jobs.filter(owner=request.user)
+    return get_object_or_404(jobs, pk=job_pk)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List runs (filter by job, state, queue, time ranges)",
+                       responses={200: RunSerializer(many=True), **LISTED}),
+    retrieve=extend_schema(summary="One run with its attempts",
+                           responses={200: RunSerializer, **COMMON}),
+)
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """/api/runs/ and /api/jobs/{job_pk}/runs/: runs with their attempts; retry and cancel
+    one run."""
+
+    serializer_class = RunSerializer
+    pagination_class = RunCursor
+    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    filterset_class = RunFilter
+    ordering_fields = RUN_ORDERING
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user
+            return Run.objects.none()
+        runs = visible_runs(self.request).select_related("job").prefetch_related("attempts")
+        if "job_pk" in self.kwargs:
+            runs = runs.filter(job=visible_job(self.request, self.kwargs["job_pk"]))
+        return runs
+
+    @extend_schema(summary="Requeue a dead (or cancelled) run now with a fresh attempt budget",
+                   request=None, responses={200: RunSerializer, 409: DetailSerializer, **COMMON})
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        run = self.get_object()
+        if not services.requeue([run.pk]):
+            if run.state not in services.REQUEUEABLE:
+                raise Conflict(f"run {run.pk} is {run.state}; only dead or cancelled runs "
+                               "can be retried")
+            raise Conflict(f"run {run.pk}'s job is {run.job.status}; resume the job first")
+        return Response(RunSerializer(self.get_queryset().get(pk=run.pk)).data)
+
+    @extend_schema(summary="Cancel a pending or running run (a running handler finishes, but "
+                           "its outcome is refused)",
+                   request=None, responses={200: RunSerializer, 409: DetailSerializer, **COMMON})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        run = self.get_object()
+        if not services.cancel([run.pk]):
+            allowed = ", ".join([*PENDING_STATES, RunState.RUNNING])
+            raise Conflict(f"run {run.pk} is {run.state}; only {allowed} runs can be cancelled")
+        return Response(RunSerializer(self.get_queryset().get(pk=run.pk)).data)
+
+
+@extend_schema_view(list=extend_schema(
+    summary="The log lines of a run's attempts (filter by level, text, attempt)",
+    responses={200: LogLineSerializer(many=True), **LISTED}))
+class LogLineViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """/api/runs/{run_pk}/logs/: every attempt's log lines, oldest first."""
+
+    serializer_class = LogLineSerializer
+    pagination_class = LogCursor
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = LogLineFilter
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return LogLine.objects.none()
+        run = get_object_or_404(visible_runs(self.request), pk=self.kwargs["run_pk"])
+        return LogLine.objects.filter(attempt__run=run).select_related("attempt")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Dead runs with the reason each died",
+                       responses={200: DeadRunSerializer(many=True), **LISTED}),
+    retrieve=extend_schema(summary="One dead run",
+                           responses={200: DeadRunSerializer, **COMMON}),
+)
+class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                        viewsets.GenericViewSet):
+    """/api/dead-letter/: runs whose attempts are exhausted. Retry one with
+    POST /api/runs/{id}/retry/."""
+
+    serializer_class = DeadRunSerializer
+    pagination_class = DeadCursor
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = DeadLetterFilter
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Run.objects.none()
+        return (visible_runs(self.request).dead().select_related("job")
+                .prefetch_related("attempts"))
+
+
+class QueueView(APIView):
+    """/api/queues/: per queue, ready / delayed / leased depth in the broker, the age of
+    the oldest ready run and live workers. The figures are the whole queue's (queues are
+    shared); an owner who is not staff sees only the queues their jobs use."""
+
+    @extend_schema(summary="Queue depth, oldest ready age and live workers per queue",
+                   responses={200: QueueStatsSerializer(many=True), **COMMON})
+    def get(self, request):
+        stats = queue_stats()
+        if not request.user.is_staff:
+            mine = Job.objects.filter(owner=request.user)
+            stats = [s for s in stats if mine.filter(queue=s.queue).exists()]
+        return Response(QueueStatsSerializer([s.as_dict() for s in stats], many=True).data)

@@ -1,0 +1,227 @@
+"""The jobs endpoints: list (filters, ordering, page-number pagination), partial update,
+cancel (DELETE), pause, resume, trigger and bulk create."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from jobs import cron
+from jobs.models import Job
+from runs.models import Attempt, Run, RunState
+from tests.test_api_helpers import client_for, one_off, recurring
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice():
+    return User.objects.create_user("alice")
+
+
+@pytest.fixture
+def api(alice):
+    return client_for(alice)
+
+
+def test_jobs_are_listed_newest_first_a_page_at_a_time(api, alice):
+    ids = [recurring(alice).pk for _ in range(5)]
+
+    first = api.get("/api/jobs/", {"page_size": 2}).json()
+    last = api.get("/api/jobs/", {"page_size": 2, "page": 3}).json()
+
+    assert first["count"] == 5
+    assert [j["id"] for j in first["results"]] == ids[::-1][:2]
+    assert "page=2" in first["next"]
+    assert [j["id"] for j in last["results"]] == [ids[0]]
+    assert api.get("/api/jobs/", {"page": 9}).status_code == 404
+
+
+def test_jobs_filter_by_status_handler_queue_kind_and_name(api, alice):
+    nightly = recurring(alice, name="nightly report", queue="reports")
+    once = one_off(alice, name="send invoice 42")
+    paused = recurring(alice, name="paused one")
+    api.post(f"/api/jobs/{paused.pk}/pause/")
+
+    def ids(**query):
+        return {j["id"] for j in api.get("/api/jobs/", query).json()["results"]}
+
+    assert ids(status="paused") == {paused.pk}
+    assert ids(status=["active", "paused"]) == {nightly.pk, once.pk, paused.pk}
+    assert ids(handler="noop") == {once.pk}
+    assert ids(queue="reports") == {nightly.pk}
+    assert ids(recurring="true") == {nightly.pk, paused.pk}
+    assert ids(recurring="false") == {once.pk}
+    assert ids(name="INVOICE") == {once.pk}
+    assert ids(created_after="2000-01-01T00:00:00Z", created_before="2000-01-02T00:00:00Z") \
+        == set()
+    assert api.get("/api/jobs/", {"status": "sleeping"}).status_code == 400
+
+
+def test_jobs_order_by_the_documented_fields(api, alice):
+    low = recurring(alice, name="b", priority=9)
+    high = recurring(alice, name="a", priority=0)
+
+    def order(ordering):
+        return [j["id"] for j in api.get("/api/jobs/", {"ordering": ordering}).json()["results"]]
+
+    assert order("priority") == [high.pk, low.pk]
+    assert order("-priority") == [low.pk, high.pk]
+    assert order("name") == [high.pk, low.pk]
+    assert order("id") == [low.pk, high.pk]
+
+
+def test_changing_the_schedule_recomputes_next_run_and_drops_the_old_lookahead_runs(
+        api, alice):
+    job = recurring(alice, cron="* * * * *")
+    ahead = Run.objects.create(job=job, scheduled_at=timezone.now() + timedelta(seconds=30),
+                               run_at=timezone.now() + timedelta(seconds=30))
+    retrying = Run.objects.create(job=job, scheduled_at=timezone.now() - timedelta(minutes=3),
+                                  run_at=timezone.now() + timedelta(seconds=5),
+                                  state=RunState.RETRYING, attempt=1)
+
+    before = timezone.now()
+    response = api.patch(f"/api/jobs/{job.pk}/", {"schedule": "0 9 * * 1-5",
+                                                  "timezone": "Asia/Tokyo"}, format="json")
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["schedule"], body["timezone"]) == ("0 9 * * 1-5", "Asia/Tokyo")
+    next_run = datetime.fromisoformat(body["next_run_at"])
+    assert next_run == cron.next_after("0 9 * * 1-5", "Asia/Tokyo", before)
+    assert next_run.astimezone(cron.zone("Asia/Tokyo")).hour == 9
+    assert Run.objects.get(pk=ahead.pk).state == RunState.CANCELLED
+    assert Run.objects.get(pk=retrying.pk).state == RunState.RETRYING
+
+
+def test_changing_payload_priority_limits_and_policy_keeps_next_run(api, alice):
+    job = recurring(alice)
+    next_run_at = Job.objects.get(pk=job.pk).next_run_at
+
+    response = api.patch(f"/api/jobs/{job.pk}/", {
+        "payload": {"v": 2}, "priority": 1, "timeout_s": 30, "max_retries": 0,
+        "misfire_policy": "skip", "max_lag_s": 60, "name": "renamed"}, format="json")
+
+    assert response.status_code == 200, response.content
+    stored = Job.objects.select_related("schedule").get(pk=job.pk)
+    assert (stored.payload, stored.priority, stored.timeout_s, stored.max_attempts) == (
+        {"v": 2}, 1, 30, 1)
+    assert (stored.schedule.misfire_policy, stored.schedule.max_lag_s) == ("skip", 60)
+    assert stored.name == "renamed"
+    assert stored.next_run_at == next_run_at
+
+
+def test_moving_a_one_off_job_replaces_its_pending_run(api, alice):
+    job = one_off(alice)
+    old = Run.objects.get(job=job)
+
+    response = api.patch(f"/api/jobs/{job.pk}/", {"run_at": "2031-06-01T12:00:00+02:00"},
+                         format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["run_at"] == "2031-06-01T10:00:00Z"
+    assert Run.objects.get(pk=old.pk).state == RunState.CANCELLED
+    new = Run.objects.get(job=job, state=RunState.SCHEDULED)
+    assert new.scheduled_at == new.run_at == datetime(2031, 6, 1, 10, tzinfo=UTC)
+
+
+def test_a_one_off_job_whose_run_started_cannot_be_moved(api, alice):
+    job = one_off(alice)
+    Run.objects.filter(job=job).update(state=RunState.SUCCEEDED, attempt=1)
+
+    response = api.patch(f"/api/jobs/{job.pk}/", {"run_at": "2031-06-01T12:00:00Z"},
+                         format="json")
+
+    assert response.status_code == 409
+    assert "already started" in response.json()["detail"]
+    assert Run.objects.filter(job=job).count() == 1
+
+
+def test_delete_cancels_the_job_and_its_pending_runs_but_keeps_them(api, alice):
+    job = one_off(alice)
+    done = Run.objects.create(job=job, scheduled_at=timezone.now() - timedelta(hours=1),
+                              run_at=timezone.now(), state=RunState.SUCCEEDED)
+
+    response = api.delete(f"/api/jobs/{job.pk}/")
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled"
+    states = dict(Run.objects.filter(job=job).values_list("pk", "state"))
+    assert states.pop(done.pk) == RunState.SUCCEEDED
+    assert set(states.values()) == {RunState.CANCELLED}
+    assert api.delete(f"/api/jobs/{job.pk}/").status_code == 200  # idempotent
+    assert api.patch(f"/api/jobs/{job.pk}/", {"priority": 1}, format="json").status_code == 409
+
+
+def test_a_cancelled_job_cannot_be_paused_resumed_or_triggered(api, alice):
+    job = recurring(alice)
+    api.delete(f"/api/jobs/{job.pk}/")
+
+    for verb in ("pause", "resume", "trigger"):
+        response = api.post(f"/api/jobs/{job.pk}/{verb}/")
+        assert response.status_code == 409, verb
+        assert "cancelled" in response.json()["detail"]
+
+
+def test_trigger_creates_one_run_now(api, alice):
+    job = recurring(alice, cron="0 0 1 1 *")
+
+    response = api.post(f"/api/jobs/{job.pk}/trigger/")
+
+    assert response.status_code == 201, response.content
+    run = response.json()
+    assert (run["job"], run["state"], run["attempts"]) == (job.pk, "scheduled", [])
+    assert abs(datetime.fromisoformat(run["scheduled_at"]) - timezone.now()) < timedelta(
+        seconds=60)
+    assert Run.objects.filter(job=job).count() == 1
+
+
+def test_a_paused_job_cannot_be_triggered_until_resumed(api, alice):
+    job = recurring(alice)
+    api.post(f"/api/jobs/{job.pk}/pause/")
+
+    refused = api.post(f"/api/jobs/{job.pk}/trigger/")
+    api.post(f"/api/jobs/{job.pk}/resume/")
+    accepted = api.post(f"/api/jobs/{job.pk}/trigger/")
+
+    assert refused.status_code == 409
+    assert "paused" in refused.json()["detail"]
+    assert accepted.status_code == 201
+
+
+def test_bulk_creates_every_job_in_request_order(api, alice):
+    jobs = [
+        {"handler": "noop", "run_at": "2030-01-01T00:00:00Z", "name": "first"},
+        {"handler": "echo", "schedule": "@hourly", "timezone": "America/New_York"},
+        {"handler": "noop", "run_at": "2030-01-02T00:00:00+05:30", "priority": 0,
+         "max_retries": 0, "timeout_s": 5, "queue": "fast", "payload": {"i": 3}},
+    ]
+
+    response = api.post("/api/jobs/bulk/", {"jobs": jobs}, format="json")
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["count"] == 3
+    created = {j.pk: j for j in Job.objects.select_related("schedule").filter(owner=alice)}
+    first, hourly, third = (created[i] for i in body["ids"])
+    assert first.name == "first"
+    assert (hourly.schedule.cron, hourly.schedule.timezone) == ("0 * * * *", "America/New_York")
+    assert hourly.next_run_at is not None
+    assert (third.priority, third.max_attempts, third.timeout_s, third.queue, third.payload) \
+        == (0, 1, 5, "fast", {"i": 3})
+    assert Run.objects.filter(job__owner=alice).count() == 2
+
+
+def test_bulk_takes_ten_thousand_jobs_in_one_request(api, alice):
+    jobs = [{"handler": "noop", "schedule": f"{i % 60} * * * *"} if i % 2 else
+            {"handler": "noop", "run_at": "2030-01-01T00:00:00Z", "payload": {"i": i}}
+            for i in range(10_000)]
+
+    response = api.post("/api/jobs/bulk/", {"jobs": jobs}, format="json")
+
+    assert response.status_code == 201, response.content[:500]
+    assert response.json()["count"] == 10_000
+    assert Job.objects.filter(owner=alice).count() == 10_000
+    assert Run.objects.filter(job__owner=alice).count() == 5_000
+    assert not Attempt.objects.exists()
