@@ -225,7 +225,8 @@ def parse(expression: str) -> CronSpec:
 
 
 def _ever_matches(spec: CronSpec) -> bool:
-    return any(_month_days(spec, year, month)
+    # Uncached: 4,800 months of a pattern that never matches would only flood the cache.
+    return any(_month_days.__wrapped__(spec, year, month)
                for year in range(2000, 2000 + SEARCH_YEARS) for month in spec.months)
 
 
@@ -245,10 +246,11 @@ def zone(name: str) -> ZoneInfo:
 
 def _walls(spec: CronSpec, start: datetime) -> Iterator[datetime]:
     """Naive local times at or after ``start`` (naive, whole minute) that match ``spec``,
-    in order; ends after SEARCH_YEARS years without a matching day, or at year 9999."""
+    in order; ends after SEARCH_YEARS years without a matching day, or before year 9999
+    (whose last hours have no UTC equivalent in zones west of Greenwich)."""
     year, month, first_day = start.year, start.month, start.day
     quiet_until = year + SEARCH_YEARS
-    while year <= min(quiet_until, MAXYEAR):
+    while year < min(quiet_until + 1, MAXYEAR):
         if month in spec.months:
             for day in _month_days(spec, year, month):
                 if day < first_day:
@@ -276,7 +278,7 @@ def _gap_end(wall: datetime, tz: ZoneInfo) -> datetime:
 def iter_after(expression: str, tz: str, after: datetime) -> Iterator[datetime]:
     """Occurrences of ``expression`` in timezone ``tz`` (IANA name) strictly after
     ``after`` (aware datetime), in order, as aware UTC datetimes; ends only after
-    SEARCH_YEARS years without a match or at year 9999.
+    SEARCH_YEARS years without a match, or before year 9999.
 
     Raises ValueError for a bad expression, an unknown timezone or a naive ``after``.
     """
