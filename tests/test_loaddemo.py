@@ -79,16 +79,21 @@ def test_loaddemo_creates_the_demo_jobs_user_and_token():
 
 
 @pytest.mark.django_db
-def test_loaddemo_twice_creates_a_second_set_with_the_same_user_and_token():
+def test_loaddemo_twice_lists_the_loaded_demo_and_again_loads_a_copy():
     first, _ = loaddemo()
+    count = len(parse_file(DEMO_CRONTAB).entries) + 4
+
     second, err = loaddemo()
     assert err == ""
-    count = len(parse_file(DEMO_CRONTAB).entries) + 4
-    assert f"Created {count} jobs" in second
+    assert "already loaded" in second
+    assert Job.objects.count() == count
+
+    third, _ = loaddemo(again=True)
+    assert f"Created {count} jobs" in third
     assert get_user_model().objects.filter(username="demo").count() == 1
     assert Job.objects.count() == 2 * count
     key = Token.objects.get().key
-    assert key in first and key in second
+    assert key in first and key in second and key in third
 
 
 @pytest.mark.django_db
