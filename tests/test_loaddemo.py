@@ -7,7 +7,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from croniter import croniter
+from cronsim import CronSim
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from rest_framework.authtoken.models import Token
@@ -132,9 +132,9 @@ def test_missing_file_is_a_command_error(tmp_path):
 
 def first_from(schedule: str, tz: str, moment: datetime) -> datetime:
     """The first occurrence of ``schedule`` in ``tz`` at or after ``moment`` (whole
-    seconds), straight from croniter (not jobs.cron), as a UTC datetime."""
+    seconds), from cronsim (the Debian-cron oracle, not jobs.cron), as a UTC datetime."""
     start = (moment - timedelta(seconds=1)).astimezone(ZoneInfo(tz))
-    return croniter(schedule, start).get_next(datetime).astimezone(UTC)
+    return next(CronSim(schedule, start)).astimezone(UTC)
 
 
 def occurrences(schedule: str, tz: str, first: datetime, until: datetime) -> set[datetime]:
@@ -173,7 +173,7 @@ def test_real_crontab_loads_and_the_scheduler_runs_its_lines(name):
     start = (db_now() - timedelta(minutes=3)).replace(second=0, microsecond=0)
     first = {}
     for pk, entry in entries.items():
-        first[pk] = first_from(entry.schedule, entry.timezone, start)
+        first[pk] = first_from(normalize(entry.schedule), entry.timezone, start)
         Job.objects.filter(pk=pk).update(next_run_at=first[pk])
     Schedule.objects.update(misfire_policy="run_all")
     lookahead = timedelta(seconds=conf.get("LOOKAHEAD_S"))
@@ -185,10 +185,10 @@ def test_real_crontab_loads_and_the_scheduler_runs_its_lines(name):
     assert len(runs) == len(set(runs)) == created, "a (job, scheduled_at) is duplicated"
     for pk, entry in entries.items():
         actual = {at for job_id, at in runs if job_id == pk}
-        must = occurrences(entry.schedule, entry.timezone, first[pk], low)
-        may = occurrences(entry.schedule, entry.timezone, first[pk], high)
+        must = occurrences(normalize(entry.schedule), entry.timezone, first[pk], low)
+        may = occurrences(normalize(entry.schedule), entry.timezone, first[pk], high)
         where = f"line {entry.line_number} {entry.schedule!r} in {entry.timezone}"
         assert must <= actual <= may, f"{where}: expected {sorted(must)}, got {sorted(actual)}"
         after = max(actual) if actual else first[pk] - timedelta(seconds=1)
-        following = first_from(entry.schedule, entry.timezone, after + timedelta(seconds=1))
+        following = first_from(normalize(entry.schedule), entry.timezone, after + timedelta(seconds=1))
         assert Job.objects.get(pk=pk).next_run_at == following, where
