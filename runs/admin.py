@@ -226,6 +226,10 @@ class DeadRunAdmin(RunAdmin):
     ordering = ("-finished_at", "-id")
     actions = ["requeue_dead", "discard_dead"]
 
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {
+            "title": "Dead letter: runs whose attempts are exhausted", **(extra_context or {})})
+
     def get_queryset(self, request):
         last_attempt = Attempt.objects.filter(run=OuterRef("pk")).order_by("-number")
         return super().get_queryset(request).annotate(

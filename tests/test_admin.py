@@ -374,6 +374,7 @@ def test_dead_letter_lists_only_dead_runs_with_the_reason_each_died(admin_client
     assert "jobs.handlers.HandlerFailure: the printer is on fire" in page
     assert "lease expired: worker w-9 stopped heartbeating" in page
     assert '<td class="field-last_outcome">failed</td>' in page
+    assert "2 dead runs in the dead letter" in page
 
 
 def test_requeue_from_the_dead_letter_confirms_then_resets_the_attempt_budget(admin_client):

@@ -88,7 +88,7 @@ def test_series_on_sqlite():
 
 
 @pytest.mark.django_db
-def test_the_current_minute_is_a_rate_over_the_seconds_elapsed():
+def test_the_minute_under_way_has_no_rate_yet_but_counts_in_the_totals():
     now = minute_floor(db_now()) + timedelta(seconds=10)
     job = Job.objects.create(name="now", handler="noop", run_at=now)
     for i in range(5):
@@ -98,7 +98,9 @@ def test_the_current_minute_is_a_rate_over_the_seconds_elapsed():
 
     figures = series(now=now)
 
-    assert figures["started_per_s"][-1] == 0.5
+    assert figures["started_per_s"][-1] is None and figures["started_per_s"][-2] == 0
+    assert figures["lag_p50_s"][-1] == 0
+    assert figures["totals"]["started"] == 5
 
 
 @pytest.mark.django_db

@@ -3,8 +3,8 @@
 Queue depth and live workers come from runs/stats.py, so the dashboard, /api/queues/ and
 metrics agree. Throughput and lag over the last hour are bucketed per minute:
 
-* started per second: runs whose (latest) attempt started in that minute, over 60 s (over
-  the seconds elapsed for the current minute);
+* started per second: runs whose (latest) attempt started in that minute, over 60 s (None
+  for the minute still under way, whose runs only count in the totals);
 * succeeded / dead per second: runs that reached that state in that minute;
 * lag p50 / p99: ``started_at - scheduled_at`` of runs started in that minute on their
   first attempt (a retry's start is backoff by design, not lag). Jitter, when a schedule
@@ -95,7 +95,8 @@ def series(using: str = "default", now: datetime | None = None,
            minutes: int = WINDOW_MINUTES, in_database: bool | None = None) -> dict:
     """Per-minute series for the last ``minutes`` minutes up to ``now`` (aware; default
     the database clock): ``minutes`` (ISO start of each minute, UTC), ``started_per_s``,
-    ``succeeded_per_s``, ``dead_per_s`` (runs per second) and ``lag_p50_s``,
+    ``succeeded_per_s``, ``dead_per_s`` (runs per second; None for the current minute,
+    which is not over) and ``lag_p50_s``,
     ``lag_p99_s`` (seconds, None for a minute with no first attempt), plus the window's
     totals. ``in_database`` forces where percentiles are computed (default: in
     PostgreSQL, in Python elsewhere)."""
@@ -121,9 +122,13 @@ def series(using: str = "default", now: datetime | None = None,
     }
     lags = _lag_by_minute(using, since, in_database)
 
-    def per_second(count: int, start: datetime) -> float:
-        seconds = min(60.0, max((now - start).total_seconds(), 1.0))
-        return round(count / seconds, 3)
+    current = _minute(now)
+
+    def per_second(count: int, start: datetime) -> float | None:
+        # The minute still under way has no rate yet: count/elapsed would spike at the top
+        # of each minute when cron runs fire together, count/60 would dip. Its runs are in
+        # the totals; its point appears once the minute is over.
+        return None if start == current else round(count / 60, 3)
 
     def rounded(value):
         return None if value is None else round(value, 4)

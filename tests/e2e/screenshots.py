@@ -30,11 +30,16 @@ def main(base: str, username: str, password: str, out: Path) -> None:
         page.click("input[type=submit]")
         page.wait_for_url(re.compile(r".*/admin/$"))
 
+        # More room for the tables: collapse the admin's navigation sidebar (remembered
+        # for the rest of the session).
         page.goto(f"{base}/admin/jobs/job/")
+        if page.locator("#nav-sidebar").is_visible():
+            page.click("#toggle-nav-sidebar")
+        page.goto(f"{base}/admin/jobs/job/?q={username}")  # the jobs of that user
         page.screenshot(path=out / "jobs.png", full_page=True)
 
         # A run with several attempts and log lines: the flaky demo job's.
-        page.goto(f"{base}/admin/runs/run/?q=flaky")
+        page.goto(f"{base}/admin/runs/run/?q=fails+3+times")
         page.locator("#result_list tbody tr th a").first.click()
         page.wait_for_selector(".run-attempts")
         page.screenshot(path=out / "run.png", full_page=True)
