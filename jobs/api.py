@@ -33,10 +33,12 @@ from jobs.serializers import (
     BulkCreatedSerializer,
     BulkErrorSerializer,
     BulkJobsSerializer,
+    FastItemParser,
     JobCreateSerializer,
     JobSerializer,
     JobUpdateSerializer,
     api_errors,
+    spec_defaults,
     to_spec,
 )
 from jobs.validation import validate_job
@@ -200,11 +202,14 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
     def _bulk(self, request) -> Response:
         items = _bulk_items(request.data)
-        child = JobCreateSerializer()
+        child, fast, defaults = JobCreateSerializer(), FastItemParser(), spec_defaults()
         specs, positions, errors = [], [], {}
         for i, item in enumerate(items):
             try:
-                specs.append(to_spec(child.run_validation(item)))
+                data = fast.parse(item)
+                if data is None:
+                    data = child.run_validation(item)
+                specs.append(to_spec(data, defaults))
                 positions.append(i)
             except ValidationError as exc:
                 errors[i] = exc.detail

@@ -18,12 +18,20 @@ from jobs.registry import get_handler
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-def validate_job(spec: dict) -> dict:
+def job_limits() -> dict[str, int]:
+    """The tunable caps validate_job applies: MAX_TIMEOUT_S, MAX_RETRIES,
+    MAX_PAYLOAD_BYTES. Read them once per batch and pass them to validate_job."""
+    return {name: conf.get(name) for name in ("MAX_TIMEOUT_S", "MAX_RETRIES",
+                                              "MAX_PAYLOAD_BYTES")}
+
+
+def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     """Check and normalise one job spec; returns the cleaned dict.
 
     Keys: name (str), handler (registered name), payload (JSON object), queue, priority
     (0-9), timeout_s (>= 1), max_attempts (>= 1), and exactly one of ``run_at`` (aware
     datetime) / ``cron`` (with optional timezone, misfire_policy, max_lag_s, jitter_s).
+    ``limits`` are the caps of job_limits(), read afresh when omitted.
     Raises InvalidJob mapping each bad field to its reason.
     """
     errors: dict[str, str] = {}
@@ -34,14 +42,15 @@ def validate_job(spec: dict) -> dict:
         get_handler(spec.get("handler") or "")
     except InvalidJob as exc:
         errors.update(exc.errors)
-    payload_error = payload_problem(spec.get("payload", {}))
+    limits = limits or job_limits()
+    payload_error = payload_problem(spec.get("payload", {}), limits["MAX_PAYLOAD_BYTES"])
     if payload_error:
         errors["payload"] = payload_error
     queue = spec.get("queue", "default")
     if not isinstance(queue, str) or not QUEUE_RE.match(queue):
         errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
-    for field, low, high in (("priority", 0, 9), ("timeout_s", 1, conf.get("MAX_TIMEOUT_S")),
-                             ("max_attempts", 1, conf.get("MAX_RETRIES") + 1)):
+    for field, low, high in (("priority", 0, 9), ("timeout_s", 1, limits["MAX_TIMEOUT_S"]),
+                             ("max_attempts", 1, limits["MAX_RETRIES"] + 1)):
         value = spec.get(field)
         if value is None:
             continue
@@ -89,10 +98,10 @@ def validate_job(spec: dict) -> dict:
     return clean
 
 
-def payload_problem(payload) -> str | None:
+def payload_problem(payload, cap: int | None = None) -> str | None:
     """Why ``payload`` cannot be stored, or None: it must be a JSON object of at most
-    MAX_PAYLOAD_BYTES (compact UTF-8 JSON) that PostgreSQL's jsonb accepts: no NUL
-    character and no lone UTF-16 surrogate in any key or string."""
+    ``cap`` bytes (default MAX_PAYLOAD_BYTES) of compact UTF-8 JSON that PostgreSQL's jsonb
+    accepts: no NUL character and no lone UTF-16 surrogate in any key or string."""
     if not isinstance(payload, dict):
         return "must be a JSON object"
     try:
@@ -100,7 +109,7 @@ def payload_problem(payload) -> str | None:
         size = len(text.encode())
     except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError: ValueError
         return f"must be JSON text in valid Unicode: {exc}"
-    cap = conf.get("MAX_PAYLOAD_BYTES")
+    cap = conf.get("MAX_PAYLOAD_BYTES") if cap is None else cap
     if size > cap:
         return f"is {size} bytes of JSON, more than the cap of {cap}"
     # json.dumps always escapes NUL, so the cheap substring test finds every candidate.
