@@ -13,7 +13,13 @@ Jobs are never deleted here: cancel keeps their history.
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from cron_descriptor import FormatError, MissingFieldError, Options, get_description
+from cron_descriptor import (
+    FormatException,
+    MissingFieldException,
+    Options,
+    WrongArgumentException,
+    get_description,
+)
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import ActionLocation
@@ -56,7 +62,8 @@ def describe_cron(expression: str) -> str:
     clock); an expression it cannot read is returned unchanged."""
     try:
         return get_description(expression, _DESCRIBE_OPTIONS)
-    except (FormatError, MissingFieldError, ValueError):
+    except (FormatException, MissingFieldException, WrongArgumentException, ValueError,
+            IndexError):
         return expression
 
 

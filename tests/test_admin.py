@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobs import services
+from jobs.admin import describe_cron
 from jobs.models import Job
 from runs.models import Attempt, AttemptOutcome, LogLine, Run, RunState
 
@@ -89,6 +90,15 @@ def test_job_list_shows_the_schedule_in_words_beside_cron_and_the_last_outcome(a
     row = page[page.index("stand-up"):]
     assert 'class="run-state run-state-succeeded">succeeded' in row[:3000]
     assert job.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in row[:3000]
+
+
+@pytest.mark.parametrize(("expression", "words"), [
+    ("0 0 * * 5#3", "At 00:00, on the third Friday of the month"),
+    ("*/5 9-17 * * 1-5", "Every 5 minutes, between 09:00 and 17:59, Monday through Friday"),
+    ("99 99 99 99 99", "99 99 99 99 99"),  # unreadable: shown as it is, never a 500
+])
+def test_schedules_are_described_in_words_on_a_24_hour_clock(expression, words):
+    assert describe_cron(expression) == words
 
 
 def test_job_list_costs_the_same_number_of_queries_for_3_or_30_jobs(admin_client):
