@@ -121,6 +121,9 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # WhiteNoise serves the admin's static files under gunicorn too; with finders on it needs
 # no collectstatic step (run `manage.py collectstatic` for compressed, cached files).
 WHITENOISE_USE_FINDERS = True
+# Autorefresh looks files up per request, so a checkout with no collectstatic output (a
+# fresh clone, CI) does not warn about a missing STATIC_ROOT.
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # The REST API (docs/api.md). Its caps and the per-owner throttle rate are SCHEDULER_*
 # tunables (jobs/conf.py: MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S, MAX_RETRIES, API_THROTTLE_RATE,
