@@ -1,0 +1,46 @@
+"""The handler the fault-injection load runs (docs/reliability.md, "Execution log").
+
+``chaos.work`` appends one line when it starts and one when it ends to the execution log
+named by the environment variable ``CHAOS_EXEC_LOG``, so the harness can count how often a
+run's handler really finished, independently of what the database says. It opens no
+database connection: it runs in a worker's child process, which must not share the
+worker's sockets.
+"""
+
+import os
+import time
+
+from jobs.registry import handler
+
+EXEC_LOG_ENV = "CHAOS_EXEC_LOG"
+
+
+def log_line(kind: str, run_id: int, attempt: int) -> None:
+    """Append ``"<kind> <run_id> <attempt> <pid> <monotonic> <wall>\\n"`` to the execution
+    log (no-op when CHAOS_EXEC_LOG is unset). ``monotonic`` and ``wall`` are seconds from
+    ``time.monotonic()`` and ``time.time()``: the harness compares them to detect a skewed
+    local clock. One short ``write`` on an O_APPEND descriptor, so lines from concurrent
+    processes never interleave."""
+    path = os.environ.get(EXEC_LOG_ENV)
+    if not path:
+        return
+    line = f"{kind} {run_id} {attempt} {os.getpid()} {time.monotonic():.6f} {time.time():.6f}\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@handler("chaos.work")
+def work(ctx, payload):
+    """Log "start", sleep ``payload["seconds"]`` (float, default 0) heartbeating each
+    0.5 s, log "end"; returns ``{"slept_s": seconds}``."""
+    seconds = float(payload.get("seconds", 0))
+    log_line("start", ctx.run_id, ctx.attempt)
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.5))
+        ctx.heartbeat()
+    log_line("end", ctx.run_id, ctx.attempt)
+    return {"slept_s": seconds}

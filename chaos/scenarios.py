@@ -1,0 +1,557 @@
+"""The nine fault scenarios and the driver they share (docs/reliability.md, "Scenarios").
+
+Every scenario goes through the same phases: a private Redis; cron jobs; the daemons;
+one-off load spread over the fault window; faults until the window closes; every daemon
+up again; the schedulers stopped (the cron cutoff); a drain until every run of the owner
+is terminal; the invariants. A scenario class only says which daemons it runs, what load
+it adds and which faults it injects, and may check things of its own.
+"""
+
+import random
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+from django.db import connections
+
+from chaos.cluster import Cluster, Daemon, broker_of
+from chaos.invariants import Fault, Result, check
+from chaos.load import (
+    create_cron,
+    create_one_off,
+    forget_previous,
+    owner,
+    with_db_retry,
+    work_seconds,
+)
+from jobs import services
+from jobs.models import Job
+from runs.clock import db_now
+from runs.models import TERMINAL_STATES, Attempt, Run, RunState, WorkerProcess
+
+WORKER_GRACE_S = 3
+
+
+@dataclass(frozen=True)
+class Size:
+    """How big a scenario runs: one-off and cron jobs, the fault window (s), the workers
+    (processes x child processes each) and the longest drain (s) after the window."""
+
+    one_off: int
+    cron: int
+    duration_s: float
+    workers: int = 3
+    concurrency: int = 2
+    drain_s: float = 120.0
+
+
+@dataclass
+class Session:
+    """The state of one scenario run, handed to the scenario's hooks."""
+
+    name: str
+    seed: int
+    size: Size
+    cluster: Cluster
+    rng: random.Random
+    user: object
+    result: Result
+    out: object
+    workdir: Path
+    started: float = field(default_factory=time.monotonic)
+    deadline: float = 0.0
+    next_worker: int = 0
+    grace_s: float = WORKER_GRACE_S
+    retired: list[Daemon] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    on_tick: object = None  # called about once a second while the harness waits
+    last_on_tick: float = 0.0
+
+    def say(self, message: str) -> None:
+        self.out(f"[{time.monotonic() - self.started:6.1f}s] {message}")
+
+    # --- daemons ----------------------------------------------------------------------
+
+    def add_worker(self, skew: str | None = None) -> Daemon:
+        self.next_worker += 1
+        return self.cluster.add(
+            f"worker-{self.next_worker}",
+            ["runworker", "--concurrency", str(self.size.concurrency),
+             "--grace", str(self.grace_s)],
+            skew=skew,
+        )
+
+    def held_by(self, daemon: Daemon) -> list[int]:
+        """Ids of the owner's runs that worker ``daemon`` holds (state running) now."""
+        return with_db_retry(lambda: list(
+            Run.objects.filter(job__owner=self.user, state=RunState.RUNNING,
+                               worker_id__contains=f":{daemon.pid}:")
+            .values_list("pk", flat=True)))
+
+    def wait_workers(self, timeout: float = 60) -> None:
+        """Wait until every worker started so far has registered (it is serving)."""
+        pids = {d.pid for d in self.cluster.of_kind("worker") if d.alive()}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = set(with_db_retry(lambda: list(
+                WorkerProcess.objects.filter(pid__in=pids, stopped_at=None)
+                .values_list("pid", flat=True))))
+            if live >= pids:
+                return
+            self.tick(0.2)
+        self.result.failures.append(f"workers {sorted(pids - live)} never registered")
+
+    def fault(self, kind: str, target: str, held_runs: list[int] | None = None) -> Fault:
+        record = Fault(kind, target, time.time(), held_runs or [])
+        self.result.fault_log.append(record)
+        self.say(f"fault: {kind} {target}" + (f" holding runs {held_runs}" if held_runs else ""))
+        return record
+
+    # --- time -------------------------------------------------------------------------
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def tick(self, seconds: float) -> None:
+        """Sleep ``seconds`` in short steps, restarting any daemon that ended; a daemon
+        that died without the harness asking is a failure (a crash, or a crash loop)."""
+        end = time.monotonic() + seconds
+        while True:
+            for name in self.cluster.ensure_up():
+                code = self.cluster.daemons[name].unexpected_exits[-1]
+                self.say(f"{name} exited on its own with code {code}; restarted")
+            if self.on_tick is not None and time.monotonic() - self.last_on_tick >= 1:
+                self.last_on_tick = time.monotonic()
+                self.on_tick()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.2))
+
+    def until_deadline(self) -> None:
+        self.tick(max(0.0, self.left()))
+
+
+class Scenario:
+    """Base scenario: one scheduler, one dispatcher, ``size.workers`` workers, chaos.work
+    load, no faults. Subclasses override the hooks."""
+
+    name = ""
+    short = Size(one_off=400, cron=30, duration_s=18)
+    long = Size(one_off=10_000, cron=300, duration_s=150, workers=4, concurrency=3)
+    schedulers = 1
+    dispatchers = 1
+    grace_s = WORKER_GRACE_S
+
+    def start_daemons(self, s: Session) -> None:
+        for i in range(self.schedulers):
+            s.cluster.add(f"scheduler-{i + 1}", ["runscheduler"])
+        for i in range(self.dispatchers):
+            s.cluster.add(f"dispatcher-{i + 1}", ["rundispatcher"])
+        for _ in range(s.size.workers):
+            s.add_worker()
+
+    def payload(self, rng: random.Random) -> dict:
+        return {"seconds": work_seconds(rng)}
+
+    def create_load(self, s: Session) -> None:
+        """One-off jobs spread over the first 80% of the fault window, so the last faults
+        still find work and the tail drains soon after."""
+        create_one_off(s.rng, s.size.one_off, s.size.duration_s * 0.8, payload_fn=self.payload)
+
+    def inject(self, s: Session) -> None:
+        s.until_deadline()
+
+    def verify(self, s: Session) -> None:
+        """Scenario-specific checks, after the drain; append to ``s.result.failures``."""
+
+
+class WorkerKill(Scenario):
+    """SIGKILL a random worker every few seconds and restart it at once."""
+
+    name = "worker-kill"
+    short = Size(one_off=500, cron=40, duration_s=20)
+    long = Size(one_off=20_000, cron=500, duration_s=180, workers=4, concurrency=3,
+                drain_s=300)
+
+    def inject(self, s: Session) -> None:
+        while s.left() > 3:
+            s.tick(s.rng.uniform(1.5, 3.5))
+            victim = s.rng.choice([w for w in s.cluster.of_kind("worker") if w.alive()])
+            held = s.held_by(victim)
+            s.fault("SIGKILL", victim.name, held)
+            s.cluster.kill(victim, signal.SIGKILL)
+        s.until_deadline()
+
+
+class ControlPlaneKill(Scenario):
+    """Two schedulers and two dispatchers side by side; SIGKILL a random one of each
+    repeatedly and restart it."""
+
+    name = "control-plane-kill"
+    schedulers = 2
+    dispatchers = 2
+    short = Size(one_off=400, cron=50, duration_s=18)
+    long = Size(one_off=10_000, cron=500, duration_s=180, workers=4, concurrency=3)
+
+    def inject(self, s: Session) -> None:
+        while s.left() > 4:
+            s.tick(s.rng.uniform(2.0, 4.0))
+            for kind in ("scheduler", "dispatcher"):
+                victim = s.rng.choice([d for d in s.cluster.of_kind(kind) if d.alive()])
+                s.fault("SIGKILL", victim.name)
+                s.cluster.kill(victim, signal.SIGKILL)
+        s.until_deadline()
+
+
+class RedisLoss(Scenario):
+    """FLUSHALL mid-load; later stop redis-server, keep it down a few seconds, start it
+    again empty. The dispatcher rebuilds the broker from the database."""
+
+    name = "redis-loss"
+    short = Size(one_off=500, cron=40, duration_s=20)
+    long = Size(one_off=15_000, cron=500, duration_s=150, workers=4, concurrency=3)
+
+    def inject(self, s: Session) -> None:
+        window = s.size.duration_s
+        s.tick(window / 3)
+        s.fault("FLUSHALL", "redis")
+        s.cluster.redis.client().flushall()
+        s.tick(window / 3)
+        outage = s.fault("stop+restart", "redis")
+        s.cluster.redis.stop()
+        s.tick(3)
+        s.cluster.redis.start()
+        outage.ended_at = time.time()
+        s.until_deadline()
+
+
+class PostgresRestart(Scenario):
+    """Restart the PostgreSQL cluster mid-load (twice in the long version). Daemons must
+    reconnect without exiting; the harness's own queries retry through the restart."""
+
+    name = "postgres-restart"
+    short = Size(one_off=400, cron=30, duration_s=18)
+    long = Size(one_off=10_000, cron=300, duration_s=150, workers=4, concurrency=3)
+
+    def inject(self, s: Session) -> None:
+        restarts = 1 if s.size.duration_s < 60 else 2
+        for _ in range(restarts):
+            s.tick(s.size.duration_s / (restarts + 1))
+            outage = s.fault("restart", "postgresql")
+            restart_postgres()
+            outage.ended_at = time.time()
+            connections.close_all()
+        s.until_deadline()
+
+
+def restart_postgres(timeout: float = 120) -> None:
+    """``pg_ctlcluster <version> main restart`` for the only cluster in /etc/postgresql."""
+    versions = sorted(p.name for p in Path("/etc/postgresql").iterdir())
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main",
+                    "restart"], check=True, timeout=timeout, capture_output=True)
+
+
+class StaleWorker(Scenario):
+    """SIGSTOP a worker (with its children) that holds runs, past its lease; wait until
+    those runs were leased again and finished elsewhere; SIGCONT it. Its late acks must be
+    refused and each run must keep exactly one outcome."""
+
+    name = "stale-worker"
+    short = Size(one_off=300, cron=30, duration_s=22)
+    long = Size(one_off=8_000, cron=300, duration_s=150, workers=4, concurrency=3)
+
+    def payload(self, rng: random.Random) -> dict:
+        return {"seconds": work_seconds(rng, long_share=0.1, long_range=(1.0, 2.5))}
+
+    def inject(self, s: Session) -> None:
+        s.extra["stale"] = []
+        while s.left() > 10:
+            s.tick(s.rng.uniform(1.0, 2.0))
+            candidates = [(s.held_by(w), w) for w in s.cluster.of_kind("worker") if w.alive()]
+            held, victim = max(candidates, key=lambda c: len(c[0]))
+            if not held:
+                continue
+            s.fault("SIGSTOP", victim.name, held)
+            s.cluster.kill(victim, signal.SIGSTOP, group=True)
+            s.extra["stale"].append((victim, held))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and with_db_retry(
+                    lambda h=held: Run.objects.filter(pk__in=h)
+                    .exclude(state__in=TERMINAL_STATES).exists()):
+                s.tick(0.3)
+            s.say(f"SIGCONT {victim.name}")
+            s.cluster.kill(victim, signal.SIGCONT, group=True)
+        s.until_deadline()
+
+    def verify(self, s: Session) -> None:
+        for victim, held in s.extra.get("stale", []):
+            log = victim.log_path.read_text(errors="replace")
+            for run_id in held:
+                run = Run.objects.get(pk=run_id)
+                outcomes = list(run.attempts.order_by("number").values_list(
+                    "worker_id", "outcome"))
+                stale = [o for w, o in outcomes if f":{victim.pid}:" in w]
+                if run.state != RunState.SUCCEEDED:
+                    s.result.failures.append(f"stale run {run_id} ended {run.state}")
+                if stale and stale[-1] != "lease_expired":
+                    s.result.failures.append(
+                        f"stale attempt of run {run_id} recorded {stale[-1]}, not lease_expired")
+                if f"ack of run {run_id} " in log:
+                    s.extra["refused"] = s.extra.get("refused", 0) + 1
+        s.result.notes.append(f"late acks refused by the stale workers: "
+                              f"{s.extra.get('refused', 0)}")
+
+
+class HungAndPoison(Scenario):
+    """Handlers that busy-loop or sleep past timeout_s, and one that kills its own process,
+    among normal load: the hung ones are cut off and retried, the poison one is
+    dead-lettered after max_attempts, the pool keeps serving."""
+
+    name = "hung-and-poison"
+    short = Size(one_off=400, cron=30, duration_s=18, concurrency=3)
+    long = Size(one_off=10_000, cron=300, duration_s=150, workers=4, concurrency=3)
+    BAD = {  # handler -> (payload, timeout_s, max_attempts, the outcome of every attempt)
+        "busy_loop": ({}, 2, 2, "timed_out"),
+        "sleep": ({"seconds": 60}, 2, 2, "timed_out"),
+        "suicide": ({}, 60, 3, "crashed"),
+    }
+
+    def create_load(self, s: Session) -> None:
+        super().create_load(s)
+        per_kind = 2 if s.size.duration_s < 60 else 5
+        s.extra["bad"] = {}
+        for i in range(per_kind):
+            s.tick(s.size.duration_s * 0.6 / per_kind)
+            for handler, (payload, timeout_s, attempts, _) in self.BAD.items():
+                job = services.create_job(handler, payload, owner=s.user, delay_s=0,
+                                          timeout_s=timeout_s, max_attempts=attempts,
+                                          name=f"chaos {handler} {i}")
+                run_id = Run.objects.get(job=job).pk
+                s.extra["bad"][run_id] = handler
+                s.fault(handler, f"run {run_id}", [run_id])
+
+    def verify(self, s: Session) -> None:
+        for run_id, handler in s.extra.get("bad", {}).items():
+            _, _, attempts, outcome = self.BAD[handler]
+            run = Run.objects.get(pk=run_id)
+            got = list(run.attempts.order_by("number").values_list("outcome", flat=True))
+            if run.state != RunState.DEAD or got != [outcome] * attempts:
+                s.result.failures.append(
+                    f"{handler} run {run_id}: {run.state} with attempts {got}, expected dead "
+                    f"with {attempts} x {outcome}")
+        normal = Run.objects.filter(job__owner=s.user, job__handler="chaos.work")
+        s.result.notes.append(
+            f"normal runs: {normal.filter(state=RunState.SUCCEEDED).count()} succeeded of "
+            f"{normal.count()} while {len(s.extra.get('bad', {}))} bad runs were in the pool")
+
+
+class ClockSkew(Scenario):
+    """Workers, a scheduler and a dispatcher whose local clock is minutes off (libfaketime);
+    every claim uses the database's or Redis's clock, so runs still start on time."""
+
+    name = "clock-skew"
+    schedulers = 2
+    short = Size(one_off=400, cron=40, duration_s=16)
+    long = Size(one_off=10_000, cron=500, duration_s=150, workers=4, concurrency=3)
+    SKEWS = {"worker": ["+5m", "-3m"], "scheduler": ["+5m"], "dispatcher": ["+2m"]}
+
+    def start_daemons(self, s: Session) -> None:
+        for kind, count in (("scheduler", self.schedulers), ("dispatcher", self.dispatchers)):
+            skews = self.SKEWS[kind]
+            for i in range(count):
+                skew = skews[i] if i < len(skews) else None
+                s.cluster.add(f"{kind}-{i + 1}", [f"run{kind}"], skew=skew)
+                if skew:
+                    s.fault(f"clock {skew}", f"{kind}-{i + 1}")
+        skews = self.SKEWS["worker"]
+        for i in range(s.size.workers):
+            skew = skews[i] if i < len(skews) else None
+            worker = s.add_worker(skew=skew)
+            if skew:
+                s.fault(f"clock {skew}", worker.name)
+        s.extra["probe"] = {skew: probe_skew(s.cluster, skew) for skew in ("+5m", "-3m")}
+
+    def verify(self, s: Session) -> None:
+        from chaos.invariants import read_exec_log
+
+        # The handler's wall clock at "start" against the attempt's started_at (database
+        # clock, a few ms earlier): the skew the handler really saw.
+        started = {(r, n): at.timestamp() for r, n, at in Attempt.objects.filter(
+            run__job__owner=s.user).values_list("run_id", "number", "started_at")}
+        seen: dict[int, int] = {}
+        for line in read_exec_log(s.cluster.exec_log):
+            if line.kind == "start" and (line.run_id, line.attempt) in started:
+                skew = round((line.wall - started[line.run_id, line.attempt]) / 60)
+                seen[skew] = seen.get(skew, 0) + 1
+        s.result.notes.append(f"faketime probe (s): {s.extra.get('probe')}; executions by "
+                              f"handler clock skew in minutes: {dict(sorted(seen.items()))}")
+        for minutes in (5, -3):
+            if not seen.get(minutes):
+                s.result.failures.append(
+                    f"no execution saw a {minutes:+d} min clock: libfaketime did not take")
+        for fault in s.result.fault_log:
+            fault.recovery_s = None  # a skew lasts the whole scenario: nothing to recover
+
+
+def probe_skew(cluster: Cluster, skew: str) -> float:
+    """Seconds by which ``time.time()`` is off in a Python process started the way skewed
+    daemons are (checks that libfaketime really takes)."""
+    import sys
+
+    env = dict(cluster.base_env)
+    env.update(cluster.add("probe", ["check"], skew=skew, start=False).env)
+    del cluster.daemons["probe"]
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c", "import time; print(time.time())"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True)
+    return round(float(out.stdout) - before, 1)
+
+
+class RollingDeploy(Scenario):
+    """Replace every worker mid-load: start a new one, SIGTERM the old one. In-flight runs
+    finish within the grace or are released at once, so none waits for its lease."""
+
+    name = "rolling-deploy"
+    grace_s = 1.5
+    short = Size(one_off=300, cron=30, duration_s=18, concurrency=3)
+    long = Size(one_off=10_000, cron=300, duration_s=150, workers=4, concurrency=3)
+
+    def payload(self, rng: random.Random) -> dict:
+        return {"seconds": work_seconds(rng, long_share=0.08, long_range=(2.5, 6.0))}
+
+    def inject(self, s: Session) -> None:
+        rounds = 1 if s.size.duration_s < 60 else 3
+        s.extra["exits"] = []
+        for _ in range(rounds):
+            s.tick(s.size.duration_s / (rounds + 1) * 0.8)
+            for old in list(s.cluster.of_kind("worker")):
+                s.add_worker()
+                self.wait_for_long_run(s, old)
+                s.fault("SIGTERM", old.name, s.held_by(old))
+                s.cluster.kill(old, signal.SIGTERM)
+                began = time.monotonic()
+                try:
+                    code = old.proc.wait(self.grace_s + 15)
+                except subprocess.TimeoutExpired:
+                    code = None
+                s.extra["exits"].append((old.name, code, time.monotonic() - began))
+                del s.cluster.daemons[old.name]
+                s.retired.append(old)
+        s.until_deadline()
+
+    def wait_for_long_run(self, s: Session, worker: Daemon, timeout: float = 4) -> None:
+        """Wait (briefly) until ``worker`` runs something that outlasts its grace, so the
+        SIGTERM exercises the release path and not only the finish path."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not with_db_retry(lambda: Run.objects.filter(
+                job__owner=s.user, state=RunState.RUNNING,
+                worker_id__contains=f":{worker.pid}:",
+                job__payload__seconds__gt=self.grace_s + 0.5).exists()):
+            s.tick(0.2)
+
+    def verify(self, s: Session) -> None:
+        from chaos.invariants import attempts_by_outcome
+
+        for name, code, took in s.extra.get("exits", []):
+            if code != 0:
+                s.result.failures.append(f"{name} exited {code} after SIGTERM ({took:.1f} s)")
+        outcomes = attempts_by_outcome(s.user)
+        for bad in ("lease_expired", "crashed"):
+            if outcomes.get(bad):
+                s.result.failures.append(
+                    f"{outcomes[bad]} attempts ended {bad}: a SIGTERMed worker left runs "
+                    f"waiting for their lease")
+        slowest = max((t for _, _, t in s.extra.get("exits", [])), default=0)
+        s.result.notes.append(f"released attempts: {outcomes.get('released', 0)}; slowest "
+                              f"worker exit after SIGTERM: {slowest:.1f} s")
+
+
+# The issue's order; these names are part of the command's contract.
+SCENARIO_NAMES = ["worker-kill", "control-plane-kill", "redis-loss", "postgres-restart",
+                  "stale-worker", "hung-and-poison", "clock-skew", "rolling-deploy", "overload"]
+
+
+def get_scenario(name: str) -> Scenario:
+    """A new instance of scenario ``name`` (one of SCENARIO_NAMES); KeyError otherwise."""
+    from chaos.overload import Overload
+
+    classes = (WorkerKill, ControlPlaneKill, RedisLoss, PostgresRestart, StaleWorker,
+               HungAndPoison, ClockSkew, RollingDeploy, Overload)
+    return {cls.name: cls for cls in classes}[name]()
+
+
+def run_scenario(name: str, seed: int, *, short: bool = False, duration: float | None = None,
+                 out=print) -> Result:
+    """Run scenario ``name`` with random seed ``seed`` against the default database and
+    return its Result. ``short`` picks the CI size; ``duration`` (s) overrides the fault
+    window. The daemons and the private Redis are stopped whatever happens."""
+    scenario = get_scenario(name)
+    size = scenario.short if short else scenario.long
+    if duration is not None:
+        size = replace(size, duration_s=duration)
+    workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{name}-{seed}-"))
+    result = Result(name, seed)
+    began = time.monotonic()
+    forget_previous()
+    s = Session(name, seed, size, Cluster(workdir), random.Random(seed), owner(), result, out,
+                workdir, grace_s=scenario.grace_s)
+    s.say(f"{name} seed {seed}: {size}; logs in {workdir}")
+    try:
+        s.cluster.start_redis()
+        with broker_of(s.cluster.redis):
+            _run_phases(scenario, s)
+    finally:
+        s.cluster.close()
+        for daemon in s.retired:
+            if daemon.alive():
+                daemon.proc.kill()
+                daemon.proc.wait()
+        with_db_retry(lambda: services.cancel(
+            Job.objects.filter(owner=s.user, status=Job.Status.ACTIVE)
+            .values_list("pk", flat=True)))
+    result.elapsed_s = round(time.monotonic() - began, 1)
+    return result
+
+
+def _run_phases(scenario: Scenario, s: Session) -> None:
+    """The phases every scenario shares (module docstring); fills ``s.result``."""
+    size, result = s.size, s.result
+    cron_initial = create_cron(s.rng, size.cron)
+    load_started: datetime = db_now()
+    scenario.start_daemons(s)
+    s.wait_workers()
+    s.deadline = time.monotonic() + size.duration_s
+    scenario.create_load(s)
+    s.say(f"load created: {Job.objects.filter(owner=s.user).count()} jobs")
+    scenario.inject(s)
+    s.say("fault window closed; every daemon up, schedulers stopping")
+    s.tick(0)
+    s.cluster.stop(s.cluster.of_kind("scheduler"))
+    drain(s)
+    result.faults = len(result.fault_log)
+    with_db_retry(check, result, s.user, cron_initial, load_started, s.cluster.exec_log)
+    scenario.verify(s)
+    for daemon in [*s.cluster.daemons.values(), *s.retired]:
+        if daemon.unexpected_exits:
+            result.failures.append(
+                f"{daemon.name} exited on its own {len(daemon.unexpected_exits)} times "
+                f"(exit codes {sorted(set(daemon.unexpected_exits))}; see {daemon.log_path})")
+
+
+def drain(s: Session) -> None:
+    """Wait until every run of the owner is terminal, or ``size.drain_s`` passed."""
+    deadline = time.monotonic() + s.size.drain_s
+    pending = None
+    while time.monotonic() < deadline:
+        pending = with_db_retry(lambda: Run.objects.filter(job__owner=s.user)
+                                .exclude(state__in=TERMINAL_STATES).count())
+        if pending == 0:
+            s.say("drained: every run is terminal")
+            return
+        s.tick(0.5)
+    s.say(f"drain timed out with {pending} runs not terminal")
