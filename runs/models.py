@@ -42,9 +42,10 @@ class Run(models.Model):
     """One occurrence of a job.
 
     ``run_at`` (UTC) is when the run may next start: ``scheduled_at`` plus its
-    ``jitter_s`` (seconds) at first, then now + backoff after a failed attempt. ``attempt`` counts attempts started and is the
-    fencing token of the current lease. ``queue``, ``shard`` and ``priority`` are copied
-    from the job so the broker never needs a join.
+    ``jitter_s`` (seconds) at first, then now + backoff after a failed attempt.
+    ``attempt`` counts attempts started and is the fencing token of the current lease.
+    ``queue``, ``shard`` and ``priority`` are copied from the job so the broker never needs
+    a join.
     """
 
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="runs")

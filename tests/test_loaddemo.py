@@ -190,5 +190,6 @@ def test_real_crontab_loads_and_the_scheduler_runs_its_lines(name):
         where = f"line {entry.line_number} {entry.schedule!r} in {entry.timezone}"
         assert must <= actual <= may, f"{where}: expected {sorted(must)}, got {sorted(actual)}"
         after = max(actual) if actual else first[pk] - timedelta(seconds=1)
-        following = first_from(normalize(entry.schedule), entry.timezone, after + timedelta(seconds=1))
+        following = first_from(normalize(entry.schedule), entry.timezone,
+                               after + timedelta(seconds=1))
         assert Job.objects.get(pk=pk).next_run_at == following, where
