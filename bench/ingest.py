@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -95,10 +96,12 @@ def reset() -> None:
 
 
 def report(label: str, total: int, wall: float, calls: list[float]) -> dict:
+    """Print one phase's result as a JSON line; ``load_1m`` is the machine's load average
+    at the end, since other processes share the 2 cores."""
     result = {"phase": label, "jobs": total, "wall_s": round(wall, 3),
               "jobs_per_s": round(total / wall), "calls": len(calls),
               "median_call_s": round(statistics.median(calls), 3),
-              "slowest_call_s": round(max(calls), 3)}
+              "slowest_call_s": round(max(calls), 3), "load_1m": os.getloadavg()[0]}
     print(json.dumps(result), flush=True)
     return result
 
@@ -154,18 +157,28 @@ def start_server(workers: int) -> tuple[subprocess.Popen, str]:
     argv = [sys.executable, "-m", "gunicorn", "scheduler_project.wsgi:application",
             "--workers", str(workers), "--bind", f"127.0.0.1:{port}", "--timeout", "300",
             "--log-level", "warning"]
-    server = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ))
+    server = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ), start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if requests.get(f"{url}/readyz", timeout=2).status_code == 200:
+            if requests.get(f"{url}/readyz", timeout=5).status_code == 200:
                 return server, url
-        except requests.ConnectionError:
-            pass
+        except requests.RequestException:
+            pass  # not listening yet, or too busy starting to answer in time
         time.sleep(0.2)
-    server.terminate()
-    sys.exit("gunicorn did not become ready within 30 s")
+    stop_server(server)
+    sys.exit("gunicorn did not become ready within 60 s")
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """Stop gunicorn and its workers (its own process group), forcibly after 30 s."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def bench_http(total: int, batch: int, kind: str, token: str, url: str, clients: int) -> dict:
@@ -243,8 +256,7 @@ def main() -> None:
         try:
             bench_http(args.jobs, args.batch, args.kind, token.key, url, args.clients)
         finally:
-            server.terminate()
-            server.wait(30)
+            stop_server(server)
         verify(args.jobs, args.kind)
 
 

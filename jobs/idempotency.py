@@ -8,9 +8,10 @@ constraint until the first commits, then fails to insert and replays the stored 
 if the first rolled back (a 400), the second simply runs. Error responses are not stored:
 nothing was created, so a retry is validated afresh.
 
-``response`` holds ``{"body": <first response body>, "request_sha256": <digest of method,
-path and the parsed JSON body>}``; the same key sent with a different request is refused
-with 422, as the draft recommends.
+``response`` holds ``{"body": <the first response's JSON, as text>, "headers": {its
+Location}, "request_sha256": <digest of method, path and the parsed JSON body>}``; the
+body is kept as text because jsonb would reorder its keys. The same key sent with a
+different request is refused with 422, as the draft recommends.
 """
 
 import hashlib
@@ -23,6 +24,7 @@ from django.utils import timezone
 from rest_framework import status
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
+from rest_framework.utils.encoders import JSONEncoder
 
 from jobs import conf
 from jobs.models import IdempotencyKey
@@ -30,6 +32,7 @@ from jobs.models import IdempotencyKey
 HEADER = "Idempotency-Key"
 REPLAY_HEADER = "Idempotent-Replayed"
 KEY_MAX = 255
+REPLAYED_HEADERS = ("Location",)
 
 
 class KeyReused(APIException):
@@ -89,7 +92,12 @@ def idempotent(request, produce: Callable[[], Response]) -> Response:
             if not 200 <= response.status_code < 300:
                 raise _Refused(response)
             record.status_code = response.status_code
-            record.response = {"body": response.data, "request_sha256": digest}
+            record.response = {
+                "body": json.dumps(response.data, cls=JSONEncoder),
+                "headers": {name: response[name] for name in REPLAYED_HEADERS
+                            if response.has_header(name)},
+                "request_sha256": digest,
+            }
             record.save(update_fields=["status_code", "response"])
     except _Refused as refused:
         return refused.response
@@ -116,5 +124,5 @@ def _live(owner, key: str) -> IdempotencyKey | None:
 def _replay(stored: IdempotencyKey, digest: str) -> Response:
     if stored.response.get("request_sha256") != digest:
         raise KeyReused()
-    return Response(stored.response.get("body"), status=stored.status_code,
-                    headers={REPLAY_HEADER: "true"})
+    return Response(json.loads(stored.response["body"]), status=stored.status_code,
+                    headers={**stored.response.get("headers", {}), REPLAY_HEADER: "true"})

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from jobs import conf
+from jobs import conf, cron
 from jobs.cron import MAX_JITTER_S
 from jobs.exceptions import InvalidJob
 from jobs.models import Job, MisfirePolicy
@@ -143,6 +143,17 @@ def _reset_validators(field) -> None:
             field.min_value, message=f"must be at least {field.min_value}"))
 
 
+def _check_cron(value):
+    # Also checked by the service layer; checked here too so that a bad schedule is named
+    # in the same 400 as the other fields' errors.
+    if value is not None:
+        try:
+            cron.normalize(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+    return value
+
+
 def _check_timezone(value):
     if value is not None and value not in iana_zones():
         raise serializers.ValidationError(f"unknown IANA timezone {value!r}")
@@ -166,6 +177,7 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
         required=False, allow_null=True, default=None,
         help_text="one-off: ISO 8601 with a UTC offset; a past time means now")
     schedule = TextField(max_length=200, required=False, allow_null=True, default=None,
+                         validators=[_check_cron],
                          help_text="recurring: five-field cron expression or @hourly, "
                                    "@daily, @weekly, @monthly, @yearly")
     timezone = TextField(max_length=64, required=False, default="UTC", trim_whitespace=False,
@@ -279,6 +291,11 @@ class FastItemParser:
                     or len(value) > self.STRINGS[key] or "\x00" in value
                     or not _encodable(value)):
                 return None
+            if key == "schedule":
+                try:
+                    cron.normalize(value)
+                except ValueError:
+                    return None
             return value
         if key == "timezone":
             return value if type(value) is str and value in self.zones else None
@@ -354,7 +371,7 @@ class JobUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
     name = TextField(max_length=200, required=False)
     payload = serializers.JSONField(required=False)
     run_at = AwareDateTimeField(required=False)
-    schedule = TextField(max_length=200, required=False)
+    schedule = TextField(max_length=200, required=False, validators=[_check_cron])
     timezone = TextField(max_length=64, required=False, trim_whitespace=False,
                          validators=[_check_timezone])
     misfire_policy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)

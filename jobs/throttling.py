@@ -5,9 +5,11 @@ rewrites it on each request, which grows with the rate; at the high default rate
 (so ingest and normal use are never throttled) that list would hold 100,000 floats. This
 throttle counts requests in fixed windows instead: one atomic ``incr`` per request on a
 key per (owner, window), shared by every process through the Django cache (Redis when
-``REDIS_URL`` is set; a per-process memory cache otherwise).
+``REDIS_URL`` is set; a per-process memory cache otherwise). If the cache cannot be
+reached the throttle lets requests through and logs a warning.
 """
 
+import logging
 import math
 import time
 
@@ -17,6 +19,7 @@ from rest_framework.throttling import BaseThrottle
 
 from jobs import conf
 
+log = logging.getLogger("scheduler.api")
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -49,16 +52,26 @@ class OwnerRateThrottle(BaseThrottle):
         now = time.time()
         window = int(now // period)
         key = f"throttle:{self.scope}:{user.pk}:{period}:{window}"
-        # add() is a no-op when the key exists, so the window's counter starts once.
-        cache.add(key, 0, timeout=period + 1)
         try:
-            used = cache.incr(key)
-        except ValueError:  # the key expired between add() and incr()
-            cache.add(key, 1, timeout=period + 1)
-            used = 1
+            used = _count(key, period)
+        except Exception as exc:  # noqa: BLE001 - any cache backend's connection error
+            # Fail open: a cache (Redis) outage must not take the whole API down with it.
+            log.warning("throttle: cache unavailable, request let through: %s", exc)
+            return True
         self._wait = (window + 1) * period - now
         return used <= count
 
     def wait(self) -> float:
         """Whole seconds until the current window ends (at least 1): the Retry-After."""
         return max(1, math.ceil(getattr(self, "_wait", 1)))
+
+
+def _count(key: str, period: int) -> int:
+    """Count one request in the window ``key``; returns the window's count so far."""
+    # add() is a no-op when the key exists, so the window's counter starts once.
+    cache.add(key, 0, timeout=period + 1)
+    try:
+        return cache.incr(key)
+    except ValueError:  # the key expired between add() and incr()
+        cache.add(key, 1, timeout=period + 1)
+        return 1

@@ -1,7 +1,8 @@
 """Every REST endpoint under /api/ (DRF routers, trailing slashes), the OpenAPI 3 schema
-and its Swagger UI. /healthz and /readyz live in scheduler_project/urls.py."""
+and its Swagger UI, and the session login (/api/auth/login/). /healthz and /readyz live
+in scheduler_project/urls.py."""
 
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
@@ -19,5 +20,7 @@ urlpatterns = [
     path("queues/", QueueView.as_view(), name="queues"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # Session login for people using the browsable API or the Swagger UI in a browser.
+    path("auth/", include("rest_framework.urls")),
     *router.urls,
 ]

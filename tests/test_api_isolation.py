@@ -160,3 +160,19 @@ def test_a_run_already_dead_stays_dead_after_another_owners_retry(bobs):
     alice.post(f"/api/runs/{bobs['run'].pk}/retry/")
 
     assert Run.objects.get(pk=bobs["run"].pk).state == RunState.DEAD
+
+
+def test_a_session_login_works_and_its_writes_need_the_csrf_token():
+    User.objects.create_user("alice", password="pw")
+    browser = APIClient(enforce_csrf_checks=True)
+
+    assert browser.get("/api/auth/login/").status_code == 200
+    assert browser.login(username="alice", password="pw")
+    listed = browser.get("/api/jobs/")
+    refused = browser.post("/api/jobs/", {"handler": "noop", "schedule": "@daily"},
+                           format="json")
+
+    assert listed.status_code == 200
+    assert refused.status_code == 403
+    assert "CSRF" in refused.json()["detail"]
+    assert not Job.objects.exists()

@@ -47,3 +47,17 @@ def test_the_default_rate_is_high():
                                           ("7/hour", (7, 3600)), ("1/day", (1, 86400))])
 def test_rates_read_like_drfs(rate, parsed):
     assert parse_rate(rate) == parsed
+
+
+@override_settings(
+    SCHEDULER={"API_THROTTLE_RATE": "1/hour"},
+    CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache",
+                        "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens there
+                        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5}}})
+def test_an_unreachable_cache_lets_requests_through_and_says_so(caplog):
+    alice = client_for(User.objects.create_user("alice"))
+
+    answers = [alice.get("/api/jobs/").status_code for _ in range(3)]
+
+    assert answers == [200, 200, 200]
+    assert "throttle: cache unavailable" in caplog.text

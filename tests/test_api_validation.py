@@ -115,7 +115,7 @@ def test_every_bad_field_is_named_at_once(api):
                         format="json")
 
     assert response.status_code == 400
-    assert {"priority", "queue", "colour"} <= set(response.json())
+    assert set(response.json()) == {"schedule", "priority", "queue", "colour"}
 
 
 def test_the_caps_are_tunables(api):
