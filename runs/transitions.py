@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from jobs import conf
+from jobs.models import Job
 from runs.clock import backoff_s, db_now, seconds
 from runs.models import (
     PENDING_STATES,
@@ -25,6 +26,14 @@ from runs.models import (
 from runs.types import Lease, Outcome, RunRef
 
 LOG_MESSAGE_MAX = 10_000
+ERROR_MAX = 100_000
+
+
+def storable(text: str, limit: int = ERROR_MAX) -> str:
+    """``text`` as PostgreSQL can store it: NUL characters (refused by text columns) shown
+    as ``\\x00``, lone surrogates replaced, cut to ``limit`` characters."""
+    text = str(text).replace("\x00", "\\x00")[:limit]
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def run_refs(queryset) -> list[RunRef]:
@@ -55,7 +64,11 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
     now = db_now(using)
     expires = now + seconds(ttl_s)
     runs = Run.objects.using(using)
-    runs.filter(pk__in=ids, state__in=PENDING_STATES, job__status="active").update(
+    # job_id IN (subquery), not job__status: a join would make Django wrap the whole filter
+    # in "id IN (SELECT ...)", and PostgreSQL re-checks only the outer WHERE after waiting
+    # on a row lock, so a second worker could start a run the first had just started.
+    active_jobs = Job.objects.using(using).filter(status=Job.Status.ACTIVE).values("pk")
+    runs.filter(pk__in=ids, state__in=PENDING_STATES, job_id__in=active_jobs).update(
         state=RunState.RUNNING,
         attempt=F("attempt") + 1,
         worker_id=worker_id,
@@ -105,8 +118,8 @@ def _store_logs(attempt_ids: dict[tuple[int, int], int], outcomes: list[Outcome]
                     attempt_id=attempt_id,
                     created_at=created_at,
                     level=level,
-                    logger=logger[:200],
-                    message=str(message)[:LOG_MESSAGE_MAX],
+                    logger=storable(logger, 200),
+                    message=storable(message, LOG_MESSAGE_MAX),
                 )
             )
     LogLine.objects.using(using).bulk_create(lines, batch_size=500)
@@ -123,7 +136,7 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
     runs = Run.objects.using(using)
     retried = []
     for run_id, attempt, max_attempts in rows:
-        error = errors.get(run_id, "")
+        error = storable(errors.get(run_id, ""))
         fenced = runs.filter(pk=run_id, attempt=attempt, state=RunState.RUNNING)
         if attempt >= max_attempts:
             changed = fenced.update(
@@ -142,7 +155,20 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
             Attempt.objects.using(using).filter(run_id=run_id, number=attempt).update(
                 finished_at=now, outcome=outcome, error=error
             )
-    return retried
+    return [i for i in retried if i not in _cancel_for_cancelled_jobs(retried, now, using)]
+
+
+def _cancel_for_cancelled_jobs(run_ids: list[int], now: datetime, using: str) -> set[int]:
+    """Runs sent back to pending whose job was cancelled meanwhile would wait forever (a
+    cancelled job's runs are never leased): cancel them now. Returns their ids."""
+    if not run_ids:
+        return set()
+    cancelled_jobs = Job.objects.using(using).filter(status=Job.Status.CANCELLED).values("pk")
+    runs = Run.objects.using(using).filter(
+        pk__in=run_ids, state__in=PENDING_STATES, job_id__in=cancelled_jobs)
+    ids = set(runs.values_list("pk", flat=True))
+    runs.filter(pk__in=ids).update(state=RunState.CANCELLED, finished_at=now)
+    return ids
 
 
 def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]]:
@@ -230,7 +256,8 @@ def release(leases: list[Lease], using: str) -> list[int]:
                 Attempt.objects.using(using).filter(
                     run_id=lease.run_id, number=lease.attempt
                 ).update(finished_at=now, outcome=AttemptOutcome.RELEASED)
-    return released
+        gone = _cancel_for_cancelled_jobs(released, now, using)
+    return [i for i in released if i not in gone]
 
 
 def expire_leases(limit: int, using: str) -> list[int]:
