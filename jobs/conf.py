@@ -45,6 +45,7 @@ DEFAULTS: dict[str, Tunable] = {
     "MAX_PAYLOAD_BYTES": Tunable(
         262_144, int, "largest job payload, in bytes of compact UTF-8 JSON (256 KiB)"),
     "MAX_TIMEOUT_S": Tunable(86_400, int, "largest timeout_s a job may ask for (seconds)"),
+    "MAX_LOG_LINES": Tunable(1000, int, "log lines kept per attempt; the rest are counted"),
     "MAX_RETRIES": Tunable(
         99, int, "largest max_retries (attempts after the first) a job may ask for"),
     "API_THROTTLE_RATE": Tunable(

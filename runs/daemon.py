@@ -33,6 +33,7 @@ class Daemon:
         self.stopping = False
         self.forced = False
         self.rounds = 0
+        self.last_failure_log = 0.0
 
     # --- to override ------------------------------------------------------------------
 
@@ -72,6 +73,16 @@ class Daemon:
         except (BrokerUnavailable, DatabaseError, redis.RedisError) as exc:
             raise SchedulerError(f"broker is unreachable: {exc}") from exc
 
+    def note_failure(self, what: str, exc: Exception, failures: int = 1) -> None:
+        """Log a failed step: the first of a streak as one WARNING line, then one reminder
+        a minute, so an outage does not flood the log."""
+        now = time.monotonic()
+        if failures > 1 and now - self.last_failure_log < 60:
+            return
+        self.last_failure_log = now
+        self.log.warning("%s: %s failed (%s: %s); retrying with backoff", self.name, what,
+                         type(exc).__name__, (str(exc).strip() or "-").splitlines()[0][:200])
+
     def sleep(self, seconds: float) -> None:
         """Sleep in short steps so a stop signal is noticed quickly."""
         deadline = time.monotonic() + seconds
@@ -93,8 +104,7 @@ class Daemon:
                 failures = 0
             except TRANSIENT as exc:
                 failures += 1
-                self.log.warning("%s: round failed (%s: %s); retrying", self.name,
-                                 type(exc).__name__, str(exc).strip().splitlines()[0][:200])
+                self.note_failure("round", exc, failures)
                 for connection in connections.all(initialized_only=True):
                     connection.close_if_unusable_or_obsolete()
                 self.sleep(min(0.2 * 2 ** failures, 5.0))

@@ -25,13 +25,30 @@ HEARTBEAT_MIN_INTERVAL_S = 1.0
 
 
 class CaptureHandler(logging.Handler):
-    """Collects every record emitted in the child while a run executes."""
+    """Collects the records emitted in the child while a run executes, at most
+    ``max_lines`` per attempt (then one line saying how many were dropped), so a handler
+    that logs without end cannot stall its worker or fill the database."""
 
-    def __init__(self):
+    def __init__(self, max_lines: int = 1000):
         super().__init__(logging.DEBUG)
+        self.max_lines = max_lines
         self.records: list[tuple] = []
+        self.dropped = 0
+
+    def reset(self) -> None:
+        self.records, self.dropped = [], 0
+
+    def lines(self) -> list[tuple]:
+        if not self.dropped:
+            return self.records
+        note = (datetime.now(tz=UTC), logging.WARNING, "scheduler.worker",
+                f"{self.dropped} more log lines dropped (the cap is {self.max_lines} per attempt)")
+        return [*self.records, note]
 
     def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) >= self.max_lines:
+            self.dropped += 1
+            return
         try:
             message = record.getMessage()
             if record.exc_info:
@@ -54,7 +71,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     """Run one task's handler; returns the ``("done", ...)`` message."""
     from jobs.registry import get_handler
 
-    capture.records = []
+    capture.reset()
     last_beat = [0.0]
 
     def beat():
@@ -74,11 +91,27 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     except BaseException:  # noqa: BLE001 - SystemExit from a handler is a failure too
         ok, error = False, traceback.format_exc()
     if ok:
-        try:
-            json.dumps(result)
-        except (TypeError, ValueError) as exc:
-            ok, result, error = False, None, f"result is not JSON-serialisable: {exc}"
-    return ("done", task["run_id"], task["attempt"], ok, result, error, capture.records)
+        problem = result_problem(result)
+        if problem:
+            ok, result, error = False, None, f"the handler's result {problem}"
+    return ("done", task["run_id"], task["attempt"], ok, result, error, capture.lines())
+
+
+def result_problem(result) -> str | None:
+    """Why ``result`` cannot be stored as the run's JSON result, or None: it must be
+    strict JSON (no NaN or Infinity) that PostgreSQL's jsonb accepts (no NUL character,
+    no lone surrogate)."""
+    try:
+        text = json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"is not JSON-serialisable: {exc}"
+    if "\\u0000" in text:
+        return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
+    try:
+        json.dumps(result, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"is not valid Unicode: {exc}"
+    return None
 
 
 def child_main(conn) -> None:
@@ -88,7 +121,9 @@ def child_main(conn) -> None:
     # decides whether the run finishes or is released, and kills children itself.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    capture = CaptureHandler()
+    from jobs import conf
+
+    capture = CaptureHandler(conf.get("MAX_LOG_LINES"))
     root = logging.getLogger()
     root.addHandler(capture)
     root.setLevel(logging.INFO)

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import wait
 
-from django.db import connections
+from django.db import DataError, connections
 
 from jobs import conf
 from runs.brokers import get_broker
 from runs.clock import db_now
-from runs.daemon import Daemon
+from runs.daemon import TRANSIENT, Daemon
 from runs.executor import child_main
 from runs.models import AttemptOutcome, Run, WorkerProcess
 from runs.types import Lease, Outcome
@@ -99,6 +99,7 @@ class Worker(Daemon):
         self.last_heartbeat = time.monotonic()
         self.stop_requested_at: float | None = None
         self.idle = False
+        self.lease_paused_until = 0.0
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -153,7 +154,14 @@ class Worker(Daemon):
     # --- one round --------------------------------------------------------------------
 
     def round(self) -> bool:
-        self.lease_more()
+        try:
+            self.lease_more()
+        except TRANSIENT as exc:
+            # Leasing needs the broker; collecting, acking and heartbeating the runs in
+            # flight must go on without it, or their leases would lapse and they would
+            # run twice.
+            self.note_failure("lease", exc)
+            self.lease_paused_until = time.monotonic() + 1.0
         self.collect(self.wait_timeout())
         self.enforce_deadlines()
         self.flush()
@@ -166,7 +174,7 @@ class Worker(Daemon):
 
     def lease_more(self) -> None:
         free = [slot for slot in self.slots if slot.current is None]
-        if self.stopping or not free:
+        if self.stopping or not free or time.monotonic() < self.lease_paused_until:
             return
         want = len(free)
         if self.max_runs is not None:
@@ -274,13 +282,28 @@ class Worker(Daemon):
         if not self.outcomes:
             return
         outcomes = self.outcomes
-        accepted = self.broker.complete(outcomes)
+        try:
+            accepted = self.broker.complete(outcomes)
+        except DataError:
+            # One outcome the database refuses must not wedge the batch: ack one by one
+            # and record a poison outcome as a plain failure.
+            accepted = [self.complete_alone(outcome) for outcome in outcomes]
         self.outcomes = []
         self.finished += len(outcomes)
         for outcome, ok in zip(outcomes, accepted, strict=True):
             if not ok:
                 self.log.warning("worker: ack of run %s attempt %s refused: lease is stale",
                                  outcome.lease.run_id, outcome.lease.attempt)
+
+    def complete_alone(self, outcome: Outcome) -> bool:
+        try:
+            return self.broker.complete([outcome])[0]
+        except DataError as exc:
+            self.log.warning("worker: outcome of run %s cannot be stored (%s); recording "
+                             "a failure instead", outcome.lease.run_id, exc)
+            failure = Outcome(lease=outcome.lease, outcome=AttemptOutcome.FAILED,
+                              error=f"the attempt's outcome could not be stored: {exc}")
+            return self.broker.complete([failure])[0]
 
     def heartbeat_if_due(self) -> None:
         if time.monotonic() - self.last_heartbeat < self.heartbeat_s:

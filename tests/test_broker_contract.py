@@ -222,3 +222,14 @@ def test_queues_are_served_in_the_order_given(broker):
     assert broker.lease(["missing-queue"], 3, "w1") == []
     depth = {d.queue: d for d in broker.depth()}
     assert (depth["default"].ready, depth["default"].leased) == (1, 1)
+
+
+def test_text_postgres_cannot_store_is_kept_readable_not_refused(broker):
+    r, lease = lease_one(broker)
+
+    assert broker.complete([Outcome(lease, AttemptOutcome.FAILED, error="bad \x00 byte",
+                                    logs=[(db_now(broker.using), 20, "t", "nul \x00 here")])])
+
+    attempt = Attempt.objects.using(broker.using).get(run=r)
+    assert attempt.error == "bad \\x00 byte"
+    assert [line.message for line in attempt.log_lines.all()] == ["nul \\x00 here"]

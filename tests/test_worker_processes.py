@@ -168,3 +168,21 @@ def test_a_worker_registers_heartbeats_and_signs_off(env, tmp_path):
         stop(worker)
     assert WorkerProcess.objects.get(pk=registered.pk).stopped_at is not None
     assert list(live_workers()) == []
+
+
+def test_a_result_postgres_cannot_store_fails_its_run_and_nothing_else(env, tmp_path):
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    worker = start_daemon(["runworker", "--concurrency", "2"], env, tmp_path / "worker.log")
+    try:
+        poison = services.create_job("sleep", {"seconds": "nan"}, delay_s=0, max_attempts=1)
+        others = [services.create_job("noop", {}, delay_s=0) for _ in range(4)]
+
+        wait_until(lambda: Run.objects.filter(state__in=["succeeded", "dead"]).count() == 5,
+                   timeout=30, message="every run to finish")
+
+        dead = Run.objects.get(job=poison)
+        assert dead.state == "dead"
+        assert "not JSON-serialisable" in dead.attempts.get().error
+        assert all(r.attempt == 1 for r in Run.objects.filter(job__in=others))
+    finally:
+        stop(dispatcher, worker)

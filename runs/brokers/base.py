@@ -117,23 +117,23 @@ class Broker(ABC):
         with their new expiry. A lease not returned was lost and must not be acked."""
         ttl_s = ttl_s or conf.get("LEASE_TTL_S")
         held = transitions.extend_leases(leases, ttl_s, self.using)
-        self._extend(held, ttl_s)
+        self._after_commit(self._extend, held, ttl_s)
         return held
 
     def complete(self, outcomes: list[Outcome]) -> list[bool]:
         """Ack attempts (success, failure, timeout, crash), fenced; returns per outcome
         whether it was applied (False: the lease was stale, nothing changed)."""
         accepted, retried = transitions.complete(outcomes, self.using)
-        self._forget([_slot(o.lease) for o in outcomes])
-        self._push_ids(retried)
+        self._after_commit(self._forget, [_slot(o.lease) for o in outcomes])
+        self._after_commit(self._push_ids, retried)
         return accepted
 
     def release(self, leases: list[Lease]) -> list[int]:
         """Give leased runs back for another worker at once (graceful shutdown); the
         released attempt does not count against max_attempts. Returns the ids released."""
         released = transitions.release(leases, self.using)
-        self._forget([_slot(lease) for lease in leases])
-        self._push_ids(released)
+        self._after_commit(self._forget, [_slot(lease) for lease in leases])
+        self._after_commit(self._push_ids, released)
         return released
 
     def reap(self, limit: int | None = None) -> int:
@@ -175,10 +175,16 @@ class Broker(ABC):
             transaction.on_commit(lambda: self._push_quietly(refs), using=self.using)
 
     def _push_quietly(self, refs: list[RunRef]) -> None:
+        self._after_commit(self.push, refs)
+
+    def _after_commit(self, step, *args) -> None:
+        """Broker bookkeeping after the database has committed: a broker outage must not
+        turn a committed ack into an error (the caller would ack again) — reap and
+        reconcile repair whatever the broker missed."""
         try:
-            self.push(refs)
+            step(*args)
         except (BrokerUnavailable, DatabaseError) as exc:
-            log.warning("push of %d runs deferred to reconcile: %s", len(refs), exc)
+            log.warning("broker %s deferred to reap/reconcile: %s", step.__name__, exc)
 
     def _push_ids(self, run_ids: list[int], pending_only: bool = False) -> None:
         if not run_ids:
