@@ -238,9 +238,11 @@ def normalize(expression: str) -> str:
 
 def zone(name: str) -> ZoneInfo:
     """The IANA timezone ``name``; raises ValueError for an unknown one."""
+    if not isinstance(name, str):
+        raise ValueError(f"a timezone is an IANA name such as Europe/Berlin, not {name!r}")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # "America" is a folder
         raise ValueError(f"unknown IANA timezone {name!r}") from exc
 
 

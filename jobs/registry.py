@@ -36,7 +36,7 @@ def get_handler(name: str) -> HandlerFn:
     """Return the handler registered as ``name``; raises UnknownHandler."""
     try:
         return _registry[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name such as a list
         raise UnknownHandler(name) from None
 
 

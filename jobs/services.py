@@ -13,13 +13,15 @@ from django.utils import timezone
 from jobs import conf, cron
 from jobs.exceptions import InvalidJob, SchedulerError
 from jobs.models import Job, Schedule
-from jobs.validation import job_limits, validate_job
+from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
 from runs.transitions import run_refs
 from runs.types import RunRef
+
+MAX_DELAY_S = 100 * 365 * 86_400  # a century: beyond it a delay is surely a unit mistake
 
 
 class InvalidJobs(InvalidJob):
@@ -35,11 +37,15 @@ class InvalidJobs(InvalidJob):
 
 def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=None,
           timezone_name="UTC", queue="default", priority=5, timeout_s=None,
-          max_attempts=None, misfire_policy=None, max_lag_s=None) -> dict:
+          max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
+          using="default") -> dict:
     if delay_s is not None:
         if run_at is not None:
             raise InvalidJob({"schedule": "give run_at or delay_s, not both"})
-        run_at = timezone.now() + timedelta(seconds=delay_s)
+        if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) \
+                or not -MAX_DELAY_S <= delay_s <= MAX_DELAY_S:
+            raise InvalidJob({"delay_s": f"must be a number of seconds within ±{MAX_DELAY_S}"})
+        run_at = db_now(using) + timedelta(seconds=delay_s)  # one clock: the database's
     spec = {
         "name": name, "handler": handler, "payload": {} if payload is None else payload,
         "run_at": run_at, "cron": cron_expr, "timezone": timezone_name, "queue": queue,
@@ -51,6 +57,8 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=N
     }
     if max_lag_s is not None:
         spec["max_lag_s"] = max_lag_s
+    if jitter_s is not None:
+        spec["jitter_s"] = jitter_s
     return spec
 
 
@@ -64,7 +72,11 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     ``priority`` (0-9, 0 most urgent, default 5), ``timeout_s`` (seconds),
     ``max_attempts`` (first try included). Raises InvalidJob naming each bad field.
     """
-    return create_jobs([_spec(handler, payload, **options)], owner=owner, using=using)[0]
+    spec = _spec(handler, payload, using=using, **options)
+    try:
+        return create_jobs([spec], owner=owner, using=using)[0]
+    except InvalidJobs as exc:
+        raise InvalidJob(exc.item_errors[0]) from None
 
 
 def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> list[Job]:
@@ -247,7 +259,12 @@ def trigger(job_id: int, using: str = "default", at: datetime | None = None) -> 
         job = Job.objects.using(using).select_for_update().get(pk=job_id)
         if job.status != Job.Status.ACTIVE:
             raise SchedulerError(f"job {job_id} is {job.status}; only active jobs can be triggered")
+        if at is not None and (not isinstance(at, datetime) or timezone.is_naive(at)
+                               or moment_problem(at)):
+            raise InvalidJob({"at": "must be an aware datetime between 1970 and 9998"})
         when = at or db_now(using)
+        if Run.objects.using(using).filter(job=job, scheduled_at=when).exists():
+            raise SchedulerError(f"job {job_id} already has a run at {when.isoformat()}")
         run = Run.objects.using(using).create(
             job=job, scheduled_at=when, run_at=when, queue=job.queue,
             shard=shard_of(job.handler, conf.get("SHARDS")), priority=job.priority,

@@ -6,7 +6,7 @@ one InvalidJob, so nothing half-valid is ever stored.
 
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.utils import timezone
 
@@ -15,7 +15,10 @@ from jobs.exceptions import InvalidJob
 from jobs.models import MisfirePolicy
 from jobs.registry import get_handler
 
-QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# \A...\Z, not ^...$: "$" also matches before a trailing newline ("default\n").
+QUEUE_RE = re.compile(r"\A[A-Za-z0-9_.-]{1,64}\Z")
+NAME_MAX = 200
+EARLIEST_YEAR, LATEST_YEAR = 1970, 9998  # what every clock, score and driver here can hold
 
 
 def job_limits() -> dict[str, int]:
@@ -36,8 +39,12 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     """
     errors: dict[str, str] = {}
     clean = dict(spec)
-    name = spec.get("name") or spec.get("handler") or ""
-    clean["name"] = str(name)[:200]
+    name = spec.get("name")
+    if name is None or name == "":
+        name = spec.get("handler") if isinstance(spec.get("handler"), str) else ""
+    if not isinstance(name, str) or len(name) > NAME_MAX:
+        errors["name"] = f"must be text of at most {NAME_MAX} characters"
+    clean["name"] = str(name)[:NAME_MAX]
     try:
         get_handler(spec.get("handler") or "")
     except InvalidJob as exc:
@@ -67,8 +74,12 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
             errors["run_at"] = "must be a datetime"
         elif timezone.is_naive(run_at):
             errors["run_at"] = "must carry a UTC offset (naive datetimes are ambiguous)"
+        elif problem := moment_problem(run_at):
+            errors["run_at"] = problem
     if has_cron:
         try:
+            if not isinstance(spec["cron"], str):
+                raise ValueError("must be a cron expression (text)")
             clean["cron"] = cron.normalize(spec["cron"])
         except ValueError as exc:
             errors["schedule"] = str(exc)
@@ -96,6 +107,18 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     if errors:
         raise InvalidJob(errors)
     return clean
+
+
+def moment_problem(moment: datetime) -> str | None:
+    """Why an aware datetime cannot be scheduled, or None: it must fall between the years
+    1970 and 9998 in UTC (PostgreSQL stores more, but its drivers cannot read it back)."""
+    try:
+        year = moment.astimezone(UTC).year
+    except OverflowError:
+        year = 10_000
+    if not EARLIEST_YEAR <= year <= LATEST_YEAR:
+        return f"must fall between the years {EARLIEST_YEAR} and {LATEST_YEAR} (UTC)"
+    return None
 
 
 def payload_problem(payload, cap: int | None = None) -> str | None:

@@ -80,7 +80,9 @@ def database_config(url: str) -> dict:
 
     SQLite: WAL and IMMEDIATE transactions, so that the scheduler, dispatcher and workers
     (separate processes) serialise their writes instead of failing with "database is
-    locked". PostgreSQL: persistent connections for the daemons' tight loops.
+    locked". PostgreSQL: persistent connections for the daemons' tight loops, and
+    ``idle_in_transaction_session_timeout`` (DB_IDLE_IN_TRANSACTION_TIMEOUT_MS, default
+    60 s) so a stalled process cannot hold row locks indefinitely.
     """
     config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     if config["ENGINE"] == "django.db.backends.sqlite3":
@@ -91,6 +93,12 @@ def database_config(url: str) -> dict:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
         config["TEST"] = {"NAME": config["NAME"] + ".test"}
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        # A process stopped inside a transaction (SIGSTOP, a debugger, a hung handler of
+        # the admin) must not hold row locks for ever: PostgreSQL ends such a session.
+        idle_ms = int(os.environ.get("DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "60000"))
+        config.setdefault("OPTIONS", {})["options"] = (
+            f"-c idle_in_transaction_session_timeout={idle_ms}")
     return config
 
 

@@ -1,0 +1,58 @@
+"""The Python API refuses bad input with InvalidJob naming the field, and stores nothing
+(cases found by an adversarial run; each used to raise a raw error or store a bad job)."""
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from jobs import services
+from jobs.exceptions import InvalidJob, SchedulerError
+from jobs.models import Job
+from runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"cron_expr": "* * * * *", "timezone_name": "America"}, "timezone"),
+    ({"cron_expr": "* * * * *", "timezone_name": 5}, "timezone"),
+    ({"cron_expr": 5}, "schedule"),
+    ({"delay_s": 1e12}, "delay_s"),
+    ({"delay_s": float("nan")}, "delay_s"),
+    ({"delay_s": 0, "queue": "default\n"}, "queue"),
+    ({"delay_s": 0, "name": "x" * 201}, "name"),
+    ({"run_at": datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-14)))}, "run_at"),
+    ({"run_at": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))}, "run_at"),
+    ({"cron_expr": "* * * * *", "timeout_s": 10**10}, "timeout_s"),
+])
+def test_bad_options_are_refused_naming_the_field(options, field):
+    with pytest.raises(InvalidJob) as caught:
+        services.create_job("noop", {}, **options)
+
+    assert field in caught.value.errors, caught.value.errors
+    assert (Job.objects.count(), Run.objects.count()) == (0, 0)
+
+
+@pytest.mark.parametrize("handler, payload, field", [
+    (["noop"], {}, "handler"),
+    ("noop", {"when": {1, 2}}, "payload"),
+    ("noop", {"text": "nul \x00"}, "payload"),
+])
+def test_bad_handler_or_payload_is_refused(handler, payload, field):
+    with pytest.raises(InvalidJob) as caught:
+        services.create_job(handler, payload, delay_s=0)
+
+    assert list(caught.value.errors) == [field]
+    assert Job.objects.count() == 0
+
+
+def test_trigger_refuses_a_naive_time_and_a_second_run_at_the_same_time():
+    job = services.create_job("noop", {}, cron_expr="@daily")
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+
+    with pytest.raises(InvalidJob):
+        services.trigger(job.pk, at=datetime(2030, 1, 1))
+    services.trigger(job.pk, at=at)
+    with pytest.raises(SchedulerError, match="already has a run"):
+        services.trigger(job.pk, at=at)
+    assert Run.objects.filter(job=job).count() == 1
