@@ -141,6 +141,7 @@ class Daemon:
     log_path: Path
     proc: subprocess.Popen | None = None
     expected_exit: bool = False
+    keep_down: bool = False  # stopped for good: ensure_up leaves it alone
     restarts: int = 0
     unexpected_exits: list[int] = field(default_factory=list)
 
@@ -234,7 +235,7 @@ class Cluster:
         died without the harness asking (crashes), recording their exit codes."""
         crashed = []
         for daemon in self.daemons.values():
-            if daemon.alive():
+            if daemon.alive() or daemon.keep_down:
                 continue
             code = daemon.proc.wait()
             if not daemon.expected_exit:
@@ -245,8 +246,9 @@ class Cluster:
 
     def stop(self, daemons: list[Daemon], timeout: float = 30) -> dict[str, int]:
         """SIGTERM ``daemons`` and wait (SIGKILL the group after ``timeout`` s); returns
-        each one's exit code."""
+        each one's exit code. They stay down: ``ensure_up`` no longer restarts them."""
         for daemon in daemons:
+            daemon.keep_down = True
             if daemon.alive():
                 self.kill(daemon, signal.SIGTERM)
             else:
