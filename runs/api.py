@@ -7,11 +7,13 @@ cursor pagination (stable under inserts, no COUNT). Every change goes through
 runs/services.py, the functions the admin uses too.
 """
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
@@ -33,7 +35,18 @@ from runs.stats import queue_stats
 RUN_ORDERING = ("scheduled_at", "created_at", "id")
 
 
-class RunCursor(CursorPagination):
+class CheckedCursor(CursorPagination):
+    """Cursor pagination that answers 404 "Invalid cursor" for a cursor whose position is
+    not a value of the ordering field (a forged or corrupted cursor), not a 500."""
+
+    def paginate_queryset(self, queryset, request, view=None):
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except (DjangoValidationError, ValueError, TypeError, OverflowError) as exc:
+            raise NotFound(self.invalid_cursor_message) from exc
+
+
+class RunCursor(CheckedCursor):
     """Newest scheduled first by default; ``ordering`` may name a RUN_ORDERING field."""
 
     page_size = 50
@@ -42,7 +55,7 @@ class RunCursor(CursorPagination):
     ordering = ("-scheduled_at", "-id")
 
 
-class LogCursor(CursorPagination):
+class LogCursor(CheckedCursor):
     """Log lines in the order they were written."""
 
     page_size = 200
@@ -51,7 +64,7 @@ class LogCursor(CursorPagination):
     ordering = ("id",)
 
 
-class DeadCursor(CursorPagination):
+class DeadCursor(CheckedCursor):
     """Most recently dead first."""
 
     page_size = 50

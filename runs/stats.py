@@ -9,13 +9,14 @@ from django.db.models import Min
 from jobs import conf
 from runs.brokers import get_broker
 from runs.clock import db_now
-from runs.models import Run, RunState, WorkerProcess
+from runs.models import PENDING_STATES, Run, WorkerProcess
 
 
 @dataclass(frozen=True)
 class QueueStats:
     """One queue: ``ready``/``delayed``/``leased`` depth in the broker, the age in seconds
-    of the oldest ready run (None when none is ready), and live workers serving it."""
+    of the oldest run that is due and not started (None when none is), and live workers
+    serving it."""
 
     queue: str
     ready: int
@@ -40,8 +41,10 @@ def queue_stats(using: str = "default") -> list[QueueStats]:
     """Depth, oldest ready age and live workers for every queue the broker knows."""
     now = db_now(using)
     depth = {d.queue: d for d in get_broker(using).depth()}
+    # Due and not started, whatever the label: the Redis broker moves a run pushed when
+    # already due straight to ready, while its row may still say "scheduled".
     oldest = dict(
-        Run.objects.using(using).filter(state=RunState.QUEUED)
+        Run.objects.using(using).filter(state__in=PENDING_STATES, run_at__lte=now)
         .values("queue").annotate(oldest=Min("run_at")).values_list("queue", "oldest")
     )
     serving: dict[str, int] = {}

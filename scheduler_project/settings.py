@@ -117,6 +117,8 @@ if REDIS_URL:
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+            # Per deployment: two deployments sharing one Redis keep separate throttles.
+            "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "jobscheduler"),
         }
     }
 
