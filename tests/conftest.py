@@ -121,3 +121,19 @@ def make_runs(using: str, count: int, *, handler: str = "noop", payload=None, qu
         for i in range(count)
     ]
     return Run.objects.using(using).bulk_create(runs)
+
+
+@pytest.fixture
+def alice():
+    """A plain (non-staff) user, owner of the jobs an API test makes."""
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("alice")
+
+
+@pytest.fixture
+def api(alice):
+    """An API client authenticated as ``alice`` with a token."""
+    from tests.test_api_helpers import client_for
+
+    return client_for(alice)

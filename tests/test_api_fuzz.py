@@ -8,14 +8,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import available_timezones
 
 import pytest
-from django.contrib.auth.models import User
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs import cron
 from jobs.models import Job, Schedule
 from runs.models import Run
-from tests.test_api_helpers import client_for, recurring
+from tests.test_api_helpers import recurring
 
 pytestmark = pytest.mark.django_db
 
@@ -62,16 +61,6 @@ run_ats = st.one_of(
     st.integers(),
     st.none(),
 )
-
-
-@pytest.fixture
-def alice():
-    return User.objects.create_user("alice")
-
-
-@pytest.fixture
-def api(alice):
-    return client_for(alice)
 
 
 def send(api, method, path, body):

@@ -4,25 +4,14 @@ cancel (DELETE), pause, resume, trigger and bulk create."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.utils import timezone
 
 from jobs import cron
 from jobs.models import Job
 from runs.models import Attempt, Run, RunState
-from tests.test_api_helpers import client_for, one_off, recurring
+from tests.test_api_helpers import one_off, recurring
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice():
-    return User.objects.create_user("alice")
-
-
-@pytest.fixture
-def api(alice):
-    return client_for(alice)
 
 
 def test_jobs_are_listed_newest_first_a_page_at_a_time(api, alice):

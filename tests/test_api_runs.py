@@ -17,16 +17,6 @@ from tests.test_api_helpers import client_for, finished_run, one_off, recurring
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def alice():
-    return User.objects.create_user("alice")
-
-
-@pytest.fixture
-def api(alice):
-    return client_for(alice)
-
-
 def make_runs(job, count, state=RunState.SCHEDULED, start=None, queue="default"):
     start = start or timezone.now()
     return Run.objects.bulk_create([

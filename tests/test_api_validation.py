@@ -4,12 +4,11 @@ nothing stored (POST), nothing changed (PATCH), nothing of the batch stored (bul
 import json
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import override_settings
 
 from jobs.models import IdempotencyKey, Job, Schedule
 from runs.models import Run
-from tests.test_api_helpers import client_for, one_off, recurring
+from tests.test_api_helpers import one_off, recurring
 
 pytestmark = pytest.mark.django_db
 
@@ -82,16 +81,6 @@ BAD = [
 def stored():
     return (Job.objects.count(), Schedule.objects.count(), Run.objects.count(),
             IdempotencyKey.objects.count())
-
-
-@pytest.fixture
-def alice():
-    return User.objects.create_user("alice")
-
-
-@pytest.fixture
-def api(alice):
-    return client_for(alice)
 
 
 @pytest.mark.parametrize("body, field, reason", BAD, ids=[f"{f}-{i}" for i, (_, f, _) in
