@@ -44,10 +44,13 @@ def run_refs(queryset) -> list[RunRef]:
     ]
 
 
-def _lease_match(leases: Iterable[Lease]) -> Q:
+def _lease_match(leases: Iterable[Lease], run_field: str = "pk",
+                 number_field: str = "attempt") -> Q:
+    """Rows matching any of ``leases`` by (run, attempt number): runs by default, or
+    attempts with ``run_field="run_id", number_field="number"``."""
     match = Q(pk__in=[])
     for lease in leases:
-        match |= Q(pk=lease.run_id, attempt=lease.attempt)
+        match |= Q(**{run_field: lease.run_id, number_field: lease.attempt})
     return match
 
 
@@ -219,18 +222,11 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
         attempt_ids = {
             (a[1], a[2]): a[0]
             for a in attempts.filter(
-                _attempt_match((o.lease.run_id, o.lease.attempt) for o in outcomes)
+                _lease_match((o.lease for o in outcomes), "run_id", "number")
             ).values_list("id", "run_id", "number")
         }
         _store_logs(attempt_ids, outcomes, using)
     return accepted, retried
-
-
-def _attempt_match(keys) -> Q:
-    match = Q(pk__in=[])
-    for run_id, number in keys:
-        match |= Q(run_id=run_id, number=number)
-    return match
 
 
 def release(leases: list[Lease], using: str) -> list[int]:
