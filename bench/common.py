@@ -1,14 +1,17 @@
-"""Helpers shared by every benchmark adapter (bench/run.py and bench/peers/*/bench.py).
+"""Stdlib-only helpers shared by every bench adapter (ours and the peers').
 
-Stdlib only: the peers' virtualenvs import this module (they put bench/ on sys.path) and
-have none of the project's dependencies.
+Peers' adapters run under their own virtualenvs, so nothing here may import a third-party
+package: Redis is spoken through a minimal RESP client, PostgreSQL through the psql/createdb
+command-line tools.
 """
 
 import atexit
 import json
 import math
 import os
+import platform
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,140 +24,295 @@ REDIS_PORT = 6379
 
 
 def percentile(values, p):
-    """The p-th percentile (0-100) of values by linear interpolation; None when empty."""
+    """Return the p-th percentile (0..100) of values by linear interpolation; None if empty."""
     if not values:
         return None
     ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100.0
-    lo = math.floor(k)
-    hi = math.ceil(k)
-    if lo == hi:
-        return ordered[int(k)]
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * p / 100.0
+    low = math.floor(rank)
+    high = math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def emit_json(obj):
-    """Print obj as one JSON line on stdout (the adapter's result must be the last line)."""
+    """Print obj as one JSON line on stdout (the adapter contract's last line) and flush."""
+    sys.stdout.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
-    print(json.dumps(obj, default=str), flush=True)
 
 
-def emit_result(workload, figure, unit, details):
-    """Print the contract's result line: {"workload", "figure", "unit", "details"}."""
-    emit_json({"workload": workload, "figure": figure, "unit": unit, "details": details})
+def log(*parts):
+    """Progress message on stderr, so stdout keeps only the final JSON line."""
+    print(*parts, file=sys.stderr, flush=True)
 
 
-def emit_unsupported(workload, why, details=None):
-    """Print the contract's line for a workload the system cannot do (why: one sentence)."""
-    obj = {"workload": workload, "unsupported": why}
-    if details:
-        obj["details"] = details
-    emit_json(obj)
+def wait_until(predicate, timeout_s, interval_s=0.05):
+    """Call predicate until it returns a truthy value or timeout_s seconds pass.
 
-
-def wait_until(predicate, timeout, interval=0.05):
-    """Call predicate every interval seconds until it returns a truthy value or timeout
-    seconds pass; returns the last value (falsy on timeout)."""
-    deadline = time.monotonic() + timeout
+    Returns the truthy value, or None on timeout.
+    """
+    deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
-        if value or time.monotonic() >= deadline:
+        if value:
             return value
-        time.sleep(interval)
-
-
-def log(*args):
-    """Progress messages go to stderr so that stdout's last line stays the result."""
-    print(*args, file=sys.stderr, flush=True)
-
-
-class ProcessGroups:
-    """Starts subprocesses each in a session of its own and kills every group on stop(),
-    at interpreter exit and on SIGTERM/SIGINT, so that an adapter leaves nothing running."""
-
-    def __init__(self):
-        self.procs = []
-        atexit.register(self.stop)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum, frame):
-        self.stop()
-        sys.exit(128 + signum)
-
-    def start(self, cmd, **kwargs):
-        """Popen cmd in a new session (its own process group); returns the Popen."""
-        kwargs.setdefault("stdin", subprocess.DEVNULL)
-        proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
-        self.procs.append(proc)
-        return proc
-
-    def stop(self, grace=5.0):
-        """SIGTERM every group, wait up to grace seconds, then SIGKILL what is left."""
-        procs, self.procs = self.procs, []
-        for proc in procs:
-            _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for proc in procs:
-            # The group may outlive its leader (forked children): kill it regardless.
-            _signal_group(proc, signal.SIGKILL)
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-def _signal_group(proc, sig):
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def pg_url(dbname):
-    """postgres:// URL of dbname on the benchmark server."""
-    return f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbname}"
-
-
-def psql(sql, dbname="postgres"):
-    """Run sql with psql (stdout of the command, stripped); raises on error."""
-    out = subprocess.run(
-        ["psql", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_USER, "-d", dbname,
-         "-v", "ON_ERROR_STOP=1", "-qAtc", sql],
-        check=True, capture_output=True, text=True,
-    )
-    return out.stdout.strip()
-
-
-def recreate_database(dbname):
-    """Drop (closing its connections) and create the PostgreSQL database dbname."""
-    if "bench" not in dbname:
-        raise ValueError(f"refusing to drop {dbname!r}: benchmark databases contain 'bench'")
-    psql(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    psql(f'CREATE DATABASE "{dbname}"')
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(interval_s)
 
 
 def hardware():
-    """One line describing the machine: CPU model, cores, memory (GiB)."""
-    model = "unknown CPU"
+    """One line describing this machine: CPU model, core count, RAM in GiB, OS, Python."""
+    model = platform.processor() or "unknown CPU"
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
                 if line.startswith("model name"):
                     model = line.split(":", 1)[1].strip()
                     break
     except OSError:
         pass
-    mem = ""
+    mem_gib = None
     try:
-        with open("/proc/meminfo") as f:
-            kb = int(f.readline().split()[1])
-        mem = f", {kb / 1024 / 1024:.1f} GiB RAM"
-    except (OSError, ValueError, IndexError):
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+                    break
+    except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores{mem}"
+    return (
+        f"{model}, {os.cpu_count()} cores, {mem_gib} GiB RAM, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+    )
+
+
+# --- Redis (minimal RESP2 client, enough for FLUSHDB / INFO / counters) -------------------
+
+
+class Redis:
+    """A tiny synchronous RESP2 client: one socket, one command at a time."""
+
+    def __init__(self, db=0, host=REDIS_HOST, port=REDIS_PORT, timeout_s=30.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.buf = b""
+        if db:
+            self.execute("SELECT", db)
+
+    def close(self):
+        """Close the socket."""
+        self.sock.close()
+
+    def _readline(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _readexact(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def _reply(self):
+        line = self._readline()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            if size < 0:
+                return None
+            data = self._readexact(size + 2)[:-2]
+            return data
+        if kind == b"*":
+            size = int(rest)
+            if size < 0:
+                return None
+            return [self._reply() for _ in range(size)]
+        raise RuntimeError(f"unexpected RESP reply {line!r}")
+
+    def execute(self, *args):
+        """Send one command and return its decoded reply (bulk strings stay bytes)."""
+        out = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            data = arg if isinstance(arg, bytes) else str(arg).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        self.sock.sendall(b"".join(out))
+        return self._reply()
+
+
+def redis_flushdb(db):
+    """FLUSHDB the given Redis db index (never FLUSHALL: other systems share the server)."""
+    r = Redis(db)
+    try:
+        r.execute("FLUSHDB")
+    finally:
+        r.close()
+
+
+def redis_used_memory(db=0):
+    """Return INFO memory used_memory in bytes (server-wide; callers take deltas)."""
+    r = Redis(db)
+    try:
+        info = r.execute("INFO", "memory").decode()
+    finally:
+        r.close()
+    for line in info.splitlines():
+        if line.startswith("used_memory:"):
+            return int(line.split(":", 1)[1])
+    raise RuntimeError("used_memory missing from INFO memory")
+
+
+# --- PostgreSQL through the command-line tools --------------------------------------------
+
+
+def pg_recreate_database(name):
+    """Drop (terminating its sessions) and create PostgreSQL database name."""
+    pg_exec_sql(
+        "postgres",
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE datname = '{name}' AND pid <> pg_backend_pid()",
+    )
+    subprocess.run(
+        ["dropdb", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_USER, "--if-exists", name],
+        check=True,
+    )
+    subprocess.run(
+        ["createdb", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_USER, name], check=True
+    )
+
+
+def pg_exec_sql(database, sql):
+    """Run sql through psql on database and return its unaligned, tuples-only output."""
+    result = subprocess.run(
+        ["psql", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_USER, "-d", database,
+         "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql],
+        check=True, capture_output=True, text=True,
+    )
+    return result.stdout.strip()
+
+
+def pg_url(database):
+    """postgres:// URL for database on the bench server."""
+    return f"postgres://{PG_USER}@{PG_HOST}:{PG_PORT}/{database}"
+
+
+# --- Subprocesses: every one in its own process group, all killed on exit -----------------
+
+_GROUPS = []
+
+
+def spawn(cmd, env=None, cwd=None, log_path=None):
+    """Start cmd in a new session (its own process group) and remember it for kill_all().
+
+    Output goes to log_path (appended) or is discarded. Returns the Popen.
+    """
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    _GROUPS.append(proc)
+    return proc
+
+
+def stop(proc, grace_s=10.0):
+    """SIGTERM proc's process group, wait up to grace_s seconds, then SIGKILL it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    # Children (prefork pool, forked workers) may outlive the leader: kill the group anyway.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    if proc in _GROUPS:
+        _GROUPS.remove(proc)
+
+
+def kill_all():
+    """Stop every process group started by spawn() that is still registered."""
+    for proc in list(_GROUPS):
+        stop(proc, grace_s=3.0)
+
+
+def _on_signal(signum, frame):
+    kill_all()
+    sys.exit(128 + signum)
+
+
+atexit.register(kill_all)
+
+
+def install_signal_handlers():
+    """Make SIGTERM/SIGINT/SIGHUP kill our process groups before exiting."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+
+
+def next_minute_boundary(min_lead_s=20.0):
+    """Return the epoch second of the next minute boundary at least min_lead_s away."""
+    now = time.time()
+    boundary = (int(now) // 60 + 1) * 60
+    while boundary - now < min_lead_s:
+        boundary += 60
+    return boundary
+
+
+def base_parser(description):
+    """argparse parser with the contract's options: WORKLOAD --n --rate --duration --quick."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5", "W6"])
+    parser.add_argument("--n", type=int, default=None)
+    parser.add_argument("--rate", type=float, default=116.0)
+    parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument("--quick", action="store_true")
+    return parser
+
+
+DEFAULT_N = {
+    # workload: (full, quick)
+    "W1": (20000, 5000),
+    "W2": (20000, 2000),
+    "W4": (20000, 1000),
+    "W6": (50000, 50000),
+}
+
+
+def default_n(args):
+    """N for args.workload: --n if given, else the contract's full or quick size."""
+    if args.n:
+        return args.n
+    full, quick = DEFAULT_N.get(args.workload, (0, 0))
+    return quick if args.quick else full
+
+
+def default_duration(args):
+    """W3 duration in seconds: --duration if given, else 60 (quick 15)."""
+    if args.duration:
+        return args.duration
+    return 15.0 if args.quick else 60.0
