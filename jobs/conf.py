@@ -27,7 +27,23 @@ DEFAULTS: dict[str, Tunable] = {
     "SCHEDULER_TICK_S": Tunable(1.0, float, "seconds between scheduler ticks"),
     "PARTITIONS": Tunable(16, int, "number of job-id partitions schedulers split by lease"),
     "PARTITION_TTL_S": Tunable(15.0, float, "seconds a scheduler's partition lease lasts"),
-    "SHARDS": Tunable(1, int, "shards per queue in the redis broker"),
+    "SHARDS": Tunable(
+        1, int, "shards per queue: a run's shard is crc32(job shard_key or handler) % SHARDS"),
+    "SHARD_LEASE_TTL_S": Tunable(
+        10.0, float, "seconds a dispatcher's lease on a shard lasts without renewal"),
+    "PRIORITY_CLASSES": Tunable(
+        "0-2:70,3-6:25,7-9:5", str,
+        'priority classes and their weighted share of leases, "<lo>-<hi>:<weight>,..."; '
+        "empty: one class, strict priority order"),
+    "OWNER_CONCURRENCY": Tunable(
+        0, int, "most runs of one owner running at once, cluster-wide; 0: no limit"),
+    "QUEUE_CONCURRENCY": Tunable(
+        "", str, 'most runs of a queue running at once, "<queue>=<n>,..."'),
+    "QUEUE_RATE": Tunable(
+        "", str,
+        'runs a queue may start per second (token bucket), "<queue>=<rate>[:<burst>],..."'),
+    "FAIR_SCAN": Tunable(
+        2000, int, "most ready runs one lease call may set aside for owners at their limit"),
     "SCHEDULE_BATCH": Tunable(1000, int, "cron jobs claimed per scheduler transaction"),
     "PROMOTE_BATCH": Tunable(1000, int, "runs moved delayed -> ready per promote call"),
     "REAP_BATCH": Tunable(500, int, "expired leases handled per reap call"),

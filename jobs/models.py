@@ -65,6 +65,9 @@ class Job(models.Model):
     handler = models.CharField(max_length=200)
     payload = models.JSONField(default=dict, blank=True)
     queue = models.CharField(max_length=64, default="default")
+    shard_key = models.CharField(
+        max_length=200, blank=True, default="",
+        help_text="runs go to shard crc32(shard_key or handler) % SHARDS of their queue")
     priority = models.PositiveSmallIntegerField(default=5)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
     run_at = models.DateTimeField(null=True, blank=True)
@@ -109,6 +112,38 @@ class Job(models.Model):
     @property
     def is_recurring(self) -> bool:
         return self.schedule_id is not None
+
+    @property
+    def shard_source(self) -> str:
+        """What the shard is hashed from: ``shard_key`` if set, else the handler name."""
+        return self.shard_key or self.handler
+
+
+class OwnerPolicy(models.Model):
+    """Isolation settings of one owner (a tenant), set by staff through the admin or
+    ``/api/limits/``: ``max_running`` caps that owner's runs running at once across the
+    cluster (null: SCHEDULER OWNER_CONCURRENCY); ``default_queue`` is the queue its jobs
+    go to when they name none (blank: "default")."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE,
+        related_name="scheduler_policy",
+    )
+    max_running = models.PositiveIntegerField(null=True, blank=True)
+    default_queue = models.CharField(max_length=64, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "owner policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_running__isnull=True) | Q(max_running__gte=1),
+                name="owner_policy_max_running_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"policy of {self.owner}"
 
 
 class SchedulerPartition(models.Model):

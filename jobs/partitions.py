@@ -17,17 +17,21 @@ from runs.clock import db_now, seconds
 
 
 class PartitionLeases:
-    """The partitions held by scheduler ``owner`` (a unique string)."""
+    """The partitions held by scheduler ``owner`` (a unique string). ``model`` is the lease
+    table: SchedulerPartition for schedulers, runs.models.ShardLease for dispatchers (which
+    split queue shards the same way)."""
 
-    def __init__(self, owner: str, total: int, ttl_s: float, using: str = "default"):
+    def __init__(self, owner: str, total: int, ttl_s: float, using: str = "default",
+                 model=SchedulerPartition):
         self.owner, self.total, self.ttl_s, self.using = owner, total, ttl_s, using
+        self.model = model
         self.owned: list[int] = []
 
     def _ensure_rows(self) -> None:
-        rows = SchedulerPartition.objects.using(self.using)
+        rows = self.model.objects.using(self.using)
         if rows.filter(number__lt=self.total).count() < self.total:
             rows.bulk_create(
-                [SchedulerPartition(number=n) for n in range(self.total)],
+                [self.model(number=n) for n in range(self.total)],
                 ignore_conflicts=True,
             )
 
@@ -36,7 +40,7 @@ class PartitionLeases:
         (ceil(total / live schedulers)), give back any excess; returns the partitions now
         held, sorted."""
         self._ensure_rows()
-        rows = SchedulerPartition.objects.using(self.using).filter(number__lt=self.total)
+        rows = self.model.objects.using(self.using).filter(number__lt=self.total)
         with transaction.atomic(using=self.using):
             now = db_now(self.using)
             expires = now + seconds(self.ttl_s)
@@ -62,7 +66,7 @@ class PartitionLeases:
 
     def release_all(self) -> None:
         """Give every partition back (clean shutdown), so others take them at once."""
-        SchedulerPartition.objects.using(self.using).filter(owner=self.owner).update(
+        self.model.objects.using(self.using).filter(owner=self.owner).update(
             owner="", lease_expires_at=None
         )
         self.owned = []

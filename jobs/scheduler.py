@@ -120,7 +120,7 @@ class Scheduler(Daemon):
             rows, advances = [], []
             for job in jobs:
                 times, next_run_at = plan_occurrences(job, now, horizon)
-                shard = shard_of(job.handler, conf.get("SHARDS"))
+                shard = shard_of(job.shard_source, conf.get("SHARDS"))
                 rows += [(job, t, shard) for t in times]
                 advances.append((job.pk, job.next_run_at, next_run_at))
             run_ids = self._insert_runs(rows, now)

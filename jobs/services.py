@@ -141,13 +141,13 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
         insert_rows(Job, jobs, using)
         runs = [
             Run(job_id=job.pk, scheduled_at=job.run_at, run_at=job.run_at, queue=job.queue,
-                shard=shard_of(job.handler, shards), priority=job.priority,
+                shard=shard_of(job.shard_source, shards), priority=job.priority,
                 max_attempts=job.max_attempts)
             for job in jobs if job.run_at is not None
         ]
         insert_rows(Run, runs, using)
         broker.push_after_commit([
-            RunRef(r.pk, r.queue, r.shard, r.priority, r.run_at) for r in runs
+            RunRef(r.pk, r.queue, r.shard, r.priority, r.run_at, owner_id) for r in runs
         ])
     return jobs
 
@@ -267,10 +267,11 @@ def trigger(job_id: int, using: str = "default", at: datetime | None = None) -> 
             raise SchedulerError(f"job {job_id} already has a run at {when.isoformat()}")
         run = Run.objects.using(using).create(
             job=job, scheduled_at=when, run_at=when, queue=job.queue,
-            shard=shard_of(job.handler, conf.get("SHARDS")), priority=job.priority,
+            shard=shard_of(job.shard_source, conf.get("SHARDS")), priority=job.priority,
             max_attempts=job.max_attempts,
         )
-        broker.push_after_commit([RunRef(run.pk, run.queue, run.shard, run.priority, when)])
+        broker.push_after_commit(
+            [RunRef(run.pk, run.queue, run.shard, run.priority, when, job.owner_id)])
     return run
 
 
@@ -370,7 +371,9 @@ def _reschedule_one_off(job: Job, run_at: datetime, now: datetime, broker, using
     if not cancelled:
         raise SchedulerError(f"job {job.pk}'s run already started; create a new job instead")
     run = runs.create(job=job, scheduled_at=run_at, run_at=run_at, queue=job.queue,
-                      shard=shard_of(job.handler, conf.get("SHARDS")), priority=job.priority,
+                      shard=shard_of(job.shard_source, conf.get("SHARDS")),
+                      priority=job.priority,
                       max_attempts=job.max_attempts)
     job.run_at = run_at
-    broker.push_after_commit([RunRef(run.pk, run.queue, run.shard, run.priority, run_at)])
+    broker.push_after_commit(
+        [RunRef(run.pk, run.queue, run.shard, run.priority, run_at, job.owner_id)])

@@ -1,44 +1,81 @@
 """The dispatcher daemon (``rundispatcher``): promotes due runs to ready, reaps expired
-leases (retry with backoff or dead letter), and reconciles the database with the broker so
-that a Redis FLUSHALL or restart loses nothing (DESIGN.md, "Processes").
+leases (retry with backoff or dead letter), releases runs held back by an owner's limit
+once the owner has room, and reconciles the database with the broker so that a Redis
+FLUSHALL or restart loses nothing (DESIGN.md, "Processes").
 
-Several dispatchers may run at once: promote is atomic (one Lua call, or SKIP LOCKED),
-reaping is fenced, and reconcile is idempotent.
+Dispatchers split the SHARDS shards of every queue between them by lease (runs.models.
+ShardLease, the same protocol as the schedulers' partitions, jobs/partitions.py): each
+holds about ``SHARDS / live dispatchers`` of them, renews them every third of
+SHARD_LEASE_TTL_S, and a dead dispatcher's shards are taken over once its leases expire,
+within one TTL. Ownership only spreads the work: promote is atomic (one Lua call, or SKIP
+LOCKED), reaping is fenced and reconcile is idempotent, so an overlap during a handover
+is harmless.
 """
 
+import os
+import socket
 import time
+import uuid
 
 from jobs import conf
+from jobs.partitions import PartitionLeases
 from runs.brokers import get_broker
 from runs.daemon import Daemon
+from runs.limits import owner_limits
+from runs.models import ShardLease
 
 
 class Dispatcher(Daemon):
-    """One round: reconcile if the broker lost its state (or RECONCILE_INTERVAL_S passed),
-    promote due runs, reap expired leases."""
+    """One round: renew shard leases when due; for the held shards, reconcile if the
+    broker lost their state (or RECONCILE_INTERVAL_S passed), promote due runs, unpark
+    runs whose owner has room, reap expired leases."""
 
     name = "dispatcher"
 
-    def __init__(self, using: str = "default"):
+    def __init__(self, using: str = "default", dispatcher_id: str | None = None):
         super().__init__(using)
         self.broker = get_broker(using)
         self.interval_s = conf.get("DISPATCH_INTERVAL_S")
         self.reconcile_every_s = conf.get("RECONCILE_INTERVAL_S")
-        self.last_reconcile = 0.0
+        self.dispatcher_id = dispatcher_id or (
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+        ttl_s = conf.get("SHARD_LEASE_TTL_S")
+        self.leases = PartitionLeases(self.dispatcher_id, self.broker.shard_count(), ttl_s,
+                                      using, model=ShardLease)
+        self.renew_every_s = ttl_s / 3
+        self.last_renew = float("-inf")
+        self.last_reconcile = float("-inf")
+
+    @property
+    def shards(self) -> list[int]:
+        """The shards this dispatcher holds now."""
+        return self.leases.owned
 
     def round(self) -> bool:
+        if time.monotonic() - self.last_renew >= self.renew_every_s:
+            self.leases.refresh()
+            self.last_renew = time.monotonic()
+        shards = self.shards
+        if not shards:
+            return False
+        scope = shards if len(shards) < self.leases.total else None
         reconciled = 0
-        if (self.broker.needs_reconcile()
+        if (self.broker.needs_reconcile(shards)
                 or time.monotonic() - self.last_reconcile >= self.reconcile_every_s):
             # Mark first: a flush during the scan removes the mark and triggers another.
-            self.broker.mark_reconciled()
-            reconciled = self.broker.reconcile()
+            self.broker.mark_reconciled(shards)
+            self.broker.sync_limits(owner_limits(self.using))
+            reconciled = self.broker.reconcile(shards=scope)
             self.last_reconcile = time.monotonic()
             if reconciled:
                 self.log.info("dispatcher: reconcile pushed %d runs the broker lacked",
                               reconciled)
-        promoted = self.broker.promote()
-        reaped = self.broker.reap()
+        promoted = self.broker.promote(shards=scope)
+        unparked = self.broker.unpark(scope)
+        reaped = self.broker.reap(shards=scope)
         if reaped:
             self.log.info("dispatcher: %d expired leases retried or dead-lettered", reaped)
-        return bool(promoted or reaped or reconciled)
+        return bool(promoted or reaped or reconciled or unparked)
+
+    def shutdown(self) -> None:
+        self.leases.release_all()

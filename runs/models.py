@@ -193,3 +193,27 @@ class DeadRun(Run):
         proxy = True
         verbose_name = "dead run"
         verbose_name_plural = "dead letter"
+
+
+class ShardLease(models.Model):
+    """A dispatcher's lease on shard ``number`` of every queue: the dispatcher whose lease
+    is live promotes, reaps and reconciles that shard (DESIGN.md, "Processes")."""
+
+    number = models.PositiveIntegerField(primary_key=True)
+    owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"shard {self.number} -> {self.owner or '-'}"
+
+
+class RateBucket(models.Model):
+    """The database broker's token bucket for ``queue``'s rate limit (QUEUE_RATE):
+    ``tokens`` left as of ``updated_at``. The Redis broker keeps the same in Redis."""
+
+    queue = models.CharField(max_length=64, primary_key=True)
+    tokens = models.FloatField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.tokens:.1f} tokens"

@@ -39,8 +39,9 @@ def storable(text: str, limit: int = ERROR_MAX) -> str:
 def run_refs(queryset) -> list[RunRef]:
     """RunRefs for the runs of ``queryset`` (one query)."""
     return [
-        RunRef(id=r[0], queue=r[1], shard=r[2], priority=r[3], run_at=r[4])
-        for r in queryset.values_list("id", "queue", "shard", "priority", "run_at")
+        RunRef(id=r[0], queue=r[1], shard=r[2], priority=r[3], run_at=r[4], owner=r[5])
+        for r in queryset.values_list("id", "queue", "shard", "priority", "run_at",
+                                      "job__owner_id")
     ]
 
 
@@ -256,16 +257,19 @@ def release(leases: list[Lease], using: str) -> list[int]:
     return [i for i in released if i not in gone]
 
 
-def expire_leases(limit: int, using: str) -> list[int]:
+def expire_leases(limit: int, using: str, shards: list[int] | None = None) -> list[int]:
     """Handle up to ``limit`` runs whose lease expired on the database clock: retry with
     backoff, or dead-letter after max_attempts; the attempt is recorded as
-    ``lease_expired``. Safe to run from several dispatchers (SKIP LOCKED where supported).
+    ``lease_expired``. ``shards`` restricts it to runs of those shards (a dispatcher's own;
+    None: all). Safe to run from several dispatchers (SKIP LOCKED where supported).
     Returns the ids to push back to the broker after commit."""
+    expired = Run.objects.using(using).filter(state=RunState.RUNNING)
+    if shards is not None:
+        expired = expired.filter(shard__in=shards)
     with transaction.atomic(using=using):
         now = db_now(using)
         rows = list(
-            Run.objects.using(using)
-            .filter(state=RunState.RUNNING, lease_expires_at__lt=now)
+            expired.filter(lease_expires_at__lt=now)
             .select_for_update(skip_locked=True)
             .values_list("id", "attempt", "max_attempts", "worker_id")[:limit]
         )

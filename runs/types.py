@@ -9,14 +9,16 @@ Slot = tuple[int, str, int]
 
 @dataclass(frozen=True)
 class RunRef:
-    """What a broker needs to place a run: its id, queue, shard, priority (0-9) and
-    ``run_at`` (aware UTC datetime: when it may start)."""
+    """What a broker needs to place a run: its id, queue, shard, priority (0-9),
+    ``run_at`` (aware UTC datetime: when it may start) and its job's owner id (None: no
+    owner; per-owner limits do not apply)."""
 
     id: int
     queue: str
     shard: int
     priority: int
     run_at: datetime
+    owner: int | None = None
 
 
 @dataclass(frozen=True)

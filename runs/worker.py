@@ -74,17 +74,20 @@ class Worker(Daemon):
 
     ``max_runs`` stops the worker after that many finished runs; ``burst`` stops it once
     nothing is ready and nothing is in flight (both make the daemon testable).
+    ``weights`` (queue -> positive int) splits lease capacity between the queues by weight
+    (Broker.lease); without it the queues are served in the order given.
     """
 
     name = "worker"
 
     def __init__(self, queues: list[str], concurrency: int = 2, using: str = "default",
                  max_runs: int | None = None, burst: bool = False,
-                 grace_s: float | None = None):
+                 grace_s: float | None = None, weights: dict[str, int] | None = None):
         super().__init__(using)
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.queues = queues
+        self.weights = weights
         self.concurrency = concurrency
         self.max_runs = max_runs
         self.burst = burst
@@ -181,7 +184,7 @@ class Worker(Daemon):
             want = min(want, self.max_runs - self.finished - len(self.in_flight()))
         if want <= 0:
             return
-        leases = self.broker.lease(self.queues, want, self.worker_id)
+        leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
         self.idle = not leases
         if not leases:
             return

@@ -40,6 +40,7 @@ class Broker(ABC):
 
     def __init__(self, using: str = "default"):
         self.using = using
+        self._swrr: dict[tuple[str, ...], dict[str, int]] = {}
 
     # --- working-set verbs each broker implements -------------------------------------
 
@@ -50,14 +51,17 @@ class Broker(ABC):
         Call after the transaction that created or changed the runs has committed."""
 
     @abstractmethod
-    def promote(self, limit: int | None = None) -> int:
+    def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:
         """Move up to ``limit`` (default PROMOTE_BATCH) due delayed runs to ready, atomically;
-        mark them ``queued``. Returns how many moved."""
+        mark them ``queued``. ``shards``: only those shards (a dispatcher's own; None: all).
+        Returns how many moved."""
 
     @abstractmethod
     def _claim(self, queues: list[str], n: int) -> list[Slot]:
-        """Take up to ``n`` ready runs from ``queues`` (in the order given), by priority then
-        run_at. Runs inside the lease transaction; no run may go to two callers."""
+        """Take up to ``n`` ready runs from ``queues`` (in the order given), applying the
+        isolation policy (runs/policy.py): priority classes by weighted share, strict order
+        inside a class, per-owner and per-queue limits, per-queue rate limits. Runs inside
+        the lease transaction; no run may go to two callers."""
 
     @abstractmethod
     def depth(self) -> list[QueueDepth]:
@@ -71,22 +75,41 @@ class Broker(ABC):
         """Extend the broker-side record of ``leases`` (the database row is the authority)."""
         return None
 
-    def _expired_claims(self, limit: int) -> list[int]:
+    def _expired_claims(self, limit: int, shards: list[int] | None = None) -> list[int]:
         """Ids whose broker-side lease lapsed; runs the database still calls pending are
         pushed again (a worker died between claiming and starting them)."""
         return []
+
+    def shard_count(self) -> int:
+        """How many shards each queue is split into (SHARDS)."""
+        return max(conf.get("SHARDS"), 1)
+
+    def shard_depth(self) -> list[tuple[str, int, int, int, int]]:
+        """``(queue, shard, ready, delayed, leased)`` for every queue shard with runs."""
+        return []
+
+    def unpark(self, shards: list[int] | None = None) -> int:
+        """Give runs held back by their owner's limit another chance once the owner has
+        room (``shards``: only those; None: all). Returns how many were released."""
+        return 0
+
+    def sync_limits(self, limits: dict[int, int]) -> None:
+        """Make the broker enforce ``limits`` (owner id -> most running runs)."""
+        return None
 
     def missing(self, slots: list[Slot]) -> list[int]:
         """Of these pending runs, the ids of those the broker does not hold (reconcile)."""
         return []
 
-    def needs_reconcile(self) -> bool:
-        """True when the broker has lost its state (e.g. Redis was flushed or restarted)
-        since ``mark_reconciled``; the dispatcher then reconciles at once."""
+    def needs_reconcile(self, shards: list[int] | None = None) -> bool:
+        """True when the broker has lost the state of any of ``shards`` (default: all),
+        e.g. Redis was flushed or restarted, since ``mark_reconciled``; the dispatcher then
+        reconciles at once."""
         return False
 
-    def mark_reconciled(self) -> None:
-        """Record that the working set was rebuilt from the database."""
+    def mark_reconciled(self, shards: list[int] | None = None) -> None:
+        """Record that the working set of ``shards`` (default: all) was rebuilt from the
+        database."""
         return None
 
     def ping(self) -> None:
@@ -96,13 +119,22 @@ class Broker(ABC):
     # --- shared operations --------------------------------------------------------------
 
     def lease(self, queues: list[str], n: int, worker_id: str,
-              ttl_s: float | None = None) -> list[Lease]:
+              ttl_s: float | None = None, weights: dict[str, int] | None = None) -> list[Lease]:
         """Lease up to ``n`` ready runs from ``queues`` to ``worker_id`` for ``ttl_s``
         seconds (default LEASE_TTL_S). Each run is leased to exactly one caller; each lease
-        starts a new attempt (an Attempt row) whose number fences later acks."""
+        starts a new attempt (an Attempt row) whose number fences later acks.
+
+        Without ``weights`` the queues are served in the order given. With ``weights``
+        (queue -> positive int) the ``n`` slots are split between the queues by smooth
+        weighted round-robin (as nginx's upstream balancer), so over many calls each
+        backlogged queue gets its weight's share; slots a queue cannot fill go to the
+        others."""
         ttl_s = ttl_s or conf.get("LEASE_TTL_S")
         with transaction.atomic(using=self.using):
-            claimed = self._claim(queues, n)
+            if weights and len(queues) > 1:
+                claimed = self._claim_weighted(queues, n, weights)
+            else:
+                claimed = self._claim(queues, n)
             leases = transitions.start_attempts(
                 [slot[0] for slot in claimed], worker_id, ttl_s, self.using
             )
@@ -111,6 +143,28 @@ class Broker(ABC):
         if refused:
             self._forget(refused)
         return [started[slot[0]] for slot in claimed if slot[0] in started]
+
+    def _claim_weighted(self, queues: list[str], n: int, weights: dict[str, int]) -> list[Slot]:
+        current = self._swrr.setdefault(tuple(queues), dict.fromkeys(queues, 0))
+        total = sum(weights.get(q, 1) for q in queues)
+        wanted = dict.fromkeys(queues, 0)
+        for _ in range(n):
+            for queue in queues:
+                current[queue] += weights.get(queue, 1)
+            best = max(queues, key=lambda q: current[q])
+            current[best] -= total
+            wanted[best] += 1
+        claimed: list[Slot] = []
+        full = []
+        for queue in queues:
+            if wanted[queue]:
+                got = self._claim([queue], wanted[queue])
+                claimed += got
+                if len(got) == wanted[queue]:
+                    full.append(queue)
+        if len(claimed) < n and full:
+            claimed += self._claim(full, n - len(claimed))
+        return claimed
 
     def heartbeat(self, leases: list[Lease], ttl_s: float | None = None) -> list[Lease]:
         """Extend ``leases`` by ``ttl_s`` seconds from now; returns the leases still held,
@@ -136,24 +190,28 @@ class Broker(ABC):
         self._after_commit(self._push_ids, released)
         return released
 
-    def reap(self, limit: int | None = None) -> int:
+    def reap(self, limit: int | None = None, shards: list[int] | None = None) -> int:
         """Retry or dead-letter runs whose lease expired (database clock), and push back
-        runs the broker claimed for a worker that died before starting them."""
+        runs the broker claimed for a worker that died before starting them. ``shards``:
+        only runs of those shards (a dispatcher's own; None: all)."""
         limit = limit or conf.get("REAP_BATCH")
-        retried = transitions.expire_leases(limit, self.using)
+        retried = transitions.expire_leases(limit, self.using, shards)
         self._push_ids(retried)
-        lapsed = self._expired_claims(limit)
+        lapsed = self._expired_claims(limit, shards)
         if lapsed:
             self._push_ids(lapsed, pending_only=True)
         return len(retried)
 
-    def reconcile(self, batch: int = 5000) -> int:
+    def reconcile(self, batch: int = 5000, shards: list[int] | None = None) -> int:
         """Push every pending run of an active job that the broker lacks (after a Redis
-        FLUSHALL or restart). Returns how many were pushed again."""
+        FLUSHALL or restart); ``shards``: only those shards. Returns how many were pushed
+        again."""
         pushed, last_id = 0, 0
         pending = Run.objects.using(self.using).filter(
             state__in=PENDING_STATES, job__status="active"
         )
+        if shards is not None:
+            pending = pending.filter(shard__in=shards)
         while True:
             slots = list(
                 pending.filter(pk__gt=last_id)

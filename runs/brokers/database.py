@@ -4,16 +4,51 @@ The runs table is the working set: delayed = ``scheduled``/``retrying`` rows, re
 ``queued`` rows, leased = ``running`` rows. Claims use ``SELECT ... FOR UPDATE SKIP
 LOCKED`` on PostgreSQL; on SQLite the lease transaction is IMMEDIATE (settings), which
 serialises writers, so the same query is safe there.
+
+The isolation policy (runs/policy.py) is the Redis broker's, with two documented
+differences (docs/scaling.md): the stride state of the priority classes lives in each
+worker process rather than in one place, so shares hold per worker (and so overall); and
+when any concurrency or rate limit is configured, claims take one transaction-scoped
+advisory lock on PostgreSQL, which serialises them, so the counts they check stay true.
 """
 
-from django.db import transaction
-from django.db.models import Count, Q
+from django.db import connections, transaction
+from django.db.models import Count, F, Q
 
 from jobs import conf
+from runs import policy
 from runs.brokers.base import Broker
 from runs.clock import db_now
-from runs.models import DELAYED_STATES, Run, RunState
+from runs.limits import owner_limits
+from runs.models import DELAYED_STATES, RateBucket, Run, RunState
 from runs.types import QueueDepth, RunRef, Slot
+
+CLAIM_LOCK = 0x5C4ED  # pg_advisory_xact_lock key serialising limited claims
+CANDIDATES_PER_SLOT = 4  # rows fetched per wanted run when owner limits may skip some
+
+
+class Stride:
+    """Stride-scheduling state of the priority classes for one queue (runs/policy.py):
+    ``passes`` per class and ``vt``, the virtual time of the last lease."""
+
+    def __init__(self, classes: tuple[policy.PriorityClass, ...]):
+        self.classes = classes
+        self.passes = [c.stride for c in classes]
+        self.vt = 0.0
+
+    def settle(self, has_ready: list[bool]) -> None:
+        """A class with nothing ready banks no credit: raise its pass to ``vt``."""
+        self.passes = [p if ready else max(p, self.vt)
+                       for p, ready in zip(self.passes, has_ready, strict=True)]
+
+    def choose(self, open_: list[int]) -> int | None:
+        """The class to serve next among ``open_`` (lowest pass, then lowest index)."""
+        return min(open_, key=lambda i: (self.passes[i], i)) if open_ else None
+
+    def charge(self, i: int) -> None:
+        """Record one lease to class ``i``."""
+        self.vt = self.passes[i]
+        self.passes[i] += self.classes[i].stride
 
 
 class DatabaseBroker(Broker):
@@ -21,19 +56,25 @@ class DatabaseBroker(Broker):
 
     name = "database"
 
+    def __init__(self, using: str = "default"):
+        super().__init__(using)
+        self._stride: dict[str, Stride] = {}
+
     def push(self, runs: list[RunRef]) -> None:
         """Nothing to copy: the rows are the working set. Due runs are promoted at once so
         that a run triggered now does not wait for the dispatcher's next round."""
         if runs:
             self.promote()
 
-    def promote(self, limit: int | None = None) -> int:
+    def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:
         limit = limit or conf.get("PROMOTE_BATCH")
         runs = Run.objects.using(self.using)
+        due = runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using))
+        if shards is not None:
+            due = due.filter(shard__in=shards)
         with transaction.atomic(using=self.using):
             ids = list(
-                runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using))
-                .order_by("run_at")
+                due.order_by("run_at")
                 .select_for_update(skip_locked=True)
                 .values_list("pk", flat=True)[:limit]
             )
@@ -43,29 +84,128 @@ class DatabaseBroker(Broker):
                 state=RunState.QUEUED
             )
 
-    def reconcile(self, batch: int = 5000) -> int:
+    def reconcile(self, batch: int = 5000, shards: list[int] | None = None) -> int:
         """Nothing can be lost: the runs table is the working set."""
         return 0
 
     def _claim(self, queues: list[str], n: int) -> list[Slot]:
-        return list(
-            Run.objects.using(self.using)
-            .filter(state=RunState.QUEUED, queue__in=queues, job__status="active")
-            .order_by("priority", "run_at", "pk")
-            .select_for_update(skip_locked=True, of=("self",))
-            .values_list("pk", "queue", "shard")[:n]
-        )
+        claimed: list[Slot] = []
+        for queue in queues:
+            if len(claimed) >= n:
+                break
+            claimed += self._claim_queue(queue, n - len(claimed))
+        return claimed
+
+    def _claim_queue(self, queue: str, n: int) -> list[Slot]:
+        runs = Run.objects.using(self.using)
+        limits = policy.queue_limits(queue)
+        owner_default = conf.get("OWNER_CONCURRENCY")
+        explicit = owner_limits(self.using)
+        if limits.max_running or limits.rate or owner_default or explicit:
+            self._serialise()
+        if limits.max_running:
+            n = min(n, limits.max_running
+                    - runs.filter(state=RunState.RUNNING, queue=queue).count())
+        if limits.rate and n > 0:
+            n = self._take_tokens(queue, limits, n)
+        if n <= 0:
+            return []
+        room = None
+        ready = runs.filter(state=RunState.QUEUED, queue=queue, job__status="active")
+        if owner_default or explicit:
+            room = self._owner_room(owner_default, explicit)
+            ready = ready.exclude(job__owner_id__in=[o for o, r in room.items() if r <= 0])
+        fetch = n * CANDIDATES_PER_SLOT if room is not None else n
+        classes = policy.classes()
+        candidates = [
+            list(ready.filter(priority__gte=c.lo, priority__lte=c.hi)
+                 .order_by("priority", "run_at", "pk")
+                 .select_for_update(skip_locked=True, of=("self",))
+                 .values_list("pk", "queue", "shard", "job__owner_id")[:fetch])
+            for c in classes
+        ]
+        stride = self._stride.get(queue)
+        if stride is None or stride.classes != classes:
+            stride = self._stride[queue] = Stride(classes)
+        stride.settle([bool(c) for c in candidates])
+        picked: list[Slot] = []
+        heads = [0] * len(classes)
+        while len(picked) < n:
+            i = stride.choose([c for c in range(len(classes)) if heads[c] < len(candidates[c])])
+            if i is None:
+                break
+            run_id, run_queue, shard, owner = candidates[i][heads[i]]
+            heads[i] += 1
+            if room is not None and owner is not None:
+                left = room.get(owner, explicit.get(owner, owner_default) or None)
+                if left is not None:
+                    if left <= 0:
+                        continue
+                    room[owner] = left - 1
+            stride.charge(i)
+            picked.append((run_id, run_queue, shard))
+        stride.settle([heads[c] < len(candidates[c]) for c in range(len(classes))])
+        if limits.rate and len(picked) < n:
+            self._return_tokens(queue, n - len(picked))
+        return picked
+
+    def _serialise(self) -> None:
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
+
+    def _owner_room(self, owner_default: int, explicit: dict[int, int]) -> dict[int, int]:
+        """Owner id -> runs it may still start, for owners with a limit and runs running."""
+        running = (Run.objects.using(self.using).filter(state=RunState.RUNNING)
+                   .values("job__owner_id").annotate(n=Count("pk"))
+                   .values_list("job__owner_id", "n"))
+        room = {}
+        for owner, count in running:
+            limit = explicit.get(owner, owner_default)
+            if owner is not None and limit:
+                room[owner] = limit - count
+        return room
+
+    def _bucket(self, queue: str, limits: policy.QueueLimits) -> tuple[RateBucket, float]:
+        now = db_now(self.using)
+        bucket, _ = (RateBucket.objects.using(self.using).select_for_update()
+                     .get_or_create(queue=queue,
+                                    defaults={"tokens": limits.burst, "updated_at": now}))
+        elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
+        bucket.updated_at = now
+        return bucket, min(limits.burst, bucket.tokens + elapsed * limits.rate)
+
+    def _take_tokens(self, queue: str, limits: policy.QueueLimits, n: int) -> int:
+        bucket, tokens = self._bucket(queue, limits)
+        granted = min(n, int(tokens))
+        bucket.tokens = tokens - granted
+        bucket.save(using=self.using)
+        return granted
+
+    def _return_tokens(self, queue: str, unused: int) -> None:
+        RateBucket.objects.using(self.using).filter(queue=queue).update(
+            tokens=F("tokens") + unused)
 
     def depth(self) -> list[QueueDepth]:
+        totals: dict[str, list[int]] = {}
+        for queue, _shard, ready, delayed, leased in self.shard_depth():
+            row = totals.setdefault(queue, [0, 0, 0])
+            for j, count in enumerate((ready, delayed, leased)):
+                row[j] += count
+        return [QueueDepth(q, *totals[q]) for q in sorted(totals)]
+
+    def shard_depth(self) -> list[tuple[str, int, int, int, int]]:
         rows = (
             Run.objects.using(self.using)
             .filter(state__in=[*DELAYED_STATES, RunState.QUEUED, RunState.RUNNING])
-            .values("queue")
+            .values("queue", "shard")
             .annotate(
                 ready=Count("pk", filter=Q(state=RunState.QUEUED)),
                 delayed=Count("pk", filter=Q(state__in=DELAYED_STATES)),
                 leased=Count("pk", filter=Q(state=RunState.RUNNING)),
             )
-            .order_by("queue")
+            .order_by("queue", "shard")
         )
-        return [QueueDepth(r["queue"], r["ready"], r["delayed"], r["leased"]) for r in rows]
+        return [(r["queue"], r["shard"], r["ready"], r["delayed"], r["leased"]) for r in rows]
+

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from jobs import conf
 from jobs.exceptions import BrokerUnavailable
+from runs import policy
 from runs.brokers.base import Broker
 from runs.brokers.keys import Keys
 from runs.clock import to_ms
@@ -23,8 +24,9 @@ from runs.models import DELAYED_STATES, Run, RunState
 from runs.types import Lease, QueueDepth, RunRef, Slot
 
 LUA_DIR = Path(__file__).parent / "lua"
-SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap")
+SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark")
 PUSH_CHUNK = 1000
+UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
 
 
 def translate_errors(method):
@@ -62,6 +64,10 @@ class RedisBroker(Broker):
         }
         self._rotation = itertools.count()
 
+    def shard_count(self) -> int:
+        """SHARDS: how many shards each queue is split into."""
+        return max(conf.get("SHARDS"), 1)
+
     def _queue_shards(self) -> list[tuple[str, int]]:
         members = self.client.smembers(self.keys.queues)
         pairs = []
@@ -83,20 +89,23 @@ class RedisBroker(Broker):
         pipe = self.client.pipeline(transaction=False)
         for (queue, shard), refs in by_shard.items():
             pipe.sadd(self.keys.queues, f"{queue}:{shard}")
+            keys = [*self.keys.shard_keys(queue, shard), self.keys.owners(queue, shard),
+                    self.keys.running]
             for start in range(0, len(refs), PUSH_CHUNK):
-                args = []
+                args = [queue, self.keys.parked_prefix(queue, shard)]
                 for ref in refs[start:start + PUSH_CHUNK]:
-                    args += [ref.id, to_ms(ref.run_at), ref.priority]
-                self.scripts["push"](
-                    keys=self.keys.shard_keys(queue, shard), args=args, client=pipe
-                )
+                    args += [ref.id, to_ms(ref.run_at), ref.priority,
+                             "" if ref.owner is None else ref.owner]
+                self.scripts["push"](keys=keys, args=args, client=pipe)
         pipe.execute()
 
     @translate_errors
-    def promote(self, limit: int | None = None) -> int:
+    def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:
         limit = limit or conf.get("PROMOTE_BATCH")
         moved: list[int] = []
         for queue, shard in self._queue_shards():
+            if shards is not None and shard not in shards:
+                continue
             ids = self.scripts["promote"](
                 keys=[self.keys.delayed(queue, shard), self.keys.ready(queue, shard)],
                 args=[limit],
@@ -113,19 +122,28 @@ class RedisBroker(Broker):
     @translate_errors
     def _claim(self, queues: list[str], n: int) -> list[Slot]:
         ttl_ms = int(conf.get("LEASE_TTL_S") * 1000)
-        shards = conf.get("SHARDS")
+        shards = self.shard_count()
+        classes = [x for c in policy.classes() for x in (c.lo, c.hi, c.weight)]
+        owner_default = conf.get("OWNER_CONCURRENCY")
+        park_budget = conf.get("FAIR_SCAN")
         # Start at a different shard each call so shard 0 is not favoured.
         offset = next(self._rotation)
         claimed: list[Slot] = []
         for queue in queues:
+            limits = policy.queue_limits(queue)
             for i in range(shards):
                 shard = (offset + i) % shards
                 want = n - len(claimed)
                 if want <= 0:
                     return claimed
                 ids = self.scripts["lease"](
-                    keys=[self.keys.ready(queue, shard), self.keys.leased(queue, shard)],
-                    args=[want, ttl_ms],
+                    keys=[self.keys.ready(queue, shard), self.keys.leased(queue, shard),
+                          self.keys.owners(queue, shard), self.keys.fair(queue, shard),
+                          self.keys.parkedby(queue, shard), self.keys.running,
+                          self.keys.limits, self.keys.bucket(queue)],
+                    args=[want, ttl_ms, queue, owner_default, limits.max_running,
+                          limits.rate, limits.burst, park_budget,
+                          self.keys.parked_prefix(queue, shard), *classes],
                 )
                 claimed += [(int(i), queue, shard) for i in ids]
         return claimed
@@ -134,13 +152,54 @@ class RedisBroker(Broker):
     def _forget(self, slots: list[Slot]) -> None:
         if not slots:
             return
-        by_key = defaultdict(list)
+        by_shard = defaultdict(list)
         for run_id, queue, shard in slots:
-            by_key[self.keys.leased(queue, shard)].append(run_id)
+            by_shard[(queue, shard)].append(run_id)
         pipe = self.client.pipeline(transaction=False)
-        for key, ids in by_key.items():
-            pipe.zrem(key, *ids)
+        for (queue, shard), ids in by_shard.items():
+            self.scripts["forget"](
+                keys=[self.keys.leased(queue, shard), self.keys.owners(queue, shard),
+                      self.keys.running],
+                args=[queue, *ids], client=pipe)
+        # A finished run may make room for its owner's parked runs in this shard.
+        self._unpark_into(pipe, list(by_shard))
         pipe.execute()
+
+    def _unpark_into(self, pipe, pairs: list[tuple[str, int]]) -> None:
+        owner_default = conf.get("OWNER_CONCURRENCY")
+        for queue, shard in pairs:
+            self.scripts["unpark"](
+                keys=[self.keys.ready(queue, shard), self.keys.parkedby(queue, shard),
+                      self.keys.running, self.keys.limits],
+                args=[owner_default, self.keys.parked_prefix(queue, shard), UNPARK_CAP],
+                client=pipe)
+
+    @translate_errors
+    def unpark(self, shards: list[int] | None = None) -> int:
+        """Move parked runs of owners that have room again back to ready, in ``shards``
+        (default: all). The dispatcher calls this every round for its shards, so a raised
+        or removed limit takes effect within a round. Returns how many moved."""
+        pairs = [(q, s) for q, s in self._queue_shards() if shards is None or s in shards]
+        if not pairs:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        self._unpark_into(pipe, pairs)
+        return sum(int(m) for m in pipe.execute())
+
+    @translate_errors
+    def sync_limits(self, limits: dict[int, int]) -> None:
+        """Replace the per-owner limits Redis enforces with ``limits`` (owner id ->
+        most running runs, positive), atomically."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.keys.limits)
+        if limits:
+            pipe.hset(self.keys.limits, mapping={f"o:{o}": n for o, n in limits.items()})
+        pipe.execute()
+
+    @translate_errors
+    def running_counts(self) -> dict[str, int]:
+        """Runs leased now, cluster-wide: ``{"o:<owner>": n, "q:<queue>": n}``."""
+        return {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.running).items()}
 
     @translate_errors
     def _extend(self, leases: list[Lease], ttl_s: float) -> None:
@@ -151,12 +210,17 @@ class RedisBroker(Broker):
             self.scripts["heartbeat"](keys=[key], args=[int(ttl_s * 1000), *ids])
 
     @translate_errors
-    def _expired_claims(self, limit: int) -> list[int]:
+    def _expired_claims(self, limit: int, shards: list[int] | None = None) -> list[int]:
         ids: list[int] = []
         for queue, shard in self._queue_shards():
+            if shards is not None and shard not in shards:
+                continue
             ids += [
                 int(i)
-                for i in self.scripts["reap"](keys=[self.keys.leased(queue, shard)], args=[limit])
+                for i in self.scripts["reap"](
+                    keys=[self.keys.leased(queue, shard), self.keys.owners(queue, shard),
+                          self.keys.running],
+                    args=[limit, queue])
             ]
         return ids
 
@@ -170,36 +234,70 @@ class RedisBroker(Broker):
             pipe = self.client.pipeline(transaction=False)
             for key in self.keys.shard_keys(queue, shard):
                 pipe.zmscore(key, ids)
-            delayed, ready, leased = pipe.execute()
-            lacking += [
-                run_id
-                for run_id, d, r, le in zip(ids, delayed, ready, leased, strict=True)
+            pipe.hmget(self.keys.owners(queue, shard), ids)
+            delayed, ready, leased, owners = pipe.execute()
+            unseen = [
+                (run_id, owner)
+                for run_id, d, r, le, owner in zip(ids, delayed, ready, leased, owners,
+                                                   strict=True)
                 if d is None and r is None and le is None
             ]
+            # A run set aside for its owner's limit sits in parked:<owner>.
+            prefix = self.keys.parked_prefix(queue, shard)
+            pipe = self.client.pipeline(transaction=False)
+            for run_id, owner in unseen:
+                if owner is None:
+                    pipe.echo("")
+                else:
+                    pipe.zscore(prefix + owner.decode(), run_id)
+            parked = pipe.execute()
+            lacking += [run_id for (run_id, owner), score in zip(unseen, parked, strict=True)
+                        if owner is None or score is None]
         return lacking
 
-    @translate_errors
-    def needs_reconcile(self) -> bool:
-        return not self.client.exists(self.keys.alive)
+    def _alive_keys(self, shards: list[int] | None) -> list[str]:
+        numbers = range(self.shard_count()) if shards is None else shards
+        return [self.keys.alive(shard) for shard in numbers]
 
     @translate_errors
-    def mark_reconciled(self) -> None:
-        self.client.set(self.keys.alive, "1")
+    def needs_reconcile(self, shards: list[int] | None = None) -> bool:
+        keys = self._alive_keys(shards)
+        return self.client.exists(*keys) < len(keys)
+
+    @translate_errors
+    def mark_reconciled(self, shards: list[int] | None = None) -> None:
+        self.client.mset(dict.fromkeys(self._alive_keys(shards), "1"))
 
     @translate_errors
     def depth(self) -> list[QueueDepth]:
         totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for queue, _shard, ready, delayed, leased in self.shard_depth():
+            for j, count in enumerate((ready, delayed, leased)):
+                totals[queue][j] += count
+        return [QueueDepth(q, *totals[q]) for q in sorted(totals)]
+
+    @translate_errors
+    def shard_depth(self) -> list[tuple[str, int, int, int, int]]:
+        """``(queue, shard, ready, delayed, leased)`` per queue shard; ready counts runs
+        parked for their owner's limit too (they are due, only held back)."""
         pairs = self._queue_shards()
         pipe = self.client.pipeline(transaction=False)
         for queue, shard in pairs:
             pipe.zcard(self.keys.ready(queue, shard))
             pipe.zcard(self.keys.delayed(queue, shard))
             pipe.zcard(self.keys.leased(queue, shard))
+            pipe.smembers(self.keys.parkedby(queue, shard))
         counts = pipe.execute()
-        for i, (queue, _shard) in enumerate(pairs):
-            for j in range(3):
-                totals[queue][j] += counts[3 * i + j]
-        return [QueueDepth(q, *totals[q]) for q in sorted(totals)]
+        pipe = self.client.pipeline(transaction=False)
+        for i, (queue, shard) in enumerate(pairs):
+            for owner in counts[4 * i + 3]:
+                pipe.zcard(self.keys.parked_prefix(queue, shard) + owner.decode())
+        parked = iter(pipe.execute())
+        rows = []
+        for i, (queue, shard) in enumerate(pairs):
+            ready = counts[4 * i] + sum(next(parked) for _ in counts[4 * i + 3])
+            rows.append((queue, shard, ready, counts[4 * i + 1], counts[4 * i + 2]))
+        return rows
 
     @translate_errors
     def flush(self) -> None:

@@ -1,17 +1,149 @@
--- lease: pop the most urgent ready runs and record them as leased, atomically, so racing
--- workers never receive the same run.
--- KEYS[1]  ready  ZSET  score priority * 2^42 + run_at_ms
--- KEYS[2]  leased ZSET  score lease expiry ms (Redis TIME + ARGV[2])
--- ARGV[1]  n: most runs to lease
--- ARGV[2]  lease ttl in ms
+-- lease: take up to n ready runs of one queue shard for a worker, atomically, so racing
+-- workers never receive the same run. Applies the isolation policy (runs/policy.py):
+--   * priority classes share leases by stride scheduling (weights; an empty class's share
+--     goes to the others, and it banks no credit while empty); strict order inside a class;
+--   * per-owner limits (cluster-wide): a run whose owner is at its limit is parked in
+--     parked:<owner> (same hash tag) instead of blocking the runs behind it; unpark.lua puts
+--     it back when the owner has room;
+--   * per-queue concurrency limit and token-bucket rate limit (cluster-wide).
+-- KEYS[1]  ready    ZSET  score priority * 2^42 + run_at_ms
+-- KEYS[2]  leased   ZSET  score lease expiry ms (Redis TIME + ttl)
+-- KEYS[3]  owners   HASH  run id -> owner id (set by push.lua)
+-- KEYS[4]  fair     HASH  p<i> -> pass of class i, vt -> virtual time of the last lease
+-- KEYS[5]  parkedby SET   owners with runs parked in this shard
+-- KEYS[6]  running  HASH  o:<owner> / q:<queue> -> runs leased now (all shards)
+-- KEYS[7]  limits   HASH  o:<owner> -> that owner's limit (synced from the database)
+-- KEYS[8]  bucket   HASH  tokens, ts: the queue's rate-limit bucket
+-- ARGV[1] n  ARGV[2] ttl ms  ARGV[3] queue  ARGV[4] default owner limit (0: none)
+-- ARGV[5] queue limit (0: none)  ARGV[6] rate per s (0: none)  ARGV[7] burst
+-- ARGV[8] most runs to park in this call  ARGV[9] parked key prefix
+-- ARGV[10..] class triples: lowest priority, highest priority, weight
 -- Returns the leased run ids, most urgent first.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
+local n = tonumber(ARGV[1])
+local queue = ARGV[3]
+local owner_default = tonumber(ARGV[4])
+local queue_max = tonumber(ARGV[5])
+local rate, burst = tonumber(ARGV[6]), tonumber(ARGV[7])
+local park_budget = tonumber(ARGV[8])
+local SPAN = 4398046511104
+
+if queue_max > 0 then
+  n = math.min(n, queue_max - tonumber(redis.call('HGET', KEYS[6], 'q:' .. queue) or '0'))
+end
+local tokens
+if rate > 0 then
+  local bucket = redis.call('HMGET', KEYS[8], 'tokens', 'ts')
+  tokens = tonumber(bucket[1] or burst)
+  local since = now - tonumber(bucket[2] or now)
+  tokens = math.min(burst, tokens + math.max(since, 0) * rate / 1000)
+  n = math.min(n, math.floor(tokens))
+end
+if n <= 0 then
+  return {}
+end
+
+local classes = {}
+local fair = {}
+for i = 10, #ARGV, 3 do
+  local lo = tonumber(ARGV[i]) * SPAN
+  local hi = string.format('(%.0f', (tonumber(ARGV[i + 1]) + 1) * SPAN)
+  local c = {lo = lo, hi = hi, stride = 1 / tonumber(ARGV[i + 2])}
+  c.count = redis.call('ZCOUNT', KEYS[1], lo, hi)
+  classes[#classes + 1] = c
+  fair[#fair + 1] = 'p' .. #classes
+end
+fair[#fair + 1] = 'vt'
+local state = redis.call('HMGET', KEYS[4], unpack(fair))
+local vt = tonumber(state[#state] or '0')
+for i, c in ipairs(classes) do
+  c.pass = tonumber(state[i] or c.stride)
+  if c.count == 0 and c.pass < vt then
+    c.pass = vt
+  end
+end
+
+local room = {}
+local function owner_room(owner)
+  local left = room[owner]
+  if left == nil then
+    local limit = tonumber(redis.call('HGET', KEYS[7], 'o:' .. owner) or owner_default)
+    if limit > 0 then
+      left = limit - tonumber(redis.call('HGET', KEYS[6], 'o:' .. owner) or '0')
+    else
+      left = false
+    end
+    room[owner] = left
+  end
+  return left
+end
+
+local picked = {}
+local parked = 0
 local expiry = now + tonumber(ARGV[2])
+while #picked < n and parked < park_budget do
+  local best
+  for i, c in ipairs(classes) do
+    if c.count > 0 and (best == nil or c.pass < best.pass) then
+      best = c
+    end
+  end
+  if best == nil then
+    break
+  end
+  local head = redis.call('ZRANGEBYSCORE', KEYS[1], best.lo, best.hi, 'WITHSCORES', 'LIMIT', 0, 1)
+  if #head == 0 then
+    best.count = 0
+  else
+    local id, score = head[1], head[2]
+    redis.call('ZREM', KEYS[1], id)
+    best.count = best.count - 1
+    local owner = redis.call('HGET', KEYS[3], id)
+    local left = false
+    if owner then
+      left = owner_room(owner)
+    end
+    if left and left <= 0 then
+      redis.call('ZADD', ARGV[9] .. owner, score, id)
+      redis.call('SADD', KEYS[5], owner)
+      parked = parked + 1
+    else
+      if owner then
+        if left then
+          room[owner] = left - 1
+        end
+        redis.call('HINCRBY', KEYS[6], 'o:' .. owner, 1)
+      end
+      redis.call('ZADD', KEYS[2], expiry, id)
+      picked[#picked + 1] = {id, tonumber(score)}
+      vt = best.pass
+      best.pass = best.pass + best.stride
+    end
+  end
+end
+
+local save = {}
+for i, c in ipairs(classes) do
+  if c.count == 0 and c.pass < vt then
+    c.pass = vt
+  end
+  save[#save + 1] = 'p' .. i
+  save[#save + 1] = c.pass
+end
+save[#save + 1] = 'vt'
+save[#save + 1] = vt
+redis.call('HSET', KEYS[4], unpack(save))
+if #picked > 0 then
+  redis.call('HINCRBY', KEYS[6], 'q:' .. queue, #picked)
+end
+if rate > 0 then
+  redis.call('HSET', KEYS[8], 'tokens', tokens - #picked, 'ts', now)
+end
+
+table.sort(picked, function(a, b) return a[2] < b[2] end)
 local ids = {}
-for i = 1, #popped, 2 do
-  redis.call('ZADD', KEYS[2], expiry, popped[i])
-  ids[#ids + 1] = popped[i]
+for i, p in ipairs(picked) do
+  ids[i] = p[1]
 end
 return ids

@@ -2,16 +2,33 @@
 -- KEYS[1]  delayed ZSET  member run id, score run_at_ms * 10 + priority
 -- KEYS[2]  ready   ZSET  member run id, score priority * 2^42 + run_at_ms (FIFO by time within a priority)
 -- KEYS[3]  leased  ZSET  member run id, score lease expiry ms
--- ARGV     triples: run id, run_at (ms since epoch), priority (0-9)
+-- KEYS[4]  owners  HASH  run id -> owner id (for per-owner limits, lease.lua)
+-- KEYS[5]  running HASH  o:<owner> / q:<queue> -> runs leased now (all shards)
+-- ARGV[1]  queue   ARGV[2] parked key prefix (parked:<owner> follows)
+-- ARGV[3..] quadruples: run id, run_at (ms since epoch), priority (0-9), owner id ('' none)
 -- A run due now (Redis TIME) goes straight to ready, otherwise to delayed; it is removed
--- from the other two sets, so pushing twice never leaves two copies.
+-- from the other sets (and from its owner's parked set), so pushing twice never leaves
+-- two copies; a lease it still had is forgotten and uncounted.
 -- Returns {ready_count, delayed_count}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ready, delayed = 0, 0
-for i = 1, #ARGV, 3 do
-  local id, at, prio = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  redis.call('ZREM', KEYS[3], id)
+local unleased = 0
+for i = 3, #ARGV, 4 do
+  local id, at, prio, owner = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
+  if redis.call('ZREM', KEYS[3], id) == 1 then
+    unleased = unleased + 1
+    local was = redis.call('HGET', KEYS[4], id)
+    if was and redis.call('HINCRBY', KEYS[5], 'o:' .. was, -1) <= 0 then
+      redis.call('HDEL', KEYS[5], 'o:' .. was)
+    end
+  end
+  if owner ~= '' then
+    redis.call('ZREM', ARGV[2] .. owner, id)
+    redis.call('HSET', KEYS[4], id, owner)
+  else
+    redis.call('HDEL', KEYS[4], id)
+  end
   if at <= now then
     redis.call('ZREM', KEYS[1], id)
     redis.call('ZADD', KEYS[2], prio * 4398046511104 + at, id)
@@ -21,5 +38,8 @@ for i = 1, #ARGV, 3 do
     redis.call('ZADD', KEYS[1], at * 10 + prio, id)
     delayed = delayed + 1
   end
+end
+if unleased > 0 and redis.call('HINCRBY', KEYS[5], 'q:' .. ARGV[1], -unleased) <= 0 then
+  redis.call('HDEL', KEYS[5], 'q:' .. ARGV[1])
 end
 return {ready, delayed}

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.validation import QUEUE_RE
 from runs.daemon_command import run_daemon
+from runs.policy import parse_queue_weights
 from runs.worker import Worker
 
 
@@ -9,8 +9,10 @@ class Command(BaseCommand):
     help = "Lease runs from the broker and execute them (see runs/worker.py)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--queues", default="default",
-                            help="comma-separated queues to serve, in priority order")
+        parser.add_argument(
+            "--queues", default="default",
+            help='comma-separated queues to serve, in priority order ("default,reports"), '
+                 'or with weights sharing lease capacity ("default:3,reports:1")')
         parser.add_argument("--concurrency", type=int, default=2,
                             help="child processes executing runs (default 2)")
         parser.add_argument("--max-runs", type=int, default=None,
@@ -21,11 +23,13 @@ class Command(BaseCommand):
                             help="seconds to let in-flight runs finish after SIGTERM")
 
     def handle(self, *args, queues, concurrency, max_runs, burst, grace, **options):
-        names = [q.strip() for q in queues.split(",") if q.strip()]
-        bad = [q for q in names if not QUEUE_RE.match(q)]
-        if not names or bad:
-            raise CommandError(f"--queues: invalid queue name(s) {bad or [queues]}")
+        try:
+            weights = parse_queue_weights(queues)
+        except ValueError as exc:
+            raise CommandError(f"--queues: {exc}") from exc
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
-        worker = Worker(names, concurrency, max_runs=max_runs, burst=burst, grace_s=grace)
+        weighted = ":" in queues
+        worker = Worker(list(weights), concurrency, max_runs=max_runs, burst=burst,
+                        grace_s=grace, weights=weights if weighted else None)
         run_daemon(worker)

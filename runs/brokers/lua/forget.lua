@@ -1,0 +1,24 @@
+-- forget: drop finished or refused runs from a queue shard's leased set and uncount them
+-- from the cluster-wide running counters (only leases still recorded are uncounted, so a
+-- second forget of the same run changes nothing).
+-- KEYS[1]  leased  ZSET  KEYS[2] owners HASH  KEYS[3] running HASH (see lease.lua)
+-- ARGV[1]  queue   ARGV[2..] run ids
+-- Returns how many leases were dropped.
+local dropped = 0
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  if redis.call('ZREM', KEYS[1], id) == 1 then
+    dropped = dropped + 1
+    local owner = redis.call('HGET', KEYS[2], id)
+    if owner then
+      if redis.call('HINCRBY', KEYS[3], 'o:' .. owner, -1) <= 0 then
+        redis.call('HDEL', KEYS[3], 'o:' .. owner)
+      end
+      redis.call('HDEL', KEYS[2], id)
+    end
+  end
+end
+if dropped > 0 and redis.call('HINCRBY', KEYS[3], 'q:' .. ARGV[1], -dropped) <= 0 then
+  redis.call('HDEL', KEYS[3], 'q:' .. ARGV[1])
+end
+return dropped

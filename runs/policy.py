@@ -1,0 +1,165 @@
+"""Isolation policy read from settings: priority classes and their weights, per-queue
+concurrency limits and rate limits, and the worker's queue weights (DESIGN.md,
+"Isolation"; docs/scaling.md).
+
+Both brokers apply the same policy: a lease call picks among the priority classes that
+have ready runs by stride scheduling (Waldspurger & Weihl, "Stride Scheduling", MIT
+TR-528, 1995), so each backlogged class gets its weight's share of leases and an empty
+class's share goes to the others; within a class the order stays strict (priority, then
+run_at). Values are parsed once per distinct setting string.
+"""
+
+import functools
+from dataclasses import dataclass
+
+from django.core.exceptions import ImproperlyConfigured
+
+from jobs import conf
+from jobs.validation import QUEUE_RE
+
+PRIORITY_SPAN = 1 << 42
+"""Ready score of a run: ``priority * PRIORITY_SPAN + run_at_ms`` (runs/brokers/lua)."""
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    """Priorities ``lo``..``hi`` (inclusive, 0-9) sharing ``weight`` (a positive int)."""
+
+    lo: int
+    hi: int
+    weight: int
+
+    @property
+    def stride(self) -> float:
+        """Virtual time one lease costs this class: 1 / weight (stride scheduling)."""
+        return 1.0 / self.weight
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """``max_running``: most runs of the queue leased at once (0: no limit);
+    ``rate``: runs started per second (0: no limit), ``burst``: bucket size in runs."""
+
+    max_running: int = 0
+    rate: float = 0.0
+    burst: float = 0.0
+
+
+@functools.cache
+def parse_classes(spec: str) -> tuple[PriorityClass, ...]:
+    """Parse PRIORITY_CLASSES, e.g. ``"0-2:70,3-6:25,7-9:5"``.
+
+    The ranges must cover 0..9 in order without gaps or overlaps; weights are positive
+    integers. An empty spec is one class 0-9 (strict priority). Raises
+    ImproperlyConfigured naming the bad part.
+    """
+    if not spec.strip():
+        return (PriorityClass(0, 9, 1),)
+    classes, expected = [], 0
+    for part in spec.split(","):
+        try:
+            span, weight = part.strip().split(":")
+            lo, _, hi = span.partition("-")
+            cls = PriorityClass(int(lo), int(hi or lo), int(weight))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"PRIORITY_CLASSES: {part.strip()!r} is not <lo>-<hi>:<weight>") from exc
+        if cls.lo != expected or cls.hi < cls.lo or cls.hi > 9 or cls.weight < 1:
+            raise ImproperlyConfigured(
+                f"PRIORITY_CLASSES: {part.strip()!r} must start at priority {expected}, "
+                "end at or before 9, and have a weight of at least 1")
+        classes.append(cls)
+        expected = cls.hi + 1
+    if expected != 10:
+        raise ImproperlyConfigured("PRIORITY_CLASSES must cover priorities 0 to 9")
+    return tuple(classes)
+
+
+def _pairs(name: str, spec: str) -> dict[str, str]:
+    pairs = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        queue, sep, value = part.partition("=")
+        if not sep or not QUEUE_RE.match(queue.strip()):
+            raise ImproperlyConfigured(f"{name}: {part!r} is not <queue>=<value>")
+        pairs[queue.strip()] = value.strip()
+    return pairs
+
+
+@functools.cache
+def parse_queue_limits(concurrency: str, rate: str) -> dict[str, QueueLimits]:
+    """Parse QUEUE_CONCURRENCY (``"reports=4"``) and QUEUE_RATE (``"emails=50"`` or
+    ``"emails=50:200"``: rate per second and burst; burst defaults to one second of rate,
+    at least 1). Raises ImproperlyConfigured naming the bad part."""
+    limits: dict[str, dict] = {}
+    for queue, value in _pairs("QUEUE_CONCURRENCY", concurrency).items():
+        if not value.isdigit() or int(value) < 1:
+            raise ImproperlyConfigured(
+                f"QUEUE_CONCURRENCY: {queue}={value!r} must be a positive integer")
+        limits.setdefault(queue, {})["max_running"] = int(value)
+    for queue, value in _pairs("QUEUE_RATE", rate).items():
+        rate_s, _, burst_s = value.partition(":")
+        try:
+            per_s = float(rate_s)
+            burst = float(burst_s) if burst_s else max(per_s, 1.0)
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"QUEUE_RATE: {queue}={value!r} is not <rate>[:<burst>]") from exc
+        if not per_s > 0 or not burst >= 1:
+            raise ImproperlyConfigured(
+                f"QUEUE_RATE: {queue}={value!r}: rate must be > 0 and burst >= 1")
+        limits.setdefault(queue, {}).update(rate=per_s, burst=burst)
+    return {queue: QueueLimits(**values) for queue, values in limits.items()}
+
+
+def classes() -> tuple[PriorityClass, ...]:
+    """The configured priority classes (PRIORITY_CLASSES)."""
+    return parse_classes(conf.get("PRIORITY_CLASSES"))
+
+
+def queue_limits(queue: str) -> QueueLimits:
+    """The configured limits of ``queue`` (QUEUE_CONCURRENCY, QUEUE_RATE)."""
+    table = parse_queue_limits(conf.get("QUEUE_CONCURRENCY"), conf.get("QUEUE_RATE"))
+    return table.get(queue, QueueLimits())
+
+
+def parse_queue_weights(spec: str) -> dict[str, int]:
+    """Parse a worker's ``--queues``: ``"default,reports"`` (weight 1 each) or
+    ``"default:3,reports:1"``. Returns queue -> weight in the order given. Raises
+    ValueError naming the bad part."""
+    weights: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        queue, sep, weight = part.partition(":")
+        if not QUEUE_RE.match(queue):
+            raise ValueError(f"invalid queue name {queue!r}")
+        if sep and (not weight.isdigit() or int(weight) < 1):
+            raise ValueError(f"{part!r}: the weight must be a positive integer")
+        weights[queue] = int(weight) if sep else 1
+    if not weights:
+        raise ValueError("no queue given")
+    return weights
+
+
+def stride_plan(classes_: tuple[PriorityClass, ...], passes: list[float], vt: float,
+                available: list[int], n: int) -> tuple[list[int], list[float], float]:
+    """Split ``n`` leases among ``classes_`` by stride scheduling.
+
+    ``passes`` is each class's pass (virtual time), ``vt`` the virtual time of the last
+    lease, ``available`` how many ready runs each class has. A class with nothing ready
+    cannot bank credit: its pass is raised to ``vt``, so when runs arrive it is served
+    next but not more than its share. Returns ``(takes per class, new passes, new vt)``.
+    The Redis lease script (runs/brokers/lua/lease.lua) implements the same rule.
+    """
+    passes = [max(p, vt) if a == 0 else p for p, a in zip(passes, available, strict=True)]
+    left = list(available)
+    takes = [0] * len(classes_)
+    for _ in range(n):
+        open_ = [i for i, a in enumerate(left) if a > 0]
+        if not open_:
+            break
+        i = min(open_, key=lambda c: (passes[c], c))
+        vt = passes[i]
+        passes[i] += classes_[i].stride
+        takes[i] += 1
+        left[i] -= 1
+    passes = [max(p, vt) if a == 0 else p for p, a in zip(passes, left, strict=True)]
+    return takes, passes, vt
