@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.api import COMMON, LISTED, Conflict, DetailSerializer
+from jobs.exceptions import BrokerUnavailable
 from jobs.models import Job
 from runs import services
 from runs.filters import DeadLetterFilter, LogLineFilter, RunFilter
@@ -179,14 +180,21 @@ class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
 
 
 class QueueView(APIView):
-    """/api/queues/: per queue, ready / delayed / leased depth in the broker, the age of
-    the oldest ready run and live workers. The figures are the whole queue's (queues are
-    shared); an owner who is not staff sees only the queues their jobs use."""
+    """/api/queues/: per queue and per shard, ready / delayed / leased depth in the broker,
+    the age of the oldest ready run, throughput and lag over the last 60 s, and live
+    workers with their slots (docs/scaling.md). The figures are the whole queue's (queues
+    are shared); an owner who is not staff sees only the queues their jobs use."""
 
-    @extend_schema(summary="Queue depth, oldest ready age and live workers per queue",
-                   responses={200: QueueStatsSerializer(many=True), **COMMON})
+    @extend_schema(summary="Depth, oldest ready age, throughput, lag and workers per queue "
+                           "and shard",
+                   responses={200: QueueStatsSerializer(many=True), 503: DetailSerializer,
+                              **COMMON})
     def get(self, request):
-        stats = queue_stats()
+        try:
+            stats = queue_stats()
+        except BrokerUnavailable as exc:
+            # Depth is the point of this endpoint; without the broker, say so plainly.
+            return Response({"detail": str(exc)}, status=503)
         if not request.user.is_staff:
             mine = Job.objects.filter(owner=request.user)
             stats = [s for s in stats if mine.filter(queue=s.queue).exists()]

@@ -98,9 +98,42 @@ class DeadRunSerializer(serializers.ModelSerializer):
         return LastAttemptSerializer(last).data if last else None
 
 
+class ThroughputSerializer(serializers.Serializer):
+    """Runs that reached each final state per second over the last 60 s (runs/stats.py
+    WINDOW_S)."""
+
+    succeeded = serializers.FloatField()
+    dead = serializers.FloatField()
+    cancelled = serializers.FloatField()
+
+
+class LagSerializer(serializers.Serializer):
+    """Seconds from ``run_at`` to start of the ``count`` runs started in the last 60 s that
+    are running or finished: median, 99th percentile, maximum."""
+
+    count = serializers.IntegerField()
+    p50_s = serializers.FloatField()
+    p99_s = serializers.FloatField()
+    max_s = serializers.FloatField()
+
+
+class ShardStatsSerializer(serializers.Serializer):
+    """One shard of a queue: the queue's figures restricted to the shard."""
+
+    shard = serializers.IntegerField()
+    ready = serializers.IntegerField()
+    delayed = serializers.IntegerField()
+    leased = serializers.IntegerField()
+    oldest_ready_age_s = serializers.FloatField(allow_null=True)
+    throughput_per_s = ThroughputSerializer()
+    lag_s = LagSerializer(allow_null=True)
+
+
 class QueueStatsSerializer(serializers.Serializer):
     """One queue (runs/stats.py): broker depth by state, the age in seconds of the oldest
-    ready run (null when none is ready), and live workers serving it."""
+    due run not started (null when none is), live workers serving it and their slots,
+    throughput and lag over the last 60 s (lag null when no run started), and the same
+    figures per shard."""
 
     queue = serializers.CharField()
     ready = serializers.IntegerField()
@@ -108,3 +141,7 @@ class QueueStatsSerializer(serializers.Serializer):
     leased = serializers.IntegerField()
     oldest_ready_age_s = serializers.FloatField(allow_null=True)
     live_workers = serializers.IntegerField()
+    worker_slots = serializers.IntegerField()
+    throughput_per_s = ThroughputSerializer()
+    lag_s = LagSerializer(allow_null=True)
+    shards = ShardStatsSerializer(many=True)

@@ -1,22 +1,95 @@
-"""Read-only figures about queues and workers, for /api/queues/, the dashboard and
-metrics: one place so every view reports the same numbers."""
+"""Read-only figures about queues, their shards and workers, for /api/queues/, /metrics
+(runs/metrics.py) and the dashboard: one place so every view reports the same numbers.
 
-from dataclasses import asdict, dataclass
-from datetime import timedelta
+Per (queue, shard): ``ready``/``delayed``/``leased`` depth in the broker, the age of the
+oldest run that is due and not started, throughput (runs that reached a final state per
+second over the last ``WINDOW_S`` seconds, by final state) and lag (seconds from ``run_at``
+to ``started_at`` of the runs started in the last ``WINDOW_S`` seconds). Per queue: the
+same, plus live workers and their slots. Every time is on the database clock.
 
-from django.db.models import Min
+The per-shard depth is read here rather than through ``Broker.depth()`` (which sums the
+shards): ``shard_depth()`` is the one place that knows each broker's layout, to move into
+the broker classes later.
+"""
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+
+import redis
+from django.db import connections
+from django.db.models import Count, Min, Q
 
 from jobs import conf
+from jobs.exceptions import BrokerUnavailable
+from jobs.models import Job
 from runs.brokers import get_broker
+from runs.brokers.base import Broker
 from runs.clock import db_now
-from runs.models import PENDING_STATES, Run, WorkerProcess
+from runs.models import (
+    DELAYED_STATES,
+    PENDING_STATES,
+    TERMINAL_STATES,
+    Run,
+    RunState,
+    WorkerProcess,
+)
+
+WINDOW_S = 60
+"""Seconds of history behind throughput and lag."""
+
+OUTCOMES = tuple(str(state) for state in TERMINAL_STATES)
+"""The final states throughput is counted by: succeeded, dead, cancelled."""
+
+QueueShard = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Runs of one queue shard in the broker: ready now, delayed (waiting for run_at),
+    leased (running)."""
+
+    ready: int = 0
+    delayed: int = 0
+    leased: int = 0
+
+
+@dataclass(frozen=True)
+class Lag:
+    """Seconds from ``run_at`` to ``started_at`` of the ``count`` runs started in the last
+    WINDOW_S seconds (running or finished now): median, 99th percentile, maximum."""
+
+    count: int
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+
+def _throughput() -> dict[str, float]:
+    return dict.fromkeys(OUTCOMES, 0.0)
+
+
+@dataclass(frozen=True)
+class ShardStats:
+    """One shard of a queue. ``throughput_per_s`` maps each final state to runs per second
+    over the last WINDOW_S seconds; ``lag_s`` is None when no run started in that window;
+    ``oldest_ready_age_s`` is None when no run is due."""
+
+    shard: int
+    ready: int
+    delayed: int
+    leased: int
+    oldest_ready_age_s: float | None
+    throughput_per_s: dict[str, float] = field(default_factory=_throughput)
+    lag_s: Lag | None = None
 
 
 @dataclass(frozen=True)
 class QueueStats:
-    """One queue: ``ready``/``delayed``/``leased`` depth in the broker, the age in seconds
-    of the oldest run that is due and not started (None when none is), and live workers
-    serving it."""
+    """One queue: ``ready``/``delayed``/``leased`` depth in the broker summed over its
+    shards, the age in seconds of the oldest run that is due and not started (None when
+    none is), live workers serving it and their slots (summed ``--concurrency``),
+    throughput and lag over the whole queue, and the same figures per shard."""
 
     queue: str
     ready: int
@@ -24,6 +97,10 @@ class QueueStats:
     leased: int
     oldest_ready_age_s: float | None
     live_workers: int
+    worker_slots: int = 0
+    throughput_per_s: dict[str, float] = field(default_factory=_throughput)
+    lag_s: Lag | None = None
+    shards: list[ShardStats] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -37,29 +114,199 @@ def live_workers(using: str = "default"):
     )
 
 
-def queue_stats(using: str = "default") -> list[QueueStats]:
-    """Depth, oldest ready age and live workers for every queue the broker knows."""
-    now = db_now(using)
-    depth = {d.queue: d for d in get_broker(using).depth()}
-    # Due and not started, whatever the label: the Redis broker moves a run pushed when
-    # already due straight to ready, while its row may still say "scheduled".
-    oldest = dict(
-        Run.objects.using(using).filter(state__in=PENDING_STATES, run_at__lte=now)
-        .values("queue").annotate(oldest=Min("run_at")).values_list("queue", "oldest")
+# --- the figures, one reader each --------------------------------------------------------
+
+
+def shard_depth(broker: Broker) -> dict[QueueShard, Depth]:
+    """Ready, delayed and leased counts per (queue, shard) as ``broker`` holds them.
+
+    Redis: ZCARD of each shard's three sorted sets, for every ``"<queue>:<shard>"`` in the
+    ``queues`` set. Database: one GROUP BY queue, shard over the pending and running rows.
+    Raises BrokerUnavailable when Redis cannot be reached.
+    """
+    if broker.name == "redis":
+        return _redis_shard_depth(broker)
+    rows = (
+        Run.objects.using(broker.using)
+        .filter(state__in=[*DELAYED_STATES, RunState.QUEUED, RunState.RUNNING])
+        .values("queue", "shard")
+        .annotate(
+            ready=Count("pk", filter=Q(state=RunState.QUEUED)),
+            delayed=Count("pk", filter=Q(state__in=DELAYED_STATES)),
+            leased=Count("pk", filter=Q(state=RunState.RUNNING)),
+        )
+        .order_by()
     )
-    serving: dict[str, int] = {}
-    for queues in live_workers(using).values_list("queues", flat=True):
+    return {(r["queue"], r["shard"]): Depth(r["ready"], r["delayed"], r["leased"]) for r in rows}
+
+
+def _redis_shard_depth(broker) -> dict[QueueShard, Depth]:
+    client, keys = broker.client, broker.keys
+    try:
+        pairs = []
+        for member in client.smembers(keys.queues):
+            queue, _, shard = member.decode().rpartition(":")
+            pairs.append((queue, int(shard)))
+        pipe = client.pipeline(transaction=False)
+        for queue, shard in pairs:
+            pipe.zcard(keys.ready(queue, shard))
+            pipe.zcard(keys.delayed(queue, shard))
+            pipe.zcard(keys.leased(queue, shard))
+        counts = pipe.execute()
+    except redis.RedisError as exc:
+        raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
+    return {pair: Depth(*counts[3 * i:3 * i + 3]) for i, pair in enumerate(pairs)}
+
+
+def oldest_due(using: str, now: datetime) -> dict[QueueShard, datetime]:
+    """The earliest ``run_at`` per (queue, shard) of pending runs that are due, of active
+    jobs. Whatever the label: the Redis broker moves a run pushed when already due straight
+    to ready while its row may still say "scheduled". Runs held by a paused job are left
+    out: no worker can take them, so more workers would not shorten their wait."""
+    active = Job.objects.using(using).filter(status=Job.Status.ACTIVE).values("pk")
+    rows = (
+        Run.objects.using(using)
+        .filter(state__in=PENDING_STATES, run_at__lte=now, job_id__in=active)
+        .values("queue", "shard").annotate(oldest=Min("run_at")).order_by()
+    )
+    return {(r["queue"], r["shard"]): r["oldest"] for r in rows}
+
+
+def finished_counts(using: str, since: datetime) -> dict[QueueShard, dict[str, int]]:
+    """Runs that reached each final state at or after ``since``, per (queue, shard).
+    Reads the (state, finished_at) index only."""
+    rows = (
+        Run.objects.using(using)
+        .filter(state__in=TERMINAL_STATES, finished_at__gte=since)
+        .values("queue", "shard", "state").annotate(n=Count("pk")).order_by()
+    )
+    counts: dict[QueueShard, dict[str, int]] = defaultdict(lambda: dict.fromkeys(OUTCOMES, 0))
+    for r in rows:
+        counts[(r["queue"], r["shard"])][r["state"]] = r["n"]
+    return dict(counts)
+
+
+def _started_since(using: str, since: datetime):
+    # Runs started in the window are running now or finished since it began (a run whose
+    # attempt failed has a new run_at, so its lag is gone): both halves have an index,
+    # run_leased and run_state_finished.
+    return Run.objects.using(using).filter(
+        Q(state=RunState.RUNNING) | Q(state__in=TERMINAL_STATES, finished_at__gte=since),
+        started_at__gte=since,
+    )
+
+
+def lags(using: str, since: datetime, in_database: bool | None = None,
+         ) -> tuple[dict[QueueShard, Lag], dict[str, Lag]]:
+    """Lag of the runs started at or after ``since``: per (queue, shard) and per queue
+    (percentiles do not add up, so the queue's are computed over all its runs).
+    ``in_database``: percentiles by PostgreSQL (default there) or in Python (SQLite)."""
+    if in_database is None:
+        in_database = connections[using].vendor == "postgresql"
+    if in_database:
+        return _lags_postgresql(using, since)
+    rows = _started_since(using, since).values_list("queue", "shard", "started_at", "run_at")
+    by_shard: dict[QueueShard, list[float]] = defaultdict(list)
+    by_queue: dict[str, list[float]] = defaultdict(list)
+    for queue, shard, started_at, run_at in rows:
+        lag = (started_at - run_at).total_seconds()
+        by_shard[(queue, shard)].append(lag)
+        by_queue[queue].append(lag)
+    return ({k: _lag_of(v) for k, v in by_shard.items()},
+            {k: _lag_of(v) for k, v in by_queue.items()})
+
+
+def _lags_postgresql(using: str, since: datetime):
+    window = _started_since(using, since).values("queue", "shard", "started_at", "run_at")
+    sql, params = window.query.sql_with_params()
+    # GROUPING SETS gives the shards' and the queues' percentiles in one pass over the window.
+    query = f"""
+        SELECT queue, shard, GROUPING(shard), count(*),
+               percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY lag), max(lag)
+        FROM (SELECT queue, shard, EXTRACT(EPOCH FROM started_at - run_at)::float8 AS lag
+              FROM ({sql}) AS started) AS w
+        GROUP BY GROUPING SETS ((queue, shard), (queue))
+    """
+    by_shard, by_queue = {}, {}
+    with connections[using].cursor() as cursor:
+        cursor.execute(query, params)
+        for queue, shard, whole_queue, count, (p50, p99), worst in cursor.fetchall():
+            lag = Lag(count, round(p50, 3), round(p99, 3), round(worst, 3))
+            if whole_queue:
+                by_queue[queue] = lag
+            else:
+                by_shard[(queue, shard)] = lag
+    return by_shard, by_queue
+
+
+def _lag_of(values: list[float]) -> Lag:
+    values.sort()
+
+    def at(fraction: float) -> float:
+        # Linear interpolation between the closest ranks, as percentile_cont does.
+        position = fraction * (len(values) - 1)
+        low = int(position)
+        high = min(low + 1, len(values) - 1)
+        return values[low] + (values[high] - values[low]) * (position - low)
+
+    return Lag(len(values), round(at(0.5), 3), round(at(0.99), 3), round(values[-1], 3))
+
+
+def worker_slots(using: str = "default") -> tuple[dict[str, int], dict[str, int]]:
+    """Per queue: live workers serving it, and their summed concurrency (slots)."""
+    workers: dict[str, int] = defaultdict(int)
+    slots: dict[str, int] = defaultdict(int)
+    for queues, concurrency in live_workers(using).values_list("queues", "concurrency"):
         for queue in queues:
-            serving[queue] = serving.get(queue, 0) + 1
-    names = sorted(set(depth) | set(oldest) | set(serving))
+            workers[queue] += 1
+            slots[queue] += concurrency
+    return dict(workers), dict(slots)
+
+
+# --- the whole picture ---------------------------------------------------------------------
+
+
+def queue_stats(using: str = "default") -> list[QueueStats]:
+    """Every figure above for every queue the broker, the runs table or a live worker
+    knows, with its shards, sorted by queue then shard. Raises BrokerUnavailable when the
+    broker cannot be read (the database figures alone would misreport the depth)."""
+    now = db_now(using)
+    since = now - timedelta(seconds=WINDOW_S)
+    depth = shard_depth(get_broker(using))
+    oldest = oldest_due(using, now)
+    finished = finished_counts(using, since)
+    shard_lag, queue_lag = lags(using, since)
+    serving, slots = worker_slots(using)
+
+    def age(moment: datetime | None) -> float | None:
+        return round(max((now - moment).total_seconds(), 0.0), 3) if moment else None
+
+    def rates(counts: dict[str, int]) -> dict[str, float]:
+        return {o: round(counts.get(o, 0) / WINDOW_S, 3) for o in OUTCOMES}
+
+    pairs = set(depth) | set(oldest) | set(finished) | set(shard_lag)
+    shards: dict[str, list[ShardStats]] = defaultdict(list)
+    for queue, shard in sorted(pairs):
+        d = depth.get((queue, shard), Depth())
+        shards[queue].append(ShardStats(
+            shard=shard, ready=d.ready, delayed=d.delayed, leased=d.leased,
+            oldest_ready_age_s=age(oldest.get((queue, shard))),
+            throughput_per_s=rates(finished.get((queue, shard), {})),
+            lag_s=shard_lag.get((queue, shard)),
+        ))
     stats = []
-    for name in names:
-        d = depth.get(name)
-        age = (now - oldest[name]).total_seconds() if name in oldest else None
+    for name in sorted(set(shards) | set(serving)):
+        mine = shards.get(name, [])
+        firsts = [oldest[(name, s.shard)] for s in mine if (name, s.shard) in oldest]
+        totals: dict[str, int] = defaultdict(int)
+        for s in mine:
+            for outcome, n in finished.get((name, s.shard), {}).items():
+                totals[outcome] += n
         stats.append(QueueStats(
-            queue=name, ready=d.ready if d else 0, delayed=d.delayed if d else 0,
-            leased=d.leased if d else 0,
-            oldest_ready_age_s=round(max(age, 0.0), 3) if age is not None else None,
-            live_workers=serving.get(name, 0),
+            queue=name, ready=sum(s.ready for s in mine), delayed=sum(s.delayed for s in mine),
+            leased=sum(s.leased for s in mine),
+            oldest_ready_age_s=age(min(firsts)) if firsts else None,
+            live_workers=serving.get(name, 0), worker_slots=slots.get(name, 0),
+            throughput_per_s=rates(totals), lag_s=queue_lag.get(name), shards=mine,
         ))
     return stats

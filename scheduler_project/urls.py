@@ -1,10 +1,11 @@
-"""URL configuration: the admin (with the dashboard), the REST API under /api/, and
-health probes."""
+"""URL configuration: the admin (with the dashboard), the REST API under /api/, health
+probes and the Prometheus endpoint."""
 
 from django.contrib import admin
 from django.urls import include, path
 
 from jobs.api import healthz, readyz
+from runs.metrics import metrics_view
 
 urlpatterns = [
     path("admin/dashboard/", include("runs.dashboard.urls")),
@@ -12,4 +13,5 @@ urlpatterns = [
     path("api/", include("scheduler_project.api_urls")),
     path("healthz", healthz),
     path("readyz", readyz),
+    path("metrics", metrics_view, name="metrics"),
 ]

@@ -1,0 +1,174 @@
+"""The Prometheus endpoint, /metrics: the scaling signal of docs/scaling.md.
+
+The web process executes no runs, so counters kept in its memory would say nothing about
+the workers. Every figure is computed at scrape time from the database and the broker by
+runs/stats.py, the same numbers /api/queues/ shows, and exposed as gauges by one custom
+collector on a private registry (no process metrics of whichever web worker answered).
+
+Access: when the setting or environment variable ``SCHEDULER_METRICS_TOKEN`` is set, a
+scrape must send ``Authorization: Bearer <token>``; when it is not set the endpoint is
+open, for deployments that reach it only from an internal network (docs/scaling.md).
+"""
+
+import hmac
+import logging
+import os
+from datetime import timedelta
+
+from django.conf import settings
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from jobs import conf
+from jobs.exceptions import BrokerUnavailable
+from runs import stats
+from runs.brokers import get_broker
+from runs.clock import db_now
+
+log = logging.getLogger("scheduler.metrics")
+
+SHARD = ["queue", "shard"]
+
+
+class SchedulerCollector(Collector):
+    """Gauges per queue and shard, read at each scrape from database alias ``using``.
+
+    ``scheduler_broker_up`` is 0 when the broker could not be read; the depth gauges are
+    then absent for that scrape (a zero would look like an empty queue) while throughput,
+    lag and oldest ready age, which come from the database, are still exposed.
+    """
+
+    def __init__(self, using: str = "default"):
+        self.using = using
+
+    def describe(self):
+        # Without this, registering the collector would call collect() and query the
+        # database at import time.
+        return []
+
+    def collect(self):
+        using = self.using
+        now = db_now(using)
+        since = now - timedelta(seconds=stats.WINDOW_S)
+        broker_up = GaugeMetricFamily(
+            "scheduler_broker_up", "1 if the broker answered this scrape, else 0.")
+        try:
+            depth = stats.shard_depth(get_broker(using))
+            broker_up.add_metric([], 1)
+        except BrokerUnavailable as exc:
+            log.warning("metrics: broker unreadable: %s", exc)
+            depth = None
+            broker_up.add_metric([], 0)
+        yield broker_up
+
+        oldest = stats.oldest_due(using, now)
+        finished = stats.finished_counts(using, since)
+        lag, _ = stats.lags(using, since)
+        pairs = sorted(set(depth or {}) | set(oldest) | set(finished) | set(lag))
+
+        if depth is not None:
+            families = {
+                name: GaugeMetricFamily(f"scheduler_queue_{name}", doc, labels=SHARD)
+                for name, doc in (
+                    ("ready", "Runs due and waiting for a worker, in the broker."),
+                    ("delayed", "Runs waiting for their run_at, in the broker."),
+                    ("leased", "Runs leased by a worker (running), in the broker."),
+                )
+            }
+            for pair in pairs:
+                d = depth.get(pair, stats.Depth())
+                labels = [pair[0], str(pair[1])]
+                families["ready"].add_metric(labels, d.ready)
+                families["delayed"].add_metric(labels, d.delayed)
+                families["leased"].add_metric(labels, d.leased)
+            yield from families.values()
+
+        age = GaugeMetricFamily(
+            "scheduler_queue_oldest_ready_age_seconds",
+            "Seconds the oldest due, unstarted run of an active job has waited; 0 if none.",
+            labels=SHARD)
+        for pair in pairs:
+            waited = (now - oldest[pair]).total_seconds() if pair in oldest else 0.0
+            age.add_metric([pair[0], str(pair[1])], max(waited, 0.0))
+        yield age
+
+        throughput = GaugeMetricFamily(
+            "scheduler_queue_throughput_runs_per_second",
+            f"Runs that reached a final state (outcome) per second over the last "
+            f"{stats.WINDOW_S} s.", labels=[*SHARD, "outcome"])
+        for pair in pairs:
+            counts = finished.get(pair, {})
+            for outcome in stats.OUTCOMES:
+                throughput.add_metric([pair[0], str(pair[1]), outcome],
+                                      counts.get(outcome, 0) / stats.WINDOW_S)
+        yield throughput
+
+        lag_s = GaugeMetricFamily(
+            "scheduler_queue_lag_seconds",
+            f"Seconds from run_at to start of the runs started in the last {stats.WINDOW_S} s "
+            f"(quantile 0.5, 0.99, 1 = max); absent when none started.",
+            labels=[*SHARD, "quantile"])
+        started = GaugeMetricFamily(
+            "scheduler_queue_started_runs",
+            f"Runs started in the last {stats.WINDOW_S} s that are running or finished "
+            f"(the lag sample).", labels=SHARD)
+        for pair in pairs:
+            labels = [pair[0], str(pair[1])]
+            sample = lag.get(pair)
+            started.add_metric(labels, sample.count if sample else 0)
+            if sample:
+                lag_s.add_metric([*labels, "0.5"], sample.p50_s)
+                lag_s.add_metric([*labels, "0.99"], sample.p99_s)
+                lag_s.add_metric([*labels, "1"], sample.max_s)
+        yield lag_s
+        yield started
+
+        serving, slots = stats.worker_slots(using)
+        workers = GaugeMetricFamily(
+            "scheduler_queue_live_workers", "Live worker processes serving the queue.",
+            labels=["queue"])
+        capacity = GaugeMetricFamily(
+            "scheduler_queue_worker_slots",
+            "Runs the live workers serving the queue can execute at once (summed concurrency).",
+            labels=["queue"])
+        for queue in sorted(set(serving) | {pair[0] for pair in pairs}):
+            workers.add_metric([queue], serving.get(queue, 0))
+            capacity.add_metric([queue], slots.get(queue, 0))
+        yield workers
+        yield capacity
+
+
+registry = CollectorRegistry(auto_describe=False)
+registry.register(SchedulerCollector())
+
+
+def metrics_token() -> str:
+    """The bearer token a scrape must send; empty means /metrics is open."""
+    if "METRICS_TOKEN" in conf.DEFAULTS:
+        return conf.get("METRICS_TOKEN")
+    return getattr(settings, "SCHEDULER_METRICS_TOKEN", None) or os.environ.get(
+        "SCHEDULER_METRICS_TOKEN", "")
+
+
+def authorized(request) -> bool:
+    """True when no token is configured or the request carries it as a bearer token."""
+    token = metrics_token()
+    if not token:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                              token.encode())
+
+
+@require_GET
+def metrics_view(request):
+    """GET /metrics: every gauge above in Prometheus's text format."""
+    if not authorized(request):
+        response = HttpResponse("a bearer token is required\n", status=401,
+                                content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
