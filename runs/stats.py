@@ -7,27 +7,24 @@ second over the last ``WINDOW_S`` seconds, by final state) and lag (seconds from
 to ``started_at`` of the runs started in the last ``WINDOW_S`` seconds). Per queue: the
 same, plus live workers and their slots. Every time is on the database clock.
 
-The per-shard depth is read here rather than through ``Broker.depth()`` (which sums the
-shards): ``shard_depth()`` is the one place that knows each broker's layout, to move into
-the broker classes later.
+Depth comes from ``Broker.shard_depth()``, the broker's own per-shard reading; everything
+else from the runs table, through indexes that bound each query to the pending rows or
+the last minute.
 """
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-import redis
 from django.db import connections
 from django.db.models import Count, Min, Q
 
 from jobs import conf
-from jobs.exceptions import BrokerUnavailable
 from jobs.models import Job
 from runs.brokers import get_broker
 from runs.brokers.base import Broker
 from runs.clock import db_now
 from runs.models import (
-    DELAYED_STATES,
     PENDING_STATES,
     TERMINAL_STATES,
     Run,
@@ -118,44 +115,12 @@ def live_workers(using: str = "default"):
 
 
 def shard_depth(broker: Broker) -> dict[QueueShard, Depth]:
-    """Ready, delayed and leased counts per (queue, shard) as ``broker`` holds them.
-
-    Redis: ZCARD of each shard's three sorted sets, for every ``"<queue>:<shard>"`` in the
-    ``queues`` set. Database: one GROUP BY queue, shard over the pending and running rows.
-    Raises BrokerUnavailable when Redis cannot be reached.
-    """
-    if broker.name == "redis":
-        return _redis_shard_depth(broker)
-    rows = (
-        Run.objects.using(broker.using)
-        .filter(state__in=[*DELAYED_STATES, RunState.QUEUED, RunState.RUNNING])
-        .values("queue", "shard")
-        .annotate(
-            ready=Count("pk", filter=Q(state=RunState.QUEUED)),
-            delayed=Count("pk", filter=Q(state__in=DELAYED_STATES)),
-            leased=Count("pk", filter=Q(state=RunState.RUNNING)),
-        )
-        .order_by()
-    )
-    return {(r["queue"], r["shard"]): Depth(r["ready"], r["delayed"], r["leased"]) for r in rows}
-
-
-def _redis_shard_depth(broker) -> dict[QueueShard, Depth]:
-    client, keys = broker.client, broker.keys
-    try:
-        pairs = []
-        for member in client.smembers(keys.queues):
-            queue, _, shard = member.decode().rpartition(":")
-            pairs.append((queue, int(shard)))
-        pipe = client.pipeline(transaction=False)
-        for queue, shard in pairs:
-            pipe.zcard(keys.ready(queue, shard))
-            pipe.zcard(keys.delayed(queue, shard))
-            pipe.zcard(keys.leased(queue, shard))
-        counts = pipe.execute()
-    except redis.RedisError as exc:
-        raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
-    return {pair: Depth(*counts[3 * i:3 * i + 3]) for i, pair in enumerate(pairs)}
+    """Ready, delayed and leased counts per (queue, shard) as ``broker`` holds them
+    (``Broker.shard_depth``: ZCARDs on Redis, where ready includes runs parked for their
+    owner's limit; a GROUP BY queue, shard on the database broker). Raises
+    BrokerUnavailable when Redis cannot be reached."""
+    return {(queue, shard): Depth(ready, delayed, leased)
+            for queue, shard, ready, delayed, leased in broker.shard_depth()}
 
 
 def oldest_due(using: str, now: datetime) -> dict[QueueShard, datetime]:
