@@ -119,6 +119,24 @@ class Job(models.Model):
         return self.shard_key or self.handler
 
 
+class LeaseMember(models.Model):
+    """A live member of a lease group (schedulers sharing partitions, dispatchers sharing
+    shards): ``expires_at`` is renewed with the member's leases. Members count even while
+    they hold nothing, so a newcomer's fair share is given up by the others."""
+
+    group = models.CharField(max_length=64)
+    member = models.CharField(max_length=200)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["group", "member"], name="lease_member_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group}: {self.member}"
+
+
 class OwnerPolicy(models.Model):
     """Isolation settings of one owner (a tenant), set by staff through the admin or
     ``/api/limits/``: ``max_running`` caps that owner's runs running at once across the

@@ -12,7 +12,7 @@ import math
 from django.db import transaction
 from django.db.models import Q
 
-from jobs.models import SchedulerPartition
+from jobs.models import LeaseMember, SchedulerPartition
 from runs.clock import db_now, seconds
 
 
@@ -25,6 +25,7 @@ class PartitionLeases:
                  model=SchedulerPartition):
         self.owner, self.total, self.ttl_s, self.using = owner, total, ttl_s, using
         self.model = model
+        self.group = model._meta.label_lower
         self.owned: list[int] = []
 
     def _ensure_rows(self) -> None:
@@ -45,7 +46,12 @@ class PartitionLeases:
             now = db_now(self.using)
             expires = now + seconds(self.ttl_s)
             live = Q(lease_expires_at__gt=now)
+            members = LeaseMember.objects.using(self.using).filter(group=self.group)
+            members.filter(expires_at__lte=now).delete()
+            members.update_or_create(group=self.group, member=self.owner,
+                                     defaults={"expires_at": expires})
             owners = set(rows.filter(live).exclude(owner="").values_list("owner", flat=True))
+            owners |= set(members.values_list("member", flat=True))
             share = math.ceil(self.total / len(owners | {self.owner}))
             mine = list(rows.filter(live, owner=self.owner).order_by("number")
                         .values_list("number", flat=True))
@@ -69,4 +75,6 @@ class PartitionLeases:
         self.model.objects.using(self.using).filter(owner=self.owner).update(
             owner="", lease_expires_at=None
         )
+        LeaseMember.objects.using(self.using).filter(group=self.group,
+                                                     member=self.owner).delete()
         self.owned = []

@@ -114,7 +114,8 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "name", "owner", "handler", "payload", "queue", "priority", "status",
+        fields = ["id", "name", "owner", "handler", "payload", "queue", "shard_key", "priority",
+                  "status",
                   "run_at", "schedule", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
                   "next_run_at", "timeout_s", "max_retries", "created_at", "updated_at"]
         read_only_fields = fields
@@ -195,8 +196,12 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
         help_text="spread each occurrence's run over this many seconds after it "
                   "(cron jobs; default 0)")
     queue = serializers.RegexField(
-        QUEUE_RE, max_length=64, required=False, default="default",
+        QUEUE_RE, max_length=64, required=False, default=None,
+        help_text='default: the owner\'s default queue (tenant queues), else "default"',
         error_messages={"invalid": "1-64 characters of letters, digits, '_', '.', '-'"})
+    shard_key = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default="",
+        help_text="runs go to shard crc32(shard_key or handler) % SHARDS of the queue")
     priority = serializers.IntegerField(required=False, default=5, min_value=0, max_value=9,
                                         help_text="0 most urgent, 9 least")
     timeout_s = serializers.IntegerField(
@@ -232,7 +237,8 @@ def to_spec(data: dict, defaults: dict | None = None) -> dict:
         "payload": data.get("payload") if data.get("payload") is not None else {},
         "run_at": data.get("run_at"), "cron": data.get("schedule"),
         "timezone": data.get("timezone") or "UTC",
-        "misfire_policy": data.get("misfire_policy"), "queue": data.get("queue") or "default",
+        "misfire_policy": data.get("misfire_policy"), "queue": data.get("queue"),
+        "shard_key": data.get("shard_key") or "",
         "priority": data.get("priority", 5),
         "timeout_s": defaults["timeout_s"] if timeout_s is None else timeout_s,
         "max_attempts": defaults["max_attempts"] if max_retries is None else max_retries + 1,
@@ -252,7 +258,7 @@ class FastItemParser:
     checks with hypothesis that whatever this accepts, the serializer accepts identically.
     """
 
-    STRINGS = {"name": 200, "schedule": 200}
+    STRINGS = {"name": 200, "schedule": 200, "shard_key": 200}
     INTS = {"priority": (0, 9), "max_lag_s": (0, MAX_INT), "jitter_s": (0, MAX_JITTER_S)}
 
     def __init__(self):
@@ -270,7 +276,8 @@ class FastItemParser:
             return None
         data = {"payload": {}, "run_at": None, "schedule": None, "timezone": "UTC",
                 "misfire_policy": None, "max_lag_s": None, "jitter_s": None,
-                "queue": "default", "priority": 5, "timeout_s": None, "max_retries": None}
+                "queue": None, "shard_key": "", "priority": 5, "timeout_s": None,
+                "max_retries": None}
         for key, value in item.items():
             if value is None and key not in ("handler", "name", "queue", "priority",
                                              "payload"):

@@ -17,6 +17,7 @@ from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now
+from runs.limits import default_queue
 from runs.models import PENDING_STATES, Run, RunState
 from runs.transitions import run_refs
 from runs.types import RunRef
@@ -36,7 +37,7 @@ class InvalidJobs(InvalidJob):
 
 
 def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=None,
-          timezone_name="UTC", queue="default", priority=5, timeout_s=None,
+          timezone_name="UTC", queue=None, shard_key="", priority=5, timeout_s=None,
           max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
           using="default") -> dict:
     if delay_s is not None:
@@ -49,7 +50,7 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=N
     spec = {
         "name": name, "handler": handler, "payload": {} if payload is None else payload,
         "run_at": run_at, "cron": cron_expr, "timezone": timezone_name, "queue": queue,
-        "priority": priority,
+        "shard_key": shard_key, "priority": priority,
         "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
         "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_attempts is None
         else max_attempts,
@@ -68,8 +69,10 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
 
     Options: ``name``; exactly one of ``run_at`` (aware datetime; in the past means now),
     ``delay_s`` (seconds from now) or ``cron_expr`` (five-field cron or macro) with
-    ``timezone_name`` (IANA, default UTC), ``misfire_policy`` and ``max_lag_s``; ``queue``,
-    ``priority`` (0-9, 0 most urgent, default 5), ``timeout_s`` (seconds),
+    ``timezone_name`` (IANA, default UTC), ``misfire_policy`` and ``max_lag_s``; ``queue``
+    (default: the owner's OwnerPolicy.default_queue, else "default"), ``shard_key`` (what
+    the shard is hashed from; default the handler), ``priority`` (0-9, 0 most urgent,
+    default 5), ``timeout_s`` (seconds),
     ``max_attempts`` (first try included). Raises InvalidJob naming each bad field.
     """
     spec = _spec(handler, payload, using=using, **options)
@@ -111,6 +114,7 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
         insert_rows(Schedule, schedules, using)
         schedule_iter = iter(schedules)
         owner_id = owner.pk if owner is not None else None
+        tenant_queue = default_queue(owner_id, using)
         cache_owner = Job.owner.field.set_cached_value
         cache_schedule = Job.schedule.field.set_cached_value
         next_runs: dict[tuple[str, str], datetime] = {}
@@ -127,7 +131,8 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
             # the whole row's insert; the instances go into the relation caches below.
             job = Job(
                 name=s["name"], owner_id=owner_id, handler=s["handler"],
-                payload=s.get("payload", {}), queue=s.get("queue", "default"),
+                payload=s.get("payload", {}), queue=s.get("queue") or tenant_queue,
+                shard_key=s.get("shard_key") or "",
                 priority=s.get("priority", 5),
                 run_at=s.get("run_at") if schedule is None else None,
                 next_run_at=next_run_at,

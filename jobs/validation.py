@@ -31,7 +31,8 @@ def job_limits() -> dict[str, int]:
 def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     """Check and normalise one job spec; returns the cleaned dict.
 
-    Keys: name (str), handler (registered name), payload (JSON object), queue, priority
+    Keys: name (str), handler (registered name), payload (JSON object), queue (None: the
+    owner's default queue), shard_key (text; default: the handler), priority
     (0-9), timeout_s (>= 1), max_attempts (>= 1), and exactly one of ``run_at`` (aware
     datetime) / ``cron`` (with optional timezone, misfire_policy, max_lag_s, jitter_s).
     ``limits`` are the caps of job_limits(), read afresh when omitted.
@@ -53,9 +54,12 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     payload_error = payload_problem(spec.get("payload", {}), limits["MAX_PAYLOAD_BYTES"])
     if payload_error:
         errors["payload"] = payload_error
-    queue = spec.get("queue", "default")
-    if not isinstance(queue, str) or not QUEUE_RE.match(queue):
+    queue = spec.get("queue")
+    if queue is not None and (not isinstance(queue, str) or not QUEUE_RE.match(queue)):
         errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
+    shard_key = spec.get("shard_key") or ""
+    if not isinstance(shard_key, str) or len(shard_key) > 200 or "\x00" in shard_key:
+        errors["shard_key"] = "must be text of at most 200 characters"
     for field, low, high in (("priority", 0, 9), ("timeout_s", 1, limits["MAX_TIMEOUT_S"]),
                              ("max_attempts", 1, limits["MAX_RETRIES"] + 1)):
         value = spec.get(field)

@@ -32,9 +32,10 @@ class Dispatcher(Daemon):
 
     name = "dispatcher"
 
-    def __init__(self, using: str = "default", dispatcher_id: str | None = None):
+    def __init__(self, using: str = "default", dispatcher_id: str | None = None,
+                 broker=None):
         super().__init__(using)
-        self.broker = get_broker(using)
+        self.broker = broker or get_broker(using)
         self.interval_s = conf.get("DISPATCH_INTERVAL_S")
         self.reconcile_every_s = conf.get("RECONCILE_INTERVAL_S")
         self.dispatcher_id = dispatcher_id or (

@@ -106,13 +106,15 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.1, message: s
 
 def make_runs(using: str, count: int, *, handler: str = "noop", payload=None, queue="default",
               priority: int = 5, delay_s: float = -1, max_attempts: int = 4,
-              timeout_s: int = 60, shard: int = 0) -> list[Run]:
+              timeout_s: int = 60, shard: int = 0, owner=None) -> list[Run]:
     """One one-off job with ``count`` runs due ``delay_s`` from now (default: already due),
-    created directly in database ``using`` with state ``scheduled``; the caller pushes."""
+    created directly in database ``using`` with state ``scheduled``; the caller pushes.
+    ``owner``: a user of database ``using`` (or None)."""
     now = timezone.now()
     job = Job.objects.using(using).create(
         name=f"{handler} x{count}", handler=handler, payload=payload or {}, queue=queue,
         priority=priority, run_at=now, timeout_s=timeout_s, max_attempts=max_attempts,
+        owner=owner,
     )
     when = now + timedelta(seconds=delay_s)
     runs = [

@@ -155,15 +155,16 @@ class Broker(ABC):
             current[best] -= total
             wanted[best] += 1
         claimed: list[Slot] = []
-        full = []
+        short = set()
         for queue in queues:
             if wanted[queue]:
                 got = self._claim([queue], wanted[queue])
                 claimed += got
-                if len(got) == wanted[queue]:
-                    full.append(queue)
-        if len(claimed) < n and full:
-            claimed += self._claim(full, n - len(claimed))
+                if len(got) < wanted[queue]:
+                    short.add(queue)
+        others = [q for q in queues if q not in short]
+        if len(claimed) < n and others:
+            claimed += self._claim(others, n - len(claimed))
         return claimed
 
     def heartbeat(self, leases: list[Lease], ttl_s: float | None = None) -> list[Lease]:

@@ -121,20 +121,22 @@ class DatabaseBroker(Broker):
             list(ready.filter(priority__gte=c.lo, priority__lte=c.hi)
                  .order_by("priority", "run_at", "pk")
                  .select_for_update(skip_locked=True, of=("self",))
-                 .values_list("pk", "queue", "shard", "job__owner_id")[:fetch])
+                 .values_list("pk", "queue", "shard", "job__owner_id", "priority",
+                              "run_at")[:fetch])
             for c in classes
         ]
         stride = self._stride.get(queue)
         if stride is None or stride.classes != classes:
             stride = self._stride[queue] = Stride(classes)
         stride.settle([bool(c) for c in candidates])
-        picked: list[Slot] = []
+        picked: list[tuple] = []
         heads = [0] * len(classes)
         while len(picked) < n:
             i = stride.choose([c for c in range(len(classes)) if heads[c] < len(candidates[c])])
             if i is None:
                 break
-            run_id, run_queue, shard, owner = candidates[i][heads[i]]
+            row = candidates[i][heads[i]]
+            owner = row[3]
             heads[i] += 1
             if room is not None and owner is not None:
                 left = room.get(owner, explicit.get(owner, owner_default) or None)
@@ -143,11 +145,12 @@ class DatabaseBroker(Broker):
                         continue
                     room[owner] = left - 1
             stride.charge(i)
-            picked.append((run_id, run_queue, shard))
+            picked.append(row)
         stride.settle([heads[c] < len(candidates[c]) for c in range(len(classes))])
         if limits.rate and len(picked) < n:
             self._return_tokens(queue, n - len(picked))
-        return picked
+        picked.sort(key=lambda r: (r[4], r[5], r[0]))  # most urgent first, as Redis returns
+        return [(r[0], r[1], r[2]) for r in picked]
 
     def _serialise(self) -> None:
         connection = connections[self.using]

@@ -46,13 +46,18 @@ end
 
 local classes = {}
 local fair = {}
+local ready = 0
 for i = 10, #ARGV, 3 do
   local lo = tonumber(ARGV[i]) * SPAN
   local hi = string.format('(%.0f', (tonumber(ARGV[i + 1]) + 1) * SPAN)
   local c = {lo = lo, hi = hi, stride = 1 / tonumber(ARGV[i + 2])}
   c.count = redis.call('ZCOUNT', KEYS[1], lo, hi)
+  ready = ready + c.count
   classes[#classes + 1] = c
   fair[#fair + 1] = 'p' .. #classes
+end
+if ready == 0 then
+  return {}
 end
 fair[#fair + 1] = 'vt'
 local state = redis.call('HMGET', KEYS[4], unpack(fair))
