@@ -32,7 +32,7 @@ from django.utils.html import format_html
 
 from jobs import cron, services
 from jobs.exceptions import InvalidJob, SchedulerError
-from jobs.models import Job, MisfirePolicy, SchedulerPartition
+from jobs.models import Job, MisfirePolicy, OwnerPolicy, SchedulerPartition
 from jobs.registry import handler_names
 from jobs.validation import validate_job
 from runs.admin_helpers import (
@@ -44,6 +44,7 @@ from runs.admin_helpers import (
     timestamp_column,
     with_timing,
 )
+from runs.limits import set_owner_policy, sync_owner_limits
 from runs.models import PENDING_STATES, TERMINAL_STATES, Run
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
@@ -406,6 +407,28 @@ class JobAdmin(admin.ModelAdmin):
             skipped_reason="they were already cancelled",
             describe=lambda job: job.status,
         )
+
+
+@admin.register(OwnerPolicy)
+class OwnerPolicyAdmin(admin.ModelAdmin):
+    """Per-owner concurrency limit and default (tenant) queue. Saving goes through
+    runs.limits.set_owner_policy so the broker enforces the new limit at once."""
+
+    list_display = ("owner", "max_running", "default_queue", "updated_at")
+    search_fields = ("owner__username", "default_queue")
+    raw_id_fields = ("owner",)
+
+    def save_model(self, request, obj, form, change):
+        obj.pk = set_owner_policy(obj.owner, max_running=obj.max_running,
+                                  default_queue=obj.default_queue).pk
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        sync_owner_limits()
+
+    def delete_queryset(self, request, queryset):
+        super().delete_queryset(request, queryset)
+        sync_owner_limits()
 
 
 @admin.register(SchedulerPartition)

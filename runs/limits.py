@@ -30,6 +30,14 @@ def default_queue(owner_id: int | None, using: str = "default") -> str:
     return queue or "default"
 
 
+def sync_owner_limits(using: str = "default") -> None:
+    """Make the broker enforce the owner limits stored now (after the transaction commits
+    if one is open). A broker outage is logged: the dispatcher's next reconcile syncs."""
+    broker = get_broker(using)
+    transaction.on_commit(
+        lambda: broker._after_commit(broker.sync_limits, owner_limits(using)), using=using)
+
+
 def set_owner_policy(owner, *, max_running: int | None = None, default_queue: str = "",
                      using: str = "default") -> OwnerPolicy:
     """Create or replace ``owner``'s policy (``owner``: a user). ``max_running``: a
@@ -45,7 +53,5 @@ def set_owner_policy(owner, *, max_running: int | None = None, default_queue: st
     with transaction.atomic(using=using):
         policy, _ = OwnerPolicy.objects.using(using).update_or_create(
             owner=owner, defaults={"max_running": max_running, "default_queue": default_queue})
-        broker = get_broker(using)
-        transaction.on_commit(
-            lambda: broker._after_commit(broker.sync_limits, owner_limits(using)), using=using)
+        sync_owner_limits(using)
     return policy
