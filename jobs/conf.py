@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Tunable] = {
     "QUEUE_RATE": Tunable(
         "", str,
         'runs a queue may start per second (token bucket), "<queue>=<rate>[:<burst>],..."'),
+    "METRICS_TOKEN": Tunable(
+        "", str, "bearer token a /metrics scrape must send; empty: /metrics is open"),
     "FAIR_SCAN": Tunable(
         2000, int, "most ready runs one lease call may set aside for owners at their limit"),
     "SCHEDULE_BATCH": Tunable(1000, int, "cron jobs claimed per scheduler transaction"),

@@ -12,10 +12,8 @@ open, for deployments that reach it only from an internal network (docs/scaling.
 
 import hmac
 import logging
-import os
 from datetime import timedelta
 
-from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -147,10 +145,7 @@ registry.register(SchedulerCollector())
 
 def metrics_token() -> str:
     """The bearer token a scrape must send; empty means /metrics is open."""
-    if "METRICS_TOKEN" in conf.DEFAULTS:
-        return conf.get("METRICS_TOKEN")
-    return getattr(settings, "SCHEDULER_METRICS_TOKEN", None) or os.environ.get(
-        "SCHEDULER_METRICS_TOKEN", "")
+    return conf.get("METRICS_TOKEN")
 
 
 def authorized(request) -> bool:
