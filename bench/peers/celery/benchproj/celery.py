@@ -1,0 +1,62 @@
+"""The Celery app and the bench's tasks."""
+
+import os
+import time
+
+from celery import Celery
+from celery.signals import after_task_publish
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchproj.settings")
+
+app = Celery("benchproj")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+REDIS_URL = "redis://127.0.0.1:6379/1"
+STARTS_KEY = "bench:starts"
+QUEUED_KEY = "bench:queued_at"
+
+_client = None
+
+
+def _redis():
+    global _client
+    if _client is None:
+        import redis
+
+        _client = redis.Redis.from_url(REDIS_URL)
+    return _client
+
+
+@app.task(name="bench.noop")
+def noop():
+    """The W1/W2/W6 handler: does nothing."""
+    return None
+
+
+@app.task(name="bench.mark")
+def mark(scheduled):
+    """The W3 handler: records 'scheduled start' (epoch seconds) at its start."""
+    _redis().rpush(STARTS_KEY, f"{scheduled} {time.time()}")
+
+
+@app.task(name="bench.mark_cron")
+def mark_cron():
+    """The W4 handler: records its start (epoch seconds)."""
+    _redis().rpush(STARTS_KEY, repr(time.time()))
+
+
+# W4 needs the instant beat has published the N-th message. Counting in beat's own process
+# costs nothing per publish; only the N-th writes one Redis key. Enabled by the adapter
+# through BENCH_COUNT_PUBLISH=N in beat's environment only.
+_publish_target = int(os.environ.get("BENCH_COUNT_PUBLISH", "0"))
+_published = 0
+
+
+@after_task_publish.connect
+def _count_publish(sender=None, **kwargs):
+    global _published
+    if not _publish_target:
+        return
+    _published += 1
+    if _published == _publish_target:
+        _redis().set(QUEUED_KEY, repr(time.time()))
