@@ -1,7 +1,8 @@
 """A racing dispatcher-and-worker for the contract suite, run as a separate process:
-``python -m tests.race_client SECONDS BATCH`` promotes and leases from the configured
-broker until SECONDS have passed and nothing was left for a while, then prints the leased
-run ids as one JSON list."""
+``python -m tests.race_client SECONDS BATCH [START_AT]`` promotes and leases from the
+configured broker until SECONDS have passed and nothing was left for a while, then prints
+the leased run ids as one JSON list. START_AT (Unix seconds) makes every racer begin at the
+same instant, whatever their start-up times."""
 
 import json
 import os
@@ -18,6 +19,9 @@ def main() -> None:
 
     seconds, batch = float(sys.argv[1]), int(sys.argv[2])
     broker = get_broker()
+    broker.ping()  # connect before the start line
+    if len(sys.argv) > 3:
+        time.sleep(max(float(sys.argv[3]) - time.time(), 0))
     worker_id = f"racer-{os.getpid()}"
     leased: list[int] = []
     deadline = time.monotonic() + seconds

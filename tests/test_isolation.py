@@ -2,6 +2,9 @@
 shard leases, weighted priority classes, per-owner and per-queue concurrency limits and
 per-queue rate limits (runs/policy.py, runs/brokers/lua/lease.lua)."""
 
+import json
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -18,7 +21,7 @@ from runs.limits import owner_limits
 from runs.models import Run, ShardLease
 from runs.transitions import run_refs
 from runs.types import Outcome
-from tests.conftest import flush_redis, make_runs
+from tests.conftest import ROOT, daemon_env, flush_redis, make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 
@@ -205,6 +208,24 @@ def test_an_owner_at_its_limit_does_not_block_other_owners(settings, broker):
     assert broker.lease(["default"], 10, "w3") == []
     running = Run.objects.using(broker.using).filter(state="running", job__owner=noisy)
     assert running.count() == 4
+
+
+def test_an_owner_limit_holds_across_racing_worker_processes(broker):
+    owner = user(broker, "racer-owner")
+    queue_runs(broker, 60, owner=owner)
+    env = daemon_env(broker.name, broker.using, owner_concurrency=3)
+    start_at = str(time.time() + 4)
+    racers = [
+        subprocess.Popen([sys.executable, "-m", "tests.race_client", "1", "2", start_at],
+                         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(6)
+    ]
+    outputs = [racer.communicate(timeout=120) for racer in racers]
+    assert all(racer.returncode == 0 for racer in racers), [o[1][-2000:] for o in outputs]
+    leased = [i for out, _ in outputs for i in json.loads(out.decode().splitlines()[-1])]
+    # Nothing was acked, so the limit allows exactly three leases in all, whoever won them.
+    assert len(leased) == 3
+    assert Run.objects.using(broker.using).filter(state="running").count() == 3
 
 
 def test_the_settings_default_owner_limit_applies_to_every_owner(settings, broker):
