@@ -181,6 +181,8 @@ def redis_used_memory(db=0):
 
 def pg_recreate_database(name):
     """Drop (terminating its sessions) and create PostgreSQL database name."""
+    if "bench" not in name:
+        raise ValueError(f"refusing to drop {name!r}: benchmark databases contain 'bench'")
     pg_exec_sql(
         "postgres",
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
