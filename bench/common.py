@@ -223,11 +223,28 @@ def spawn(cmd, env=None, cwd=None, log_path=None):
     Output goes to log_path (appended) or is discarded. Returns the Popen.
     """
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    parent = os.getpid()
     proc = subprocess.Popen(
-        cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=lambda: _die_with_parent(parent),
     )
     _GROUPS.append(proc)
     return proc
+
+
+def _die_with_parent(parent):
+    # Our own session escapes a SIGKILL sent to the adapter's process group (bench/run.py's
+    # timeout): ask Linux to SIGTERM the leader when the adapter dies, so the peer's own
+    # warm shutdown takes its children down.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the adapter died before prctl took effect
+        os._exit(1)
 
 
 def stop(proc, grace_s=10.0):
