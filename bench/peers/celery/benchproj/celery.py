@@ -39,24 +39,28 @@ def mark(scheduled):
     _redis().rpush(STARTS_KEY, f"{scheduled} {time.time()}")
 
 
-@app.task(name="bench.mark_cron")
-def mark_cron():
-    """The W4 handler: records its start (epoch seconds)."""
-    _redis().rpush(STARTS_KEY, repr(time.time()))
+@app.task(name="bench.mark_cron", bind=True)
+def mark_cron(self):
+    """The W4 handler: records 'periodic task name, start (epoch seconds)' at its start."""
+    name = getattr(self.request, "periodic_task_name", None)
+    _redis().rpush(STARTS_KEY, f"{name} {time.time()}")
 
 
-# W4 needs the instant beat has published the N-th message. Counting in beat's own process
-# costs nothing per publish; only the N-th writes one Redis key. Enabled by the adapter
-# through BENCH_COUNT_PUBLISH=N in beat's environment only.
+# W4 needs the instant beat has published a first run of each of the N periodic tasks.
+# Counting in beat's own process costs a set insert per publish; only the last one writes
+# a Redis key. Enabled by the adapter through BENCH_COUNT_PUBLISH=N in beat's env only.
 _publish_target = int(os.environ.get("BENCH_COUNT_PUBLISH", "0"))
-_published = 0
+_published = set()
 
 
 @after_task_publish.connect
-def _count_publish(sender=None, **kwargs):
-    global _published
+def _count_publish(sender=None, headers=None, **kwargs):
     if not _publish_target:
         return
-    _published += 1
-    if _published == _publish_target:
+    _published.add((headers or {}).get("periodic_task_name"))
+    count = len(_published)
+    if count == _publish_target:
         _redis().set(QUEUED_KEY, repr(time.time()))
+    if count == _publish_target or count % 100 == 0:
+        # Progress, so that a beat too slow to publish all N still reports how far it got.
+        _redis().set(QUEUED_KEY + ":count", count)
