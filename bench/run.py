@@ -1,0 +1,417 @@
+"""Run the side-by-side benchmarks of issue 6 and write the results (BENCHMARKS.md).
+
+    .venv/bin/python bench/run.py [--quick] [--only ours,celery,rq,dramatiq,procrastinate,djangoq]
+                                  [--workloads W1,W2,W3,W4,W5,W6,ceiling]
+
+Systems run one after the other (never two at once), each workload in a subprocess with a
+timeout: ours with this project's virtualenv (bench/ours.py, bench/ceiling.py), each peer
+with its own virtualenv bench/.venvs/<peer>, made from bench/peers/<peer>/requirements.txt
+(exact pins) and reused while that file's hash is unchanged. Every adapter prints one JSON
+object as its last stdout line (contract: bench/README section of BENCHMARKS.md). A
+crashed or timed-out adapter is recorded as failed and the run goes on; a peer without an
+adapter yet is skipped with a note.
+
+Writes bench/results/<YYYY-MM-DD>.json (everything, with each adapter's details),
+bench/results/summary.json (workload -> system -> figure and unit, plus hardware),
+the generated part of BENCHMARKS.md and bench/results/plots/*.png.
+
+``--quick`` shrinks sizes (contract: W1 5,000, W2 2,000, W3 15 s, W5 up to 100 K jobs) and
+skips W4, which costs up to a minute per system waiting for a minute boundary; ask for it
+with ``--workloads W4``. It finishes in under 5 minutes once the virtualenvs exist.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+import common  # noqa: E402
+
+RESULTS = BENCH / "results"
+VENVS = BENCH / ".venvs"
+PEERS = ["celery", "rq", "dramatiq", "procrastinate", "djangoq"]
+SYSTEMS = ["ours", *PEERS]
+WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "ceiling"]
+# Which way is better, per workload: the table's ratios are "times better than the
+# fastest peer" either way.
+HIGHER_IS_BETTER = {"W1": True, "W2": True, "W3": False, "W4": False, "W5": False,
+                    "W6": False, "ceiling": True}
+TITLES = {
+    "W1": "W1 ingest (best path)", "W2": "W2 drain 20 K no-op jobs, 2 worker processes",
+    "W3": "W3 lag p99 at 116 jobs/s", "W4": "W4 20 K cron jobs due at one minute: last started",
+    "W5": "W5 scheduler tick, 1 M cron jobs (1 K due)", "W6": "W6 Redis bytes per pending run",
+    "ceiling": "Ceiling: W2's writes by a bare loop",
+}
+LABELS = {"ours": "ours", "celery": "Celery", "rq": "RQ", "dramatiq": "Dramatiq",
+          "procrastinate": "procrastinate", "djangoq": "django-q2"}
+BEGIN, END = "<!-- bench/run.py: begin -->", "<!-- bench/run.py: end -->"
+
+
+# --- virtualenvs -----------------------------------------------------------------------
+
+
+def peer_python(peer: str) -> tuple[list[str], dict]:
+    """The interpreter (argv prefix, extra env) a peer's venv is made with: its
+    python.txt version through pyenv ("3.12.1"), else scripts/find-python's answer."""
+    wanted = BENCH / "peers" / peer / "python.txt"
+    if wanted.exists():
+        version = wanted.read_text().strip()
+        minor = ".".join(version.split(".")[:2])
+        return [f"python{minor}"], {"PYENV_VERSION": version}
+    path = subprocess.run([str(ROOT / "scripts" / "find-python")], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    return [path], {}
+
+
+def ensure_venv(peer: str, notes: list[str]) -> Path:
+    """bench/.venvs/<peer>/bin/python, created or brought to requirements.txt's pins when
+    the file's hash differs from the one stored in the venv. Never deletes a venv: pip
+    moves it to the pins (a peer helper may be using it)."""
+    requirements = BENCH / "peers" / peer / "requirements.txt"
+    venv = VENVS / peer
+    python = venv / "bin" / "python"
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    stamp = venv / ".requirements.sha256"
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == digest:
+        return python
+    if not python.exists():
+        argv, extra = peer_python(peer)
+        common.log(f"[run] creating {venv} with {' '.join(argv)}")
+        subprocess.run([*argv, "-m", "venv", str(venv)], check=True,
+                       env={**os.environ, **extra})
+    common.log(f"[run] installing {requirements} into {venv}")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)],
+                   check=True)
+    stamp.write_text(digest + "\n")
+    notes.append(f"{peer}: virtualenv installed from requirements.txt ({digest[:12]})")
+    return python
+
+
+# --- running adapters ------------------------------------------------------------------
+
+
+def last_json(stdout: str) -> dict | None:
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+        if line:
+            return None
+    return None
+
+
+def run_adapter(cmd: list[str], workload: str, timeout: float, log_path: Path) -> dict:
+    """Run one adapter (its own process group, killed on timeout); returns its JSON
+    result, or {"failed": why}."""
+    common.log(f"[run] {shlex.join(cmd)}")
+    began = time.monotonic()
+    with open(log_path, "w") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
+                                start_new_session=True)
+        try:
+            stdout, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            stdout, _ = proc.communicate()
+            return {"workload": workload, "failed": f"timed out after {timeout:.0f} s",
+                    "elapsed_s": round(time.monotonic() - began, 1), "log": str(log_path)}
+        finally:
+            _kill_group(proc)
+    elapsed = round(time.monotonic() - began, 1)
+    result = last_json(stdout)
+    if result is None or proc.returncode:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        why = f"exit code {proc.returncode}" if proc.returncode else "no JSON result line"
+        return {"workload": workload, "failed": f"{why}: {' | '.join(tail)[-400:]}",
+                "elapsed_s": elapsed, "log": str(log_path)}
+    result["elapsed_s"] = elapsed
+    return result
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def adapter_cmd(system: str, workload: str, python: Path, quick: bool) -> list[str]:
+    flags = ["--quick"] if quick else []
+    if system == "ours":
+        if workload == "ceiling":
+            return [str(python), str(BENCH / "ceiling.py"), *flags]
+        return [str(python), str(BENCH / "ours.py"), workload, *flags]
+    return [str(python), str(BENCH / "peers" / system / "bench.py"), workload, *flags]
+
+
+def timeout_for(workload: str, quick: bool) -> float:
+    if quick:
+        return 150.0
+    return {"W4": 1800.0, "W5": 1800.0}.get(workload, 900.0)
+
+
+# --- facts about the machine -----------------------------------------------------------
+
+
+def hardware() -> dict:
+    """CPU model, cores, RAM, PostgreSQL, Redis and Python versions."""
+    line = common.hardware()
+    try:
+        pg = common.pg_exec_sql("postgres", "SHOW server_version").split()[0]
+    except (subprocess.CalledProcessError, OSError) as exc:
+        pg = f"unknown ({exc})"
+    try:
+        client = common.Redis(0)
+        info = client.execute("INFO", "server").decode()
+        client.close()
+        redis_version = next(x.split(":", 1)[1] for x in info.splitlines()
+                             if x.startswith("redis_version:"))
+    except (OSError, RuntimeError, StopIteration) as exc:
+        redis_version = f"unknown ({exc})"
+    cpu = line.split(",")[0]
+    mem = next((p.strip() for p in line.split(",") if "GiB" in p), "")
+    return {"cpu": cpu, "cores": os.cpu_count(), "ram": mem, "postgresql": pg,
+            "redis": redis_version, "python": platform.python_version(),
+            "os": f"{platform.system()} {platform.release()}", "line": line,
+            "load_1m_at_start": round(os.getloadavg()[0], 2)}
+
+
+# --- summary, BENCHMARKS.md ------------------------------------------------------------
+
+
+def entry(result: dict) -> dict:
+    """The summary's cell for one adapter result."""
+    if "unsupported" in result:
+        return {"unsupported": result["unsupported"]}
+    if result.get("failed") or result.get("figure") is None:
+        return {"failed": result.get("failed") or "no figure"}
+    return {"figure": result["figure"], "unit": result.get("unit", "")}
+
+
+def build_summary(results: dict, hw: dict, previous: dict, today: str) -> dict:
+    """workload -> system -> cell; cells of systems not run now are kept from the previous
+    summary (with their date), so ``--only ours`` refreshes only our column."""
+    summary = {}
+    for workload in WORKLOADS:
+        row = {}
+        for system in SYSTEMS:
+            if workload in results.get(system, {}):
+                row[system] = dict(entry(results[system][workload]), date=today)
+            elif system in previous.get(workload, {}):
+                row[system] = previous[workload][system]
+        if row:
+            summary[workload] = row
+    summary["hardware"] = hw
+    return summary
+
+
+def fmt(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def best_peer(row: dict, workload: str) -> tuple[str, float] | None:
+    figures = [(s, row[s]["figure"]) for s in PEERS if "figure" in row.get(s, {})
+               and row[s]["figure"]]
+    if not figures:
+        return None
+    pick = max if HIGHER_IS_BETTER[workload] else min
+    return pick(figures, key=lambda x: x[1])
+
+
+def cell(row: dict, system: str, workload: str, best) -> str:
+    c = row.get(system)
+    if c is None:
+        return "not run"
+    if "unsupported" in c:
+        return "unsupported"
+    if "failed" in c:
+        return "failed"
+    text = f"{fmt(c['figure'])} {c['unit']}"
+    if best and c["figure"]:
+        ratio = (c["figure"] / best[1] if HIGHER_IS_BETTER[workload]
+                 else best[1] / c["figure"])
+        text += f" (**{ratio:.2f}x**)" if system == "ours" else f" ({ratio:.2f}x)"
+    return text
+
+
+def table(summary: dict) -> str:
+    header = "| workload | " + " | ".join(LABELS[s] for s in SYSTEMS) + " |"
+    lines = [header, "|---" * (len(SYSTEMS) + 1) + "|"]
+    for workload in WORKLOADS:
+        row = summary.get(workload)
+        if not row:
+            continue
+        best = best_peer(row, workload)
+        arrow = "higher is better" if HIGHER_IS_BETTER[workload] else "lower is better"
+        lines.append(f"| {TITLES[workload]} ({arrow}) | "
+                     + " | ".join(cell(row, s, workload, best) for s in SYSTEMS) + " |")
+    return "\n".join(lines)
+
+
+def notes_for(summary: dict) -> list[str]:
+    out = []
+    for workload in WORKLOADS:
+        for system in SYSTEMS:
+            c = summary.get(workload, {}).get(system, {})
+            for kind in ("unsupported", "failed"):
+                if kind in c:
+                    out.append(f"* {workload}, {LABELS[system]}: {kind}: {c[kind]}")
+    return out
+
+
+def write_benchmarks_md(summary: dict, command: str, today: str, notes: list[str]) -> None:
+    hw = summary["hardware"]
+    plots = sorted((RESULTS / "plots").glob("*.png"))
+    body = [
+        BEGIN,
+        "",
+        "## Side by side (issue 6)",
+        "",
+        f"Measured {today} by `{command}`; the figures are in "
+        f"[bench/results/summary.json](bench/results/summary.json) and every adapter's "
+        f"details (commands, versions, raw numbers) in `bench/results/<date>.json`.",
+        "",
+        f"**Hardware.** {hw['cpu']}, {hw['cores']} cores, {hw['ram']}; PostgreSQL "
+        f"{hw['postgresql']}, Redis {hw['redis']}, Python {hw['python']} ({hw['os']}); "
+        f"1-minute load at the start {hw.get('load_1m_at_start')}. Everything on one machine, "
+        f"shared with the benchmark's own clients.",
+        "",
+        "Each cell: the figure, then in brackets how many times better it is than the best "
+        "peer's figure for that workload (>1 is better; for lower-is-better workloads the "
+        "ratio is best peer / figure). Peers run with 2 worker processes, at-least-once "
+        "settings per their docs; their setups are in bench/peers/<peer>/.",
+        "",
+        table(summary),
+        "",
+    ]
+    extra = notes_for(summary) + [f"* {n}" for n in notes]
+    if extra:
+        body += ["Notes:", "", *extra, ""]
+    if plots:
+        body += ["Plots: " + ", ".join(f"[{p.stem}](bench/results/plots/{p.name})"
+                                       for p in plots), ""]
+        body += [f"![{p.stem}](bench/results/plots/{p.name})" for p in plots] + [""]
+    body.append(END)
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text()
+    generated = "\n".join(body)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + generated + tail
+    else:
+        title, _, rest = text.partition("\n")
+        text = f"{title}\n\n{generated}\n{rest}"
+    path.write_text(text)
+
+
+# --- main ------------------------------------------------------------------------------
+
+
+def parse_list(value: str | None, allowed: list[str], what: str) -> list[str]:
+    if not value:
+        return list(allowed)
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in allowed]
+    if bad:
+        raise SystemExit(f"--{what}: unknown {bad}; choose from {','.join(allowed)}")
+    return items
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", help="comma-separated systems: " + ",".join(SYSTEMS))
+    parser.add_argument("--workloads", help="comma-separated: " + ",".join(WORKLOADS))
+    parser.add_argument("--no-md", action="store_true", help="do not rewrite BENCHMARKS.md")
+    args = parser.parse_args()
+    systems = parse_list(args.only, SYSTEMS, "only")
+    asked = parse_list(args.workloads, WORKLOADS, "workloads")
+    command = "python bench/run.py" + "".join(
+        f" {a}" for a in sys.argv[1:])
+    today = date.today().isoformat()
+    began = time.monotonic()
+    notes: list[str] = []
+    workloads = list(asked)
+    if args.quick and not args.workloads:
+        workloads.remove("W4")
+        notes.append("--quick skips W4 (each system would wait for a minute boundary); "
+                     "run it with --workloads W4")
+    hw = hardware()
+    log_dir = RESULTS / "logs" / today
+    log_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
+    for system in systems:
+        if system == "ours":
+            python = Path(sys.executable)
+        else:
+            adapter = BENCH / "peers" / system / "bench.py"
+            if not adapter.exists():
+                notes.append(f"{system}: skipped, bench/peers/{system}/bench.py does not exist yet")
+                common.log(f"[run] {notes[-1]}")
+                continue
+            try:
+                python = ensure_venv(system, notes)
+            except (subprocess.CalledProcessError, OSError) as exc:
+                notes.append(f"{system}: virtualenv could not be made ({exc})")
+                results[system] = {w: {"workload": w, "failed": "virtualenv could not be made"}
+                                   for w in workloads if w != "ceiling"}
+                continue
+        results[system] = {}
+        for workload in workloads:
+            if workload == "ceiling" and system != "ours":
+                continue
+            cmd = adapter_cmd(system, workload, python, args.quick)
+            result = run_adapter(cmd, workload, timeout_for(workload, args.quick),
+                                 log_dir / f"{system}-{workload}.log")
+            result["command"] = shlex.join(cmd)
+            results[system][workload] = result
+            shown = {k: result.get(k) for k in ("figure", "unit", "unsupported", "failed")
+                     if result.get(k) is not None}
+            common.log(f"[run] {system} {workload}: {json.dumps(shown)} "
+                       f"({result.get('elapsed_s')} s)")
+    RESULTS.mkdir(exist_ok=True)
+    full = {"date": today, "command": command, "quick": args.quick, "hardware": hw,
+            "elapsed_s": round(time.monotonic() - began, 1), "notes": notes,
+            "results": results}
+    dated = RESULTS / f"{today}.json"
+    dated.write_text(json.dumps(full, indent=1, sort_keys=True, default=str) + "\n")
+    summary_path = RESULTS / "summary.json"
+    previous = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary = build_summary(results, hw, previous, today)
+    summary_path.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    try:
+        import plots
+
+        made = plots.make_all(summary, results, RESULTS / "plots")
+        common.log(f"[run] plots: {', '.join(str(p) for p in made)}")
+    except ImportError as exc:
+        notes.append(f"plots not made: {exc} (pip install -e '.[bench]')")
+    if not args.no_md:
+        write_benchmarks_md(summary, command, today, notes)
+    common.log(f"[run] done in {time.monotonic() - began:.0f} s: {dated}, {summary_path}")
+    for note in notes:
+        common.log(f"[run] note: {note}")
+
+
+if __name__ == "__main__":
+    main()
