@@ -1,9 +1,11 @@
 """Settings for the test suite: real PostgreSQL as ``default``, a second ``sqlite`` alias
 so the one broker contract suite also runs on SQLite in the same session, and real Redis
-(database 15, key prefix ``schedtest``). One test (tests/test_redis_loss.py) runs FLUSHALL
-on that Redis server: never point TEST_REDIS_URL at a server whose data matters.
+(database 15, key prefix ``schedtest``). One test (tests/test_redis_loss.py) runs FLUSHDB
+on that Redis database: never point TEST_REDIS_URL at a database whose data matters.
 
-TEST_DATABASE_URL and TEST_REDIS_URL override the local defaults.
+TEST_DATABASE_URL and TEST_REDIS_URL override the local defaults. Suites run side by side
+need their own TEST_DATABASE_URL and SCHEDULER_REDIS_PREFIX; the SQLite file is named
+after the prefix, so they do not share it either.
 """
 
 import os
@@ -17,7 +19,11 @@ DATABASES = {
     "default": database_config(
         os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/scheduler")
     ),
-    "sqlite": database_config(f"sqlite:///{BASE_DIR / 'test-broker.sqlite3'}"),
+    "sqlite": database_config(
+        f"sqlite:///{BASE_DIR / 'test-broker.sqlite3'}"
+        if os.environ["SCHEDULER_REDIS_PREFIX"] == "schedtest"
+        else f"sqlite:///{BASE_DIR / ('test-broker-' + os.environ['SCHEDULER_REDIS_PREFIX'])}"
+             ".sqlite3"),
 }
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

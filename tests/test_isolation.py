@@ -129,14 +129,15 @@ def test_a_dispatcher_promotes_only_the_shards_it_holds(settings, broker):
     other.leases.refresh()  # gives one back
     mine.leases.refresh()
     assert len(mine.shards) == 1
-    runs = {shard: make_runs(broker.using, 3, shard=shard, delay_s=0.3) for shard in (0, 1)}
+    for shard in (0, 1):
+        make_runs(broker.using, 3, shard=shard, delay_s=0.3)
     broker.push(run_refs(Run.objects.using(broker.using).all()))
     time.sleep(0.4)
     mine.last_renew = time.monotonic()
     mine.round()
     [held] = mine.shards
-    leased = broker.lease(["default"], 10, "w1")
-    assert {lease.run_id for lease in leased} == {r.pk for r in runs[held]}
+    depth = {shard: (ready, delayed) for _, shard, ready, delayed, _ in broker.shard_depth()}
+    assert depth == {held: (3, 0), 1 - held: (0, 3)}
 
 
 # --- priority classes -----------------------------------------------------------------

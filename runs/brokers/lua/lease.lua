@@ -14,10 +14,14 @@
 -- KEYS[6]  running  HASH  o:<owner> / q:<queue> -> runs leased now (all shards)
 -- KEYS[7]  limits   HASH  o:<owner> -> that owner's limit (synced from the database)
 -- KEYS[8]  bucket   HASH  tokens, ts: the queue's rate-limit bucket
+-- KEYS[9]  delayed  ZSET  score run_at_ms * 10 + priority (promote.lua's)
 -- ARGV[1] n  ARGV[2] ttl ms  ARGV[3] queue  ARGV[4] default owner limit (0: none)
 -- ARGV[5] queue limit (0: none)  ARGV[6] rate per s (0: none)  ARGV[7] burst
 -- ARGV[8] most runs to park in this call  ARGV[9] parked key prefix
 -- ARGV[10..] class triples: lowest priority, highest priority, weight
+-- Runs of this shard that fell due since the dispatcher's last round are promoted first
+-- (at most PROMOTE_CAP), so a run starts within one worker poll of its time rather than
+-- one dispatcher round plus one poll; the dispatcher still promotes shards no worker polls.
 -- Returns the leased run ids, most urgent first.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -28,6 +32,20 @@ local queue_max = tonumber(ARGV[5])
 local rate, burst = tonumber(ARGV[6]), tonumber(ARGV[7])
 local park_budget = tonumber(ARGV[8])
 local SPAN = 4398046511104
+local PROMOTE_CAP = 1000
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now * 10 + 9, 'WITHSCORES',
+  'LIMIT', 0, PROMOTE_CAP)
+if #due > 0 then
+  local moved = {}
+  for i = 1, #due, 2 do
+    local score = tonumber(due[i + 1])
+    local prio = score % 10
+    redis.call('ZADD', KEYS[1], prio * SPAN + (score - prio) / 10, due[i])
+    moved[#moved + 1] = due[i]
+  end
+  redis.call('ZREM', KEYS[9], unpack(moved))
+end
 
 if queue_max > 0 then
   n = math.min(n, queue_max - tonumber(redis.call('HGET', KEYS[6], 'q:' .. queue) or '0'))
