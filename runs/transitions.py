@@ -66,6 +66,8 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
     """
     if not ids:
         return []
+    if connections[using].vendor == "postgresql":
+        return _start_attempts_pg(ids, worker_id, ttl_s, using)
     now = db_now(using)
     expires = now + seconds(ttl_s)
     runs = Run.objects.using(using)
@@ -91,6 +93,35 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
         ]
     )
     return leases
+
+
+def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
+                       using: str) -> list[Lease]:
+    """start_attempts in one round trip: the same fenced UPDATE (its WHERE keeps the state
+    and the active-job subquery, so PostgreSQL re-checks both after waiting on a row lock),
+    the Attempt rows inserted from its RETURNING, and the database clock read once."""
+    run, attempt, job = Run._meta.db_table, Attempt._meta.db_table, Job._meta.db_table
+    sql = f"""
+        WITH t AS (SELECT clock_timestamp() AS now),
+        started AS (
+            UPDATE {run} SET state = %s, attempt = {run}.attempt + 1, worker_id = %s,
+                lease_expires_at = t.now + %s * interval '1 second', started_at = t.now
+            FROM t
+            WHERE {run}.id = ANY(%s) AND {run}.state = ANY(%s)
+              AND {run}.job_id IN (SELECT id FROM {job} WHERE status = %s)
+            RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
+                      {run}.started_at, {run}.lease_expires_at
+        ),
+        attempts AS (
+            INSERT INTO {attempt} (run_id, number, worker_id, started_at, outcome, error)
+            SELECT id, attempt, %s, started_at, %s, '' FROM started
+        )
+        SELECT id, attempt, queue, shard, lease_expires_at FROM started"""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [RunState.RUNNING, worker_id, ttl_s, list(ids),
+                             [str(s) for s in PENDING_STATES], Job.Status.ACTIVE,
+                             worker_id, AttemptOutcome.RUNNING])
+        return [Lease(r[0], r[1], r[2], r[3], r[4]) for r in cursor.fetchall()]
 
 
 def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:
@@ -229,12 +260,16 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
         now = db_now(using)
         runs = Run.objects.using(using)
         attempts = Attempt.objects.using(using)
-        match = _lease_match(o.lease for o in outcomes)
+        # id IN (...) and the attempt compared here: an OR of (id AND attempt) pairs costs
+        # more to build and plan than the rows it reads. A row of a newer attempt is locked
+        # too but left alone.
+        wanted = {(o.lease.run_id, o.lease.attempt) for o in outcomes}
         live = {
             (r[0], r[1]): r[2]
-            for r in runs.filter(match, state=RunState.RUNNING)
+            for r in runs.filter(pk__in=[key[0] for key in wanted], state=RunState.RUNNING)
             .select_for_update()
             .values_list("id", "attempt", "max_attempts")
+            if (r[0], r[1]) in wanted
         }
         failed: dict[str, list] = {}
         errors: dict[int, str] = {}
