@@ -120,7 +120,14 @@ def create_jobs(count: int, batch: int = 10_000, **spec) -> float:
 
 
 def daemon_cmd(*args: str) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--daemon", *args]
+    """The command starting one daemon; with BENCH_PROFILE=DIR set, under pyinstrument,
+    writing DIR/<command>.txt when the daemon stops."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--daemon", *args]
+    profile_dir = os.environ.get("BENCH_PROFILE")
+    if profile_dir:
+        out = Path(profile_dir) / f"{args[0]}.txt"
+        cmd[1:1] = ["-m", "pyinstrument", "-r", "text", "-o", str(out)]
+    return cmd
 
 
 class Daemons:
@@ -148,7 +155,7 @@ class Daemons:
     def describe(self) -> dict:
         """The command lines, as a reader would type them."""
         env = " ".join(f"{k}={v}" for k, v in ENV.items() if k != "DJANGO_SETTINGS_MODULE")
-        return {name: f"{env} python manage.py {' '.join(cmd[3:])}"
+        return {name: f"{env} python manage.py {' '.join(cmd[cmd.index('--daemon') + 1:])}"
                 for name, cmd in self.commands.items()}
 
 
