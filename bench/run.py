@@ -228,8 +228,18 @@ def fmt(value: float) -> str:
     return f"{value:.2f}"
 
 
+SCALE = {"s": 1000.0, "ms": 1.0, "bytes": 1.0, "bytes/run": 1.0, "jobs/s": 1.0,
+         "runs/s": 1.0}
+
+
+def norm(c: dict) -> float:
+    """A cell's figure in its workload's common unit (ms for times), so that an adapter
+    reporting seconds compares with one reporting milliseconds."""
+    return c["figure"] * SCALE.get(c.get("unit", ""), 1.0)
+
+
 def best_peer(row: dict, workload: str) -> tuple[str, float] | None:
-    figures = [(s, row[s]["figure"]) for s in PEERS if "figure" in row.get(s, {})
+    figures = [(s, norm(row[s])) for s in PEERS if "figure" in row.get(s, {})
                and row[s]["figure"]]
     if not figures:
         return None
@@ -247,8 +257,8 @@ def cell(row: dict, system: str, workload: str, best) -> str:
         return "failed"
     text = f"{fmt(c['figure'])} {c['unit']}"
     if best and c["figure"]:
-        ratio = (c["figure"] / best[1] if HIGHER_IS_BETTER[workload]
-                 else best[1] / c["figure"])
+        ratio = (norm(c) / best[1] if HIGHER_IS_BETTER[workload]
+                 else best[1] / norm(c))
         text += f" (**{ratio:.2f}x**)" if system == "ours" else f" ({ratio:.2f}x)"
     return text
 
@@ -394,6 +404,13 @@ def main() -> None:
             "elapsed_s": round(time.monotonic() - began, 1), "notes": notes,
             "results": results}
     dated = RESULTS / f"{today}.json"
+    if dated.exists():
+        # Another run the same day (e.g. --only ours): keep the others' details.
+        merged = json.loads(dated.read_text()).get("results", {})
+        for system, by_workload in results.items():
+            merged.setdefault(system, {}).update(by_workload)
+        full["results"] = merged
+        full["runs"] = json.loads(dated.read_text()).get("runs", []) + [command]
     dated.write_text(json.dumps(full, indent=1, sort_keys=True, default=str) + "\n")
     summary_path = RESULTS / "summary.json"
     previous = json.loads(summary_path.read_text()) if summary_path.exists() else {}
