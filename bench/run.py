@@ -29,6 +29,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import date
 from pathlib import Path
@@ -367,7 +368,8 @@ def main() -> None:
         notes.append("--quick skips W4 (each system would wait for a minute boundary); "
                      "run it with --workloads W4")
     hw = hardware()
-    log_dir = RESULTS / "logs" / today
+    # Adapter stderr, for a failed cell: outside the repository (not results).
+    log_dir = Path(tempfile.gettempdir()) / "bench-logs" / today
     log_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     for system in systems:
