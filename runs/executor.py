@@ -6,7 +6,10 @@ busy loop by killing the child, and survive a handler that kills its own process
 
 Protocol, parent -> child: a task dict (run_id, job_id, attempt, scheduled_at, deadline,
 handler, payload). Child -> parent: ``("heartbeat", run_id)`` any number of times, then
-``("done", run_id, attempt, ok, result, error, logs)``.
+``("done", run_id, attempt, ok, result, error, logs, began, finished)``, where ``began``
+and ``finished`` are the child's time.monotonic() around the handler (CLOCK_MONOTONIC,
+shared by the processes of one host). The parent may send several tasks ahead; the child
+runs them in order.
 """
 
 import ctypes
@@ -71,6 +74,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     """Run one task's handler; returns the ``("done", ...)`` message."""
     from jobs.registry import get_handler
 
+    began = time.monotonic()
     capture.reset()
     last_beat = [0.0]
 
@@ -94,7 +98,8 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         problem = result_problem(result)
         if problem:
             ok, result, error = False, None, f"the handler's result {problem}"
-    return ("done", task["run_id"], task["attempt"], ok, result, error, capture.lines())
+    return ("done", task["run_id"], task["attempt"], ok, result, error, capture.lines(),
+            began, time.monotonic())
 
 
 def result_problem(result) -> str | None:

@@ -42,6 +42,7 @@ FORK = multiprocessing.get_context("fork")
 # waits at most ACK_DELAY_S for its batch.
 PREFETCH_PER_SLOT = 32  # most runs leased ahead per child process
 PREFETCH_MAX_RUN_S = 0.02  # lease ahead only while runs take less than this on average
+PIPELINE_DEPTH = 8  # runs handed to one child at once while runs are short (see Slot)
 ACK_BATCH = 64  # ack as soon as this many outcomes are collected
 ACK_DELAY_S = 0.02  # ... or the oldest has waited this long
 
@@ -54,11 +55,15 @@ def lease_batch(concurrency: int) -> int:
 
 @dataclass
 class InFlight:
+    """A run handed to a child. Only the head of a slot's queue is executing: its
+    ``deadline`` (time.monotonic()) is set when it starts; the others wait in the pipe."""
+
     lease: Lease
-    deadline: float  # time.monotonic() at which the attempt is cut off
+    task: dict
     timeout_s: int
+    deadline: float = float("inf")
     lost: bool = False
-    began: float = 0.0  # time.monotonic() when the child was handed the run
+    began: float = 0.0  # time.monotonic() when the child started it
 
 
 @dataclass
@@ -71,11 +76,27 @@ class Leased:
 
 
 class Slot:
-    """One child process and the run it is executing, if any."""
+    """One child process and the runs handed to it, in order: the first is executing,
+    the rest wait in the pipe. Handing a child several short runs at once keeps it busy
+    while the worker is in a lease or ack transaction (BENCHMARKS.md, "What we changed");
+    long runs go one at a time, so a child never sits on runs another worker could start.
+    """
 
     def __init__(self):
-        self.current: InFlight | None = None
+        self.queued: deque[InFlight] = deque()
         self.start()
+
+    @property
+    def current(self) -> InFlight | None:
+        """The run the child is executing, if any."""
+        return self.queued[0] if self.queued else None
+
+    def begin_head(self, at: float) -> None:
+        """The head of the queue started at ``at`` (time.monotonic()): arm its deadline."""
+        if self.queued:
+            head = self.queued[0]
+            head.began = at
+            head.deadline = at + head.timeout_s
 
     def start(self) -> None:
         parent, child = FORK.Pipe()
@@ -90,10 +111,13 @@ class Slot:
         self.process.join(5)
         self.conn.close()
 
-    def restart(self) -> None:
+    def restart(self) -> list[InFlight]:
+        """Replace the child; returns the runs handed to it that it had not started."""
         self.kill()
-        self.current = None
+        waiting = list(self.queued)[1:]
+        self.queued.clear()
         self.start()
+        return waiting
 
 
 class Worker(Daemon):
@@ -159,11 +183,16 @@ class Worker(Daemon):
         return bool((self.in_flight() or self.outcomes or self.ahead) and in_grace)
 
     def in_flight(self) -> list[Slot]:
-        return [slot for slot in self.slots if slot.current is not None]
+        """Slots whose child has runs."""
+        return [slot for slot in self.slots if slot.queued]
+
+    def handed(self) -> list[InFlight]:
+        """Every run handed to a child and not finished."""
+        return [run for slot in self.slots for run in slot.queued]
 
     def shutdown(self) -> None:
         self.flush(force=True)
-        busy = [slot.current.lease for slot in self.in_flight() if not slot.current.lost]
+        busy = [run.lease for run in self.handed() if not run.lost]
         busy += [leased.lease for leased in self.ahead]
         self.ahead.clear()
         if busy:
@@ -216,19 +245,22 @@ class Worker(Daemon):
             return 0
         return self.concurrency * PREFETCH_PER_SLOT
 
+    def depth(self) -> int:
+        """Runs handed to one child at once: several while runs are short, else one."""
+        return PIPELINE_DEPTH if self.prefetch() else 1
+
     def lease_more(self) -> None:
-        free = [slot for slot in self.slots if slot.current is None]
-        self.dispatch(free)
-        free = [slot for slot in free if slot.current is None]
+        self.dispatch()
         if self.stopping or time.monotonic() < self.lease_paused_until:
             return
-        # Lease when a slot is free, or top up the runs leased ahead once they run low.
-        if not free and len(self.ahead) > self.prefetch() // 2:
+        held = len(self.ahead) + len(self.handed())
+        empty = sum(1 for slot in self.slots if not slot.queued)
+        # Lease when a child is idle, or top up the runs leased ahead once they run low.
+        if not empty and held - self.concurrency > self.prefetch() // 2:
             return
-        want = len(free) + self.prefetch() - len(self.ahead)
+        want = self.concurrency + self.prefetch() - held
         if self.max_runs is not None:
-            want = min(want, self.max_runs - self.finished - len(self.outcomes)
-                       - len(self.in_flight()) - len(self.ahead))
+            want = min(want, self.max_runs - self.finished - len(self.outcomes) - held)
         if want <= 0:
             return
         leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
@@ -248,22 +280,33 @@ class Worker(Daemon):
                 "run_id": run_id, "job_id": job_id, "attempt": lease.attempt,
                 "scheduled_at": scheduled_at, "handler": handler, "payload": payload,
             }, timeout_s))
-        self.dispatch(free)
+        self.dispatch()
 
-    def dispatch(self, free: list[Slot]) -> None:
-        """Hand runs leased ahead to the free slots, oldest lease first."""
-        for slot in free:
-            if not self.ahead:
+    def dispatch(self) -> None:
+        """Hand runs leased ahead to the children, one per child in turn (oldest lease
+        first), up to ``depth()`` each."""
+        depth = self.depth()
+        while self.ahead:
+            open_ = [slot for slot in self.slots if len(slot.queued) < depth]
+            if not open_:
                 return
-            if slot.current is None:
+            for slot in open_:
+                if not self.ahead:
+                    return
                 self.start_run(slot, self.ahead.popleft())
 
     def start_run(self, slot: Slot, leased: Leased) -> None:
-        now = time.monotonic()
-        slot.current = InFlight(leased.lease, now + leased.timeout_s, leased.timeout_s,
-                                began=now)
+        run = InFlight(leased.lease, leased.task, leased.timeout_s)
+        slot.queued.append(run)
+        if len(slot.queued) == 1:
+            slot.begin_head(time.monotonic())
         deadline = datetime.now(UTC) + timedelta(seconds=leased.timeout_s)
         slot.conn.send({**leased.task, "deadline": deadline})
+
+    def requeue(self, runs: list[InFlight]) -> None:
+        """Runs a replaced child never started go back to the front of the queue."""
+        for run in reversed(runs):
+            self.ahead.appendleft(Leased(run.lease, run.task, run.timeout_s))
 
     def release_ahead(self) -> None:
         """Stopping: runs leased ahead go back at once instead of being started."""
@@ -293,14 +336,12 @@ class Worker(Daemon):
         for conn in wait(list(busy), timeout):
             slot = busy[conn]
             try:
-                while conn.poll():
+                while slot.queued and conn.poll():
                     self.handle_message(slot, conn.recv())
-                    if slot.current is None:
-                        break
             except (EOFError, OSError):
                 self.child_died(slot)
 
-    def handle_message(self, slot: Slot, message: tuple) -> None:
+    def handle_message(self, slot: Slot, message: tuple, refill: bool = True) -> None:
         kind, run_id = message[0], message[1]
         current = slot.current
         if current is None or current.lease.run_id != run_id:
@@ -312,16 +353,18 @@ class Worker(Daemon):
             else:
                 current.lost = True
             return
-        _, _, attempt, ok, result, error, logs = message
+        _, _, attempt, ok, result, error, logs, began, finished = message
         self.add_outcome(Outcome(
             lease=current.lease,
             outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
             result=result, error=error, logs=logs,
         ))
-        took = time.monotonic() - current.began
+        took = finished - began
         self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
-        slot.current = None
-        if self.ahead and not self.stopping:
+        slot.queued.popleft()
+        # The next run in the pipe started when this one finished (same monotonic clock).
+        slot.begin_head(finished)
+        if refill and self.ahead and not self.stopping and len(slot.queued) < self.depth():
             self.start_run(slot, self.ahead.popleft())
 
     def add_outcome(self, outcome: Outcome) -> None:
@@ -330,7 +373,17 @@ class Worker(Daemon):
         self.outcomes.append(outcome)
 
     def child_died(self, slot: Slot) -> None:
+        # Outcomes the child sent before it died may still be in the pipe: read them
+        # first, so the run it died in, not one it finished, is the one marked crashed.
+        try:
+            while slot.queued and slot.conn.poll():
+                self.handle_message(slot, slot.conn.recv(), refill=False)
+        except (EOFError, OSError):
+            pass
         current = slot.current
+        if current is None:
+            slot.restart()
+            return
         slot.process.join(1)
         code = slot.process.exitcode
         self.add_outcome(Outcome(
@@ -339,7 +392,7 @@ class Worker(Daemon):
         ))
         self.log.warning("worker: child running run %s died (exit code %s); restarting it",
                          current.lease.run_id, code)
-        slot.restart()
+        self.requeue(slot.restart())
 
     def enforce_deadlines(self) -> None:
         now = time.monotonic()
@@ -354,7 +407,7 @@ class Worker(Daemon):
                     lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
                     error=f"timed out after {current.timeout_s} s; the handler was cut off",
                 ))
-                slot.restart()
+                self.requeue(slot.restart())
 
     def flush(self, force: bool = False) -> None:
         """Ack every collected outcome in one transaction (kept for the next round if the
@@ -396,7 +449,7 @@ class Worker(Daemon):
             return
         self.last_heartbeat = time.monotonic()
         self.register()
-        live = [slot.current for slot in self.in_flight() if not slot.current.lost]
+        live = [run for run in self.handed() if not run.lost]
         if not live and not self.ahead:
             return
         held = {(le.run_id, le.attempt): le for le in self.broker.heartbeat(

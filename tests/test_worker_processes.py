@@ -5,11 +5,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
+from django.utils import timezone
 
 from jobs import services
-from runs.models import Run
+from runs.models import Attempt, Run
 from tests.conftest import ROOT, daemon_env, flush_redis, start_daemon, stop, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,6 +111,36 @@ def test_stuck_and_poison_handlers_are_contained_and_the_worker_keeps_serving(en
         assert poison_run.state == "dead"
         assert [a.outcome for a in poison_run.attempts.all()] == ["crashed", "crashed"]
         assert Run.objects.filter(job__in=others, state="succeeded").count() == 10
+    finally:
+        stop(dispatcher, worker)
+
+
+def test_runs_queued_behind_a_crashing_or_stuck_run_in_a_child_still_run_once(env, tmp_path):
+    # Short runs make the worker hand each child several runs at once (Slot); a child
+    # that dies or is cut off must give back the runs waiting behind its current one.
+    # Handlers alone in their shard would be leased apart from the no-ops: one shard.
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    worker = start_daemon(["runworker", "--concurrency", "2"], env, tmp_path / "worker.log")
+    try:
+        warm = services.create_jobs([{"handler": "noop", "run_at": timezone.now()}
+                                     for _ in range(100)])
+        wait_until(lambda: Run.objects.filter(state="succeeded").count() == 100,
+                   message="the warm-up runs")
+        now = timezone.now()
+        specs = [{"handler": "noop", "run_at": now} for _ in range(300)]
+        specs[50] = {"handler": "suicide", "run_at": now, "max_attempts": 1}
+        specs[150] = {"handler": "busy_loop", "run_at": now, "timeout_s": 1,
+                      "max_attempts": 1}
+        specs[250] = {"handler": "suicide", "run_at": now, "max_attempts": 1}
+        jobs = services.create_jobs(specs)
+        wait_until(lambda: Run.objects.filter(job__in=jobs, state__in=["succeeded", "dead"])
+                   .count() == 300, timeout=60, message="every run to finish")
+
+        outcomes = Counter(Attempt.objects.filter(run__job__in=jobs)
+                           .values_list("run__job__handler", "outcome"))
+        assert outcomes == {("noop", "succeeded"): 297, ("suicide", "crashed"): 2,
+                            ("busy_loop", "timed_out"): 1}
+        assert len(warm) == 100 and worker.poll() is None
     finally:
         stop(dispatcher, worker)
 
