@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import wait
+from multiprocessing.reduction import ForkingPickler
 
 from django.db import DataError, connections
 
@@ -43,6 +44,9 @@ FORK = multiprocessing.get_context("fork")
 PREFETCH_PER_SLOT = 32  # most runs leased ahead per child process
 PREFETCH_MAX_RUN_S = 0.02  # lease ahead only while runs take less than this on average
 PIPELINE_DEPTH = 8  # runs handed to one child at once while runs are short (see Slot)
+# Bytes of runs waiting in one child's pipe: below the 64 KiB pipe buffer, so a send never
+# blocks the worker behind a run that turns out to be long.
+PIPE_BUDGET = 32 * 1024
 ACK_BATCH = 64  # ack as soon as this many outcomes are collected
 ACK_DELAY_S = 0.02  # ... or the oldest has waited this long
 
@@ -64,6 +68,7 @@ class InFlight:
     deadline: float = float("inf")
     lost: bool = False
     began: float = 0.0  # time.monotonic() when the child started it
+    size: int = 0  # bytes of the pickled task in the pipe
 
 
 @dataclass
@@ -284,24 +289,32 @@ class Worker(Daemon):
 
     def dispatch(self) -> None:
         """Hand runs leased ahead to the children, one per child in turn (oldest lease
-        first), up to ``depth()`` each."""
+        first), up to ``depth()`` each and PIPE_BUDGET bytes waiting per pipe."""
         depth = self.depth()
-        while self.ahead:
-            open_ = [slot for slot in self.slots if len(slot.queued) < depth]
-            if not open_:
-                return
-            for slot in open_:
+        open_ = [slot for slot in self.slots if len(slot.queued) < depth]
+        while self.ahead and open_:
+            for slot in list(open_):
                 if not self.ahead:
                     return
-                self.start_run(slot, self.ahead.popleft())
+                if len(slot.queued) >= depth or not self.hand(slot, self.ahead[0]):
+                    open_.remove(slot)
+                    continue
+                self.ahead.popleft()
 
-    def start_run(self, slot: Slot, leased: Leased) -> None:
-        run = InFlight(leased.lease, leased.task, leased.timeout_s)
-        slot.queued.append(run)
+    def hand(self, slot: Slot, leased: Leased) -> bool:
+        """Send ``leased`` to ``slot``'s child; False (nothing sent) when runs already wait
+        in its pipe and this one would take it past PIPE_BUDGET."""
+        deadline = datetime.now(UTC) + timedelta(seconds=leased.timeout_s)
+        data = ForkingPickler.dumps({**leased.task, "deadline": deadline})
+        waiting = sum(run.size for run in list(slot.queued)[1:])
+        if slot.queued and waiting + len(data) > PIPE_BUDGET:
+            return False
+        slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s,
+                                    size=len(data)))
         if len(slot.queued) == 1:
             slot.begin_head(time.monotonic())
-        deadline = datetime.now(UTC) + timedelta(seconds=leased.timeout_s)
-        slot.conn.send({**leased.task, "deadline": deadline})
+        slot.conn.send_bytes(data)
+        return True
 
     def requeue(self, runs: list[InFlight]) -> None:
         """Runs a replaced child never started go back to the front of the queue."""
@@ -365,7 +378,8 @@ class Worker(Daemon):
         # The next run in the pipe started when this one finished (same monotonic clock).
         slot.begin_head(finished)
         if refill and self.ahead and not self.stopping and len(slot.queued) < self.depth():
-            self.start_run(slot, self.ahead.popleft())
+            if self.hand(slot, self.ahead[0]):
+                self.ahead.popleft()
 
     def add_outcome(self, outcome: Outcome) -> None:
         if not self.outcomes:
