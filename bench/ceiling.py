@@ -57,8 +57,8 @@ for i = 1, #popped, 2 do
 end
 return ids
 """
-READY = "bench:{default:0}:ready"
-LEASED = "bench:{default:0}:leased"
+READY = f"{ours.PREFIX}:{{default:0}}:ready"
+LEASED = f"{ours.PREFIX}:{{default:0}}:leased"
 WORKER_ID = "ceiling"
 
 

@@ -35,9 +35,14 @@ sys.path.insert(0, str(ROOT))
 
 import common  # noqa: E402
 
-DBNAME = "bench_ours"
+# BENCH_OURS_DB / BENCH_OURS_PREFIX: a second copy of this adapter beside a running one
+# (e.g. W4 while someone drains W2), each in its own database and under its own key prefix
+# in Redis db 6; with a prefix of its own, reset() deletes only that prefix's keys.
+DBNAME = os.environ.get("BENCH_OURS_DB", "bench_ours")
+if "bench" not in DBNAME:
+    raise SystemExit(f"BENCH_OURS_DB={DBNAME!r}: benchmark databases contain 'bench'")
 REDIS_DB = 6
-PREFIX = "bench"
+PREFIX = os.environ.get("BENCH_OURS_PREFIX", "bench")
 ENV = {
     "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DBNAME}",
     "REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
@@ -78,14 +83,21 @@ def _setup_django() -> None:
 
 
 def reset() -> None:
-    """Migrate (a no-op when up to date), empty our tables and FLUSHDB Redis db 6."""
+    """Migrate (a no-op when up to date), empty our tables and FLUSHDB Redis db 6 (only
+    our prefix's keys under BENCH_OURS_PREFIX)."""
     from django.core.management import call_command
     from django.db import connection
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
-    redis_client().flushdb()
+    client = redis_client()
+    if PREFIX == "bench":
+        client.flushdb()
+    else:
+        keys = list(client.scan_iter(f"{PREFIX}:*", count=1000))
+        for start in range(0, len(keys), 1000):
+            client.delete(*keys[start:start + 1000])
 
 
 def emit_result(workload: str, figure, unit: str, details: dict) -> None:
@@ -374,14 +386,36 @@ def _top_of_minute(n: int, daemons: Daemons, timeout: float) -> dict:
     boundary = lo.timestamp()
     client = redis_client()
 
-    def queued():
-        in_db = scalar("SELECT count(*) FROM runs_run WHERE scheduled_at = %s", [lo])
-        delayed = sum(client.zcard(k) for k in client.scan_iter(f"{PREFIX}:*:delayed"))
-        return in_db >= n and delayed == 0 and time.time() >= boundary
+    def zcards(kinds: tuple[str, ...]) -> int:
+        return sum(client.zcard(k) for kind in kinds
+                   for k in client.scan_iter(f"{PREFIX}:*:{kind}"))
 
-    common.wait_until(lambda: time.time() >= boundary - 0.5, 120, 0.05)
-    ok_q = common.wait_until(queued, timeout, 0.02)
-    queued_s = time.time() - boundary
+    def queued() -> bool:
+        # Every run in the run table and in the broker: the scheduler pushes after commit
+        # into the delayed set (ready at T without further work), so every run still open
+        # in PostgreSQL must be in Redis (delayed, ready or leased).
+        in_db = scalar("SELECT count(*) FROM runs_run WHERE scheduled_at = %s", [lo])
+        if in_db < n:
+            return False
+        open_runs = scalar("SELECT count(*) FROM runs_run WHERE scheduled_at = %s AND state "
+                           "IN ('scheduled', 'queued', 'running')", [lo])
+        return zcards(("delayed", "ready", "leased")) >= open_runs
+
+    # Polled from the load on: the scheduler materialises up to LOOKAHEAD_S before T.
+    queued_at = ready_at = None
+    deadline = time.monotonic() + 120 + timeout
+    while (queued_at is None or ready_at is None) and time.monotonic() < deadline:
+        now = time.time()
+        if queued_at is None and queued():
+            queued_at = now
+        # "ready": none left in the delayed set, i.e. every run promoted (the lease script
+        # promotes a shard's due runs when a worker leases from it).
+        if queued_at is not None and ready_at is None and now >= boundary \
+                and zcards(("delayed",)) == 0:
+            ready_at = now
+        time.sleep(0.05)
+    queued_s = queued_at - boundary if queued_at is not None else None
+    ready_s = ready_at - boundary if ready_at is not None else None
     ok_s = common.wait_until(
         lambda: count_succeeded("AND scheduled_at = %s", [lo]) >= n, timeout, 0.1)
     from runs.models import Run
@@ -390,8 +424,15 @@ def _top_of_minute(n: int, daemons: Daemons, timeout: float) -> dict:
               .values_list("result", flat=True)]
     started_s = (max(stamps) - boundary) if stamps else None
     first_s = (min(stamps) - boundary) if stamps else None
-    return {"n": n, "load_s": round(load_s, 2), "queued_s": round(queued_s, 3),
-            "all_queued": bool(ok_q), "started_s": round(started_s, 3) if started_s else None,
+    materialised = scalar("SELECT extract(epoch FROM max(created_at)) FROM runs_run "
+                          "WHERE scheduled_at = %s", [lo])
+    return {"n": n, "load_s": round(load_s, 2),
+            "queued_s": round(queued_s, 3) if queued_s is not None else None,
+            "all_queued": queued_at is not None,
+            "ready_s": round(ready_s, 3) if ready_s is not None else None,
+            "last_materialised_s": round(float(materialised) - boundary, 3)
+            if materialised is not None else None,
+            "started_s": round(started_s, 3) if started_s else None,
             "first_started_s": round(first_s, 3) if first_s is not None else None,
             "all_started": bool(ok_s), "started_count": len(stamps),
             "boundary": lo.isoformat()}
@@ -420,8 +461,15 @@ def w4(args) -> None:
             commands = daemons.describe()
     main = results[0]
     details = {"n": n, "queued_s": main["queued_s"], "started_s": main["started_s"],
-               "runs": results, "commands": commands, "versions": versions(),
-               "handler": "bench.stamp: returns time.time() at its start"}
+               "ready_s": main["ready_s"], "runs": results, "commands": commands,
+               "versions": versions(),
+               "handler": "bench.stamp: returns time.time() at its start",
+               "measures": "seconds after the boundary T (negative: before). queued_s: all "
+                           "N runs in runs_run and in Redis (the scheduler materialises "
+                           "up to LOOKAHEAD_S ahead into the delayed set); ready_s: the "
+                           "delayed sets empty (promoted as workers lease); started_s: "
+                           "the last handler's time.time(); last_materialised_s: the last "
+                           "run's created_at"}
     if not main["all_started"]:
         common.emit_json({"workload": "W4", "figure": None, "failed": (
             f"{main['started_count']} of {n} started within {args.timeout} s"),
