@@ -441,7 +441,7 @@ def _top_of_minute(n: int, daemons: Daemons, timeout: float) -> dict:
 def w4(args) -> None:
     """N cron jobs '* * * * *' due at the same minute; figure = started_s (s after the
     boundary until the last of the N handlers started). Without --quick, then again with
-    --n-large (default 100,000) cron jobs: the largest N tried on this machine."""
+    --n-large (default 50,000) cron jobs: the largest N this machine was seen to hold."""
     n = args.n or (1000 if args.quick else 20_000)
     sizes = [n] if args.quick or args.n_large <= 0 else [n, args.n_large]
     results = []
@@ -623,8 +623,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Our side of bench/ (issue 6).")
     parser.add_argument("workload", choices=sorted(WORKLOADS))
     parser.add_argument("--n", type=int, default=None)
-    parser.add_argument("--n-large", type=int, default=100_000,
-                        help="W4: the second, larger N (0: skip)")
+    # 100,000 does not fit on this 2-core machine: the scheduler materialised 83,000 of
+    # them for the boundary before the next minute's occurrences fell within its
+    # lookahead, and the misfire policy (run_once) folded the other 17,000 into those.
+    parser.add_argument("--n-large", type=int, default=50_000,
+                        help="W4: the second, larger N (0: skip); default the largest N "
+                             "seen to fit here")
     parser.add_argument("--rate", type=float, default=None)
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
