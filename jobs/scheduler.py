@@ -117,6 +117,7 @@ class Scheduler(Daemon):
                 due = due.alias(part=F("id") % total).filter(part__in=partitions)
             jobs = list(
                 due.select_related("schedule")
+                .defer("payload")  # not needed to plan runs; decoding it costs
                 .select_for_update(skip_locked=True, of=("self",))
                 .order_by("next_run_at")[:batch]
             )
