@@ -263,9 +263,11 @@ def w6(args):
         noop.delay()
     after = common.redis_used_memory()
     queued = redis_client().llen("celery")
+    key_bytes = common.redis_db_bytes(DB)
     common.redis_flushdb(DB)
     details = base_details(n)
     details.update(used_memory_before=before, used_memory_after=after, queued=queued,
+                   key_bytes_per_run=round(key_bytes / n, 1),
                    note="INFO used_memory is server-wide: other dbs' activity adds noise; "
                         "each pending task is one JSON message in the 'celery' list")
     return {"workload": "W6", "figure": round((after - before) / n, 1), "unit": "bytes/run",

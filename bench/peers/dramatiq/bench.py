@@ -181,10 +181,12 @@ def w6(args):
     after = common.redis_used_memory()
     r = redis_client()
     queued = r.llen(f"dramatiq:{tasks.QUEUE}")
+    key_bytes = common.redis_db_bytes(DB)
     common.redis_flushdb(DB)
     per = (after - before) / n
     details = base_details(n)
     details.update(used_memory_before=before, used_memory_after=after, queued=queued,
+                   key_bytes_per_run=round(key_bytes / n, 1),
                    note="INFO used_memory is server-wide: other dbs' activity adds noise; "
                         "each pending message is a list entry + a .msgs hash field")
     return {"workload": "W6", "figure": round(per, 1), "unit": "bytes/run", "details": details}

@@ -238,9 +238,11 @@ def w6(args):
     enqueue_bulk(q, n)
     after = common.redis_used_memory()
     queued = q.count
+    key_bytes = common.redis_db_bytes(DB)
     common.redis_flushdb(DB)
     details = base_details(n)
     details.update(used_memory_before=before, used_memory_after=after, queued=queued,
+                   key_bytes_per_run=round(key_bytes / n, 1),
                    note="INFO used_memory is server-wide: other dbs' activity adds noise; "
                         "each pending job is a job hash + a queue list entry")
     return {"workload": "W6", "figure": round((after - before) / n, 1), "unit": "bytes/run",
