@@ -2,7 +2,8 @@
 
 GET answers the caller's own policy (staff may ask for anyone's with ``?owner=<username>``);
 PUT, staff only, sets an owner's ``max_running`` (null: the SCHEDULER OWNER_CONCURRENCY
-default) and ``default_queue`` (blank: "default"). An owner cannot raise their own limit.
+default) and/or ``default_queue`` (blank: "default"); a field left out keeps its value.
+An owner cannot raise their own limit.
 """
 
 from django.contrib.auth import get_user_model
@@ -18,7 +19,7 @@ from jobs.api import COMMON, FIELD_ERRORS
 from jobs.exceptions import SchedulerError
 from jobs.models import OwnerPolicy
 from jobs.validation import QUEUE_RE
-from runs.limits import set_owner_policy
+from runs.limits import MAX_RUNNING, set_owner_policy
 from runs.models import Run, RunState
 
 
@@ -29,11 +30,11 @@ class OwnerPolicySerializer(serializers.Serializer):
     owner = serializers.CharField(required=False, help_text="username (staff only; "
                                   "default: yourself)")
     max_running = serializers.IntegerField(
-        min_value=1, allow_null=True, required=False, default=None,
+        min_value=1, max_value=MAX_RUNNING, allow_null=True, required=False,
         help_text="most runs of this owner running at once, cluster-wide; null: the "
                   "settings default (OWNER_CONCURRENCY)")
     default_queue = serializers.RegexField(
-        QUEUE_RE, max_length=64, allow_blank=True, required=False, default="",
+        QUEUE_RE, max_length=64, allow_blank=True, required=False,
         help_text='queue of jobs that name none (tenant queue); blank: "default"')
     effective_max_running = serializers.IntegerField(read_only=True, allow_null=True)
     running = serializers.IntegerField(read_only=True)
@@ -83,9 +84,14 @@ class LimitsView(APIView):
         data.is_valid(raise_exception=True)
         values = data.validated_data
         user = self._owner(request, values.get("owner"))
+        current = OwnerPolicy.objects.filter(owner=user).first()
         try:
-            set_owner_policy(user, max_running=values["max_running"],
-                             default_queue=values["default_queue"])
+            set_owner_policy(
+                user,
+                max_running=values.get("max_running",
+                                       current.max_running if current else None),
+                default_queue=values.get("default_queue",
+                                         current.default_queue if current else ""))
         except SchedulerError as exc:
             raise ValidationError({"detail": [str(exc)]}) from exc
         return Response(OwnerPolicySerializer(_describe(user)).data)

@@ -28,6 +28,15 @@ def job_limits() -> dict[str, int]:
                                               "MAX_PAYLOAD_BYTES")}
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     """Check and normalise one job spec; returns the cleaned dict.
 
@@ -58,7 +67,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     if queue is not None and (not isinstance(queue, str) or not QUEUE_RE.match(queue)):
         errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
     shard_key = spec.get("shard_key") or ""
-    if not isinstance(shard_key, str) or len(shard_key) > 200 or "\x00" in shard_key:
+    if (not isinstance(shard_key, str) or len(shard_key) > 200 or "\x00" in shard_key
+            or not _utf8(shard_key)):
         errors["shard_key"] = "must be text of at most 200 characters"
     for field, low, high in (("priority", 0, 9), ("timeout_s", 1, limits["MAX_TIMEOUT_S"]),
                              ("max_attempts", 1, limits["MAX_RETRIES"] + 1)):

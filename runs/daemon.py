@@ -13,9 +13,11 @@ import signal
 import time
 
 import redis
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 
 from jobs.exceptions import BrokerUnavailable, SchedulerError
+from runs import policy
 from runs.brokers import get_broker
 
 TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError)
@@ -63,7 +65,12 @@ class Daemon:
         signal.signal(signal.SIGINT, self.request_stop)
 
     def check_ready(self) -> None:
-        """Raise SchedulerError naming what is unreachable: the database or the broker."""
+        """Raise SchedulerError naming a bad isolation setting (runs/policy.py) or what is
+        unreachable: the database or the broker."""
+        try:
+            policy.check()
+        except ImproperlyConfigured as exc:
+            raise SchedulerError(f"bad setting: {exc}") from exc
         try:
             connections[self.using].ensure_connection()
         except DatabaseError as exc:

@@ -10,6 +10,8 @@ from jobs.models import OwnerPolicy
 from jobs.validation import QUEUE_RE
 from runs.brokers import get_broker
 
+MAX_RUNNING = 2**31 - 1  # the column's range (PositiveIntegerField)
+
 
 def owner_limits(using: str = "default") -> dict[int, int]:
     """Owner id -> most runs running at once, for every owner with an explicit limit
@@ -45,9 +47,10 @@ def set_owner_policy(owner, *, max_running: int | None = None, default_queue: st
     Raises SchedulerError naming the bad value; the broker enforces the new limit once the
     transaction commits."""
     if max_running is not None and (isinstance(max_running, bool)
-                                    or not isinstance(max_running, int) or max_running < 1):
-        raise SchedulerError(f"max_running must be a positive integer or null, "
-                             f"not {max_running!r}")
+                                    or not isinstance(max_running, int)
+                                    or not 1 <= max_running <= MAX_RUNNING):
+        raise SchedulerError(f"max_running must be an integer from 1 to {MAX_RUNNING} or "
+                             f"null, not {max_running!r}")
     if default_queue and not (isinstance(default_queue, str) and QUEUE_RE.match(default_queue)):
         raise SchedulerError(f"default_queue {default_queue!r} is not a valid queue name")
     with transaction.atomic(using=using):

@@ -10,6 +10,7 @@ run_at). Values are parsed once per distinct setting string.
 """
 
 import functools
+import math
 from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
@@ -58,6 +59,8 @@ def parse_classes(spec: str) -> tuple[PriorityClass, ...]:
     classes, expected = [], 0
     for part in spec.split(","):
         try:
+            if not part.isascii():
+                raise ValueError(part)
             span, weight = part.strip().split(":")
             lo, _, hi = span.partition("-")
             cls = PriorityClass(int(lo), int(hi or lo), int(weight))
@@ -92,7 +95,7 @@ def parse_queue_limits(concurrency: str, rate: str) -> dict[str, QueueLimits]:
     at least 1). Raises ImproperlyConfigured naming the bad part."""
     limits: dict[str, dict] = {}
     for queue, value in _pairs("QUEUE_CONCURRENCY", concurrency).items():
-        if not value.isdigit() or int(value) < 1:
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
             raise ImproperlyConfigured(
                 f"QUEUE_CONCURRENCY: {queue}={value!r} must be a positive integer")
         limits.setdefault(queue, {})["max_running"] = int(value)
@@ -104,11 +107,22 @@ def parse_queue_limits(concurrency: str, rate: str) -> dict[str, QueueLimits]:
         except ValueError as exc:
             raise ImproperlyConfigured(
                 f"QUEUE_RATE: {queue}={value!r} is not <rate>[:<burst>]") from exc
-        if not per_s > 0 or not burst >= 1:
+        if not (math.isfinite(per_s) and math.isfinite(burst)) or per_s <= 0 or burst < 1:
             raise ImproperlyConfigured(
-                f"QUEUE_RATE: {queue}={value!r}: rate must be > 0 and burst >= 1")
+                f"QUEUE_RATE: {queue}={value!r}: rate must be a finite number > 0 and "
+                "burst a finite number >= 1")
         limits.setdefault(queue, {}).update(rate=per_s, burst=burst)
     return {queue: QueueLimits(**values) for queue, values in limits.items()}
+
+
+def check() -> None:
+    """Parse every isolation setting now (daemons call this before they start), so a bad
+    value stops the daemon at once with ImproperlyConfigured naming it."""
+    classes()
+    parse_queue_limits(conf.get("QUEUE_CONCURRENCY"), conf.get("QUEUE_RATE"))
+    for name, low in (("OWNER_CONCURRENCY", 0), ("FAIR_SCAN", 0), ("SHARDS", 1)):
+        if conf.get(name) < low:
+            raise ImproperlyConfigured(f"SCHEDULER {name} must be at least {low}")
 
 
 def classes() -> tuple[PriorityClass, ...]:
@@ -131,8 +145,10 @@ def parse_queue_weights(spec: str) -> dict[str, int]:
         queue, sep, weight = part.partition(":")
         if not QUEUE_RE.match(queue):
             raise ValueError(f"invalid queue name {queue!r}")
-        if sep and (not weight.isdigit() or int(weight) < 1):
+        if sep and (not (weight.isascii() and weight.isdigit()) or int(weight) < 1):
             raise ValueError(f"{part!r}: the weight must be a positive integer")
+        if queue in weights:
+            raise ValueError(f"queue {queue!r} is named twice")
         weights[queue] = int(weight) if sep else 1
     if not weights:
         raise ValueError("no queue given")

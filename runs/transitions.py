@@ -37,6 +37,16 @@ def storable(text: str, limit: int = ERROR_MAX) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
+def in_shards(queryset, shards: list[int] | None):
+    """The runs of ``queryset`` in ``shards`` (None: all). A shard is matched by its
+    number modulo SHARDS, so runs left in a shard above a lowered SHARDS still belong to
+    the dispatcher holding that remainder."""
+    if shards is None:
+        return queryset
+    total = max(conf.get("SHARDS"), 1)
+    return queryset.alias(shard_part=F("shard") % total).filter(shard_part__in=shards)
+
+
 def run_refs(queryset) -> list[RunRef]:
     """RunRefs for the runs of ``queryset`` (one query)."""
     return [
@@ -334,9 +344,7 @@ def expire_leases(limit: int, using: str, shards: list[int] | None = None) -> li
     ``lease_expired``. ``shards`` restricts it to runs of those shards (a dispatcher's own;
     None: all). Safe to run from several dispatchers (SKIP LOCKED where supported).
     Returns the ids to push back to the broker after commit."""
-    expired = Run.objects.using(using).filter(state=RunState.RUNNING)
-    if shards is not None:
-        expired = expired.filter(shard__in=shards)
+    expired = in_shards(Run.objects.using(using).filter(state=RunState.RUNNING), shards)
     with transaction.atomic(using=using):
         now = db_now(using)
         rows = list(

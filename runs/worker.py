@@ -172,7 +172,13 @@ class Worker(Daemon):
         self.register()
         self.log.info("worker %s: %d slots on queues %s", self.worker_id, self.concurrency,
                       ",".join(self.queues))
-        super().serve(max_rounds)
+        try:
+            super().serve(max_rounds)
+        finally:
+            # Children ignore SIGTERM (executor.py); on an unexpected error the worker
+            # must not hang at exit waiting for them.
+            for slot in self.slots:
+                slot.kill()
 
     def request_stop(self, signum=None, frame=None) -> None:
         if self.stop_requested_at is None:

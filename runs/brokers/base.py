@@ -179,7 +179,10 @@ class Broker(ABC):
         """Ack attempts (success, failure, timeout, crash), fenced; returns per outcome
         whether it was applied (False: the lease was stale, nothing changed)."""
         accepted, retried = transitions.complete(outcomes, self.using)
-        self._after_commit(self._forget, [_slot(o.lease) for o in outcomes])
+        # A refused ack's run may be leased to another worker by now: its broker-side
+        # lease (and the limit counters) are that worker's; a lapsed one is reaped.
+        self._after_commit(self._forget, [_slot(o.lease) for o, ok
+                                          in zip(outcomes, accepted, strict=True) if ok])
         self._after_commit(self._push_ids, retried)
         return accepted
 
@@ -187,7 +190,9 @@ class Broker(ABC):
         """Give leased runs back for another worker at once (graceful shutdown); the
         released attempt does not count against max_attempts. Returns the ids released."""
         released = transitions.release(leases, self.using)
-        self._after_commit(self._forget, [_slot(lease) for lease in leases])
+        mine = set(released)
+        self._after_commit(self._forget, [_slot(lease) for lease in leases
+                                          if lease.run_id in mine])
         self._after_commit(self._push_ids, released)
         return released
 
@@ -211,8 +216,7 @@ class Broker(ABC):
         pending = Run.objects.using(self.using).filter(
             state__in=PENDING_STATES, job__status="active"
         )
-        if shards is not None:
-            pending = pending.filter(shard__in=shards)
+        pending = transitions.in_shards(pending, shards)
         while True:
             slots = list(
                 pending.filter(pk__gt=last_id)

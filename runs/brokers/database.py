@@ -21,6 +21,7 @@ from runs.brokers.base import Broker
 from runs.clock import db_now
 from runs.limits import owner_limits
 from runs.models import DELAYED_STATES, RateBucket, Run, RunState
+from runs.transitions import in_shards
 from runs.types import QueueDepth, RunRef, Slot
 
 CLAIM_LOCK = 0x5C4ED  # pg_advisory_xact_lock key serialising limited claims
@@ -69,9 +70,8 @@ class DatabaseBroker(Broker):
     def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:
         limit = limit or conf.get("PROMOTE_BATCH")
         runs = Run.objects.using(self.using)
-        due = runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using))
-        if shards is not None:
-            due = due.filter(shard__in=shards)
+        due = in_shards(runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using)),
+                        shards)
         with transaction.atomic(using=self.using):
             ids = list(
                 due.order_by("run_at")

@@ -68,6 +68,10 @@ class Keys:
         """HASH ``o:<owner>`` -> that owner's concurrency limit (synced from OwnerPolicy)."""
         return f"{self.prefix}:{{limits}}:owners"
 
+    def queue_fair(self, queue: str) -> str:
+        """HASH of the stride state of ``queue``'s priority classes across its shards."""
+        return f"{self.prefix}:{{limits}}:fair:{queue}"
+
     def bucket(self, queue: str) -> str:
         """HASH ``tokens``, ``ts`` (ms): the token bucket of ``queue``'s rate limit."""
         return f"{self.prefix}:{{limits}}:rate:{queue}"

@@ -8,6 +8,7 @@ a NOSCRIPT fallback. Redis errors are translated to BrokerUnavailable at this bo
 
 import functools
 import itertools
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from runs.types import Lease, QueueDepth, RunRef, Slot
 LUA_DIR = Path(__file__).parent / "lua"
 SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark")
 PUSH_CHUNK = 1000
+PROMOTE_IN_LEASE = 1000  # most due runs a lease promotes per shard (as lease.lua does)
 UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
 
 
@@ -63,6 +65,13 @@ class RedisBroker(Broker):
             for name in SCRIPTS
         }
         self._rotation = itertools.count()
+        self._known: list[tuple[str, int]] = []
+        self._known_at = float("-inf")
+
+    def _owns(self, shards: list[int] | None, shard: int) -> bool:
+        """Whether ``shard`` is among ``shards`` (None: all), by its number modulo SHARDS,
+        so a shard left over from a larger SHARDS still has a dispatcher."""
+        return shards is None or shard % self.shard_count() in shards
 
     def shard_count(self) -> int:
         """SHARDS: how many shards each queue is split into."""
@@ -104,7 +113,7 @@ class RedisBroker(Broker):
         limit = limit or conf.get("PROMOTE_BATCH")
         moved: list[int] = []
         for queue, shard in self._queue_shards():
-            if shards is not None and shard not in shards:
+            if not self._owns(shards, shard):
                 continue
             ids = self.scripts["promote"](
                 keys=[self.keys.delayed(queue, shard), self.keys.ready(queue, shard)],
@@ -121,33 +130,117 @@ class RedisBroker(Broker):
 
     @translate_errors
     def _claim(self, queues: list[str], n: int) -> list[Slot]:
-        ttl_ms = int(conf.get("LEASE_TTL_S") * 1000)
-        shards = self.shard_count()
-        classes = [x for c in policy.classes() for x in (c.lo, c.hi, c.weight)]
-        owner_default = conf.get("OWNER_CONCURRENCY")
-        park_budget = conf.get("FAIR_SCAN")
-        # Start at a different shard each call so shard 0 is not favoured.
-        offset = next(self._rotation)
+        claimed = self._claim_from(queues, n)
+        if not claimed and time.monotonic() - self._known_at > 0.1:
+            # Nothing found: look again with the shard list re-read, in case runs sit in a
+            # shard this worker did not know of yet.
+            self._known_at = float("-inf")
+            claimed = self._claim_from(queues, n)
+        return claimed
+
+    def _claim_from(self, queues: list[str], n: int) -> list[Slot]:
         claimed: list[Slot] = []
         for queue in queues:
-            limits = policy.queue_limits(queue)
-            for i in range(shards):
-                shard = (offset + i) % shards
-                want = n - len(claimed)
-                if want <= 0:
-                    return claimed
-                ids = self.scripts["lease"](
-                    keys=[self.keys.ready(queue, shard), self.keys.leased(queue, shard),
-                          self.keys.owners(queue, shard), self.keys.fair(queue, shard),
-                          self.keys.parkedby(queue, shard), self.keys.running,
-                          self.keys.limits, self.keys.bucket(queue),
-                          self.keys.delayed(queue, shard)],
-                    args=[want, ttl_ms, queue, owner_default, limits.max_running,
-                          limits.rate, limits.burst, park_budget,
-                          self.keys.parked_prefix(queue, shard), *classes],
-                )
-                claimed += [(int(i), queue, shard) for i in ids]
+            want = n - len(claimed)
+            if want <= 0:
+                break
+            shards = self._shards_of(queue)
+            if len(shards) == 1:
+                [ids] = self._lease_calls(queue, [(shards[0], want, policy.classes())])
+                claimed += [(i, queue, shards[0]) for i in ids]
+            else:
+                claimed += self._claim_across(queue, shards, want)
         return claimed
+
+    def _shards_of(self, queue: str) -> list[int]:
+        """The shards of ``queue`` to lease from, starting at a different one each call so
+        no shard, shard 0 included, is favoured: the configured ones, plus any a larger
+        SHARDS left runs in (known from the queues set, re-read at most once a second,
+        or at once when a lease finds nothing)."""
+        now = time.monotonic()
+        if now - self._known_at > 1.0:
+            self._known = self._queue_shards()
+            self._known_at = now
+        count = self.shard_count()
+        shards = sorted(set(range(count)) | {s for q, s in self._known if q == queue})
+        offset = next(self._rotation) % len(shards)
+        return shards[offset:] + shards[:offset]
+
+    def _claim_across(self, queue: str, shards: list[int], n: int) -> list[Slot]:
+        """Lease ``n`` runs of a queue split into several shards with the priority classes'
+        shares kept for the queue as a whole: count each class's ready runs in every shard
+        (after promoting what fell due), plan the classes by stride scheduling over the
+        queue-wide state (``runs/policy.py``), then take each class's share from the shards
+        that hold it, one run per shard in turn. Workers racing on the shared state only
+        blur the shares for a moment; leases stay exactly-once (each is one Lua call)."""
+        classes = policy.classes()
+        pipe = self.client.pipeline(transaction=False)
+        for shard in shards:
+            self.scripts["promote"](keys=[self.keys.delayed(queue, shard),
+                                          self.keys.ready(queue, shard)],
+                                    args=[PROMOTE_IN_LEASE], client=pipe)
+            for c in classes:
+                pipe.zcount(self.keys.ready(queue, shard), c.lo * policy.PRIORITY_SPAN,
+                            f"({(c.hi + 1) * policy.PRIORITY_SPAN}")
+        fair = self.keys.queue_fair(queue)
+        pipe.hmget(fair, [f"p{i}" for i in range(len(classes))] + ["vt"])
+        replies = pipe.execute()
+        state = replies[-1]
+        counts = [[int(replies[i * (len(classes) + 1) + 1 + c]) for c in range(len(classes))]
+                  for i in range(len(shards))]
+        available = [sum(row[c] for row in counts) for c in range(len(classes))]
+        if not any(available):
+            return []
+        passes = [float(state[i]) if state[i] is not None else c.stride
+                  for i, c in enumerate(classes)]
+        vt = float(state[-1]) if state[-1] is not None else 0.0
+        takes, new_passes, new_vt = policy.stride_plan(classes, passes, vt, available, n)
+        calls: dict[tuple[int, int], int] = {}
+        for c, take in enumerate(takes):
+            left = [row[c] for row in counts]
+            while take > 0:
+                for i, shard in enumerate(shards):
+                    if take and left[i]:
+                        calls[(shard, c)] = calls.get((shard, c), 0) + 1
+                        left[i] -= 1
+                        take -= 1
+        planned = list(calls.items())
+        results = self._lease_calls(
+            queue, [(shard, k, (classes[c],)) for (shard, c), k in planned])
+        claimed: list[Slot] = []
+        got = [0] * len(classes)
+        for ((shard, c), _k), ids in zip(planned, results, strict=True):
+            claimed += [(i, queue, shard) for i in ids]
+            got[c] += len(ids)
+        # Charge each class only for what it got (limits may have held some back).
+        for c, cls in enumerate(classes):
+            new_passes[c] -= (takes[c] - got[c]) * cls.stride
+        self.client.hset(fair, mapping={**{f"p{i}": p for i, p in enumerate(new_passes)},
+                                        "vt": new_vt})
+        return claimed
+
+    def _lease_calls(self, queue: str, calls) -> list[list[int]]:
+        """Run the lease script once per ``(shard, n, classes)`` in one pipeline; returns
+        the leased run ids of each call."""
+        if not calls:
+            return []
+        ttl_ms = int(conf.get("LEASE_TTL_S") * 1000)
+        owner_default = conf.get("OWNER_CONCURRENCY")
+        park_budget = conf.get("FAIR_SCAN")
+        limits = policy.queue_limits(queue)
+        pipe = self.client.pipeline(transaction=False)
+        for shard, n, classes in calls:
+            self.scripts["lease"](
+                keys=[self.keys.ready(queue, shard), self.keys.leased(queue, shard),
+                      self.keys.owners(queue, shard), self.keys.fair(queue, shard),
+                      self.keys.parkedby(queue, shard), self.keys.running,
+                      self.keys.limits, self.keys.bucket(queue),
+                      self.keys.delayed(queue, shard)],
+                args=[n, ttl_ms, queue, owner_default, limits.max_running, limits.rate,
+                      limits.burst, park_budget, self.keys.parked_prefix(queue, shard),
+                      *[x for c in classes for x in (c.lo, c.hi, c.weight)]],
+                client=pipe)
+        return [[int(i) for i in ids] for ids in pipe.execute()]
 
     @translate_errors
     def _forget(self, slots: list[Slot]) -> None:
@@ -180,7 +273,7 @@ class RedisBroker(Broker):
         """Move parked runs of owners that have room again back to ready, in ``shards``
         (default: all). The dispatcher calls this every round for its shards, so a raised
         or removed limit takes effect within a round. Returns how many moved."""
-        pairs = [(q, s) for q, s in self._queue_shards() if shards is None or s in shards]
+        pairs = [(q, s) for q, s in self._queue_shards() if self._owns(shards, s)]
         if not pairs:
             return 0
         pipe = self.client.pipeline(transaction=False)
@@ -214,7 +307,7 @@ class RedisBroker(Broker):
     def _expired_claims(self, limit: int, shards: list[int] | None = None) -> list[int]:
         ids: list[int] = []
         for queue, shard in self._queue_shards():
-            if shards is not None and shard not in shards:
+            if not self._owns(shards, shard):
                 continue
             ids += [
                 int(i)

@@ -105,7 +105,7 @@ end
 local picked = {}
 local parked = 0
 local expiry = now + tonumber(ARGV[2])
-while #picked < n and parked < park_budget do
+while #picked < n do
   local best
   for i, c in ipairs(classes) do
     if c.count > 0 and (best == nil or c.pass < best.pass) then
@@ -128,6 +128,11 @@ while #picked < n and parked < park_budget do
       left = owner_room(owner)
     end
     if left and left <= 0 then
+      if parked >= park_budget then
+        -- Enough set aside for one call: leave it where it was and stop here.
+        redis.call('ZADD', KEYS[1], score, id)
+        break
+      end
       redis.call('ZADD', ARGV[9] .. owner, score, id)
       redis.call('SADD', KEYS[5], owner)
       parked = parked + 1

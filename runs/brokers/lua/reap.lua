@@ -1,6 +1,6 @@
 -- reap: remove and return leases whose expiry (Redis TIME) has passed, uncounting them
--- from the running counters (the caller pushes back the runs the database still calls
--- pending, which records their owner again).
+-- from the running counters and dropping their owner entry (the caller pushes back the
+-- runs the database still calls pending, which records their owner again).
 -- KEYS[1]  leased  ZSET  score lease expiry ms
 -- KEYS[2]  owners  HASH  KEYS[3] running HASH (see lease.lua)
 -- ARGV[1]  limit: most leases to reap in this call   ARGV[2] queue
@@ -12,8 +12,11 @@ if #ids > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
   for _, id in ipairs(ids) do
     local owner = redis.call('HGET', KEYS[2], id)
-    if owner and redis.call('HINCRBY', KEYS[3], 'o:' .. owner, -1) <= 0 then
-      redis.call('HDEL', KEYS[3], 'o:' .. owner)
+    if owner then
+      if redis.call('HINCRBY', KEYS[3], 'o:' .. owner, -1) <= 0 then
+        redis.call('HDEL', KEYS[3], 'o:' .. owner)
+      end
+      redis.call('HDEL', KEYS[2], id)
     end
   end
   if redis.call('HINCRBY', KEYS[3], 'q:' .. ARGV[2], -#ids) <= 0 then
