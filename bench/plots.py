@@ -16,11 +16,15 @@ LABELS = {"ours": "ours", "celery": "Celery", "rq": "RQ", "dramatiq": "Dramatiq"
 
 
 def _latest(results: dict, system: str, workload: str) -> dict | None:
-    """This run's result for (system, workload), else the newest dated results file's."""
+    """This run's result for (system, workload), else the newest results file's."""
     found = results.get(system, {}).get(workload)
     if found and found.get("figure") is not None:
         return found
-    for path in sorted(RESULTS.glob("20*.json"), reverse=True):
+    # run.py's dated files first, then ours' hand runs (e.g. ours-w4-w5-<date>.json: W4
+    # has no plot after a --quick run otherwise).
+    files = (sorted(RESULTS.glob("20*.json"), reverse=True)
+             + sorted(RESULTS.glob("ours-*.json"), reverse=True))
+    for path in files:
         try:
             old = json.loads(path.read_text())["results"].get(system, {}).get(workload)
         except (OSError, ValueError, KeyError):
