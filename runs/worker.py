@@ -161,6 +161,7 @@ class Worker(Daemon):
         self.last_heartbeat = time.monotonic()
         self.stop_requested_at: float | None = None
         self.idle = False
+        self.wake_at: float | None = None  # time.monotonic() when the next run falls due
         self.lease_paused_until = 0.0
 
     # --- lifecycle --------------------------------------------------------------------
@@ -277,6 +278,10 @@ class Worker(Daemon):
         leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
         self.idle = not leases
         if not leases:
+            # Sleep until the next run falls due rather than a whole poll interval, so a
+            # run scheduled for an instant starts within a few ms of it.
+            due_in = self.broker.next_due_s(self.queues)
+            self.wake_at = None if due_in is None else time.monotonic() + due_in
             return
         runs = {
             row[0]: row
@@ -340,6 +345,8 @@ class Worker(Daemon):
         soon), never past the nearest deadline."""
         busy = self.in_flight()
         timeout = self.poll_s if len(busy) < len(self.slots) else 0.5
+        if self.idle and self.wake_at is not None:
+            timeout = min(timeout, self.wake_at - time.monotonic())
         if busy:
             timeout = min(timeout, min(s.current.deadline for s in busy) - time.monotonic())
         if self.outcomes:

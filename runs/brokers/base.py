@@ -80,6 +80,12 @@ class Broker(ABC):
         pushed again (a worker died between claiming and starting them)."""
         return []
 
+    def next_due_s(self, queues: list[str]) -> float | None:
+        """Seconds until the earliest delayed run of ``queues`` falls due (0 if one is
+        due now), or None when the broker cannot tell cheaply; an idle worker sleeps that
+        long instead of a whole WORKER_POLL_S."""
+        return None
+
     def shard_count(self) -> int:
         """How many shards each queue is split into (SHARDS)."""
         return max(conf.get("SHARDS"), 1)

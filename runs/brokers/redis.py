@@ -219,6 +219,18 @@ class RedisBroker(Broker):
                                         "vt": new_vt})
         return claimed
 
+    @translate_errors
+    def next_due_s(self, queues: list[str]) -> float | None:
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            for shard in self._shards_of(queue):
+                pipe.zrange(self.keys.delayed(queue, shard), 0, 0, withscores=True)
+        heads = [score for reply in pipe.execute() for _, score in reply]
+        if not heads:
+            return None
+        run_at_ms = min(heads) // 10  # score: run_at_ms * 10 + priority
+        return max(run_at_ms / 1000 - time.time(), 0.0)
+
     def _lease_calls(self, queue: str, calls) -> list[list[int]]:
         """Run the lease script once per ``(shard, n, classes)`` in one pipeline; returns
         the leased run ids of each call."""
