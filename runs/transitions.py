@@ -120,18 +120,28 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
             WHERE {run}.id = ANY(%s) AND {run}.state = ANY(%s)
               AND {run}.job_id IN (SELECT id FROM {job} WHERE status = %s)
             RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
-                      {run}.started_at, {run}.lease_expires_at
+                      {run}.started_at, {run}.lease_expires_at, {run}.job_id,
+                      {run}.scheduled_at
         ),
         attempts AS (
             INSERT INTO {attempt} (run_id, number, worker_id, started_at, outcome, error)
             SELECT id, attempt, %s, started_at, %s, '' FROM started
         )
-        SELECT id, attempt, queue, shard, lease_expires_at FROM started"""
+        SELECT s.id, s.attempt, s.queue, s.shard, s.lease_expires_at, s.job_id,
+               s.scheduled_at, j.handler, j.payload, j.timeout_s
+        FROM started s JOIN {job} j ON j.id = s.job_id"""
     with connections[using].cursor() as cursor:
         cursor.execute(sql, [RunState.RUNNING, worker_id, ttl_s, list(ids),
                              [str(s) for s in PENDING_STATES], Job.Status.ACTIVE,
                              worker_id, AttemptOutcome.RUNNING])
-        return [Lease(r[0], r[1], r[2], r[3], r[4]) for r in cursor.fetchall()]
+        return [
+            Lease(r[0], r[1], r[2], r[3], r[4], task={
+                "job_id": r[5], "scheduled_at": r[6], "handler": r[7],
+                # Django loads jsonb as text for JSONField to decode.
+                "payload": json.loads(r[8]) if isinstance(r[8], str) else r[8],
+                "timeout_s": r[9]})
+            for r in cursor.fetchall()
+        ]
 
 
 def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:

@@ -31,6 +31,10 @@ class Lease:
     queue: str
     shard: int
     expires_at: datetime
+    # What the worker needs to run it, when the lease query could return it at no cost
+    # (``job_id``, ``scheduled_at``, ``handler``, ``payload``, ``timeout_s``); not part of
+    # the lease's identity.
+    task: dict | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

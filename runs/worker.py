@@ -283,15 +283,22 @@ class Worker(Daemon):
             due_in = self.broker.next_due_s(self.queues)
             self.wake_at = None if due_in is None else time.monotonic() + due_in
             return
+        missing = [lease.run_id for lease in leases if lease.task is None]
         runs = {
             row[0]: row
             for row in Run.objects.using(self.using)
-            .filter(pk__in=[lease.run_id for lease in leases])
+            .filter(pk__in=missing)
             .values_list("pk", "scheduled_at", "job_id", "job__handler", "job__payload",
                          "job__timeout_s")
-        }
+        } if missing else {}
         for lease in leases:
-            run_id, scheduled_at, job_id, handler, payload, timeout_s = runs[lease.run_id]
+            if lease.task is not None:
+                t = lease.task
+                row = (lease.run_id, t["scheduled_at"], t["job_id"], t["handler"],
+                       t["payload"], t["timeout_s"])
+            else:
+                row = runs[lease.run_id]
+            run_id, scheduled_at, job_id, handler, payload, timeout_s = row
             self.ahead.append(Leased(lease, {
                 "run_id": run_id, "job_id": job_id, "attempt": lease.attempt,
                 "scheduled_at": scheduled_at, "handler": handler, "payload": payload,
