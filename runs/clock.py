@@ -2,10 +2,13 @@
 worker's. On PostgreSQL that is ``clock_timestamp()``; SQLite has no server, so the
 embedded default uses the host clock, which is the same machine's clock anyway."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connections
 from django.utils import timezone
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MILLISECOND = timedelta(milliseconds=1)
 
 
 def db_now(using: str = "default") -> datetime:
@@ -25,8 +28,10 @@ def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
 
 
 def to_ms(moment: datetime) -> int:
-    """Milliseconds since the Unix epoch for an aware datetime (the Redis scores' unit)."""
-    return int(moment.timestamp() * 1000)
+    """Milliseconds since the Unix epoch for an aware datetime (the Redis scores' unit),
+    rounded up: a run whose score says it is due is never due later than that, so a lease
+    (Redis clock) cannot start it before its run_at (database clock, microseconds)."""
+    return -((EPOCH - moment) // MILLISECOND)
 
 
 def seconds(value: float) -> timedelta:
