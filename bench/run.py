@@ -188,7 +188,7 @@ QUICK_ARGS = {"W1": ["--n", "2000"], "W2": ["--n", "1000"], "W3": ["--duration",
 QUICK_SIZES = "W1 2,000 jobs, W2 1,000 jobs, W3 5 s, W5 up to 100 K cron jobs (ours only), " \
               "W6 5,000 pending"
 FULL_SIZES = "W1 20,000 jobs, W2 20,000 jobs, W3 60 s, W4 20,000 cron jobs (ours also " \
-             "100,000), W5 up to 1 M cron jobs, W6 50,000 pending"
+             "50,000), W5 up to 1 M cron jobs, W6 50,000 pending"
 
 
 def adapter_cmd(system: str, workload: str, python: Path, quick: bool) -> list[str]:
