@@ -356,3 +356,34 @@ def redis_db_bytes(db):
     finally:
         r.close()
     return total
+
+
+def run_adapter(description, workloads):
+    """The contract's main for an adapter: parse the CLI, run ``workloads[WORKLOAD](args)``
+    (it returns the result dict), stop every process it started, and print the result as
+    the last stdout line; an exception becomes ``{"failed": ...}`` so the orchestrator
+    always gets a JSON line."""
+    args = base_parser(description).parse_args()
+    install_signal_handlers()
+    try:
+        result = workloads[args.workload](args)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        result = {"workload": args.workload, "figure": None, "failed": repr(exc)}
+    finally:
+        kill_all()
+    emit_json(result)
+
+
+def read_starts(path):
+    """{key: start time (s)} from a handlers' file of "<key> <time.time()>" lines (a
+    duplicate keeps the first); {} if the file does not exist yet."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 2:
+                    out.setdefault(parts[0], float(parts[1]))
+    except FileNotFoundError:
+        pass
+    return out

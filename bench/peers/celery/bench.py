@@ -278,16 +278,8 @@ WORKLOADS = {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6}
 
 
 def main():
-    """Parse the contract's CLI, run one workload, print its JSON line."""
-    args = common.base_parser("Celery bench adapter").parse_args()
-    common.install_signal_handlers()
-    try:
-        result = WORKLOADS[args.workload](args)
-    except Exception as exc:  # the orchestrator needs a JSON line whatever happened
-        result = {"workload": args.workload, "figure": None, "failed": repr(exc)}
-    finally:
-        common.kill_all()
-    common.emit_json(result)
+    """Run one workload of the contract and print its JSON line."""
+    common.run_adapter("Celery bench adapter", WORKLOADS)
 
 
 if __name__ == "__main__":

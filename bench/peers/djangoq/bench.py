@@ -140,20 +140,6 @@ def w2(n, logdir, timeout=900):
     return n / elapsed, "jobs/s", details
 
 
-def read_starts(path):
-    """{key: start time (s)} from the handlers' file (a duplicate keeps the first)."""
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 2:
-                    out.setdefault(parts[0], float(parts[1]))
-    except FileNotFoundError:
-        pass
-    return out
-
-
 def w3(duration, logdir, rate=116.0, delay=2.0):
     """Latency: rate jobs/s for duration s, each a ONCE Schedule with next_run 2 s after
     submission (django-q2 has no ETA on async_task; a Schedule is its run-at-instant API)."""
@@ -174,9 +160,9 @@ def w3(duration, logdir, rate=116.0, delay=2.0):
         scheduled[str(i)] = at
     submit_s = time.time() - t0
     # Two ~30 s scheduler passes after the last submission reach every schedule.
-    common.wait_until(lambda: len(read_starts(starts)) >= total, delay + 90, 0.25)
+    common.wait_until(lambda: len(common.read_starts(starts)) >= total, delay + 90, 0.25)
     cluster.stop()
-    seen = read_starts(starts)
+    seen = common.read_starts(starts)
     lags = [(seen[k] - at) * 1000 for k, at in scheduled.items() if k in seen]
     details = {
         "rate_per_s": rate, "duration_s": duration, "count": len(lags),
@@ -215,11 +201,11 @@ def w4(n, logdir, limit=300, lead=15.0):
         if queued_at is None and scalar(
                 "SELECT count(*) FROM django_q_schedule WHERE next_run > %s", [when]) >= n:
             queued_at = time.time()
-        return sum(1 for k in read_starts(starts) if k.startswith(prefix)) >= n
+        return sum(1 for k in common.read_starts(starts) if k.startswith(prefix)) >= n
 
     done = common.wait_until(progress, boundary + limit - time.time(), 0.2)
     cluster.stop()
-    seen = [t for k, t in read_starts(starts).items() if k.startswith(prefix)]
+    seen = [t for k, t in common.read_starts(starts).items() if k.startswith(prefix)]
     details = {
         "n": n, "boundary_epoch": boundary,
         "cluster_started_before_boundary_s": round(boundary - t_start, 1),

@@ -146,20 +146,6 @@ def w2(n, logdir, timeout=900):
     return n / elapsed, "jobs/s", details
 
 
-def read_starts(path):
-    """{key: start time (s)} from the handlers' file (a duplicate keeps the first)."""
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 2:
-                    out.setdefault(parts[0], float(parts[1]))
-    except FileNotFoundError:
-        pass
-    return out
-
-
 def wait_workers_ready(timeout=60):
     """Until both workers have registered themselves in procrastinate_workers."""
     return common.wait_until(
@@ -186,9 +172,9 @@ def w3(duration, logdir, rate=116.0, delay=2.0):
             tasks.stamp.configure(schedule_at=datetime.fromtimestamp(at, UTC)).defer(key=i)
             scheduled[str(i)] = at
         submit_s = time.time() - t0
-    common.wait_until(lambda: len(read_starts(starts)) >= total, delay + 60, 0.25)
+    common.wait_until(lambda: len(common.read_starts(starts)) >= total, delay + 60, 0.25)
     procs.stop()
-    seen = read_starts(starts)
+    seen = common.read_starts(starts)
     lags = [(seen[k] - at) * 1000 for k, at in scheduled.items() if k in seen]
     details = {
         "rate_per_s": rate, "duration_s": duration, "count": len(lags),
@@ -225,11 +211,11 @@ def w4(n, logdir, limit=300):
     prefix = f"{boundary}:"
 
     def started():
-        return sum(1 for k in read_starts(starts) if k.startswith(prefix))
+        return sum(1 for k in common.read_starts(starts) if k.startswith(prefix))
 
     done = common.wait_until(lambda: started() >= n, boundary + limit - time.time(), 0.5)
     procs.stop()
-    seen = [t for k, t in read_starts(starts).items() if k.startswith(prefix)]
+    seen = [t for k, t in common.read_starts(starts).items() if k.startswith(prefix)]
     deferred, last_deferred = (
         psycopg.connect(DSN, autocommit=True).execute(
             "SELECT count(*), extract(epoch FROM max(e.at)) FROM procrastinate_events e "
