@@ -155,27 +155,49 @@ def parse_queue_weights(spec: str) -> dict[str, int]:
     return weights
 
 
+class Stride:
+    """Stride-scheduling state of ``classes``: each class's ``passes`` (virtual time) and
+    ``vt``, the virtual time of the last lease. Both brokers use it: the database broker
+    per worker process, the Redis broker for queues with several shards (state in Redis);
+    lease.lua implements the same rule inside Redis."""
+
+    def __init__(self, classes: tuple[PriorityClass, ...], passes: list[float] | None = None,
+                 vt: float = 0.0):
+        self.classes = classes
+        self.passes = list(passes) if passes is not None else [c.stride for c in classes]
+        self.vt = vt
+
+    def settle(self, has_ready: list[bool]) -> None:
+        """A class with nothing ready cannot bank credit: its pass is raised to ``vt``, so
+        when runs arrive it is served next but not more than its share."""
+        self.passes = [p if ready else max(p, self.vt)
+                       for p, ready in zip(self.passes, has_ready, strict=True)]
+
+    def choose(self, open_: list[int]) -> int | None:
+        """The class to serve next among ``open_`` (lowest pass, then lowest index)."""
+        return min(open_, key=lambda i: (self.passes[i], i)) if open_ else None
+
+    def charge(self, i: int) -> None:
+        """Record one lease to class ``i``."""
+        self.vt = self.passes[i]
+        self.passes[i] += self.classes[i].stride
+
+
 def stride_plan(classes_: tuple[PriorityClass, ...], passes: list[float], vt: float,
                 available: list[int], n: int) -> tuple[list[int], list[float], float]:
-    """Split ``n`` leases among ``classes_`` by stride scheduling.
-
-    ``passes`` is each class's pass (virtual time), ``vt`` the virtual time of the last
-    lease, ``available`` how many ready runs each class has. A class with nothing ready
-    cannot bank credit: its pass is raised to ``vt``, so when runs arrive it is served
-    next but not more than its share. Returns ``(takes per class, new passes, new vt)``.
-    The Redis lease script (runs/brokers/lua/lease.lua) implements the same rule.
-    """
-    passes = [max(p, vt) if a == 0 else p for p, a in zip(passes, available, strict=True)]
+    """Split ``n`` leases among ``classes_`` by stride scheduling (``Stride``), given how
+    many ready runs each class has (``available``), its ``passes`` and ``vt``. Returns
+    ``(takes per class, new passes, new vt)``."""
+    stride = Stride(classes_, passes, vt)
     left = list(available)
+    stride.settle([a > 0 for a in left])
     takes = [0] * len(classes_)
-    for _ in range(n):
-        open_ = [i for i, a in enumerate(left) if a > 0]
-        if not open_:
+    while sum(takes) < n:
+        i = stride.choose([c for c, a in enumerate(left) if a > 0])
+        if i is None:
             break
-        i = min(open_, key=lambda c: (passes[c], c))
-        vt = passes[i]
-        passes[i] += classes_[i].stride
+        stride.charge(i)
         takes[i] += 1
         left[i] -= 1
-    passes = [max(p, vt) if a == 0 else p for p, a in zip(passes, left, strict=True)]
-    return takes, passes, vt
+    stride.settle([a > 0 for a in left])
+    return takes, stride.passes, stride.vt

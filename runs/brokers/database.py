@@ -28,30 +28,6 @@ CLAIM_LOCK = 0x5C4ED  # pg_advisory_xact_lock key serialising limited claims
 CANDIDATES_PER_SLOT = 4  # rows fetched per wanted run when owner limits may skip some
 
 
-class Stride:
-    """Stride-scheduling state of the priority classes for one queue (runs/policy.py):
-    ``passes`` per class and ``vt``, the virtual time of the last lease."""
-
-    def __init__(self, classes: tuple[policy.PriorityClass, ...]):
-        self.classes = classes
-        self.passes = [c.stride for c in classes]
-        self.vt = 0.0
-
-    def settle(self, has_ready: list[bool]) -> None:
-        """A class with nothing ready banks no credit: raise its pass to ``vt``."""
-        self.passes = [p if ready else max(p, self.vt)
-                       for p, ready in zip(self.passes, has_ready, strict=True)]
-
-    def choose(self, open_: list[int]) -> int | None:
-        """The class to serve next among ``open_`` (lowest pass, then lowest index)."""
-        return min(open_, key=lambda i: (self.passes[i], i)) if open_ else None
-
-    def charge(self, i: int) -> None:
-        """Record one lease to class ``i``."""
-        self.vt = self.passes[i]
-        self.passes[i] += self.classes[i].stride
-
-
 class DatabaseBroker(Broker):
     """Serve the broker contract from the runs table alone (no Redis)."""
 
@@ -59,7 +35,7 @@ class DatabaseBroker(Broker):
 
     def __init__(self, using: str = "default"):
         super().__init__(using)
-        self._stride: dict[str, Stride] = {}
+        self._stride: dict[str, policy.Stride] = {}
 
     def push(self, runs: list[RunRef]) -> None:
         """Nothing to copy: the rows are the working set. Due runs are promoted at once so
@@ -127,7 +103,7 @@ class DatabaseBroker(Broker):
         ]
         stride = self._stride.get(queue)
         if stride is None or stride.classes != classes:
-            stride = self._stride[queue] = Stride(classes)
+            stride = self._stride[queue] = policy.Stride(classes)
         stride.settle([bool(c) for c in candidates])
         picked: list[tuple] = []
         heads = [0] * len(classes)
