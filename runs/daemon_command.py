@@ -1,9 +1,19 @@
 """What the daemon management commands share: a readiness check that fails with a clear
 message and a non-zero exit, signal handlers, and the serve loop."""
 
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 
 from jobs.exceptions import SchedulerError
+
+
+class DaemonCommand(BaseCommand):
+    """Base of runscheduler, rundispatcher and runworker. Django's system checks are not
+    run at start: they import every URL configuration and view (half a second of a
+    daemon's start-up on a 2-core machine, BENCHMARKS.md) to check what no daemon serves.
+    ``manage.py check`` and ``migrate`` run them at deploy time, and ``check_ready``
+    checks what a daemon needs: its settings, the database and the broker."""
+
+    requires_system_checks = []
 
 
 def run_daemon(daemon, max_rounds: int | None = None) -> None:

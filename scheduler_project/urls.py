@@ -7,6 +7,9 @@ from django.urls import include, path
 from jobs.api import healthz, readyz
 from runs.metrics import metrics_view
 
+# settings.INSTALLED_APPS uses SimpleAdminConfig: the admin modules load here, not at start.
+admin.autodiscover()
+
 urlpatterns = [
     path("admin/dashboard/", include("runs.dashboard.urls")),
     path("admin/", admin.site.urls),

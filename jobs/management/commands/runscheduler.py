@@ -1,10 +1,9 @@
-from django.core.management.base import BaseCommand
 
 from jobs.scheduler import Scheduler
-from runs.daemon_command import run_daemon
+from runs.daemon_command import DaemonCommand, run_daemon
 
 
-class Command(BaseCommand):
+class Command(DaemonCommand):
     help = "Materialise due cron occurrences as runs (jobs/scheduler.py)."
 
     def add_arguments(self, parser):

@@ -1,10 +1,9 @@
-from django.core.management.base import BaseCommand
 
-from runs.daemon_command import run_daemon
+from runs.daemon_command import DaemonCommand, run_daemon
 from runs.dispatcher import Dispatcher
 
 
-class Command(BaseCommand):
+class Command(DaemonCommand):
     help = "Promote due runs, reap expired leases, reconcile DB and broker (runs/dispatcher.py)."
 
     def add_arguments(self, parser):

@@ -1,11 +1,11 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from runs.daemon_command import run_daemon
+from runs.daemon_command import DaemonCommand, run_daemon
 from runs.policy import parse_queue_weights
 from runs.worker import Worker
 
 
-class Command(BaseCommand):
+class Command(DaemonCommand):
     help = "Lease runs from the broker and execute them (see runs/worker.py)."
 
     def add_arguments(self, parser):
