@@ -21,6 +21,7 @@ from runs import policy
 from runs.brokers import get_broker
 
 TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError)
+HOUSEKEEP_INTERVAL_S = 1.0
 
 
 class Daemon:
@@ -36,6 +37,7 @@ class Daemon:
         self.forced = False
         self.rounds = 0
         self.last_failure_log = 0.0
+        self.housekept_at = float("-inf")
 
     # --- to override ------------------------------------------------------------------
 
@@ -96,6 +98,16 @@ class Daemon:
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, 0.05))
 
+    def housekeep_connections(self) -> None:
+        """Django's per-request connection care (CONN_MAX_AGE, CONN_HEALTH_CHECKS), at most
+        once per HOUSEKEEP_INTERVAL_S: it arms a ``SELECT 1`` health check before the next
+        query, and a busy worker runs hundreds of rounds a second (BENCHMARKS.md). A
+        connection that breaks in between fails its round, which closes it (serve)."""
+        now = time.monotonic()
+        if now - self.housekept_at >= HOUSEKEEP_INTERVAL_S:
+            self.housekept_at = now
+            close_old_connections()
+
     def serve(self, max_rounds: int | None = None) -> None:
         """Run rounds until stopped (or ``max_rounds``, for tests)."""
         self.log.info("%s: started (broker %s, database %s)", self.name,
@@ -104,7 +116,7 @@ class Daemon:
         while self.keep_going() and (max_rounds is None or self.rounds < max_rounds):
             self.rounds += 1
             try:
-                close_old_connections()
+                self.housekeep_connections()
                 busy = self.round()
                 if failures:
                     self.log.info("%s: reconnected after %d failed rounds", self.name, failures)
