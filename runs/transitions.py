@@ -66,13 +66,19 @@ def _lease_match(leases: Iterable[Lease], run_field: str = "pk",
     return match
 
 
+def one_statement(using: str) -> bool:
+    """Whether start_attempts and a success-only complete are each one statement on
+    ``using`` (PostgreSQL), atomic without a transaction of their own."""
+    return connections[using].vendor == "postgresql"
+
+
 def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> list[Lease]:
     """Lease the pending runs among ``ids`` to ``worker_id`` for ``ttl_s`` seconds.
 
     One UPDATE moves each still-pending run of an active job to ``running`` and bumps its
     attempt number (the new fencing token); runs that are no longer pending, or whose job is
     paused or cancelled, are left alone and not returned. Creates one Attempt row per lease.
-    Must be called inside a transaction on ``using``.
+    Must be called inside a transaction on ``using`` unless ``one_statement(using)``.
     """
     if not ids:
         return []
@@ -107,9 +113,16 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
 
 def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
                        using: str) -> list[Lease]:
-    """start_attempts in one round trip: the same fenced UPDATE (its WHERE keeps the state
-    and the active-job subquery, so PostgreSQL re-checks both after waiting on a row lock),
-    the Attempt rows inserted from its RETURNING, and the database clock read once."""
+    """start_attempts in one round trip: the same fenced UPDATE, the Attempt rows inserted
+    from its RETURNING, the jobs' handler and payload read, on one database clock reading.
+
+    The plan must stay a walk over ``ids``, whatever the statistics say (BENCHMARKS.md):
+    the state fence is written so no index on ``state`` can serve it (with statistics from
+    a history of finished runs, PostgreSQL took a burst of pending runs for a handful and
+    scanned them all on every lease), and the job is looked up per run in subqueries the
+    planner cannot turn into a hash join over every job. Being in the WHERE clause, the
+    job's status is re-checked after a wait on a row lock (EvalPlanQual), so a run of a job
+    paused meanwhile is not started."""
     run, attempt, job = Run._meta.db_table, Attempt._meta.db_table, Job._meta.db_table
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
@@ -117,8 +130,8 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
             UPDATE {run} SET state = %s, attempt = {run}.attempt + 1, worker_id = %s,
                 lease_expires_at = t.now + %s * interval '1 second', started_at = t.now
             FROM t
-            WHERE {run}.id = ANY(%s) AND {run}.state = ANY(%s)
-              AND {run}.job_id IN (SELECT id FROM {job} WHERE status = %s)
+            WHERE {run}.id = ANY(%s::bigint[]) AND ({run}.state || '') = ANY(%s)
+              AND (SELECT status FROM {job} WHERE id = {run}.job_id) = %s
             RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
                       {run}.started_at, {run}.lease_expires_at, {run}.job_id,
                       {run}.scheduled_at
@@ -129,19 +142,29 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
         )
         SELECT s.id, s.attempt, s.queue, s.shard, s.lease_expires_at, s.job_id,
                s.scheduled_at, j.handler, j.payload, j.timeout_s
-        FROM started s JOIN {job} j ON j.id = s.job_id"""
+        FROM started s
+        CROSS JOIN LATERAL (SELECT handler, payload, timeout_s FROM {job}
+                            WHERE id = s.job_id OFFSET 0) AS j"""
     with connections[using].cursor() as cursor:
-        cursor.execute(sql, [RunState.RUNNING, worker_id, ttl_s, list(ids),
+        cursor.execute(sql, [RunState.RUNNING, worker_id, ttl_s, _int_array(ids),
                              [str(s) for s in PENDING_STATES], Job.Status.ACTIVE,
                              worker_id, AttemptOutcome.RUNNING])
         return [
             Lease(r[0], r[1], r[2], r[3], r[4], task={
                 "job_id": r[5], "scheduled_at": r[6], "handler": r[7],
-                # Django loads jsonb as text for JSONField to decode.
-                "payload": json.loads(r[8]) if isinstance(r[8], str) else r[8],
+                # JSON text (Django loads jsonb as text for JSONField to decode): the
+                # worker's child decodes it (runs/worker.py, Leased).
+                "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
                 "timeout_s": r[9]})
             for r in cursor.fetchall()
         ]
+
+
+def _int_array(values: list[int]) -> str:
+    """``values`` as a PostgreSQL array literal, for a ``%s::bigint[]`` parameter: psycopg
+    adapts a list element by element in Python, a cost paid per run on every lease and
+    ack (BENCHMARKS.md)."""
+    return "{" + ",".join(str(int(v)) for v in values) + "}"
 
 
 def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:
@@ -264,6 +287,40 @@ def _succeed(rows: list[tuple[int, int, object]], now: datetime, using: str) -> 
             [now, AttemptOutcome.SUCCEEDED, *values])
 
 
+def _succeed_only_pg(outcomes: list[Outcome], using: str) -> list[bool]:
+    """complete() of a batch of successes without log lines, in one statement (the common
+    case of a busy worker; an ack cost six round trips, BENCHMARKS.md): the runs' fenced
+    UPDATE, and the attempts of the runs it matched, on one database clock reading. A row
+    locked by a concurrent reap is re-checked against the fence after the lock is granted
+    (PostgreSQL's EvalPlanQual), as with the FOR UPDATE read of the general path."""
+    run, attempt = Run._meta.db_table, Attempt._meta.db_table
+    # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
+    values = [[o.lease.run_id for o in outcomes], [o.lease.attempt for o in outcomes],
+              [None if o.result is None else json.dumps(o.result) for o in outcomes]]
+    sql = f"""
+        WITH t AS (SELECT clock_timestamp() AS now),
+        v AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[])
+                            AS v(id, number, result)),
+        done AS (
+            UPDATE {run} AS r SET state = %s, finished_at = t.now, result = v.result::jsonb,
+                lease_expires_at = NULL, error = ''
+            FROM v, t
+            WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s
+            RETURNING r.id, r.attempt, r.finished_at, v.result
+        ),
+        attempts AS (
+            UPDATE {attempt} AS a SET finished_at = done.finished_at, outcome = %s,
+                result = done.result::jsonb
+            FROM done WHERE a.run_id = done.id AND a.number = done.attempt
+        )
+        SELECT id, attempt FROM done"""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [*values, RunState.SUCCEEDED, RunState.RUNNING,
+                             AttemptOutcome.SUCCEEDED])
+        applied = set(cursor.fetchall())
+    return [(o.lease.run_id, o.lease.attempt) in applied for o in outcomes]
+
+
 def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]]:
     """Record the end of each attempt in ``outcomes`` in one transaction.
 
@@ -275,6 +332,9 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
     """
     if not outcomes:
         return [], []
+    if one_statement(using) and all(
+            o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes):
+        return _succeed_only_pg(outcomes, using), []
     accepted: list[bool] = []
     with transaction.atomic(using=using):
         now = db_now(using)

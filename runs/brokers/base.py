@@ -21,6 +21,7 @@ Times are aware UTC datetimes; durations are seconds unless a name ends in ``_ms
 
 import logging
 from abc import ABC, abstractmethod
+from contextlib import nullcontext
 
 from django.db import DatabaseError, transaction
 
@@ -37,6 +38,8 @@ class Broker(ABC):
     """Base of every broker. ``using`` is the Django database alias holding the runs."""
 
     name = ""
+    # Whether _claim writes to the database (and so must share the lease's transaction).
+    claims_in_database = True
 
     def __init__(self, using: str = "default"):
         self.using = using
@@ -136,7 +139,7 @@ class Broker(ABC):
         backlogged queue gets its weight's share; slots a queue cannot fill go to the
         others."""
         ttl_s = ttl_s or conf.get("LEASE_TTL_S")
-        with transaction.atomic(using=self.using):
+        with self._lease_transaction():
             if weights and len(queues) > 1:
                 claimed = self._claim_weighted(queues, n, weights)
             else:
@@ -149,6 +152,15 @@ class Broker(ABC):
         if refused:
             self._forget(refused)
         return [started[slot[0]] for slot in claimed if slot[0] in started]
+
+    def _lease_transaction(self):
+        """The transaction a lease runs in: none when the claim is the broker's alone and
+        start_attempts is one statement (PostgreSQL), since BEGIN and COMMIT cost two of a
+        lease's four round trips (BENCHMARKS.md); a claim made in Redis is never part of a
+        database transaction anyway (a claim whose start fails is pushed back by reap)."""
+        if not self.claims_in_database and transitions.one_statement(self.using):
+            return nullcontext()
+        return transaction.atomic(using=self.using)
 
     def _claim_weighted(self, queues: list[str], n: int, weights: dict[str, int]) -> list[Slot]:
         current = self._swrr.setdefault(tuple(queues), dict.fromkeys(queues, 0))
