@@ -2,11 +2,14 @@
 
 Per queue shard: ``delayed`` (score run_at), ``ready`` (score priority then run_at) and
 ``leased`` (score lease expiry). Scripts live in ``lua/`` next to this file, each opening
-with its KEYS/ARGV; redis-py's ``register_script`` loads each once and uses EVALSHA with
-a NOSCRIPT fallback. Redis errors are translated to BrokerUnavailable at this boundary.
+with its KEYS/ARGV, and run by EVALSHA, loaded again when Redis answers NOSCRIPT (after a
+restart or SCRIPT FLUSH): ``Pipe`` below, rather than redis-py's Script objects in a
+pipeline, which send SCRIPT EXISTS before every pipeline, a round trip per lease and per
+ack (BENCHMARKS.md). Redis errors are translated to BrokerUnavailable at this boundary.
 """
 
 import functools
+import hashlib
 import itertools
 import time
 from collections import defaultdict
@@ -44,6 +47,42 @@ def translate_errors(method):
     return wrapper
 
 
+class Pipe:
+    """A non-transactional pipeline of Lua script calls by EVALSHA (and any other
+    commands, through ``pipe``). ``execute`` returns the replies in order; a call answered
+    NOSCRIPT is loaded and run again, so each script runs once per call."""
+
+    def __init__(self, client: redis.Redis, scripts: dict[str, str]):
+        self.client = client
+        self.scripts = scripts  # name -> Lua source
+        self.pipe = client.pipeline(transaction=False)
+        self.calls: dict[int, tuple[str, list, list]] = {}  # reply index -> call
+
+    def script(self, name: str, keys: list, args: list) -> None:
+        """Queue script ``name`` with ``keys`` and ``args``."""
+        self.calls[len(self.pipe)] = (name, keys, args)
+        self.pipe.evalsha(_sha(self.scripts[name]), len(keys), *keys, *args)
+
+    def execute(self) -> list:
+        """Send everything queued; raises the first error other than NOSCRIPT."""
+        replies = self.pipe.execute(raise_on_error=False)
+        for index, reply in enumerate(replies):
+            if isinstance(reply, redis.exceptions.NoScriptError) and index in self.calls:
+                name, keys, args = self.calls[index]
+                self.client.script_load(self.scripts[name])
+                replies[index] = self.client.evalsha(_sha(self.scripts[name]), len(keys),
+                                                     *keys, *args)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+
+@functools.cache
+def _sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()
+
+
 @functools.cache
 def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5,
@@ -54,19 +93,26 @@ class RedisBroker(Broker):
     """The production broker. ``url`` defaults to settings.REDIS_URL."""
 
     name = "redis"
+    claims_in_database = False
 
     def __init__(self, using: str = "default", url: str | None = None):
         super().__init__(using)
         self.url = url or settings.REDIS_URL or "redis://127.0.0.1:6379/0"
         self.client = _client(self.url)
         self.keys = Keys(conf.get("REDIS_PREFIX"))
-        self.scripts = {
-            name: self.client.register_script((LUA_DIR / f"{name}.lua").read_text())
-            for name in SCRIPTS
-        }
+        self.sources = {name: (LUA_DIR / f"{name}.lua").read_text() for name in SCRIPTS}
         self._rotation = itertools.count()
         self._known: list[tuple[str, int]] = []
         self._known_at = float("-inf")
+
+    def _pipe(self) -> Pipe:
+        return Pipe(self.client, self.sources)
+
+    def _script(self, name: str, keys: list, args: list):
+        """Run one script (EVALSHA, loaded again on NOSCRIPT); returns its reply."""
+        pipe = self._pipe()
+        pipe.script(name, keys, args)
+        return pipe.execute()[0]
 
     def _owns(self, shards: list[int] | None, shard: int) -> bool:
         """Whether ``shard`` is among ``shards`` (None: all), by its number modulo SHARDS,
@@ -95,9 +141,9 @@ class RedisBroker(Broker):
         by_shard: dict[tuple[str, int], list[RunRef]] = defaultdict(list)
         for ref in runs:
             by_shard[(ref.queue, ref.shard)].append(ref)
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self._pipe()
         for (queue, shard), refs in by_shard.items():
-            pipe.sadd(self.keys.queues, f"{queue}:{shard}")
+            pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
             keys = [*self.keys.shard_keys(queue, shard), self.keys.owners(queue, shard),
                     self.keys.running]
             for start in range(0, len(refs), PUSH_CHUNK):
@@ -105,7 +151,7 @@ class RedisBroker(Broker):
                 for ref in refs[start:start + PUSH_CHUNK]:
                     args += [ref.id, to_ms(ref.run_at), ref.priority,
                              "" if ref.owner is None else ref.owner]
-                self.scripts["push"](keys=keys, args=args, client=pipe)
+                pipe.script("push", keys, args)
         pipe.execute()
 
     @translate_errors
@@ -115,10 +161,9 @@ class RedisBroker(Broker):
         for queue, shard in self._queue_shards():
             if not self._owns(shards, shard):
                 continue
-            ids = self.scripts["promote"](
-                keys=[self.keys.delayed(queue, shard), self.keys.ready(queue, shard)],
-                args=[limit],
-            )
+            ids = self._script(
+                "promote", [self.keys.delayed(queue, shard), self.keys.ready(queue, shard)],
+                [limit])
             moved += [int(i) for i in ids]
         if moved:
             # Only a label for people reading the runs table; the lease is fenced on state
@@ -174,16 +219,15 @@ class RedisBroker(Broker):
         that hold it, one run per shard in turn. Workers racing on the shared state only
         blur the shares for a moment; leases stay exactly-once (each is one Lua call)."""
         classes = policy.classes()
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self._pipe()
         for shard in shards:
-            self.scripts["promote"](keys=[self.keys.delayed(queue, shard),
-                                          self.keys.ready(queue, shard)],
-                                    args=[PROMOTE_IN_LEASE], client=pipe)
+            pipe.script("promote", [self.keys.delayed(queue, shard),
+                                    self.keys.ready(queue, shard)], [PROMOTE_IN_LEASE])
             for c in classes:
-                pipe.zcount(self.keys.ready(queue, shard), c.lo * policy.PRIORITY_SPAN,
-                            f"({(c.hi + 1) * policy.PRIORITY_SPAN}")
+                pipe.pipe.zcount(self.keys.ready(queue, shard), c.lo * policy.PRIORITY_SPAN,
+                                 f"({(c.hi + 1) * policy.PRIORITY_SPAN}")
         fair = self.keys.queue_fair(queue)
-        pipe.hmget(fair, [f"p{i}" for i in range(len(classes))] + ["vt"])
+        pipe.pipe.hmget(fair, [f"p{i}" for i in range(len(classes))] + ["vt"])
         replies = pipe.execute()
         state = replies[-1]
         counts = [[int(replies[i * (len(classes) + 1) + 1 + c]) for c in range(len(classes))]
@@ -240,18 +284,18 @@ class RedisBroker(Broker):
         owner_default = conf.get("OWNER_CONCURRENCY")
         park_budget = conf.get("FAIR_SCAN")
         limits = policy.queue_limits(queue)
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self._pipe()
         for shard, n, classes in calls:
-            self.scripts["lease"](
-                keys=[self.keys.ready(queue, shard), self.keys.leased(queue, shard),
-                      self.keys.owners(queue, shard), self.keys.fair(queue, shard),
-                      self.keys.parkedby(queue, shard), self.keys.running,
-                      self.keys.limits, self.keys.bucket(queue),
-                      self.keys.delayed(queue, shard)],
-                args=[n, ttl_ms, queue, owner_default, limits.max_running, limits.rate,
-                      limits.burst, park_budget, self.keys.parked_prefix(queue, shard),
-                      *[x for c in classes for x in (c.lo, c.hi, c.weight)]],
-                client=pipe)
+            pipe.script(
+                "lease",
+                [self.keys.ready(queue, shard), self.keys.leased(queue, shard),
+                 self.keys.owners(queue, shard), self.keys.fair(queue, shard),
+                 self.keys.parkedby(queue, shard), self.keys.running,
+                 self.keys.limits, self.keys.bucket(queue),
+                 self.keys.delayed(queue, shard)],
+                [n, ttl_ms, queue, owner_default, limits.max_running, limits.rate,
+                 limits.burst, park_budget, self.keys.parked_prefix(queue, shard),
+                 *[x for c in classes for x in (c.lo, c.hi, c.weight)]])
         return [[int(i) for i in ids] for ids in pipe.execute()]
 
     @translate_errors
@@ -261,12 +305,11 @@ class RedisBroker(Broker):
         by_shard = defaultdict(list)
         for run_id, queue, shard in slots:
             by_shard[(queue, shard)].append(run_id)
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self._pipe()
         for (queue, shard), ids in by_shard.items():
-            self.scripts["forget"](
-                keys=[self.keys.leased(queue, shard), self.keys.owners(queue, shard),
-                      self.keys.running],
-                args=[queue, *ids], client=pipe)
+            pipe.script("forget", [self.keys.leased(queue, shard),
+                                   self.keys.owners(queue, shard), self.keys.running],
+                        [queue, *ids])
         # A finished run may make room for its owner's parked runs in this shard.
         self._unpark_into(pipe, list(by_shard))
         pipe.execute()
@@ -274,11 +317,10 @@ class RedisBroker(Broker):
     def _unpark_into(self, pipe, pairs: list[tuple[str, int]]) -> None:
         owner_default = conf.get("OWNER_CONCURRENCY")
         for queue, shard in pairs:
-            self.scripts["unpark"](
-                keys=[self.keys.ready(queue, shard), self.keys.parkedby(queue, shard),
-                      self.keys.running, self.keys.limits],
-                args=[owner_default, self.keys.parked_prefix(queue, shard), UNPARK_CAP],
-                client=pipe)
+            pipe.script("unpark", [self.keys.ready(queue, shard),
+                                   self.keys.parkedby(queue, shard), self.keys.running,
+                                   self.keys.limits],
+                        [owner_default, self.keys.parked_prefix(queue, shard), UNPARK_CAP])
 
     @translate_errors
     def unpark(self, shards: list[int] | None = None) -> int:
@@ -288,7 +330,7 @@ class RedisBroker(Broker):
         pairs = [(q, s) for q, s in self._queue_shards() if self._owns(shards, s)]
         if not pairs:
             return 0
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self._pipe()
         self._unpark_into(pipe, pairs)
         return sum(int(m) for m in pipe.execute())
 
@@ -313,7 +355,7 @@ class RedisBroker(Broker):
         for lease in leases:
             by_key[self.keys.leased(lease.queue, lease.shard)].append(lease.run_id)
         for key, ids in by_key.items():
-            self.scripts["heartbeat"](keys=[key], args=[int(ttl_s * 1000), *ids])
+            self._script("heartbeat", [key], [int(ttl_s * 1000), *ids])
 
     @translate_errors
     def _expired_claims(self, limit: int, shards: list[int] | None = None) -> list[int]:
@@ -323,10 +365,9 @@ class RedisBroker(Broker):
                 continue
             ids += [
                 int(i)
-                for i in self.scripts["reap"](
-                    keys=[self.keys.leased(queue, shard), self.keys.owners(queue, shard),
-                          self.keys.running],
-                    args=[limit, queue])
+                for i in self._script(
+                    "reap", [self.keys.leased(queue, shard), self.keys.owners(queue, shard),
+                             self.keys.running], [limit, queue])
             ]
         return ids
 
