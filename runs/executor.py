@@ -4,8 +4,12 @@ The worker (parent) owns every database and broker connection; a child only exec
 handler code and reports back over a pipe, so the parent can cut off a handler stuck in a
 busy loop by killing the child, and survive a handler that kills its own process.
 
-Protocol, parent -> child: a task dict (run_id, job_id, attempt, scheduled_at, deadline,
-handler, payload). Child -> parent: ``("heartbeat", run_id)`` any number of times, then
+Protocol, parent -> child: a list of task dicts (run_id, job_id, attempt, scheduled_at,
+deadline, handler, payload) to run in order, one message per list; the two times are sent
+as integer microseconds since the Unix epoch and the payload as JSON text (``to_wire``):
+pickling an aware datetime costs 15-20 µs, most of a no-op run's share of the worker's
+time (BENCHMARKS.md), while integers and text are exact and cheap.
+Child -> parent: ``("heartbeat", run_id)`` any number of times, then
 ``("done", run_id, attempt, ok, result, error, logs, began, finished)``, where ``began``
 and ``finished`` are the child's time.monotonic() around the handler (CLOCK_MONOTONIC,
 shared by the processes of one host). The parent may send several tasks ahead; the child
@@ -16,14 +20,18 @@ import ctypes
 import json
 import logging
 import os
+import pickle
 import signal
 import time
 import traceback
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from runs.context import RunContext
 
 PR_SET_PDEATHSIG = 1
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+WIRE_TIMES = ("scheduled_at", "deadline")
 HEARTBEAT_MIN_INTERVAL_S = 1.0
 
 
@@ -68,6 +76,20 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
+
+
+def to_wire(task: dict) -> dict:
+    """``task`` (its payload already JSON text) as the worker sends it: ``scheduled_at``
+    and ``deadline`` (aware datetimes) as integer microseconds since the Unix epoch.
+    ``from_wire`` is the inverse."""
+    return {**task, **{key: (task[key] - EPOCH) // MICROSECOND for key in WIRE_TIMES}}
+
+
+def from_wire(task: dict) -> dict:
+    """The task dict a child received, with its times back as aware UTC datetimes and its
+    payload decoded."""
+    return {**task, "payload": json.loads(task["payload"]),
+            **{key: EPOCH + task[key] * MICROSECOND for key in WIRE_TIMES}}
 
 
 def execute(task: dict, capture: CaptureHandler, send) -> tuple:
@@ -134,11 +156,24 @@ def child_main(conn) -> None:
     root.setLevel(logging.INFO)
     # Handler logging must land on the attempt, not only on the worker's console.
     logging.getLogger("jobs").propagate = True
+    send = message_sender(conn)
     while True:
         try:
-            task = conn.recv()
+            tasks = conn.recv()
         except (EOFError, OSError):
             os._exit(0)
-        if task is None:
+        if tasks is None:
             os._exit(0)
-        conn.send(execute(task, capture, conn.send))
+        for task in tasks:
+            send(execute(from_wire(task), capture, send))
+
+
+def message_sender(conn):
+    """``send(message)`` over ``conn`` with plain pickle: Connection.send's ForkingPickler
+    copies the copyreg dispatch table on every call, a cost paid per run (BENCHMARKS.md);
+    messages between worker and child hold only builtins and datetimes."""
+
+    def send(message) -> None:
+        conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+    return send

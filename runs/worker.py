@@ -2,7 +2,9 @@
 timeout, heartbeat, ack (fenced) (DESIGN.md, "Processes").
 
 The worker process holds every database and broker connection and ``concurrency`` child
-processes (runs/executor.py) that only run handler code, one run each at a time. That is
+processes (runs/executor.py) that only run handler code, one run each at a time. Its
+leases and acks run in two background lanes (runs/lanes.py) so that neither waits for the
+other and the children are fed meanwhile. That is
 what lets the worker enforce ``timeout_s`` on a handler stuck in a busy loop (it kills the
 child, records the attempt as timed out and starts a new child) and survive a handler that
 kills its own process (recorded as crashed).
@@ -12,17 +14,20 @@ rest at once (they go straight back to ready), exit 0. A second SIGTERM releases
 everything in flight immediately.
 """
 
+import json
 import multiprocessing
 import os
+import pickle
 import signal
 import socket
+import struct
 import time
 import uuid
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import wait
-from multiprocessing.reduction import ForkingPickler
 
 from django.db import DataError, connections
 
@@ -30,7 +35,8 @@ from jobs import conf
 from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.daemon import TRANSIENT, Daemon
-from runs.executor import child_main
+from runs.executor import child_main, to_wire
+from runs.lanes import Lanes
 from runs.models import AttemptOutcome, Run, WorkerProcess
 from runs.types import Lease, Outcome
 
@@ -41,14 +47,24 @@ FORK = multiprocessing.get_context("fork")
 # leased ahead and acked in batches. Runs are leased ahead only while they are short (so a
 # worker never sits on long runs another worker could start), and a collected outcome
 # waits at most ACK_DELAY_S for its batch.
-PREFETCH_PER_SLOT = 32  # most runs leased ahead per child process
+#
+# How many: enough to keep the children busy while a lease is in flight (Little's law:
+# runs in flight = rate x latency; a lease of 150 runs takes 20-30 ms on a loaded 2-core
+# machine), never more than PREFETCH_WINDOW_S of average run time per child, so a worker
+# holds at most that much work another worker could have started.
+PREFETCH_PER_SLOT = 128  # most runs leased ahead per child process
+PREFETCH_WINDOW_S = 0.05  # ... and at most this much average run time per child
 PREFETCH_MAX_RUN_S = 0.02  # lease ahead only while runs take less than this on average
 PIPELINE_DEPTH = 8  # runs handed to one child at once while runs are short (see Slot)
 # Bytes of runs waiting in one child's pipe: below the 64 KiB pipe buffer, so a send never
 # blocks the worker behind a run that turns out to be long.
 PIPE_BUDGET = 32 * 1024
+TASK_OVERHEAD = 200  # bytes of a pickled task besides its payload's JSON text
 ACK_BATCH = 64  # ack as soon as this many outcomes are collected
 ACK_DELAY_S = 0.02  # ... or the oldest has waited this long
+# Ack batches submitted and not yet committed beyond which the worker leases no more: if
+# the database falls behind, runs wait in the broker, not in this process.
+ACKS_IN_FLIGHT = 2
 
 
 def lease_batch(concurrency: int) -> int:
@@ -73,7 +89,9 @@ class InFlight:
 
 @dataclass
 class Leased:
-    """A run leased ahead, waiting in the worker for a free child."""
+    """A run leased ahead, waiting in the worker for a free child. ``task`` is what the
+    child needs (runs/executor.py), the payload as the JSON text the database gave: the
+    child decodes it, so the worker does not decode and re-encode it per run."""
 
     lease: Lease
     task: dict
@@ -89,6 +107,7 @@ class Slot:
 
     def __init__(self):
         self.queued: deque[InFlight] = deque()
+        self.waiting = 0  # bytes of the runs queued behind the head (estimated)
         self.start()
 
     @property
@@ -100,6 +119,7 @@ class Slot:
         """The head of the queue started at ``at`` (time.monotonic()): arm its deadline."""
         if self.queued:
             head = self.queued[0]
+            self.waiting -= head.size
             head.began = at
             head.deadline = at + head.timeout_s
 
@@ -109,6 +129,30 @@ class Slot:
         self.process.start()
         child.close()
         self.conn = parent
+        self.received = bytearray()
+
+    def send(self, tasks: list[dict]) -> None:
+        """Send ``tasks`` (runs in order) to the child as one message."""
+        self.conn.send_bytes(pickle.dumps(tasks, pickle.HIGHEST_PROTOCOL))
+
+    def receive(self) -> list[tuple]:
+        """The messages the child has sent so far, read with one system call (a busy
+        worker reads dozens at once; Connection.recv costs three calls each). Raises
+        EOFError once the child is gone. Messages are framed as Connection.send_bytes
+        frames them: a 4-byte big-endian length, then the pickle."""
+        chunk = os.read(self.conn.fileno(), 1 << 16)
+        if not chunk:
+            raise EOFError
+        self.received += chunk
+        messages, at = [], 0
+        while len(self.received) - at >= 4:
+            (size,) = struct.unpack_from("!i", self.received, at)
+            if len(self.received) - at - 4 < size:
+                break
+            messages.append(pickle.loads(self.received[at + 4:at + 4 + size]))
+            at += 4 + size
+        del self.received[:at]
+        return messages
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -121,6 +165,7 @@ class Slot:
         self.kill()
         waiting = list(self.queued)[1:]
         self.queued.clear()
+        self.waiting = 0
         self.start()
         return waiting
 
@@ -163,6 +208,10 @@ class Worker(Daemon):
         self.idle = False
         self.wake_at: float | None = None  # time.monotonic() when the next run falls due
         self.lease_paused_until = 0.0
+        self.ack_paused_until = 0.0
+        self.lanes: Lanes | None = None
+        self.leasing: Future | None = None  # the lease call in the lease lane, if any
+        self.acking: list[tuple[Future, list[Outcome]]] = []  # ack calls in the ack lane
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -170,6 +219,7 @@ class Worker(Daemon):
         # Children must not inherit open database sockets.
         connections.close_all()
         self.slots = [Slot() for _ in range(self.concurrency)]
+        self.lanes = Lanes()
         self.register()
         self.log.info("worker %s: %d slots on queues %s", self.worker_id, self.concurrency,
                       ",".join(self.queues))
@@ -180,6 +230,7 @@ class Worker(Daemon):
             # must not hang at exit waiting for them.
             for slot in self.slots:
                 slot.kill()
+            self.lanes.close()
 
     def request_stop(self, signum=None, frame=None) -> None:
         if self.stop_requested_at is None:
@@ -192,7 +243,8 @@ class Worker(Daemon):
         if not self.stopping:
             return True
         in_grace = time.monotonic() - (self.stop_requested_at or 0) < self.grace_s
-        return bool((self.in_flight() or self.outcomes or self.ahead) and in_grace)
+        return bool((self.in_flight() or self.outcomes or self.ahead or self.acking
+                     or self.leasing) and in_grace)
 
     def in_flight(self) -> list[Slot]:
         """Slots whose child has runs."""
@@ -203,7 +255,17 @@ class Worker(Daemon):
         return [run for slot in self.slots for run in slot.queued]
 
     def shutdown(self) -> None:
+        if self.leasing is not None:
+            self.leasing.exception()  # wait: its runs are released below
+            self.harvest_lease()
         self.flush(force=True)
+        for future, _ in self.acking:
+            future.exception()
+        self.harvest_acks()
+        if self.outcomes:
+            # The ack lane failed (database down?): one last try, whose error serve() logs.
+            self.broker.complete(self.outcomes)
+            self.outcomes = []
         busy = [run.lease for run in self.handed() if not run.lost]
         busy += [leased.lease for leased in self.ahead]
         self.ahead.clear()
@@ -230,40 +292,47 @@ class Worker(Daemon):
     # --- one round --------------------------------------------------------------------
 
     def round(self) -> bool:
+        self.harvest_lease()
+        self.harvest_acks()
         if self.stopping and self.ahead:
             self.release_ahead()
-        try:
-            self.lease_more()
-        except TRANSIENT as exc:
-            # Leasing needs the broker; collecting, acking and heartbeating the runs in
-            # flight must go on without it, or their leases would lapse and they would
-            # run twice.
-            self.note_failure("lease", exc)
-            self.lease_paused_until = time.monotonic() + 1.0
+        self.lease_more()
         self.collect(self.wait_timeout())
         self.enforce_deadlines()
         self.flush()
         self.heartbeat_if_due()
         if (self.burst and self.idle and not self.in_flight() and not self.outcomes
-                and not self.ahead):
+                and not self.ahead and not self.acking and self.leasing is None):
             self.stopping = True
         if self.max_runs is not None and self.finished >= self.max_runs:
             self.stopping = True
         return True
 
     def prefetch(self) -> int:
-        """Runs to lease beyond the free slots: none until runs are known to be short."""
+        """Runs to lease beyond the free slots: none until runs are known to be short,
+        then PREFETCH_WINDOW_S of average run time per child, at most PREFETCH_PER_SLOT."""
         if self.avg_run_s is None or self.avg_run_s > PREFETCH_MAX_RUN_S:
             return 0
-        return self.concurrency * PREFETCH_PER_SLOT
+        per_slot = PREFETCH_WINDOW_S / max(self.avg_run_s, 1e-6)
+        return self.concurrency * max(1, min(PREFETCH_PER_SLOT, int(per_slot)))
 
     def depth(self) -> int:
         """Runs handed to one child at once: several while runs are short, else one."""
         return PIPELINE_DEPTH if self.prefetch() else 1
 
+    def acked_pending(self) -> int:
+        """Outcomes collected and not yet committed."""
+        return len(self.outcomes) + sum(len(batch) for _, batch in self.acking)
+
     def lease_more(self) -> None:
+        """Ask the lease lane for runs when a child is idle or the runs leased ahead run
+        low (one lease call at a time); harvest_lease takes the answer."""
         self.dispatch()
-        if self.stopping or time.monotonic() < self.lease_paused_until:
+        now = time.monotonic()
+        if (self.stopping or self.leasing is not None or now < self.lease_paused_until
+                or len(self.acking) > ACKS_IN_FLIGHT):
+            return
+        if self.idle and self.wake_at is not None and now < self.wake_at:
             return
         held = len(self.ahead) + len(self.handed())
         empty = sum(1 for slot in self.slots if not slot.queued)
@@ -272,17 +341,41 @@ class Worker(Daemon):
             return
         want = self.concurrency + self.prefetch() - held
         if self.max_runs is not None:
-            want = min(want, self.max_runs - self.finished - len(self.outcomes) - held)
+            want = min(want, self.max_runs - self.finished - self.acked_pending() - held)
         if want <= 0:
             return
-        leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
-        self.idle = not leases
-        if not leases:
-            # Sleep until the next run falls due rather than a whole poll interval, so a
-            # run scheduled for an instant starts within a few ms of it.
-            due_in = self.broker.next_due_s(self.queues)
-            self.wake_at = None if due_in is None else time.monotonic() + due_in
+        self.leasing = self.lanes.lease.submit(self.lease_call, want)
+
+    def harvest_lease(self) -> None:
+        """Take the lease lane's answer, if it has come: runs to hand to the children, or
+        nothing (sleep until the next run falls due, at most WORKER_POLL_S), or an error
+        (lease again in a second; runs in flight are still collected, acked and
+        heartbeated meanwhile, or their leases would lapse and they would run twice)."""
+        if self.leasing is None or not self.leasing.done():
             return
+        future, self.leasing = self.leasing, None
+        try:
+            leased, due_in = future.result()
+        except TRANSIENT as exc:
+            self.note_failure("lease", exc)
+            self.lease_paused_until = time.monotonic() + 1.0
+            return
+        self.idle = not leased
+        if leased:
+            self.ahead.extend(leased)
+            self.dispatch()
+            return
+        # Sleep until the next run falls due rather than a whole poll interval, so a run
+        # scheduled for an instant starts within a few ms of it.
+        wait_s = self.poll_s if due_in is None else min(due_in, self.poll_s)
+        self.wake_at = time.monotonic() + wait_s
+
+    def lease_call(self, want: int) -> tuple[list["Leased"], float | None]:
+        """In the lease lane: lease up to ``want`` runs with what their children need;
+        with none ready, also the seconds until the next falls due (None: unknown)."""
+        leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
+        if not leases:
+            return [], self.broker.next_due_s(self.queues)
         missing = [lease.run_id for lease in leases if lease.task is None]
         runs = {
             row[0]: row
@@ -291,6 +384,7 @@ class Worker(Daemon):
             .values_list("pk", "scheduled_at", "job_id", "job__handler", "job__payload",
                          "job__timeout_s")
         } if missing else {}
+        leased = []
         for lease in leases:
             if lease.task is not None:
                 t = lease.task
@@ -299,40 +393,52 @@ class Worker(Daemon):
             else:
                 row = runs[lease.run_id]
             run_id, scheduled_at, job_id, handler, payload, timeout_s = row
-            self.ahead.append(Leased(lease, {
+            if not isinstance(payload, str):
+                payload = json.dumps(payload)
+            leased.append(Leased(lease, {
                 "run_id": run_id, "job_id": job_id, "attempt": lease.attempt,
                 "scheduled_at": scheduled_at, "handler": handler, "payload": payload,
             }, timeout_s))
-        self.dispatch()
+        return leased, None
 
     def dispatch(self) -> None:
         """Hand runs leased ahead to the children, one per child in turn (oldest lease
-        first), up to ``depth()`` each and PIPE_BUDGET bytes waiting per pipe."""
+        first), up to ``depth()`` each and PIPE_BUDGET bytes waiting per pipe; each
+        child's share goes in one message."""
+        if not self.ahead or self.stopping:
+            return
         depth = self.depth()
+        now = datetime.now(UTC)
+        batches: dict[Slot, list[dict]] = {}
         open_ = [slot for slot in self.slots if len(slot.queued) < depth]
         while self.ahead and open_:
             for slot in list(open_):
                 if not self.ahead:
-                    return
-                if len(slot.queued) >= depth or not self.hand(slot, self.ahead[0]):
+                    break
+                task = self.hand(slot, self.ahead[0], depth, now)
+                if task is None:
                     open_.remove(slot)
                     continue
                 self.ahead.popleft()
+                batches.setdefault(slot, []).append(task)
+        for slot, tasks in batches.items():
+            slot.send(tasks)
 
-    def hand(self, slot: Slot, leased: Leased) -> bool:
-        """Send ``leased`` to ``slot``'s child; False (nothing sent) when runs already wait
-        in its pipe and this one would take it past PIPE_BUDGET."""
-        deadline = datetime.now(UTC) + timedelta(seconds=leased.timeout_s)
-        data = ForkingPickler.dumps({**leased.task, "deadline": deadline})
-        waiting = sum(run.size for run in list(slot.queued)[1:])
-        if slot.queued and waiting + len(data) > PIPE_BUDGET:
-            return False
-        slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s,
-                                    size=len(data)))
+    def hand(self, slot: Slot, leased: Leased, depth: int, now: datetime) -> dict | None:
+        """Queue ``leased`` on ``slot`` and return the task its child is to be sent, or
+        None (nothing queued) when the slot holds ``depth`` runs or runs already wait in
+        its pipe and this one would take it past PIPE_BUDGET."""
+        if len(slot.queued) >= depth:
+            return None
+        task = to_wire({**leased.task, "deadline": now + timedelta(seconds=leased.timeout_s)})
+        size = TASK_OVERHEAD + len(task["payload"])
+        if len(slot.queued) > 1 and slot.waiting + size > PIPE_BUDGET:
+            return None
+        slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s, size=size))
+        slot.waiting += size
         if len(slot.queued) == 1:
             slot.begin_head(time.monotonic())
-        slot.conn.send_bytes(data)
-        return True
+        return task
 
     def requeue(self, runs: list[InFlight]) -> None:
         """Runs a replaced child never started go back to the front of the queue."""
@@ -348,11 +454,11 @@ class Worker(Daemon):
                       len(released))
 
     def wait_timeout(self) -> float:
-        """Seconds to wait for a child: short while a slot is free (so leasing resumes
-        soon), never past the nearest deadline."""
+        """Seconds to wait for a child or a lane: short while a slot is free (so leasing
+        resumes soon), never past the nearest deadline."""
         busy = self.in_flight()
         timeout = self.poll_s if len(busy) < len(self.slots) else 0.5
-        if self.idle and self.wake_at is not None:
+        if self.idle and self.wake_at is not None and self.leasing is None:
             timeout = min(timeout, self.wake_at - time.monotonic())
         if busy:
             timeout = min(timeout, min(s.current.deadline for s in busy) - time.monotonic())
@@ -361,20 +467,24 @@ class Worker(Daemon):
         return max(0.0, timeout)
 
     def collect(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a child's message or a lane's answer, and
+        handle the children's messages."""
         busy = {slot.conn: slot for slot in self.in_flight()}
-        if not busy:
-            if timeout:
-                time.sleep(timeout)
-            return
-        for conn in wait(list(busy), timeout):
+        for conn in wait([*busy, self.lanes.wake_fd], timeout):
+            if conn == self.lanes.wake_fd:
+                self.lanes.drain_wakeups()
+                continue
             slot = busy[conn]
             try:
-                while slot.queued and conn.poll():
-                    self.handle_message(slot, conn.recv())
+                messages = slot.receive()
             except (EOFError, OSError):
                 self.child_died(slot)
+                continue
+            for message in messages:
+                self.handle_message(slot, message)
+        self.dispatch()
 
-    def handle_message(self, slot: Slot, message: tuple, refill: bool = True) -> None:
+    def handle_message(self, slot: Slot, message: tuple) -> None:
         kind, run_id = message[0], message[1]
         current = slot.current
         if current is None or current.lease.run_id != run_id:
@@ -397,9 +507,6 @@ class Worker(Daemon):
         slot.queued.popleft()
         # The next run in the pipe started when this one finished (same monotonic clock).
         slot.begin_head(finished)
-        if refill and self.ahead and not self.stopping and len(slot.queued) < self.depth():
-            if self.hand(slot, self.ahead[0]):
-                self.ahead.popleft()
 
     def add_outcome(self, outcome: Outcome) -> None:
         if not self.outcomes:
@@ -411,12 +518,13 @@ class Worker(Daemon):
         # first, so the run it died in, not one it finished, is the one marked crashed.
         try:
             while slot.queued and slot.conn.poll():
-                self.handle_message(slot, slot.conn.recv(), refill=False)
+                for message in slot.receive():
+                    self.handle_message(slot, message)
         except (EOFError, OSError):
             pass
         current = slot.current
         if current is None:
-            slot.restart()
+            self.restart(slot)
             return
         slot.process.join(1)
         code = slot.process.exitcode
@@ -426,7 +534,13 @@ class Worker(Daemon):
         ))
         self.log.warning("worker: child running run %s died (exit code %s); restarting it",
                          current.lease.run_id, code)
-        self.requeue(slot.restart())
+        self.requeue(self.restart(slot))
+
+    def restart(self, slot: Slot) -> list[InFlight]:
+        """Replace ``slot``'s child with the lanes paused (forking beside other threads
+        risks a lock held in the child for ever); returns the runs it had not started."""
+        with self.lanes.paused():
+            return slot.restart()
 
     def enforce_deadlines(self) -> None:
         now = time.monotonic()
@@ -441,32 +555,54 @@ class Worker(Daemon):
                     lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
                     error=f"timed out after {current.timeout_s} s; the handler was cut off",
                 ))
-                self.requeue(slot.restart())
+                self.requeue(self.restart(slot))
 
     def flush(self, force: bool = False) -> None:
-        """Ack every collected outcome in one transaction (kept for the next round if the
-        database is down): once ACK_BATCH are collected, the oldest waited ACK_DELAY_S,
-        nothing else is running or ``force``."""
+        """Hand every collected outcome to the ack lane as one batch: once ACK_BATCH are
+        collected, the oldest waited ACK_DELAY_S, nothing else is running or ``force``
+        (harvest_acks takes the answer; a batch the database did not take comes back)."""
         if not self.outcomes:
             return
+        now = time.monotonic()
+        if not force and now < self.ack_paused_until:
+            return
         due = (force or self.stopping or len(self.outcomes) >= ACK_BATCH
-               or time.monotonic() - self.first_outcome_at >= ACK_DELAY_S
+               or now - self.first_outcome_at >= ACK_DELAY_S
                or not (self.in_flight() or self.ahead))
         if not due:
             return
-        outcomes = self.outcomes
+        outcomes, self.outcomes = self.outcomes, []
+        self.acking.append((self.lanes.ack.submit(self.ack_call, outcomes), outcomes))
+
+    def ack_call(self, outcomes: list[Outcome]) -> list[bool]:
+        """In the ack lane: ack ``outcomes`` in one transaction; returns which applied."""
         try:
-            accepted = self.broker.complete(outcomes)
+            return self.broker.complete(outcomes)
         except DataError:
             # One outcome the database refuses must not wedge the batch: ack one by one
             # and record a poison outcome as a plain failure.
-            accepted = [self.complete_alone(outcome) for outcome in outcomes]
-        self.outcomes = []
-        self.finished += len(outcomes)
-        for outcome, ok in zip(outcomes, accepted, strict=True):
-            if not ok:
-                self.log.warning("worker: ack of run %s attempt %s refused: lease is stale",
-                                 outcome.lease.run_id, outcome.lease.attempt)
+            return [self.complete_alone(outcome) for outcome in outcomes]
+
+    def harvest_acks(self) -> None:
+        """Take the ack lane's answers that have come: count the runs finished, report
+        refused (stale) acks; a batch that failed on a broken connection goes back to be
+        acked again in a second."""
+        while self.acking and self.acking[0][0].done():
+            future, outcomes = self.acking.pop(0)
+            try:
+                accepted = future.result()
+            except TRANSIENT as exc:
+                self.note_failure("ack", exc)
+                self.ack_paused_until = time.monotonic() + 1.0
+                if not self.outcomes:
+                    self.first_outcome_at = time.monotonic()
+                self.outcomes = outcomes + self.outcomes
+                continue
+            self.finished += len(outcomes)
+            for outcome, ok in zip(outcomes, accepted, strict=True):
+                if not ok:
+                    self.log.warning("worker: ack of run %s attempt %s refused: lease is "
+                                     "stale", outcome.lease.run_id, outcome.lease.attempt)
 
     def complete_alone(self, outcome: Outcome) -> bool:
         try:

@@ -1,0 +1,118 @@
+"""Background lanes for the worker's database and broker calls (BENCHMARKS.md, "W2").
+
+A worker's parent process waits on three things: its leases, its acks and its children.
+Done in turn, a lease transaction (10 ms for 50 runs on a loaded 2-core machine) leaves
+both children idle once their pipes run dry, and an ack holds up the next lease. A
+``Lane`` is one thread that runs the calls submitted to it in order, on its own database
+connection (Django keeps one per thread), so a lease, an ack and the children's work
+overlap. PostgreSQL stays the judge of every change: a lane only moves the waiting.
+
+Forking a process that has other threads risks a child inheriting a lock one of them held
+(and Python warns about it), so the worker pauses its lanes, joining their threads, around
+the rare fork of a replacement child (``Lanes.paused``).
+"""
+
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+
+from django.db import DatabaseError, InterfaceError, close_old_connections, connections
+
+HOUSEKEEP_INTERVAL_S = 1.0
+
+
+class Lane:
+    """One thread running submitted calls in order, on its own database connections.
+
+    Each call's outcome (value or exception) is on the Future ``submit`` returns; when a
+    call ends, a byte is written to ``wake_fd`` so a process sleeping in select() on the
+    other end of that pipe wakes up at once (Lanes.wake_fd).
+    """
+
+    def __init__(self, name: str, wake_fd: int):
+        self.name = name
+        self.wake_fd = wake_fd
+        self.executor: ThreadPoolExecutor | None = None
+        self.housekept_at = float("-inf")
+
+    def submit(self, fn, *args) -> Future:
+        """Run ``fn(*args)`` after the calls submitted before it."""
+        if self.name == "lease" and os.environ.get("INLINE_LEASE"):
+            f = Future()
+            try:
+                f.set_result(fn(*args))
+            except Exception as e:
+                f.set_exception(e)
+            return f
+        if self.executor is None:
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+        future = self.executor.submit(self._call, fn, args)
+        future.add_done_callback(self._wake)
+        return future
+
+    def _call(self, fn, args):
+        # Django's per-request care of connections (CONN_MAX_AGE, health checks) runs in
+        # the thread that owns them; a connection that failed is closed so the next call
+        # reconnects (Daemon.serve does both for the main thread).
+        now = time.monotonic()
+        if now - self.housekept_at >= HOUSEKEEP_INTERVAL_S:
+            self.housekept_at = now
+            close_old_connections()
+        try:
+            return fn(*args)
+        except (DatabaseError, InterfaceError):
+            for connection in connections.all(initialized_only=True):
+                connection.close_if_unusable_or_obsolete()
+            raise
+
+    def _wake(self, future: Future) -> None:
+        try:
+            os.write(self.wake_fd, b".")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already
+
+    def stop(self) -> None:
+        """Finish the calls submitted, close this lane's connections, join the thread."""
+        if self.executor is None:
+            return
+        self.executor.submit(connections.close_all)
+        self.executor.shutdown(wait=True)
+        self.executor = None
+
+
+class Lanes:
+    """The worker's lanes: ``lease`` and ``ack``, and the pipe they wake it through."""
+
+    def __init__(self):
+        self.wake_fd, self._wake_w = os.pipe()
+        os.set_blocking(self.wake_fd, False)
+        os.set_blocking(self._wake_w, False)
+        self.lease = Lane("lease", self._wake_w)
+        self.ack = Lane("ack", self._wake_w)
+
+    def drain_wakeups(self) -> None:
+        """Empty the wake-up pipe (after select() reported it readable)."""
+        try:
+            while os.read(self.wake_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def stop(self) -> None:
+        """Stop both lanes (their submitted calls finish first)."""
+        self.lease.stop()
+        self.ack.stop()
+
+    @contextmanager
+    def paused(self):
+        """No lane thread exists inside this block (to fork safely); the lanes start again
+        on their next call."""
+        self.stop()
+        yield
+
+    def close(self) -> None:
+        """Stop the lanes and close the wake-up pipe."""
+        self.stop()
+        os.close(self.wake_fd)
+        os.close(self._wake_w)
