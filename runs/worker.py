@@ -154,6 +154,19 @@ class Slot:
         del self.received[:at]
         return messages
 
+    def halt(self) -> list[tuple]:
+        """SIGKILL the child; returns the messages it sent before it died, unread until
+        now. The pipe stays open (kill closes it)."""
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.join(5)
+        messages: list[tuple] = []
+        try:
+            while True:
+                messages += self.receive()
+        except (EOFError, OSError):
+            return messages
+
     def kill(self) -> None:
         if self.process.is_alive():
             os.kill(self.process.pid, signal.SIGKILL)
@@ -258,6 +271,12 @@ class Worker(Daemon):
         if self.leasing is not None:
             self.leasing.exception()  # wait: its runs are released below
             self.harvest_lease()
+        # Stop the children before deciding what to release: a run that finishes between
+        # the release and the kill would have run to its end yet be recorded released.
+        # What they finished before dying is in their pipes, and is acked.
+        for slot in self.slots:
+            for message in slot.halt():
+                self.handle_message(slot, message)
         self.flush(force=True)
         for future, _ in self.acking:
             future.exception()
