@@ -58,9 +58,10 @@ class Job(models.Model):
         CANCELLED = "cancelled"
 
     name = models.CharField(max_length=200)
+    # No index of its own: job_owner_status (owner, status) serves lookups by owner.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
-        related_name="jobs",
+        related_name="jobs", db_index=False,
     )
     handler = models.CharField(max_length=200)
     payload = models.JSONField(default=dict, blank=True)

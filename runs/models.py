@@ -48,7 +48,10 @@ class Run(models.Model):
     a join.
     """
 
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: run_job_scheduled_at (job, scheduled_at) serves lookups by job,
+    # and every index costs each state change of a run an entry (BENCHMARKS.md).
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="runs",
+                            db_index=False)
     scheduled_at = models.DateTimeField()
     run_at = models.DateTimeField()
     jitter_s = models.FloatField(default=0.0)
@@ -116,7 +119,9 @@ class Attempt(models.Model):
     """One try of a run by one worker under one lease; ``number`` equals the run's
     ``attempt`` while the lease is held."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    # No index of its own: attempt_run_number (run, number) serves lookups by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts",
+                            db_index=False)
     number = models.PositiveSmallIntegerField()
     worker_id = models.CharField(max_length=200)
     started_at = models.DateTimeField()
