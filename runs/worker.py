@@ -55,7 +55,7 @@ FORK = multiprocessing.get_context("fork")
 PREFETCH_PER_SLOT = 128  # most runs leased ahead per child process
 PREFETCH_WINDOW_S = 0.05  # ... and at most this much average run time per child
 PREFETCH_MAX_RUN_S = 0.02  # lease ahead only while runs take less than this on average
-PIPELINE_DEPTH = 8  # runs handed to one child at once while runs are short (see Slot)
+PIPELINE_DEPTH = 32  # most runs handed to one child at once while runs are short (Slot)
 # Bytes of runs waiting in one child's pipe: below the 64 KiB pipe buffer, so a send never
 # blocks the worker behind a run that turns out to be long.
 PIPE_BUDGET = 32 * 1024
@@ -336,8 +336,10 @@ class Worker(Daemon):
         return self.concurrency * max(1, min(PREFETCH_PER_SLOT, int(per_slot)))
 
     def depth(self) -> int:
-        """Runs handed to one child at once: several while runs are short, else one."""
-        return PIPELINE_DEPTH if self.prefetch() else 1
+        """Runs handed to one child at once: while runs are short, as many as its share
+        of the lease-ahead (PREFETCH_WINDOW_S of average run time), at most
+        PIPELINE_DEPTH; else one."""
+        return max(1, min(PIPELINE_DEPTH, self.prefetch() // self.concurrency))
 
     def acked_pending(self) -> int:
         """Outcomes collected and not yet committed."""
