@@ -123,6 +123,22 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     planner cannot turn into a hash join over every job. Being in the WHERE clause, the
     job's status is re-checked after a wait on a row lock (EvalPlanQual), so a run of a job
     paused meanwhile is not started."""
+    sql, params = start_statement(ids, worker_id, ttl_s)
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return [
+            Lease(r[0], r[1], r[2], r[3], r[4], task={
+                "job_id": r[5], "scheduled_at": r[6], "handler": r[7],
+                # JSON text (Django loads jsonb as text for JSONField to decode): the
+                # worker's child decodes it (runs/worker.py, Leased).
+                "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
+                "timeout_s": r[9]})
+            for r in cursor.fetchall()
+        ]
+
+
+def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, list]:
+    """The SQL and parameters of _start_attempts_pg (PostgreSQL)."""
     run, attempt, job = Run._meta.db_table, Attempt._meta.db_table, Job._meta.db_table
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
@@ -145,19 +161,9 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
         FROM started s
         CROSS JOIN LATERAL (SELECT handler, payload, timeout_s FROM {job}
                             WHERE id = s.job_id OFFSET 0) AS j"""
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, [RunState.RUNNING, worker_id, ttl_s, _int_array(ids),
-                             [str(s) for s in PENDING_STATES], Job.Status.ACTIVE,
-                             worker_id, AttemptOutcome.RUNNING])
-        return [
-            Lease(r[0], r[1], r[2], r[3], r[4], task={
-                "job_id": r[5], "scheduled_at": r[6], "handler": r[7],
-                # JSON text (Django loads jsonb as text for JSONField to decode): the
-                # worker's child decodes it (runs/worker.py, Leased).
-                "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
-                "timeout_s": r[9]})
-            for r in cursor.fetchall()
-        ]
+    return sql, [RunState.RUNNING, worker_id, ttl_s, _int_array(ids),
+                 [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,
+                 AttemptOutcome.RUNNING]
 
 
 def _int_array(values: list[int]) -> str:

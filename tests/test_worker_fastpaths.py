@@ -1,0 +1,152 @@
+"""The worker's fast paths (BENCHMARKS.md, "W2 against the ceiling"): the one-statement
+lease and ack on PostgreSQL, the lease plan under stale statistics, Lua scripts that
+Redis forgot, and the pipe protocol between a worker and its child."""
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs import transitions
+from runs.brokers import get_broker
+from runs.executor import from_wire, to_wire
+from runs.models import Attempt, AttemptOutcome, Run, RunState
+from runs.transitions import run_refs
+from runs.types import Lease, Outcome
+from runs.worker import Slot
+from tests.conftest import flush_redis, make_runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def redis_broker():
+    flush_redis()
+    yield get_broker("default", name="redis")
+    flush_redis()
+
+
+def leased(broker, count: int, **run_options) -> list[Lease]:
+    runs = make_runs("default", count, **run_options)
+    broker.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in runs])))
+    return broker.lease(["default"], count, "w1")
+
+
+def test_a_batch_of_successes_is_acked_by_one_statement_fenced_on_the_attempt(redis_broker):
+    leases = leased(redis_broker, 3)
+    stale = Lease(leases[2].run_id, leases[2].attempt + 1, leases[2].queue, leases[2].shard,
+                  leases[2].expires_at)
+    outcomes = [Outcome(lease=le, outcome=AttemptOutcome.SUCCEEDED, result={"n": i})
+                for i, le in enumerate([leases[0], leases[1], stale])]
+
+    with CaptureQueriesContext(connection) as queries:
+        accepted = redis_broker.complete(outcomes)
+
+    assert accepted == [True, True, False]
+    assert len(queries) == 1, [q["sql"][:80] for q in queries]
+    states = dict(Run.objects.filter(pk__in=[le.run_id for le in leases])
+                  .values_list("pk", "state"))
+    assert states == {leases[0].run_id: RunState.SUCCEEDED,
+                      leases[1].run_id: RunState.SUCCEEDED,
+                      leases[2].run_id: RunState.RUNNING}
+    first = Attempt.objects.get(run_id=leases[0].run_id, number=leases[0].attempt)
+    assert (first.outcome, first.result, first.finished_at is not None) == (
+        AttemptOutcome.SUCCEEDED, {"n": 0}, True)
+    assert Attempt.objects.get(run_id=leases[2].run_id).outcome == AttemptOutcome.RUNNING
+
+
+def test_a_lease_is_one_statement_on_postgresql_with_the_redis_broker(redis_broker):
+    runs = make_runs("default", 5, payload={"x": "é"})
+    redis_broker.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in runs])))
+
+    with CaptureQueriesContext(connection) as queries:
+        leases = redis_broker.lease(["default"], 5, "w1")
+
+    assert len(leases) == 5
+    assert len(queries) == 1, [q["sql"][:80] for q in queries]
+    assert json.loads(leases[0].task["payload"]) == {"x": "é"}
+    assert Attempt.objects.filter(run_id__in=[r.pk for r in runs], worker_id="w1").count() == 5
+
+
+def test_the_lease_plan_walks_the_ids_when_statistics_call_pending_runs_rare(redis_broker):
+    # A history of finished runs, analysed; then a burst of pending runs the statistics
+    # do not know of: the plan must still fetch the leased ids by primary key, not scan
+    # every pending run through the state index (what happened before, at 20 ms a lease).
+    old = make_runs("default", 3000)
+    Run.objects.filter(pk__in=[r.pk for r in old]).update(state=RunState.SUCCEEDED)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_run")
+        cursor.execute("ANALYZE jobs_job")
+    burst = make_runs("default", 3000)
+    sql, params = transitions.start_statement([r.pk for r in burst[:128]], "w1", 60)
+
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("ROLLBACK")
+
+    assert "Index Scan using runs_run_pkey on runs_run" in plan, plan
+    assert "run_state_finished" not in plan, plan
+    # Jobs are looked up per leased run, never hashed whole (20 ms a lease at 20,000).
+    assert "Hash" not in plan, plan
+
+
+def test_scripts_redis_forgot_are_loaded_again(redis_broker):
+    runs = make_runs("default", 4)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.script_flush()
+    redis_broker.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in runs])))
+    client.script_flush()
+
+    leases = redis_broker.lease(["default"], 4, "w1")
+    client.script_flush()
+    accepted = redis_broker.complete(
+        [Outcome(lease=le, outcome=AttemptOutcome.SUCCEEDED) for le in leases])
+
+    assert sorted(le.run_id for le in leases) == sorted(r.pk for r in runs)
+    assert accepted == [True] * 4
+    assert not redis_broker.depth() or all(d.leased == 0 for d in redis_broker.depth())
+
+
+def test_task_times_cross_the_pipe_exactly():
+    scheduled = datetime(2026, 11, 29, 23, 59, 59, 999_999, tzinfo=ZoneInfo("Europe/Paris"))
+    deadline = datetime(2026, 11, 29, 22, 0, 0, 1, tzinfo=UTC)
+    task = {"run_id": 1, "scheduled_at": scheduled, "deadline": deadline,
+            "payload": json.dumps({"a": [1, "ü"]})}
+
+    back = from_wire(to_wire(task))
+
+    assert back["scheduled_at"] == scheduled and back["deadline"] == deadline
+    assert back["scheduled_at"].tzinfo == UTC
+    assert back["payload"] == {"a": [1, "ü"]}
+
+
+def test_a_child_runs_a_batch_sent_in_one_message_and_its_replies_are_all_read():
+    # Payloads large enough that the replies and tasks span several pipe reads.
+    slot = Slot()
+    try:
+        now = datetime.now(UTC)
+        big = "x" * 100_000
+        tasks = [to_wire({"run_id": i, "job_id": 1, "attempt": 1, "scheduled_at": now,
+                          "deadline": now + timedelta(seconds=30), "handler": "echo",
+                          "payload": json.dumps({"i": i, "pad": big if i % 10 == 0 else ""})})
+                 for i in range(40)]
+        slot.send(tasks)
+        done = []
+        deadline = time.monotonic() + 30
+        while len(done) < len(tasks) and time.monotonic() < deadline:
+            if slot.conn.poll(1):
+                done += [m for m in slot.receive() if m[0] == "done"]
+    finally:
+        slot.kill()
+
+    assert [m[1] for m in done] == list(range(40))
+    assert all(m[3] for m in done), [m[5] for m in done if not m[3]][:1]
+    assert done[10][4]["pad"] == big
