@@ -174,6 +174,17 @@ def message_sender(conn):
     messages between worker and child hold only builtins and datetimes."""
 
     def send(message) -> None:
-        conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+        try:
+            data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - a result JSON took but pickle cannot
+            if message[0] != "done":
+                raise
+            # e.g. nested deeper than pickle's recursion allows, or an instance of a
+            # local dict subclass: a failure naming the result, not a dead child.
+            _, run_id, attempt, _, _, _, logs, began, finished = message
+            error = f"the handler's result cannot be sent to the worker: {exc!r}"[:10_000]
+            data = pickle.dumps(("done", run_id, attempt, False, None, error, logs, began,
+                                 finished), pickle.HIGHEST_PROTOCOL)
+        conn.send_bytes(data)
 
     return send

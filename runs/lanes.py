@@ -74,6 +74,18 @@ class Lane:
         self.executor = None
 
 
+def os_threads() -> int:
+    """Threads of this process as the kernel counts them (Linux; 1 elsewhere)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 1
+
+
 class Lanes:
     """The worker's lanes: ``lease`` and ``ack``, and the pipe they wake it through."""
 
@@ -102,6 +114,10 @@ class Lanes:
         """No lane thread exists inside this block (to fork safely); the lanes start again
         on their next call."""
         self.stop()
+        # A joined thread may still be ending in the kernel, and fork() counts those.
+        deadline = time.monotonic() + 0.2
+        while os_threads() > 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
         yield
 
     def close(self) -> None:

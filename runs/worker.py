@@ -443,7 +443,13 @@ class Worker(Daemon):
                 self.ahead.popleft()
                 batches.setdefault(slot, []).append(task)
         for slot, tasks in batches.items():
-            slot.send(tasks)
+            try:
+                slot.send(tasks)
+            except OSError:
+                # The child died (its last messages were read, the end of its pipe not
+                # yet): collect() or enforce_deadlines() sees it, and the runs just
+                # queued on it go back to be handed again.
+                pass
 
     def hand(self, slot: Slot, leased: Leased, depth: int, now: datetime) -> dict | None:
         """Queue ``leased`` on ``slot`` and return the task its child is to be sent, or
@@ -453,7 +459,10 @@ class Worker(Daemon):
             return None
         task = to_wire({**leased.task, "deadline": now + timedelta(seconds=leased.timeout_s)})
         size = TASK_OVERHEAD + len(task["payload"])
-        if len(slot.queued) > 1 and slot.waiting + size > PIPE_BUDGET:
+        # A child that has runs gets no more than PIPE_BUDGET bytes waiting: a send must
+        # never block the worker behind a stuck run, nor while the child is blocked on
+        # sending a big result. A run of any size goes to an idle child.
+        if slot.queued and slot.waiting + size > PIPE_BUDGET:
             return None
         slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s, size=size))
         slot.waiting += size
@@ -511,7 +520,13 @@ class Worker(Daemon):
         if current is None or current.lease.run_id != run_id:
             return
         if kind == "heartbeat":
-            held = self.broker.heartbeat([current.lease])
+            try:
+                held = self.broker.heartbeat([current.lease])
+            except TRANSIENT as exc:
+                # The messages read with this one must still be handled (their outcomes
+                # would be lost); heartbeat_if_due extends the lease in time anyway.
+                self.note_failure("heartbeat", exc)
+                return
             if held:
                 current.lease = held[0]
             else:
