@@ -2,12 +2,11 @@
 timeout, heartbeat, ack (fenced) (DESIGN.md, "Processes").
 
 The worker process holds every database and broker connection and ``concurrency`` child
-processes (runs/executor.py) that only run handler code, one run each at a time. Its
-leases and acks run in two background lanes (runs/lanes.py) so that neither waits for the
-other and the children are fed meanwhile. That is
+processes (runs/executor.py) that only run handler code, one run each at a time. That is
 what lets the worker enforce ``timeout_s`` on a handler stuck in a busy loop (it kills the
 child, records the attempt as timed out and starts a new child) and survive a handler that
-kills its own process (recorded as crashed).
+kills its own process (recorded as crashed). Its leases and acks run in two background
+lanes (runs/lanes.py), so neither waits for the other and the children are fed meanwhile.
 
 SIGTERM: stop leasing, let in-flight runs finish for up to WORKER_GRACE_S, release the
 rest at once (they go straight back to ready), exit 0. A second SIGTERM releases
