@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 from jobs import services
 from runs.models import Run, RunState
 
-EXAMPLES = 25  # per operation and generation mode: bounded, so CI stays fast
+EXAMPLES = 15  # per operation and generation mode: bounded, so CI stays fast
 
 
 @pytest.fixture

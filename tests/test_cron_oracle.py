@@ -30,7 +30,7 @@ CRONTABS = Path(__file__).resolve().parents[2] / "shared" / "crontabs"
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata")
 HALF_HOUR_SHIFT = "Australia/Lord_Howe"
 COUNT = 50
-CORPUS_SIZE = 2000
+CORPUS_SIZE = 1200
 SEED = 20251026
 YEARS = (2025, 2026, 2027)
 # Compare at most this far ahead: cronsim stops after 50 years without a match, and a
