@@ -44,14 +44,17 @@ FORK = multiprocessing.get_context("fork")
 # Batching (BENCHMARKS.md, "What we changed"): each lease and each ack is a database
 # transaction plus a Redis script, so runs that take a fraction of a millisecond are
 # leased ahead and acked in batches. Runs are leased ahead only while they are short (so a
-# worker never sits on long runs another worker could start), and a collected outcome
-# waits at most ACK_DELAY_S for its batch.
+# worker never sits on long runs another worker could start). Acks batch themselves: an
+# outcome goes to the ack lane at once when the lane is idle, else waits for the ack in
+# flight to commit and goes with every outcome collected meanwhile (group commit). So a
+# lone run is acked without delay, and under load each ack carries what one ack's latency
+# gathered, instead of queueing small batches behind each other (BENCHMARKS.md, "W2").
 #
 # How many: enough to keep the children busy while a lease is in flight (Little's law:
 # runs in flight = rate x latency; a lease of 150 runs takes 20-30 ms on a loaded 2-core
 # machine), never more than PREFETCH_WINDOW_S of average run time per child, so a worker
 # holds at most that much work another worker could have started.
-PREFETCH_PER_SLOT = 128  # most runs leased ahead per child process
+PREFETCH_PER_SLOT = 256  # most runs leased ahead per child process
 PREFETCH_WINDOW_S = 0.05  # ... and at most this much average run time per child
 PREFETCH_MAX_RUN_S = 0.02  # lease ahead only while runs take less than this on average
 PIPELINE_DEPTH = 32  # most runs handed to one child at once while runs are short (Slot)
@@ -59,8 +62,7 @@ PIPELINE_DEPTH = 32  # most runs handed to one child at once while runs are shor
 # blocks the worker behind a run that turns out to be long.
 PIPE_BUDGET = 32 * 1024
 TASK_OVERHEAD = 200  # bytes of a pickled task besides its payload's JSON text
-ACK_BATCH = 64  # ack as soon as this many outcomes are collected
-ACK_DELAY_S = 0.02  # ... or the oldest has waited this long
+ACK_BATCH_MAX = 512  # most outcomes in one ack: beyond, another ack is queued in the lane
 # Ack batches submitted and not yet committed beyond which the worker leases no more: if
 # the database falls behind, runs wait in the broker, not in this process.
 ACKS_IN_FLIGHT = 2
@@ -491,8 +493,6 @@ class Worker(Daemon):
             timeout = min(timeout, self.wake_at - time.monotonic())
         if busy:
             timeout = min(timeout, min(s.current.deadline for s in busy) - time.monotonic())
-        if self.outcomes:
-            timeout = min(timeout, self.first_outcome_at + ACK_DELAY_S - time.monotonic())
         return max(0.0, timeout)
 
     def collect(self, timeout: float) -> None:
@@ -593,17 +593,16 @@ class Worker(Daemon):
                 self.requeue(self.restart(slot))
 
     def flush(self, force: bool = False) -> None:
-        """Hand every collected outcome to the ack lane as one batch: once ACK_BATCH are
-        collected, the oldest waited ACK_DELAY_S, nothing else is running or ``force``
-        (harvest_acks takes the answer; a batch the database did not take comes back)."""
+        """Hand every collected outcome to the ack lane as one batch when the lane is idle,
+        ACK_BATCH_MAX are collected, the worker is stopping or ``force`` (harvest_acks
+        takes the answer; a batch the database did not take comes back)."""
         if not self.outcomes:
             return
         now = time.monotonic()
         if not force and now < self.ack_paused_until:
             return
-        due = (force or self.stopping or len(self.outcomes) >= ACK_BATCH
-               or now - self.first_outcome_at >= ACK_DELAY_S
-               or not (self.in_flight() or self.ahead))
+        due = (force or self.stopping or not self.acking
+               or len(self.outcomes) >= ACK_BATCH_MAX)
         if not due:
             return
         outcomes, self.outcomes = self.outcomes, []
