@@ -9,6 +9,7 @@ from django.utils import timezone
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MILLISECOND = timedelta(milliseconds=1)
+MICROSECOND = timedelta(microseconds=1)
 
 
 def db_now(using: str = "default") -> datetime:
@@ -32,6 +33,17 @@ def to_ms(moment: datetime) -> int:
     rounded up: a run whose score says it is due is never due later than that, so a lease
     (Redis clock) cannot start it before its run_at (database clock, microseconds)."""
     return -((EPOCH - moment) // MILLISECOND)
+
+
+def to_us(moment: datetime) -> int:
+    """Microseconds since the Unix epoch for an aware datetime (exact): how the worker and
+    its children pass times (runs/executor.py)."""
+    return (moment - EPOCH) // MICROSECOND
+
+
+def from_us(us: int) -> datetime:
+    """The aware UTC datetime ``us`` microseconds after the Unix epoch (inverse of to_us)."""
+    return EPOCH + us * MICROSECOND
 
 
 def seconds(value: float) -> timedelta:

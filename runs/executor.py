@@ -6,9 +6,11 @@ busy loop by killing the child, and survive a handler that kills its own process
 
 Protocol, parent -> child: a list of task dicts (run_id, job_id, attempt, scheduled_at,
 deadline, handler, payload) to run in order, one message per list; the two times are sent
-as integer microseconds since the Unix epoch and the payload as JSON text (``to_wire``):
-pickling an aware datetime costs 15-20 µs, most of a no-op run's share of the worker's
-time (BENCHMARKS.md), while integers and text are exact and cheap.
+as integer microseconds since the Unix epoch (runs/clock.py, to_us) and the payload as
+JSON text, as the database returned it: pickling an aware datetime costs 15-20 µs, most
+of a no-op run's share of the worker's time (BENCHMARKS.md), while integers and text are
+exact and cheap. A payload that does not decode fails its run (json.loads in the handler's
+try).
 Child -> parent: ``("heartbeat", run_id)`` any number of times, then
 ``("done", run_id, attempt, ok, result, error, logs, began, finished)``, where ``began``
 and ``finished`` are the child's time.monotonic() around the handler (CLOCK_MONOTONIC,
@@ -24,14 +26,12 @@ import pickle
 import signal
 import time
 import traceback
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
+from runs.clock import from_us
 from runs.context import RunContext
 
 PR_SET_PDEATHSIG = 1
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MICROSECOND = timedelta(microseconds=1)
-WIRE_TIMES = ("scheduled_at", "deadline")
 HEARTBEAT_MIN_INTERVAL_S = 1.0
 
 
@@ -78,22 +78,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def to_wire(task: dict) -> dict:
-    """``task`` (its payload already JSON text) as the worker sends it: ``scheduled_at``
-    and ``deadline`` (aware datetimes) as integer microseconds since the Unix epoch.
-    ``from_wire`` is the inverse."""
-    return {**task, **{key: (task[key] - EPOCH) // MICROSECOND for key in WIRE_TIMES}}
-
-
-def from_wire(task: dict) -> dict:
-    """The task dict a child received, with its times back as aware UTC datetimes and its
-    payload decoded."""
-    return {**task, "payload": json.loads(task["payload"]),
-            **{key: EPOCH + task[key] * MICROSECOND for key in WIRE_TIMES}}
-
-
 def execute(task: dict, capture: CaptureHandler, send) -> tuple:
-    """Run one task's handler; returns the ``("done", ...)`` message."""
+    """Run one task's handler (``task`` as the worker sent it: see the protocol above);
+    returns the ``("done", ...)`` message."""
     from jobs.registry import get_handler
 
     began = time.monotonic()
@@ -108,12 +95,13 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
 
     ctx = RunContext(
         run_id=task["run_id"], job_id=task["job_id"], attempt=task["attempt"],
-        scheduled_at=task["scheduled_at"], deadline=task["deadline"], handler=task["handler"],
+        scheduled_at=from_us(task["scheduled_at"]), deadline=from_us(task["deadline"]),
+        handler=task["handler"],
         logger=logging.getLogger(f"jobs.run.{task['handler']}"), _beat=beat,
     )
     ok, result, error = True, None, ""
     try:
-        result = get_handler(task["handler"])(ctx, task["payload"])
+        result = get_handler(task["handler"])(ctx, json.loads(task["payload"]))
     except BaseException:  # noqa: BLE001 - SystemExit from a handler is a failure too
         ok, error = False, traceback.format_exc()
     if ok:
@@ -128,6 +116,8 @@ def result_problem(result) -> str | None:
     """Why ``result`` cannot be stored as the run's JSON result, or None: it must be
     strict JSON (no NaN or Infinity) that PostgreSQL's jsonb accepts (no NUL character,
     no lone surrogate)."""
+    if result is None or result is True or result is False or type(result) is int:
+        return None  # most handlers' results: nothing to check (a no-op run's main cost)
     try:
         text = json.dumps(result, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -165,7 +155,7 @@ def child_main(conn) -> None:
         if tasks is None:
             os._exit(0)
         for task in tasks:
-            send(execute(from_wire(task), capture, send))
+            send(execute(task, capture, send))
 
 
 def message_sender(conn):

@@ -15,7 +15,7 @@ from django.db.models import F, Q
 
 from jobs import conf
 from jobs.models import Job
-from runs.clock import backoff_s, db_now, seconds
+from runs.clock import backoff_s, db_now, from_us, seconds
 from runs.models import (
     PENDING_STATES,
     Attempt,
@@ -126,15 +126,19 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     sql, params = start_statement(ids, worker_id, ttl_s)
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
-        return [
-            Lease(r[0], r[1], r[2], r[3], r[4], task={
-                "job_id": r[5], "scheduled_at": r[6], "handler": r[7],
-                # JSON text (Django loads jsonb as text for JSONField to decode): the
-                # worker's child decodes it (runs/worker.py, Leased).
-                "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
-                "timeout_s": r[9]})
-            for r in cursor.fetchall()
-        ]
+        rows = cursor.fetchall()
+    # Times come as integer microseconds (parsing two timestamps per run cost more than
+    # the rest of the row); every lease of the statement expires at the same instant.
+    expiry: dict[int, datetime] = {}
+    return [
+        Lease(r[0], r[1], r[2], r[3], expiry.get(r[4]) or expiry.setdefault(r[4], from_us(r[4])),
+              task={"job_id": r[5], "scheduled_at_us": r[6], "handler": r[7],
+                    # JSON text (Django loads jsonb as text for JSONField to decode): the
+                    # worker's child decodes it (runs/worker.py, Leased).
+                    "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
+                    "timeout_s": r[9]})
+        for r in rows
+    ]
 
 
 def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, list]:
@@ -156,8 +160,10 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
             INSERT INTO {attempt} (run_id, number, worker_id, started_at, outcome, error)
             SELECT id, attempt, %s, started_at, %s, '' FROM started
         )
-        SELECT s.id, s.attempt, s.queue, s.shard, s.lease_expires_at, s.job_id,
-               s.scheduled_at, j.handler, j.payload, j.timeout_s
+        SELECT s.id, s.attempt, s.queue, s.shard,
+               (EXTRACT(EPOCH FROM s.lease_expires_at) * 1000000)::bigint, s.job_id,
+               (EXTRACT(EPOCH FROM s.scheduled_at) * 1000000)::bigint,
+               j.handler, j.payload, j.timeout_s
         FROM started s
         CROSS JOIN LATERAL (SELECT handler, payload, timeout_s FROM {job}
                             WHERE id = s.job_id OFFSET 0) AS j"""
@@ -301,8 +307,12 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> list[bool]:
     (PostgreSQL's EvalPlanQual), as with the FOR UPDATE read of the general path."""
     run, attempt = Run._meta.db_table, Attempt._meta.db_table
     # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
-    values = [[o.lease.run_id for o in outcomes], [o.lease.attempt for o in outcomes],
-              [None if o.result is None else json.dumps(o.result) for o in outcomes]]
+    results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
+    # Array literals, not lists (psycopg dumps a list element by element); with no result
+    # in the batch, no array at all: unnest pads the shorter arrays with NULL.
+    values = [_int_array([o.lease.run_id for o in outcomes]),
+              _int_array([o.lease.attempt for o in outcomes]),
+              results if any(r is not None for r in results) else None]
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
         v AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[])

@@ -25,16 +25,15 @@ import uuid
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import wait
 
 from django.db import DataError, connections
 
 from jobs import conf
 from runs.brokers import get_broker
-from runs.clock import db_now
+from runs.clock import db_now, to_us
 from runs.daemon import TRANSIENT, Daemon
-from runs.executor import child_main, to_wire
+from runs.executor import child_main
 from runs.lanes import Lanes
 from runs.models import AttemptOutcome, Run, WorkerProcess
 from runs.types import Lease, Outcome
@@ -400,7 +399,8 @@ class Worker(Daemon):
             return [], self.broker.next_due_s(self.queues)
         missing = [lease.run_id for lease in leases if lease.task is None]
         runs = {
-            row[0]: row
+            row[0]: {"scheduled_at_us": to_us(row[1]), "job_id": row[2], "handler": row[3],
+                     "payload": row[4], "timeout_s": row[5]}
             for row in Run.objects.using(self.using)
             .filter(pk__in=missing)
             .values_list("pk", "scheduled_at", "job_id", "job__handler", "job__payload",
@@ -408,19 +408,15 @@ class Worker(Daemon):
         } if missing else {}
         leased = []
         for lease in leases:
-            if lease.task is not None:
-                t = lease.task
-                row = (lease.run_id, t["scheduled_at"], t["job_id"], t["handler"],
-                       t["payload"], t["timeout_s"])
-            else:
-                row = runs[lease.run_id]
-            run_id, scheduled_at, job_id, handler, payload, timeout_s = row
+            t = lease.task if lease.task is not None else runs[lease.run_id]
+            payload = t["payload"]
             if not isinstance(payload, str):
                 payload = json.dumps(payload)
             leased.append(Leased(lease, {
-                "run_id": run_id, "job_id": job_id, "attempt": lease.attempt,
-                "scheduled_at": scheduled_at, "handler": handler, "payload": payload,
-            }, timeout_s))
+                "run_id": lease.run_id, "job_id": t["job_id"], "attempt": lease.attempt,
+                "scheduled_at": t["scheduled_at_us"], "handler": t["handler"],
+                "payload": payload,
+            }, t["timeout_s"]))
         return leased, None
 
     def dispatch(self) -> None:
@@ -430,7 +426,7 @@ class Worker(Daemon):
         if not self.ahead or self.stopping:
             return
         depth = self.depth()
-        now = datetime.now(UTC)
+        now = time.time_ns() // 1000  # the children's deadlines, in µs since the epoch
         batches: dict[Slot, list[dict]] = {}
         open_ = [slot for slot in self.slots if len(slot.queued) < depth]
         while self.ahead and open_:
@@ -452,13 +448,13 @@ class Worker(Daemon):
                 # queued on it go back to be handed again.
                 pass
 
-    def hand(self, slot: Slot, leased: Leased, depth: int, now: datetime) -> dict | None:
+    def hand(self, slot: Slot, leased: Leased, depth: int, now: int) -> dict | None:
         """Queue ``leased`` on ``slot`` and return the task its child is to be sent, or
         None (nothing queued) when the slot holds ``depth`` runs or runs already wait in
         its pipe and this one would take it past PIPE_BUDGET."""
         if len(slot.queued) >= depth:
             return None
-        task = to_wire({**leased.task, "deadline": now + timedelta(seconds=leased.timeout_s)})
+        task = {**leased.task, "deadline": now + leased.timeout_s * 1_000_000}
         size = TASK_OVERHEAD + len(task["payload"])
         # A child that has runs gets no more than PIPE_BUDGET bytes waiting: a send must
         # never block the worker behind a stuck run, nor while the child is blocked on
