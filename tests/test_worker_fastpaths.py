@@ -13,9 +13,10 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from jobs.registry import handler
 from runs import transitions
 from runs.brokers import get_broker
-from runs.executor import from_wire, to_wire
+from runs.clock import from_us, to_us
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.transitions import run_refs
 from runs.types import Lease, Outcome
@@ -115,17 +116,29 @@ def test_scripts_redis_forgot_are_loaded_again(redis_broker):
     assert not redis_broker.depth() or all(d.leased == 0 for d in redis_broker.depth())
 
 
+@handler("tests.ctx_times")
+def ctx_times(ctx, payload):
+    """The attempt's times as the handler sees them."""
+    return [ctx.scheduled_at.isoformat(), ctx.deadline.isoformat(), payload]
+
+
 def test_task_times_cross_the_pipe_exactly():
     scheduled = datetime(2026, 11, 29, 23, 59, 59, 999_999, tzinfo=ZoneInfo("Europe/Paris"))
     deadline = datetime(2026, 11, 29, 22, 0, 0, 1, tzinfo=UTC)
-    task = {"run_id": 1, "scheduled_at": scheduled, "deadline": deadline,
-            "payload": json.dumps({"a": [1, "ü"]})}
+    assert from_us(to_us(scheduled)) == scheduled and from_us(to_us(deadline)) == deadline
+    slot = Slot()
+    try:
+        slot.send([{"run_id": 1, "job_id": 1, "attempt": 1, "handler": "tests.ctx_times",
+                    "scheduled_at": to_us(scheduled), "deadline": to_us(deadline),
+                    "payload": json.dumps({"a": [1, "ü"]})}])
+        assert slot.conn.poll(30)
+        [done] = [m for m in slot.receive() if m[0] == "done"]
+    finally:
+        slot.kill()
 
-    back = from_wire(to_wire(task))
-
-    assert back["scheduled_at"] == scheduled and back["deadline"] == deadline
-    assert back["scheduled_at"].tzinfo == UTC
-    assert back["payload"] == {"a": [1, "ü"]}
+    assert done[3] is True, done[5]
+    assert done[4] == [scheduled.astimezone(UTC).isoformat(), deadline.isoformat(),
+                       {"a": [1, "ü"]}]
 
 
 def test_a_child_runs_a_batch_sent_in_one_message_and_its_replies_are_all_read():
@@ -134,9 +147,9 @@ def test_a_child_runs_a_batch_sent_in_one_message_and_its_replies_are_all_read()
     try:
         now = datetime.now(UTC)
         big = "x" * 100_000
-        tasks = [to_wire({"run_id": i, "job_id": 1, "attempt": 1, "scheduled_at": now,
-                          "deadline": now + timedelta(seconds=30), "handler": "echo",
-                          "payload": json.dumps({"i": i, "pad": big if i % 10 == 0 else ""})})
+        tasks = [{"run_id": i, "job_id": 1, "attempt": 1, "scheduled_at": to_us(now),
+                  "deadline": to_us(now + timedelta(seconds=30)), "handler": "echo",
+                  "payload": json.dumps({"i": i, "pad": big if i % 10 == 0 else ""})}
                  for i in range(40)]
         slot.send(tasks)
         done = []
