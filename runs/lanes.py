@@ -3,9 +3,11 @@
 A worker's parent process waits on three things: its leases, its acks and its children.
 Done in turn, a lease transaction (10 ms for 50 runs on a loaded 2-core machine) leaves
 both children idle once their pipes run dry, and an ack holds up the next lease. A
-``Lane`` is one thread that runs the calls submitted to it in order, on its own database
-connection (Django keeps one per thread), so a lease, an ack and the children's work
-overlap. PostgreSQL stays the judge of every change: a lane only moves the waiting.
+``Lane`` runs the calls submitted to it in its own threads, each on its own database
+connection (Django keeps one per thread), so leases, acks and the children's work
+overlap: the ack lane has one thread (acks commit in order), the lease lane two (a lease
+waits on Redis, then on PostgreSQL; two in flight keep the children fed while one waits).
+PostgreSQL stays the judge of every change: a lane only moves the waiting.
 
 Forking a process that has other threads risks a child inheriting a lock one of them held
 (and Python warns about it), so the worker pauses its lanes, joining their threads, around
@@ -13,6 +15,7 @@ the rare fork of a replacement child (``Lanes.paused``).
 """
 
 import os
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -23,23 +26,25 @@ HOUSEKEEP_INTERVAL_S = 1.0
 
 
 class Lane:
-    """One thread running submitted calls in order, on its own database connections.
+    """``threads`` threads (default one) running submitted calls, each thread on its own
+    database connections; with one thread, calls run in the order submitted.
 
     Each call's outcome (value or exception) is on the Future ``submit`` returns; when a
     call ends, a byte is written to ``wake_fd`` so a process sleeping in select() on the
     other end of that pipe wakes up at once (Lanes.wake_fd).
     """
 
-    def __init__(self, name: str, wake_fd: int):
+    def __init__(self, name: str, wake_fd: int, threads: int = 1):
         self.name = name
         self.wake_fd = wake_fd
+        self.threads = threads
         self.executor: ThreadPoolExecutor | None = None
-        self.housekept_at = float("-inf")
+        self.local = threading.local()  # per thread: when its connections were housekept
 
     def submit(self, fn, *args) -> Future:
         """Run ``fn(*args)`` after the calls submitted before it."""
         if self.executor is None:
-            self.executor = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+            self.executor = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
         future = self.executor.submit(self._call, fn, args)
         future.add_done_callback(self._wake)
         return future
@@ -49,8 +54,8 @@ class Lane:
         # the thread that owns them; a connection that failed is closed so the next call
         # reconnects (Daemon.serve does both for the main thread).
         now = time.monotonic()
-        if now - self.housekept_at >= HOUSEKEEP_INTERVAL_S:
-            self.housekept_at = now
+        if now - getattr(self.local, "housekept_at", float("-inf")) >= HOUSEKEEP_INTERVAL_S:
+            self.local.housekept_at = now
             close_old_connections()
         try:
             return fn(*args)
@@ -66,12 +71,25 @@ class Lane:
             pass  # the pipe is full of wake-ups already
 
     def stop(self) -> None:
-        """Finish the calls submitted, close this lane's connections, join the thread."""
+        """Finish the calls submitted, close this lane's connections, join its threads."""
         if self.executor is None:
             return
-        self.executor.submit(connections.close_all)
+        # Django's connections belong to the thread that opened them: one closing call
+        # per thread, each held at a barrier until all have theirs (the pool starts any
+        # thread it had not started yet, and no thread takes two).
+        barrier = threading.Barrier(self.threads, timeout=5)
+        for _ in range(self.threads):
+            self.executor.submit(self._close, barrier)
         self.executor.shutdown(wait=True)
         self.executor = None
+
+    @staticmethod
+    def _close(barrier: threading.Barrier) -> None:
+        connections.close_all()
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
 
 
 def os_threads() -> int:
@@ -89,11 +107,11 @@ def os_threads() -> int:
 class Lanes:
     """The worker's lanes: ``lease`` and ``ack``, and the pipe they wake it through."""
 
-    def __init__(self):
+    def __init__(self, lease_threads: int = 1):
         self.wake_fd, self._wake_w = os.pipe()
         os.set_blocking(self.wake_fd, False)
         os.set_blocking(self._wake_w, False)
-        self.lease = Lane("lease", self._wake_w)
+        self.lease = Lane("lease", self._wake_w, lease_threads)
         self.ack = Lane("ack", self._wake_w)
 
     def drain_wakeups(self) -> None:

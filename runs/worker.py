@@ -56,7 +56,7 @@ FORK = multiprocessing.get_context("fork")
 PREFETCH_PER_SLOT = 256  # most runs leased ahead per child process
 PREFETCH_WINDOW_S = 0.05  # ... and at most this much average run time per child
 PREFETCH_MAX_RUN_S = 0.02  # lease ahead only while runs take less than this on average
-PIPELINE_DEPTH = 32  # most runs handed to one child at once while runs are short (Slot)
+PIPELINE_DEPTH = 128  # most runs handed to one child at once while runs are short (Slot)
 # Bytes of runs waiting in one child's pipe: below the 64 KiB pipe buffer, so a send never
 # blocks the worker behind a run that turns out to be long.
 PIPE_BUDGET = 32 * 1024
@@ -65,6 +65,11 @@ ACK_BATCH_MAX = 512  # most outcomes in one ack: beyond, another ack is queued i
 # Ack batches submitted and not yet committed beyond which the worker leases no more: if
 # the database falls behind, runs wait in the broker, not in this process.
 ACKS_IN_FLIGHT = 2
+# Lease calls in flight at once (threads of the lease lane), and the smallest lease worth
+# a call: 1/LEASE_MIN_SHARE of the lease-ahead. Measured (BENCHMARKS.md, "W2"): with one
+# lease at a time the children sat idle waiting for it 70% of a drain of short runs.
+LEASES_IN_FLIGHT = 2
+LEASE_MIN_SHARE = 8
 
 
 def lease_batch(concurrency: int) -> int:
@@ -223,7 +228,8 @@ class Worker(Daemon):
         self.lease_paused_until = 0.0
         self.ack_paused_until = 0.0
         self.lanes: Lanes | None = None
-        self.leasing: Future | None = None  # the lease call in the lease lane, if any
+        # Lease calls in the lease lane not yet harvested, with the runs each asked for.
+        self.leasing: list[tuple[Future, int]] = []
         self.acking: list[tuple[Future, list[Outcome]]] = []  # ack calls in the ack lane
 
     # --- lifecycle --------------------------------------------------------------------
@@ -232,7 +238,7 @@ class Worker(Daemon):
         # Children must not inherit open database sockets.
         connections.close_all()
         self.slots = [Slot() for _ in range(self.concurrency)]
-        self.lanes = Lanes()
+        self.lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
         self.register()
         self.log.info("worker %s: %d slots on queues %s", self.worker_id, self.concurrency,
                       ",".join(self.queues))
@@ -268,9 +274,9 @@ class Worker(Daemon):
         return [run for slot in self.slots for run in slot.queued]
 
     def shutdown(self) -> None:
-        if self.leasing is not None:
-            self.leasing.exception()  # wait: its runs are released below
-            self.harvest_lease()
+        for future, _ in self.leasing:
+            future.exception()  # wait: their runs are released below
+        self.harvest_lease()
         # Stop the children before deciding what to release: a run that finishes between
         # the release and the kill would have run to its end yet be recorded released.
         # What they finished before dying is in their pipes, and is acked.
@@ -321,7 +327,7 @@ class Worker(Daemon):
         self.flush()
         self.heartbeat_if_due()
         if (self.burst and self.idle and not self.in_flight() and not self.outcomes
-                and not self.ahead and not self.acking and self.leasing is None):
+                and not self.ahead and not self.acking and not self.leasing):
             self.stopping = True
         if self.max_runs is not None and self.finished >= self.max_runs:
             self.stopping = True
@@ -347,34 +353,39 @@ class Worker(Daemon):
 
     def lease_more(self) -> None:
         """Ask the lease lane for runs when a child is idle or the runs leased ahead run
-        low (one lease call at a time); harvest_lease takes the answer."""
+        low (up to LEASES_IN_FLIGHT calls at once); harvest_lease takes the answers."""
         self.dispatch()
         now = time.monotonic()
-        if (self.stopping or self.leasing is not None or now < self.lease_paused_until
-                or len(self.acking) > ACKS_IN_FLIGHT):
+        if (self.stopping or len(self.leasing) >= LEASES_IN_FLIGHT
+                or now < self.lease_paused_until or len(self.acking) > ACKS_IN_FLIGHT):
             return
         if self.idle and self.wake_at is not None and now < self.wake_at:
             return
-        held = len(self.ahead) + len(self.handed())
+        asked = sum(want for _, want in self.leasing)
+        held = len(self.ahead) + len(self.handed()) + asked
         empty = sum(1 for slot in self.slots if not slot.queued)
-        # Lease when a child is idle, or top up the runs leased ahead once they run low.
-        if not empty and held - self.concurrency > self.prefetch() // 2:
-            return
         want = self.concurrency + self.prefetch() - held
+        # Lease when a child is idle and no lease is on its way, or top up the runs
+        # leased ahead as soon as a lease's worth of room is free.
+        if not (empty and not self.leasing) and want < max(1, self.prefetch() // LEASE_MIN_SHARE):
+            return
         if self.max_runs is not None:
             want = min(want, self.max_runs - self.finished - self.acked_pending() - held)
         if want <= 0:
             return
-        self.leasing = self.lanes.lease.submit(self.lease_call, want)
+        self.leasing.append((self.lanes.lease.submit(self.lease_call, want), want))
 
     def harvest_lease(self) -> None:
         """Take the lease lane's answer, if it has come: runs to hand to the children, or
         nothing (sleep until the next run falls due, at most WORKER_POLL_S), or an error
         (lease again in a second; runs in flight are still collected, acked and
         heartbeated meanwhile, or their leases would lapse and they would run twice)."""
-        if self.leasing is None or not self.leasing.done():
-            return
-        future, self.leasing = self.leasing, None
+        for entry in [e for e in self.leasing if e[0].done()]:
+            self.leasing.remove(entry)
+            self.take_lease(entry[0])
+
+    def take_lease(self, future: Future) -> None:
+        """Handle one finished lease call (harvest_lease)."""
         try:
             leased, due_in = future.result()
         except TRANSIENT as exc:
@@ -485,7 +496,7 @@ class Worker(Daemon):
         resumes soon), never past the nearest deadline."""
         busy = self.in_flight()
         timeout = self.poll_s if len(busy) < len(self.slots) else 0.5
-        if self.idle and self.wake_at is not None and self.leasing is None:
+        if self.idle and self.wake_at is not None and not self.leasing:
             timeout = min(timeout, self.wake_at - time.monotonic())
         if busy:
             timeout = min(timeout, min(s.current.deadline for s in busy) - time.monotonic())

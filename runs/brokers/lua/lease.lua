@@ -105,48 +105,78 @@ end
 local picked = {}
 local parked = 0
 local expiry = now + tonumber(ARGV[2])
-while #picked < n do
+local CHUNK = 500
+local stop = false
+while #picked < n and not stop do
   local best
+  local nonempty = 0
   for i, c in ipairs(classes) do
-    if c.count > 0 and (best == nil or c.pass < best.pass) then
-      best = c
+    if c.count > 0 then
+      nonempty = nonempty + 1
+      if best == nil or c.pass < best.pass then
+        best = c
+      end
     end
   end
   if best == nil then
     break
   end
-  local head = redis.call('ZRANGEBYSCORE', KEYS[1], best.lo, best.hi, 'WITHSCORES', 'LIMIT', 0, 1)
+  -- One run at a time while classes compete (stride order); while a single class has
+  -- ready runs, its head in chunks: the same picks, a few calls per chunk, not per run.
+  local k = 1
+  if nonempty == 1 then
+    k = math.min(n - #picked, best.count, CHUNK)
+  end
+  local head = redis.call('ZRANGEBYSCORE', KEYS[1], best.lo, best.hi, 'WITHSCORES', 'LIMIT', 0, k)
   if #head == 0 then
     best.count = 0
   else
-    local id, score = head[1], head[2]
-    redis.call('ZREM', KEYS[1], id)
-    best.count = best.count - 1
-    local owner = redis.call('HGET', KEYS[3], id)
-    local left = false
-    if owner then
-      left = owner_room(owner)
+    local ids = {}
+    for i = 1, #head, 2 do
+      ids[#ids + 1] = head[i]
     end
-    if left and left <= 0 then
-      if parked >= park_budget then
-        -- Enough set aside for one call: leave it where it was and stop here.
-        redis.call('ZADD', KEYS[1], score, id)
-        break
-      end
-      redis.call('ZADD', ARGV[9] .. owner, score, id)
-      redis.call('SADD', KEYS[5], owner)
-      parked = parked + 1
-    else
+    local owners = redis.call('HMGET', KEYS[3], unpack(ids))
+    local taken, leased, counts = {}, {}, {}
+    for j, id in ipairs(ids) do
+      local score = head[2 * j]
+      local owner = owners[j]
+      local left = false
       if owner then
-        if left then
-          room[owner] = left - 1
-        end
-        redis.call('HINCRBY', KEYS[6], 'o:' .. owner, 1)
+        left = owner_room(owner)
       end
-      redis.call('ZADD', KEYS[2], expiry, id)
-      picked[#picked + 1] = {id, tonumber(score)}
-      vt = best.pass
-      best.pass = best.pass + best.stride
+      if left and left <= 0 then
+        if parked >= park_budget then
+          -- Enough set aside for one call: leave it where it is and stop here.
+          stop = true
+          break
+        end
+        redis.call('ZADD', ARGV[9] .. owner, score, id)
+        redis.call('SADD', KEYS[5], owner)
+        parked = parked + 1
+      else
+        if owner then
+          if left then
+            room[owner] = left - 1
+          end
+          counts[owner] = (counts[owner] or 0) + 1
+        end
+        leased[#leased + 1] = expiry
+        leased[#leased + 1] = id
+        picked[#picked + 1] = {id, tonumber(score)}
+        vt = best.pass
+        best.pass = best.pass + best.stride
+      end
+      taken[#taken + 1] = id
+    end
+    if #taken > 0 then
+      redis.call('ZREM', KEYS[1], unpack(taken))
+      best.count = best.count - #taken
+    end
+    if #leased > 0 then
+      redis.call('ZADD', KEYS[2], unpack(leased))
+    end
+    for owner, count in pairs(counts) do
+      redis.call('HINCRBY', KEYS[6], 'o:' .. owner, count)
     end
   end
 end
