@@ -26,13 +26,22 @@ per batch of B runs (default: what one lease call of our worker takes, see --bat
 
 It leaves out what is not a write: the worker's read of handler and payload, the
 clock_timestamp() round trips, the FOR UPDATE re-read of complete(), the pipe to the
-child. Figure: N / seconds from the two processes' start until both are done (runs/s).
+child. The loop is bench/bare_loop.py. Two figures:
+
+* warm (``figure``): the 2 processes forked from this one, with psycopg and redis-py
+  already imported: N / seconds from their start until both are done (runs/s). Hold W2's
+  drain (first lease to last ack, no start-up) against it.
+* cold (``details.cold_runs_per_s``): the same N runs again (reloaded, not timed), drained
+  by 2 fresh interpreters running bench/bare_loop.py, timed from their launch, as W2
+  times our worker from its launch. Hold W2's figure against it: both include starting
+  Python and loading the client libraries; ours also loads Django and forks children.
 """
 
 import argparse
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -41,81 +50,35 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+import bare_loop  # noqa: E402
 import ours  # noqa: E402  (sets the bench environment: bench_ours, Redis db 6, prefix)
 
-# The essential writes of a lease (runs/brokers/lua/lease.lua as of issue 6's start):
-# pop the most urgent ready runs and record them as leased, atomically. The isolation
-# policy that script grew since (priority classes, owner and queue limits) is left out.
-LEASE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
-local ids = {}
-for i = 1, #popped, 2 do
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), popped[i])
-  ids[#ids + 1] = popped[i]
-end
-return ids
-"""
 READY = f"{ours.PREFIX}:{{default:0}}:ready"
 LEASED = f"{ours.PREFIX}:{{default:0}}:leased"
-WORKER_ID = "ceiling"
 
 
-def drain(batch: int, counts) -> None:
-    """One process of the ceiling: lease, start, ack batches until nothing is ready."""
-    import psycopg
-    import redis
-
-    client = redis.Redis.from_url(ours.ENV["REDIS_URL"])
-    lease = client.register_script(LEASE_LUA)
-    conn = psycopg.connect(ours.ENV["DATABASE_URL"])
+def warm_drain(batch: int, counts) -> None:
+    """One process of the warm ceiling (forked from this one, everything imported)."""
     done = -1
     try:
-        done = _loop(client, lease, conn, batch)
+        done = bare_loop.drain(ours.ENV["DATABASE_URL"], ours.ENV["REDIS_URL"], READY, LEASED,
+                               batch)
     finally:
         counts.put(done)
-        conn.close()
 
 
-def _loop(client, lease, conn, batch: int) -> int:
-    done = 0
-    while True:
-        ids = [int(i) for i in lease(keys=[READY, LEASED], args=[batch, 60_000])]
-        if not ids:
-            break
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(
-                "UPDATE runs_run SET state = 'running', attempt = attempt + 1, "
-                "worker_id = %s, lease_expires_at = now() + interval '60 s', "
-                "started_at = now() WHERE id = ANY(%s) "
-                "AND state IN ('scheduled', 'queued', 'retrying') RETURNING id, attempt",
-                [WORKER_ID, ids])
-            leased = cur.fetchall()
-            now = datetime.now(UTC)
-            with cur.copy("COPY runs_attempt (run_id, number, worker_id, started_at, "
-                          "outcome, error) FROM STDIN") as copy:
-                for run_id, attempt in leased:
-                    copy.write_row((run_id, attempt, WORKER_ID, now, "running", ""))
-        run_ids = [r[0] for r in leased]
-        attempts = [r[1] for r in leased]
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(
-                "UPDATE runs_run r SET state = 'succeeded', finished_at = now(), "
-                "lease_expires_at = NULL, error = '' "
-                "FROM unnest(%s::bigint[], %s::int[]) AS a(id, attempt) "
-                "WHERE r.id = a.id AND r.attempt = a.attempt AND r.state = 'running'",
-                [run_ids, attempts])
-            cur.execute(
-                "UPDATE runs_attempt t SET finished_at = now(), outcome = 'succeeded' "
-                "FROM unnest(%s::bigint[], %s::int[]) AS a(id, attempt) "
-                "WHERE t.run_id = a.id AND t.number = a.attempt",
-                [run_ids, attempts])
-        pipe = client.pipeline(transaction=False)
-        pipe.zrem(LEASED, *ids)
-        pipe.execute()
-        done += len(run_ids)
-    return done
+def cold_drain(batch: int, processes: int) -> tuple[int, float]:
+    """The same loop in ``processes`` fresh interpreters (bench/bare_loop.py), timed from
+    their launch: (runs finished, seconds)."""
+    cmd = [sys.executable, str(BENCH / "bare_loop.py"), "--db", ours.ENV["DATABASE_URL"],
+           "--redis", ours.ENV["REDIS_URL"], "--ready", READY, "--leased", LEASED,
+           "--batch", str(batch)]
+    began = time.perf_counter()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+             for _ in range(processes)]
+    outs = [p.communicate()[0] for p in procs]
+    wall = time.perf_counter() - began
+    return sum(int(out.strip() or -1) for out in outs), wall
 
 
 def main() -> None:
@@ -139,7 +102,7 @@ def main() -> None:
 
     connections.close_all()
     counts = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=drain, args=(batch, counts))
+    procs = [multiprocessing.Process(target=warm_drain, args=(batch, counts))
              for _ in range(args.processes)]
     began = time.perf_counter()
     for p in procs:
@@ -149,8 +112,16 @@ def main() -> None:
     wall = time.perf_counter() - began
     done = sum(counts.get() for _ in procs)
     succeeded = ours.count_succeeded()
+    # Cold: the same writes of the same N runs again, from fresh interpreters.
+    ours.reset()
+    ours.create_jobs(n, handler="noop", run_at=datetime.now(UTC))
+    connections.close_all()
+    cold_done, cold_wall = cold_drain(batch, args.processes)
     details = {"n": n, "done": done, "succeeded_rows": succeeded, "batch": batch,
                "processes": args.processes, "wall_s": round(wall, 3),
+               "cold_done": cold_done, "cold_wall_s": round(cold_wall, 3),
+               "cold_runs_per_s": round(cold_done / cold_wall, 1),
+               "cold_succeeded_rows": ours.count_succeeded(),
                "what": "per batch: lease.lua EVALSHA; UPDATE runs RETURNING + COPY attempts "
                        "(1 txn); UPDATE runs + UPDATE attempts from unnest (1 txn); "
                        "pipelined ZREM (bench/ceiling.py docstring)",

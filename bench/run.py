@@ -241,7 +241,34 @@ def entry(result: dict) -> dict:
         return {"unsupported": result["unsupported"]}
     if result.get("failed") or result.get("figure") is None:
         return {"failed": result.get("failed") or "no figure"}
-    return {"figure": result["figure"], "unit": result.get("unit", "")}
+    cell = {"figure": result["figure"], "unit": result.get("unit", "")}
+    # The two halves of "W2 against the ceiling" (bench/ceiling.py's docstring).
+    for key in CEILING_KEYS.get(result.get("workload"), ()):
+        if result.get("details", {}).get(key) is not None:
+            cell[key] = result["details"][key]
+    return cell
+
+
+CEILING_KEYS = {"W2": ("drain_runs_per_s",), "ceiling": ("cold_runs_per_s",)}
+
+
+def ceiling_line(summary: dict) -> str | None:
+    """W2 against the ceiling, like for like: W2 (from the worker's launch) over the cold
+    ceiling (bare loop from its launch), and W2's drain (first lease to last ack) over the
+    warm ceiling (bare loop already started). Issue 6's target is at least half."""
+    w2, ceiling = summary.get("W2", {}).get("ours", {}), summary.get("ceiling", {}).get("ours", {})
+    if not (w2.get("figure") and ceiling.get("figure") and w2.get("drain_runs_per_s")
+            and ceiling.get("cold_runs_per_s")):
+        return None
+    cold = w2["figure"] / ceiling["cold_runs_per_s"]
+    warm = w2["drain_runs_per_s"] / ceiling["figure"]
+    return (f"**W2 against the ceiling** (target: at least half). From launch: W2 "
+            f"{fmt(w2['figure'])} jobs/s is **{cold:.0%}** of the bare loop started cold "
+            f"({fmt(ceiling['cold_runs_per_s'])} runs/s, fresh interpreters timed from "
+            f"launch). Without start-up: W2's drain, first lease to last ack, "
+            f"{fmt(w2['drain_runs_per_s'])} runs/s, is **{warm:.0%}** of the bare loop "
+            f"started warm ({fmt(ceiling['figure'])} runs/s, forked with its libraries "
+            f"loaded).")
 
 
 def build_summary(results: dict, hw: dict, previous: dict, today: str,
@@ -373,6 +400,9 @@ def write_benchmarks_md(summary: dict, command: str, today: str, notes: list[str
         table(summary, today, quick),
         "",
     ]
+    line = ceiling_line(summary)
+    if line:
+        body += [line, ""]
     extra = notes_for(summary, today, quick) + [f"* {n}" for n in notes]
     if extra:
         body += ["Notes:", "", *extra, ""]
