@@ -376,7 +376,7 @@ class Worker(Daemon):
         self.leasing.append((self.lanes.lease.submit(self.lease_call, want), want))
 
     def harvest_lease(self) -> None:
-        """Take the lease lane's answer, if it has come: runs to hand to the children, or
+        """Take the lease lane's answers that have come: runs to hand to the children, or
         nothing (sleep until the next run falls due, at most WORKER_POLL_S), or an error
         (lease again in a second; runs in flight are still collected, acked and
         heartbeated meanwhile, or their leases would lapse and they would run twice)."""
