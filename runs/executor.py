@@ -33,6 +33,9 @@ from runs.context import RunContext
 
 PR_SET_PDEATHSIG = 1
 HEARTBEAT_MIN_INTERVAL_S = 1.0
+# Ints up to this many bits have fewer digits than json.dumps will write (Python's default
+# limit on int -> str conversion is 4,300 digits, about 14,280 bits).
+INT_BITS_MAX = 14_000
 
 
 class CaptureHandler(logging.Handler):
@@ -116,7 +119,8 @@ def result_problem(result) -> str | None:
     """Why ``result`` cannot be stored as the run's JSON result, or None: it must be
     strict JSON (no NaN or Infinity) that PostgreSQL's jsonb accepts (no NUL character,
     no lone surrogate)."""
-    if result is None or result is True or result is False or type(result) is int:
+    if result is None or result is True or result is False or (
+            type(result) is int and result.bit_length() < INT_BITS_MAX):
         return None  # most handlers' results: nothing to check (a no-op run's main cost)
     try:
         text = json.dumps(result, allow_nan=False)

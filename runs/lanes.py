@@ -77,7 +77,10 @@ class Lane:
         # Django's connections belong to the thread that opened them: one closing call
         # per thread, each held at a barrier until all have theirs (the pool starts any
         # thread it had not started yet, and no thread takes two).
-        barrier = threading.Barrier(self.threads, timeout=5)
+        # No timeout: a thread still in a slow call takes its closing call when it ends
+        # (shutdown waits for that call anyway); a timeout would let another thread take
+        # two closing calls and leave the slow thread's connection open.
+        barrier = threading.Barrier(self.threads)
         for _ in range(self.threads):
             self.executor.submit(self._close, barrier)
         self.executor.shutdown(wait=True)
@@ -86,10 +89,7 @@ class Lane:
     @staticmethod
     def _close(barrier: threading.Barrier) -> None:
         connections.close_all()
-        try:
-            barrier.wait()
-        except threading.BrokenBarrierError:
-            pass
+        barrier.wait()
 
 
 def os_threads() -> int:

@@ -63,8 +63,13 @@ PIPE_BUDGET = 32 * 1024
 TASK_OVERHEAD = 200  # bytes of a pickled task besides its payload's JSON text
 ACK_BATCH_MAX = 512  # most outcomes in one ack: beyond, another ack is queued in the lane
 # Ack batches submitted and not yet committed beyond which the worker leases no more: if
-# the database falls behind, runs wait in the broker, not in this process.
+# the database falls behind, runs wait in the broker, not in this process. The same holds
+# for outcomes waiting to be acked (acks failing, or slower than the children).
 ACKS_IN_FLIGHT = 2
+UNACKED_MAX = ACK_BATCH_MAX * (ACKS_IN_FLIGHT + 1)
+# What an outcome the database or the JSON encoder cannot take raises: acked alone, then
+# recorded as a failure (e.g. an int result longer than json.dumps allows).
+POISON = (DataError, ValueError, TypeError)
 # Lease calls in flight at once (threads of the lease lane), and the smallest lease worth
 # a call: 1/LEASE_MIN_SHARE of the lease-ahead. Measured (BENCHMARKS.md, "W2"): with one
 # lease at a time the children sat idle waiting for it 70% of a drain of short runs.
@@ -217,7 +222,6 @@ class Worker(Daemon):
         self.heartbeat_s = conf.heartbeat_interval()
         self.slots: list[Slot] = []
         self.outcomes: list[Outcome] = []
-        self.first_outcome_at = 0.0
         self.ahead: deque[Leased] = deque()
         self.avg_run_s: float | None = None  # moving average of handler wall time
         self.finished = 0
@@ -357,7 +361,8 @@ class Worker(Daemon):
         self.dispatch()
         now = time.monotonic()
         if (self.stopping or len(self.leasing) >= LEASES_IN_FLIGHT
-                or now < self.lease_paused_until or len(self.acking) > ACKS_IN_FLIGHT):
+                or now < self.lease_paused_until or len(self.acking) > ACKS_IN_FLIGHT
+                or self.acked_pending() > UNACKED_MAX):
             return
         if self.idle and self.wake_at is not None and now < self.wake_at:
             return
@@ -551,8 +556,6 @@ class Worker(Daemon):
         slot.begin_head(finished)
 
     def add_outcome(self, outcome: Outcome) -> None:
-        if not self.outcomes:
-            self.first_outcome_at = time.monotonic()
         self.outcomes.append(outcome)
 
     def child_died(self, slot: Slot) -> None:
@@ -600,9 +603,10 @@ class Worker(Daemon):
                 self.requeue(self.restart(slot))
 
     def flush(self, force: bool = False) -> None:
-        """Hand every collected outcome to the ack lane as one batch when the lane is idle,
-        ACK_BATCH_MAX are collected, the worker is stopping or ``force`` (harvest_acks
-        takes the answer; a batch the database did not take comes back)."""
+        """Hand the collected outcomes (at most ACK_BATCH_MAX) to the ack lane as one batch
+        when the lane is idle, ACK_BATCH_MAX are collected, the worker is stopping or
+        ``force`` (harvest_acks takes the answer; a batch the database did not take comes
+        back)."""
         if not self.outcomes:
             return
         now = time.monotonic()
@@ -612,14 +616,18 @@ class Worker(Daemon):
                or len(self.outcomes) >= ACK_BATCH_MAX)
         if not due:
             return
-        outcomes, self.outcomes = self.outcomes, []
-        self.acking.append((self.lanes.ack.submit(self.ack_call, outcomes), outcomes))
+        while self.outcomes:
+            outcomes = self.outcomes[:ACK_BATCH_MAX]
+            del self.outcomes[:ACK_BATCH_MAX]
+            self.acking.append((self.lanes.ack.submit(self.ack_call, outcomes), outcomes))
+            if not (force or self.stopping):
+                break  # the rest goes with the next ack, when this one has committed
 
     def ack_call(self, outcomes: list[Outcome]) -> list[bool]:
         """In the ack lane: ack ``outcomes`` in one transaction; returns which applied."""
         try:
             return self.broker.complete(outcomes)
-        except DataError:
+        except POISON:
             # One outcome the database refuses must not wedge the batch: ack one by one
             # and record a poison outcome as a plain failure.
             return [self.complete_alone(outcome) for outcome in outcomes]
@@ -635,8 +643,6 @@ class Worker(Daemon):
             except TRANSIENT as exc:
                 self.note_failure("ack", exc)
                 self.ack_paused_until = time.monotonic() + 1.0
-                if not self.outcomes:
-                    self.first_outcome_at = time.monotonic()
                 self.outcomes = outcomes + self.outcomes
                 continue
             self.finished += len(outcomes)
@@ -648,7 +654,7 @@ class Worker(Daemon):
     def complete_alone(self, outcome: Outcome) -> bool:
         try:
             return self.broker.complete([outcome])[0]
-        except DataError as exc:
+        except POISON as exc:
             self.log.warning("worker: outcome of run %s cannot be stored (%s); recording "
                              "a failure instead", outcome.lease.run_id, exc)
             failure = Outcome(lease=outcome.lease, outcome=AttemptOutcome.FAILED,

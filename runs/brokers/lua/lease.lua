@@ -146,7 +146,11 @@ while #picked < n and not stop do
       end
       if left and left <= 0 then
         if parked >= park_budget then
-          -- Enough set aside for one call: leave it where it is and stop here.
+          -- Enough set aside for one call: leave it where it is and stop here. Its class
+          -- counts it as taken, as a run looked at: a class whose last ready run waits on
+          -- its owner looks empty, so its pass catches up and the other classes are not
+          -- held behind it on the next call.
+          best.count = best.count - 1
           stop = true
           break
         end
