@@ -42,7 +42,8 @@ class Lane:
         self.local = threading.local()  # per thread: when its connections were housekept
 
     def submit(self, fn, *args) -> Future:
-        """Run ``fn(*args)`` after the calls submitted before it."""
+        """Run ``fn(*args)``: after the calls submitted before it with one thread, beside
+        them with more."""
         if self.executor is None:
             self.executor = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
         future = self.executor.submit(self._call, fn, args)

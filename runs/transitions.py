@@ -129,9 +129,9 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
         rows = cursor.fetchall()
     # Times come as integer microseconds (parsing two timestamps per run cost more than
     # the rest of the row); every lease of the statement expires at the same instant.
-    expiry: dict[int, datetime] = {}
+    expiry = {us: from_us(us) for us in {r[4] for r in rows}}
     return [
-        Lease(r[0], r[1], r[2], r[3], expiry.get(r[4]) or expiry.setdefault(r[4], from_us(r[4])),
+        Lease(r[0], r[1], r[2], r[3], expiry[r[4]],
               task={"job_id": r[5], "scheduled_at_us": r[6], "handler": r[7],
                     # JSON text (Django loads jsonb as text for JSONField to decode): the
                     # worker's child decodes it (runs/worker.py, Leased).

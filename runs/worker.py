@@ -415,8 +415,9 @@ class Worker(Daemon):
             return [], self.broker.next_due_s(self.queues)
         missing = [lease.run_id for lease in leases if lease.task is None]
         runs = {
+            # The task's form (start_attempts on PostgreSQL gives it): payload as JSON text.
             row[0]: {"scheduled_at_us": to_us(row[1]), "job_id": row[2], "handler": row[3],
-                     "payload": row[4], "timeout_s": row[5]}
+                     "payload": json.dumps(row[4]), "timeout_s": row[5]}
             for row in Run.objects.using(self.using)
             .filter(pk__in=missing)
             .values_list("pk", "scheduled_at", "job_id", "job__handler", "job__payload",
@@ -425,13 +426,10 @@ class Worker(Daemon):
         leased = []
         for lease in leases:
             t = lease.task if lease.task is not None else runs[lease.run_id]
-            payload = t["payload"]
-            if not isinstance(payload, str):
-                payload = json.dumps(payload)
             leased.append(Leased(lease, {
                 "run_id": lease.run_id, "job_id": t["job_id"], "attempt": lease.attempt,
                 "scheduled_at": t["scheduled_at_us"], "handler": t["handler"],
-                "payload": payload,
+                "payload": t["payload"],
             }, t["timeout_s"]))
         return leased, None
 
