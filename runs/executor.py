@@ -5,7 +5,7 @@ handler code and reports back over a pipe, so the parent can cut off a handler s
 busy loop by killing the child, and survive a handler that kills its own process.
 
 Protocol, parent -> child: a list of task dicts (run_id, job_id, attempt, scheduled_at,
-deadline, handler, payload) to run in order, one message per list; the two times are sent
+deadline, handler, payload, seq) to run in order, one message per list; the two times are sent
 as integer microseconds since the Unix epoch (runs/clock.py, to_us) and the payload as
 JSON text, as the database returned it: pickling an aware datetime costs 15-20 µs, most
 of a no-op run's share of the worker's time (BENCHMARKS.md), while integers and text are
@@ -15,7 +15,11 @@ Child -> parent: ``("heartbeat", run_id)`` any number of times, then
 ``("done", run_id, attempt, ok, result, error, logs, began, finished)``, where ``began``
 and ``finished`` are the child's time.monotonic() around the handler (CLOCK_MONOTONIC,
 shared by the processes of one host). The parent may send several tasks ahead; the child
-runs them in order.
+runs them in order. ``seq`` numbers the tasks sent to one child, 1, 2, ...: the parent can
+take back the tasks waiting behind a run that has gone long (runs/worker.py,
+Slot.take_back) through two integers it shares with the child under a lock, ``control``:
+[the seq of the task the child last started, the seq up to which it must skip tasks]. A
+skipped task gets no reply.
 """
 
 import ctypes
@@ -135,8 +139,19 @@ def result_problem(result) -> str | None:
     return None
 
 
-def child_main(conn) -> None:
-    """Entry point of a worker's child process: serve tasks until the pipe closes."""
+def take_task(task: dict, control, lock) -> bool:
+    """Whether to start ``task`` (not taken back by the parent); records it as started.
+    ``control`` and ``lock``: see the protocol above."""
+    with lock:
+        if task["seq"] <= control[1]:
+            return False
+        control[0] = task["seq"]
+        return True
+
+
+def child_main(conn, control, lock) -> None:
+    """Entry point of a worker's child process: serve tasks until the pipe closes.
+    ``control`` (a shared array of two int64) and ``lock``: see the protocol above."""
     _die_with_parent()
     # A process-group SIGTERM (honcho, Ctrl-C in a terminal) is meant for the worker; it
     # decides whether the run finishes or is released, and kills children itself.
@@ -159,7 +174,8 @@ def child_main(conn) -> None:
         if tasks is None:
             os._exit(0)
         for task in tasks:
-            send(execute(task, capture, send))
+            if take_task(task, control, lock):
+                send(execute(task, capture, send))
 
 
 def message_sender(conn):

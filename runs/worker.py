@@ -75,6 +75,11 @@ POISON = (DataError, ValueError, TypeError)
 # lease at a time the children sat idle waiting for it 70% of a drain of short runs.
 LEASES_IN_FLIGHT = 2
 LEASE_MIN_SHARE = 8
+# A run that has been executing this long has gone long (runs are handed several at once
+# only while they average under PREFETCH_MAX_RUN_S): the runs waiting behind it in its
+# child are taken back for the other children, and its child gets no more until it ends.
+# So a short run waits at most about this long behind a long one (docs/architecture.md).
+STALL_S = 0.1
 
 
 def lease_batch(concurrency: int) -> int:
@@ -95,6 +100,7 @@ class InFlight:
     lost: bool = False
     began: float = 0.0  # time.monotonic() when the child started it
     size: int = 0  # bytes of the pickled task in the pipe
+    seq: int = 0  # the task's number in its child's stream (Slot.take_back)
 
 
 @dataclass
@@ -118,6 +124,7 @@ class Slot:
     def __init__(self):
         self.queued: deque[InFlight] = deque()
         self.waiting = 0  # bytes of the runs queued behind the head (estimated)
+        self.seq = 0  # number of the last task handed to the child
         self.start()
 
     @property
@@ -133,9 +140,22 @@ class Slot:
             head.began = at
             head.deadline = at + head.timeout_s
 
+    def stalled(self, now: float) -> bool:
+        """Whether the run executing has gone long: running over STALL_S at ``now``
+        (time.monotonic()), and the child has started nothing after it (a worker busy
+        elsewhere may not have read the child's replies yet)."""
+        return (bool(self.queued) and now - self.queued[0].began > STALL_S
+                and self.control[0] <= self.queued[0].seq)
+
     def start(self) -> None:
         parent, child = FORK.Pipe()
-        self.process = FORK.Process(target=child_main, args=(child,), daemon=True)
+        # Shared with the child, new for each one (a child killed holding the lock takes
+        # it along): [number of the task it last started, number up to which it must
+        # skip tasks], read and written under the lock (executor.py, take_task).
+        self.lock = FORK.Lock()
+        self.control = FORK.RawArray("q", 2)
+        self.process = FORK.Process(target=child_main, args=(child, self.control, self.lock),
+                                    daemon=True)
         self.process.start()
         child.close()
         self.conn = parent
@@ -176,6 +196,24 @@ class Slot:
                 messages += self.receive()
         except (EOFError, OSError):
             return messages
+
+    def take_back(self) -> list[InFlight]:
+        """Take back the runs handed to the child that it has not started: it will skip
+        them. Returns them in order ([] if the lock cannot be had: a child killed holding
+        it is replaced anyway). The lock makes it exact: the child either started a run
+        before, and it stays, or sees it is to be skipped."""
+        if not self.lock.acquire(timeout=0.1):
+            return []
+        try:
+            started = self.control[0]
+            self.control[1] = self.seq
+        finally:
+            self.lock.release()
+        back = [run for run in self.queued if run.seq > started]
+        for run in back:
+            self.queued.remove(run)
+            self.waiting -= run.size
+        return back
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -235,6 +273,7 @@ class Worker(Daemon):
         # Lease calls in the lease lane not yet harvested, with the runs each asked for.
         self.leasing: list[tuple[Future, int]] = []
         self.acking: list[tuple[Future, list[Outcome]]] = []  # ack calls in the ack lane
+        self.releasing: list[Future] = []  # releases of stalled runs in the ack lane
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -280,6 +319,8 @@ class Worker(Daemon):
     def shutdown(self) -> None:
         for future, _ in self.leasing:
             future.exception()  # wait: their runs are released below
+        for future in self.releasing:
+            future.exception()
         self.harvest_lease()
         # Stop the children before deciding what to release: a run that finishes between
         # the release and the kill would have run to its end yet be recorded released.
@@ -328,10 +369,12 @@ class Worker(Daemon):
         self.lease_more()
         self.collect(self.wait_timeout())
         self.enforce_deadlines()
+        self.take_back_stalled()
         self.flush()
         self.heartbeat_if_due()
         if (self.burst and self.idle and not self.in_flight() and not self.outcomes
-                and not self.ahead and not self.acking and not self.leasing):
+                and not self.ahead and not self.acking and not self.leasing
+                and not self.releasing):
             self.stopping = True
         if self.max_runs is not None and self.finished >= self.max_runs:
             self.stopping = True
@@ -366,6 +409,8 @@ class Worker(Daemon):
             return
         if self.idle and self.wake_at is not None and now < self.wake_at:
             return
+        if all(slot.stalled(now) for slot in self.slots):
+            return  # runs leased now would wait; another worker can start them (below)
         asked = sum(want for _, want in self.leasing)
         held = len(self.ahead) + len(self.handed()) + asked
         empty = sum(1 for slot in self.slots if not slot.queued)
@@ -441,8 +486,10 @@ class Worker(Daemon):
             return
         depth = self.depth()
         now = time.time_ns() // 1000  # the children's deadlines, in µs since the epoch
+        mono = time.monotonic()
         batches: dict[Slot, list[dict]] = {}
-        open_ = [slot for slot in self.slots if len(slot.queued) < depth]
+        open_ = [slot for slot in self.slots
+                 if len(slot.queued) < depth and not slot.stalled(mono)]
         while self.ahead and open_:
             for slot in list(open_):
                 if not self.ahead:
@@ -468,14 +515,17 @@ class Worker(Daemon):
         its pipe and this one would take it past PIPE_BUDGET."""
         if len(slot.queued) >= depth:
             return None
-        task = {**leased.task, "deadline": now + leased.timeout_s * 1_000_000}
-        size = TASK_OVERHEAD + len(task["payload"])
+        size = TASK_OVERHEAD + len(leased.task["payload"])
         # A child that has runs gets no more than PIPE_BUDGET bytes waiting: a send must
         # never block the worker behind a stuck run, nor while the child is blocked on
         # sending a big result. A run of any size goes to an idle child.
         if slot.queued and slot.waiting + size > PIPE_BUDGET:
             return None
-        slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s, size=size))
+        slot.seq += 1
+        task = {**leased.task, "deadline": now + leased.timeout_s * 1_000_000,
+                "seq": slot.seq}
+        slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s, size=size,
+                                    seq=slot.seq))
         slot.waiting += size
         if len(slot.queued) == 1:
             slot.begin_head(time.monotonic())
@@ -496,14 +546,43 @@ class Worker(Daemon):
 
     def wait_timeout(self) -> float:
         """Seconds to wait for a child or a lane: short while a slot is free (so leasing
-        resumes soon), never past the nearest deadline."""
+        resumes soon), never past the nearest deadline, nor past the moment a run with
+        others waiting behind it goes long (take_back_stalled)."""
         busy = self.in_flight()
         timeout = self.poll_s if len(busy) < len(self.slots) else 0.5
         if self.idle and self.wake_at is not None and not self.leasing:
             timeout = min(timeout, self.wake_at - time.monotonic())
         if busy:
             timeout = min(timeout, min(s.current.deadline for s in busy) - time.monotonic())
+            behind = [s.current.began + STALL_S for s in busy
+                      if len(s.queued) > 1 and s.current.began + STALL_S > time.monotonic()]
+            if behind:
+                timeout = min(timeout, min(behind) - time.monotonic())
         return max(0.0, timeout)
+
+    def take_back_stalled(self) -> None:
+        """Runs waiting behind a run gone long (STALL_S) go back to the front of the
+        runs leased ahead, for the other children (dispatch skips the stalled child).
+        When every child's run has gone long, the runs leased ahead are released for
+        other workers (in the ack lane; lease_more leases none meanwhile)."""
+        now = time.monotonic()
+        for slot in self.slots:
+            if len(slot.queued) > 1 and slot.stalled(now):
+                back = slot.take_back()
+                if back:
+                    self.requeue(back)
+                    self.dispatch()
+        for future in [f for f in self.releasing if f.done()]:
+            self.releasing.remove(future)
+            if future.exception() is not None:
+                # Their leases lapse and the dispatcher's reaper gives them back.
+                self.note_failure("release", future.exception())
+        if self.ahead and not self.stopping and all(s.stalled(now) for s in self.slots):
+            leases = [leased.lease for leased in self.ahead]
+            self.ahead.clear()
+            self.releasing.append(self.lanes.ack.submit(self.broker.release, leases))
+            self.log.info("worker %s: every child is in a long run; released %d runs "
+                          "leased ahead", self.worker_id, len(leases))
 
     def collect(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for a child's message or a lane's answer, and

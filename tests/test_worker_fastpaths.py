@@ -128,7 +128,7 @@ def test_task_times_cross_the_pipe_exactly():
     assert from_us(to_us(scheduled)) == scheduled and from_us(to_us(deadline)) == deadline
     slot = Slot()
     try:
-        slot.send([{"run_id": 1, "job_id": 1, "attempt": 1, "handler": "tests.ctx_times",
+        slot.send([{"run_id": 1, "job_id": 1, "attempt": 1, "seq": 1, "handler": "tests.ctx_times",
                     "scheduled_at": to_us(scheduled), "deadline": to_us(deadline),
                     "payload": json.dumps({"a": [1, "ü"]})}])
         assert slot.conn.poll(30)
@@ -147,7 +147,7 @@ def test_a_child_runs_a_batch_sent_in_one_message_and_its_replies_are_all_read()
     try:
         now = datetime.now(UTC)
         big = "x" * 100_000
-        tasks = [{"run_id": i, "job_id": 1, "attempt": 1, "scheduled_at": to_us(now),
+        tasks = [{"run_id": i, "job_id": 1, "attempt": 1, "seq": i + 1, "scheduled_at": to_us(now),
                   "deadline": to_us(now + timedelta(seconds=30)), "handler": "echo",
                   "payload": json.dumps({"i": i, "pad": big if i % 10 == 0 else ""})}
                  for i in range(40)]
