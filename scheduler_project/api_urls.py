@@ -10,7 +10,22 @@ from jobs.api import JobViewSet
 from jobs.limits_api import LimitsView
 from runs.api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 
-router = DefaultRouter()
+
+class Router(DefaultRouter):
+    """DRF's DefaultRouter whose root view (GET /api/) also lists the endpoints outside
+    the router: queues, limits, the schema and its Swagger UI, so the browsable API shows
+    every entry point."""
+
+    EXTRA = {"queues": "queues", "limits": "limits", "schema": "schema", "docs": "swagger-ui"}
+
+    def get_api_root_view(self, api_urls=None):
+        list_name = self.routes[0].name
+        api_root_dict = {prefix: list_name.format(basename=basename)
+                         for prefix, _viewset, basename in self.registry}
+        return self.APIRootView.as_view(api_root_dict={**api_root_dict, **self.EXTRA})
+
+
+router = Router()
 router.register("jobs", JobViewSet, basename="job")
 router.register("runs", RunViewSet, basename="run")
 router.register("dead-letter", DeadLetterViewSet, basename="dead-letter")

@@ -214,3 +214,13 @@ def test_bulk_takes_ten_thousand_jobs_in_one_request(api, alice):
     assert Job.objects.filter(owner=alice).count() == 10_000
     assert Run.objects.filter(job__owner=alice).count() == 5_000
     assert not Attempt.objects.exists()
+
+
+def test_the_api_root_lists_every_entry_point(api):
+    response = api.get("/api/")
+
+    assert response.status_code == 200
+    links = response.json()
+    assert set(links) == {"jobs", "runs", "dead-letter", "queues", "limits", "schema", "docs"}
+    for name, url in links.items():
+        assert api.get(url).status_code == 200, name
