@@ -210,9 +210,11 @@ class Slot:
         finally:
             self.lock.release()
         back = [run for run in self.queued if run.seq > started]
+        head = self.queued[0] if self.queued else None
         for run in back:
             self.queued.remove(run)
-            self.waiting -= run.size
+            if run is not head:  # begin_head took the head's size off already
+                self.waiting -= run.size
         return back
 
     def kill(self) -> None:
@@ -273,7 +275,6 @@ class Worker(Daemon):
         # Lease calls in the lease lane not yet harvested, with the runs each asked for.
         self.leasing: list[tuple[Future, int]] = []
         self.acking: list[tuple[Future, list[Outcome]]] = []  # ack calls in the ack lane
-        self.releasing: list[Future] = []  # releases of stalled runs in the ack lane
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -319,8 +320,6 @@ class Worker(Daemon):
     def shutdown(self) -> None:
         for future, _ in self.leasing:
             future.exception()  # wait: their runs are released below
-        for future in self.releasing:
-            future.exception()
         self.harvest_lease()
         # Stop the children before deciding what to release: a run that finishes between
         # the release and the kill would have run to its end yet be recorded released.
@@ -373,8 +372,7 @@ class Worker(Daemon):
         self.flush()
         self.heartbeat_if_due()
         if (self.burst and self.idle and not self.in_flight() and not self.outcomes
-                and not self.ahead and not self.acking and not self.leasing
-                and not self.releasing):
+                and not self.ahead and not self.acking and not self.leasing):
             self.stopping = True
         if self.max_runs is not None and self.finished >= self.max_runs:
             self.stopping = True
@@ -409,8 +407,6 @@ class Worker(Daemon):
             return
         if self.idle and self.wake_at is not None and now < self.wake_at:
             return
-        if all(slot.stalled(now) for slot in self.slots):
-            return  # runs leased now would wait; another worker can start them (below)
         asked = sum(want for _, want in self.leasing)
         held = len(self.ahead) + len(self.handed()) + asked
         empty = sum(1 for slot in self.slots if not slot.queued)
@@ -563,8 +559,9 @@ class Worker(Daemon):
     def take_back_stalled(self) -> None:
         """Runs waiting behind a run gone long (STALL_S) go back to the front of the
         runs leased ahead, for the other children (dispatch skips the stalled child).
-        When every child's run has gone long, the runs leased ahead are released for
-        other workers (in the ack lane; lease_more leases none meanwhile)."""
+        When every child's run has gone long, they wait for the first to end: releasing
+        them for other workers cost a release per run and churned (a worker alone
+        leased them back at once; BENCHMARKS.md, "fifth look")."""
         now = time.monotonic()
         for slot in self.slots:
             if len(slot.queued) > 1 and slot.stalled(now):
@@ -572,17 +569,6 @@ class Worker(Daemon):
                 if back:
                     self.requeue(back)
                     self.dispatch()
-        for future in [f for f in self.releasing if f.done()]:
-            self.releasing.remove(future)
-            if future.exception() is not None:
-                # Their leases lapse and the dispatcher's reaper gives them back.
-                self.note_failure("release", future.exception())
-        if self.ahead and not self.stopping and all(s.stalled(now) for s in self.slots):
-            leases = [leased.lease for leased in self.ahead]
-            self.ahead.clear()
-            self.releasing.append(self.lanes.ack.submit(self.broker.release, leases))
-            self.log.info("worker %s: every child is in a long run; released %d runs "
-                          "leased ahead", self.worker_id, len(leases))
 
     def collect(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for a child's message or a lane's answer, and
