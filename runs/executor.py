@@ -11,8 +11,11 @@ JSON text, as the database returned it: pickling an aware datetime costs 15-20 Â
 of a no-op run's share of the worker's time (BENCHMARKS.md), while integers and text are
 exact and cheap. A payload that does not decode fails its run (json.loads in the handler's
 try).
-Child -> parent: ``("heartbeat", run_id)`` any number of times, then
-``("done", run_id, attempt, ok, result, error, logs, began, finished)``, where ``began``
+Child -> parent: ``("heartbeat", run_id)`` and ``("log", run_id, lines)`` any number of
+times, then ``("done", run_id, attempt, ok, result, error, logs, began, finished)``: a
+run still going after LOG_STREAM_S sends its log lines as they come (at most every
+LOG_STREAM_S), so the lines of a run that never returns (cut off by its timeout, or its
+process dead) reach the worker; the others come with ``done``. ``began``
 and ``finished`` are the child's time.monotonic() around the handler (CLOCK_MONOTONIC,
 shared by the processes of one host). The parent may send several tasks ahead; the child
 runs them in order. ``seq`` numbers the tasks sent to one child, 1, 2, ...: the parent can
@@ -28,6 +31,7 @@ import logging
 import os
 import pickle
 import signal
+import threading
 import time
 import traceback
 from datetime import UTC, datetime
@@ -40,41 +44,87 @@ HEARTBEAT_MIN_INTERVAL_S = 1.0
 # Ints up to this many bits have fewer digits than json.dumps will write (Python's default
 # limit on int -> str conversion is 4,300 digits, about 14,280 bits).
 INT_BITS_MAX = 14_000
+# A run still going after this many seconds sends its log lines to the worker as they come
+# (in a thread of the child, at most this often): a run that never returns keeps the lines
+# it logged until this long before its end. Shorter runs send theirs with their outcome.
+LOG_STREAM_S = 0.25
 
 
 class CaptureHandler(logging.Handler):
     """Collects the records emitted in the child while a run executes, at most
     ``max_lines`` per attempt (then one line saying how many were dropped), so a handler
-    that logs without end cannot stall its worker or fill the database."""
+    that logs without end cannot stall its worker or fill the database. ``lock`` (an
+    RLock, the child's send lock) guards the records: the log streamer takes them from
+    another thread (stream_logs)."""
 
-    def __init__(self, max_lines: int = 1000):
+    def __init__(self, max_lines: int = 1000, lock=None):
         super().__init__(logging.DEBUG)
         self.max_lines = max_lines
+        self.guard = lock or threading.RLock()
         self.records: list[tuple] = []
         self.dropped = 0
+        self.kept = 0  # lines of this attempt kept so far, streamed or not
+        self.run_id: int | None = None  # the run executing (None between runs)
+        self.began = 0.0  # its start, time.monotonic()
 
-    def reset(self) -> None:
-        self.records, self.dropped = [], 0
+    def reset(self, run_id: int | None = None) -> None:
+        """A run (``run_id``) starts: no lines yet."""
+        with self.guard:
+            self.records, self.dropped, self.kept = [], 0, 0
+            self.run_id, self.began = run_id, time.monotonic()
 
     def lines(self) -> list[tuple]:
+        """The lines not yet taken, with a note of how many the cap dropped."""
         if not self.dropped:
             return self.records
         note = (datetime.now(tz=UTC), logging.WARNING, "scheduler.worker",
                 f"{self.dropped} more log lines dropped (the cap is {self.max_lines} per attempt)")
         return [*self.records, note]
 
+    def finish(self) -> list[tuple]:
+        """The run ended: its lines not yet streamed (lines()); nothing more streams."""
+        with self.guard:
+            lines = self.lines()
+            self.records, self.run_id = [], None
+            return lines
+
+    def take_streamable(self) -> tuple[int, list[tuple]] | None:
+        """(run id, lines) to stream now: the lines of a run going for LOG_STREAM_S or
+        more, taken; else None. Call with ``guard`` held, and send before releasing it,
+        so streamed lines reach the worker before the run's outcome."""
+        if (self.run_id is None or not self.records
+                or time.monotonic() - self.began < LOG_STREAM_S):
+            return None
+        records, self.records = self.records, []
+        return self.run_id, records
+
     def emit(self, record: logging.LogRecord) -> None:
-        if len(self.records) >= self.max_lines:
-            self.dropped += 1
-            return
         try:
             message = record.getMessage()
             if record.exc_info:
                 message += "\n" + "".join(traceback.format_exception(*record.exc_info))
             created = datetime.fromtimestamp(record.created, tz=UTC)
-            self.records.append((created, record.levelno, record.name, message))
         except Exception:  # noqa: BLE001 - a log line must never fail the run
             self.handleError(record)
+            return
+        with self.guard:
+            if self.kept >= self.max_lines:
+                self.dropped += 1
+                return
+            self.kept += 1
+            self.records.append((created, record.levelno, record.name, message))
+
+
+def stream_logs(capture: CaptureHandler, send) -> None:
+    """In a daemon thread of the child: every LOG_STREAM_S, send the log lines of a run
+    going for that long (``("log", run_id, lines)``). Holding the send lock from taking
+    to sending keeps them ahead of the run's ``done``."""
+    while True:
+        time.sleep(LOG_STREAM_S)
+        with send.lock:
+            taken = capture.take_streamable()
+            if taken is not None:
+                send(("log", *taken))
 
 
 def _die_with_parent() -> None:
@@ -91,7 +141,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     from jobs.registry import get_handler
 
     began = time.monotonic()
-    capture.reset()
+    capture.reset(task["run_id"])
     last_beat = [0.0]
 
     def beat():
@@ -115,7 +165,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         problem = result_problem(result)
         if problem:
             ok, result, error = False, None, f"the handler's result {problem}"
-    return ("done", task["run_id"], task["attempt"], ok, result, error, capture.lines(),
+    return ("done", task["run_id"], task["attempt"], ok, result, error, capture.finish(),
             began, time.monotonic())
 
 
@@ -159,13 +209,14 @@ def child_main(conn, control, lock) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from jobs import conf
 
-    capture = CaptureHandler(conf.get("MAX_LOG_LINES"))
+    send = message_sender(conn)
+    capture = CaptureHandler(conf.get("MAX_LOG_LINES"), lock=send.lock)
     root = logging.getLogger()
     root.addHandler(capture)
     root.setLevel(logging.INFO)
     # Handler logging must land on the attempt, not only on the worker's console.
     logging.getLogger("jobs").propagate = True
-    send = message_sender(conn)
+    threading.Thread(target=stream_logs, args=(capture, send), daemon=True).start()
     while True:
         try:
             tasks = conn.recv()
@@ -181,7 +232,10 @@ def child_main(conn, control, lock) -> None:
 def message_sender(conn):
     """``send(message)`` over ``conn`` with plain pickle: Connection.send's ForkingPickler
     copies the copyreg dispatch table on every call, a cost paid per run (BENCHMARKS.md);
-    messages between worker and child hold only builtins and datetimes."""
+    messages between worker and child hold only builtins and datetimes. ``send.lock`` (an
+    RLock, held while sending) keeps messages from the child's threads whole and in
+    order."""
+    lock = threading.RLock()
 
     def send(message) -> None:
         try:
@@ -195,6 +249,8 @@ def message_sender(conn):
             error = f"the handler's result cannot be sent to the worker: {exc!r}"[:10_000]
             data = pickle.dumps(("done", run_id, attempt, False, None, error, logs, began,
                                  finished), pickle.HIGHEST_PROTOCOL)
-        conn.send_bytes(data)
+        with lock:
+            conn.send_bytes(data)
 
+    send.lock = lock
     return send

@@ -101,6 +101,7 @@ class InFlight:
     began: float = 0.0  # time.monotonic() when the child started it
     size: int = 0  # bytes of the pickled task in the pipe
     seq: int = 0  # the task's number in its child's stream (Slot.take_back)
+    logs: list | None = None  # lines the child streamed while it ran (executor.py)
 
 
 @dataclass
@@ -593,6 +594,9 @@ class Worker(Daemon):
         current = slot.current
         if current is None or current.lease.run_id != run_id:
             return
+        if kind == "log":
+            current.logs = (current.logs or []) + message[2]
+            return
         if kind == "heartbeat":
             try:
                 held = self.broker.heartbeat([current.lease])
@@ -607,6 +611,8 @@ class Worker(Daemon):
                 current.lost = True
             return
         _, _, attempt, ok, result, error, logs, began, finished = message
+        if current.logs:
+            logs = current.logs + logs
         self.add_outcome(Outcome(
             lease=current.lease,
             outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
@@ -639,6 +645,7 @@ class Worker(Daemon):
         self.add_outcome(Outcome(
             lease=current.lease, outcome=AttemptOutcome.CRASHED,
             error=f"the worker's child process died (exit code {code}) while running the run",
+            logs=current.logs or [],
         ))
         self.log.warning("worker: child running run %s died (exit code %s); restarting it",
                          current.lease.run_id, code)
@@ -662,6 +669,7 @@ class Worker(Daemon):
                 self.add_outcome(Outcome(
                     lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
                     error=f"timed out after {current.timeout_s} s; the handler was cut off",
+                    logs=current.logs or [],
                 ))
                 self.requeue(self.restart(slot))
 
