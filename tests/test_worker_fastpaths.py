@@ -7,10 +7,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import psycopg
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs.registry import handler
@@ -163,3 +164,30 @@ def test_a_child_runs_a_batch_sent_in_one_message_and_its_replies_are_all_read()
     assert [m[1] for m in done] == list(range(40))
     assert all(m[3] for m in done), [m[5] for m in done if not m[3]][:1]
     assert done[10][4]["pad"] == big
+
+
+def test_runs_whose_lease_statement_failed_are_given_back_by_the_next_reap(redis_broker):
+    # The Redis claim is made before the database statement; when that statement fails
+    # (here for real: a row lock held elsewhere and a lock timeout), the claims used to
+    # hold the runs until they lapsed, LEASE_TTL_S (a minute) later.
+    runs = make_runs("default", 5)
+    redis_broker.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in runs])))
+    params = connection.settings_dict
+    holder = psycopg.connect(host=params["HOST"] or "127.0.0.1", port=params["PORT"] or 5432,
+                             user=params["USER"] or "postgres", dbname=params["NAME"])
+    try:
+        holder.execute("SELECT 1 FROM runs_run WHERE id = %s FOR UPDATE", [runs[0].pk])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '100ms'")
+        with pytest.raises(OperationalError):
+            redis_broker.lease(["default"], 5, "w1")
+    finally:
+        holder.rollback()
+        holder.close()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+
+    redis_broker.reap()
+
+    leases = redis_broker.lease(["default"], 5, "w1")
+    assert sorted(le.run_id for le in leases) == sorted(r.pk for r in runs)

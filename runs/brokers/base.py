@@ -78,6 +78,11 @@ class Broker(ABC):
         """Extend the broker-side record of ``leases`` (the database row is the authority)."""
         return None
 
+    def _lapse(self, slots: list[Slot]) -> None:
+        """Make the claims on ``slots`` lapse at once (their start failed). Nothing to do
+        where claims are rows of the lease's own transaction, rolled back with it."""
+        return None
+
     def _expired_claims(self, limit: int, shards: list[int] | None = None) -> list[int]:
         """Ids whose broker-side lease lapsed; runs the database still calls pending are
         pushed again (a worker died between claiming and starting them)."""
@@ -144,9 +149,16 @@ class Broker(ABC):
                 claimed = self._claim_weighted(queues, n, weights)
             else:
                 claimed = self._claim(queues, n)
-            leases = transitions.start_attempts(
-                [slot[0] for slot in claimed], worker_id, ttl_s, self.using
-            )
+            try:
+                leases = transitions.start_attempts(
+                    [slot[0] for slot in claimed], worker_id, ttl_s, self.using
+                )
+            except Exception:
+                # The claims would hold the runs until they lapsed (LEASE_TTL_S, a
+                # minute): let them lapse now, so the next reap gives the runs back as
+                # soon as the database answers (best effort; pending ones only).
+                self._after_commit(self._lapse, claimed)
+                raise
         started = {lease.run_id: lease for lease in leases}
         refused = [slot for slot in claimed if slot[0] not in started]
         if refused:

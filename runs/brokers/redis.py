@@ -358,6 +358,14 @@ class RedisBroker(Broker):
             self._script("heartbeat", [key], [int(ttl_s * 1000), *ids])
 
     @translate_errors
+    def _lapse(self, slots: list[Slot]) -> None:
+        by_key = defaultdict(list)
+        for run_id, queue, shard in slots:
+            by_key[self.keys.leased(queue, shard)].append(run_id)
+        for key, ids in by_key.items():
+            self._script("heartbeat", [key], [0, *ids])  # expiry = now: reap takes them
+
+    @translate_errors
     def _expired_claims(self, limit: int, shards: list[int] | None = None) -> list[int]:
         ids: list[int] = []
         for queue, shard in self._queue_shards():
