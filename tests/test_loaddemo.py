@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from rest_framework.authtoken.models import Token
 
-from jobs import conf
+from jobs import conf, services
 from jobs.cron import normalize
 from jobs.crontab import parse_file
 from jobs.management.commands.loaddemo import DEMO_CRONTAB
@@ -193,3 +193,28 @@ def test_real_crontab_loads_and_the_scheduler_runs_its_lines(name):
         following = first_from(normalize(entry.schedule), entry.timezone,
                                after + timedelta(seconds=1))
         assert Job.objects.get(pk=pk).next_run_at == following, where
+
+
+@pytest.mark.django_db
+def test_listing_a_loaded_demo_shows_each_jobs_next_run_as_things_stand():
+    loaddemo()
+    demo = get_user_model().objects.get(username="demo")
+    one_off = {j.handler: j for j in Job.objects.filter(owner=demo, schedule__isnull=True)}
+    Run.objects.filter(job=one_off["noop"]).update(state="succeeded")
+    Run.objects.filter(job=one_off["always_fails"]).update(state="dead")
+    Run.objects.filter(job=one_off["sleep"]).update(
+        state="running", worker_id="w1", lease_expires_at=db_now() + timedelta(minutes=1))
+    cron = Job.objects.filter(owner=demo, schedule__isnull=False).order_by("pk")
+    services.pause([cron[0].pk])
+
+    out, _ = loaddemo()
+
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit()}
+    assert rows[str(one_off["noop"].pk)].endswith("none: its run succeeded")
+    assert rows[str(one_off["always_fails"].pk)].endswith("none: its run dead")
+    assert rows[str(one_off["sleep"].pk)].endswith("running now")
+    flaky_run_at = Run.objects.get(job=one_off["flaky"]).run_at
+    assert rows[str(one_off["flaky"].pk)].endswith(f"{flaky_run_at:%Y-%m-%d %H:%M:%S}")
+    assert rows[str(cron[0].pk)].endswith("none: paused")
+    nxt = Job.objects.get(pk=cron[1].pk).next_run_at
+    assert rows[str(cron[1].pk)].endswith(f"{nxt:%Y-%m-%d %H:%M:%S}")

@@ -16,6 +16,7 @@ from rest_framework.authtoken.models import Token
 from jobs import crontab
 from jobs.models import Job
 from jobs.services import InvalidJobs, create_job, create_jobs
+from runs.models import PENDING_STATES, Run, RunState
 
 DEMO_CRONTAB = Path(__file__).resolve().parents[2] / "demo.crontab"
 ONE_OFF = [  # (handler, payload, name, max_attempts)
@@ -136,17 +137,32 @@ class Command(BaseCommand):
             return create_jobs(keep, owner=user) if keep else []
 
     def table(self, jobs) -> None:
+        """Print the jobs, each with its next run as things stand now: a paused or
+        cancelled job says so, and a one-off job whose run has ended shows how it ended
+        (listing a demo loaded earlier, as scripts/demo does on every start)."""
         rows = [("id", "name", "schedule / run_at", "next run (UTC)")]
+        latest = {}  # one-off job id -> (state, run_at) of its latest run
+        for job_id, state, run_at in (Run.objects.filter(
+                job__in=[j.pk for j in jobs if j.schedule is None])
+                .order_by("job_id", "-pk").values_list("job_id", "state", "run_at")):
+            latest.setdefault(job_id, (state, run_at))
         for job in jobs:
             if job.schedule is not None:
                 when = f"{job.schedule.cron} ({job.schedule.timezone})"
                 upcoming = job.next_run_at
             else:
-                when = upcoming = job.run_at
-            if not isinstance(when, str):
-                when = f"once at {when:%Y-%m-%d %H:%M:%S}"
+                when = f"once at {job.run_at:%Y-%m-%d %H:%M:%S}"
+                state, upcoming = latest.get(job.pk, (None, job.run_at))
+                if state == RunState.RUNNING:
+                    upcoming = "running now"
+                elif state is not None and state not in PENDING_STATES:
+                    upcoming = f"none: its run {state}"
+            if job.status != Job.Status.ACTIVE:
+                upcoming = f"none: {job.status}"
+            if not isinstance(upcoming, str):
+                upcoming = "-" if upcoming is None else f"{upcoming:%Y-%m-%d %H:%M:%S}"
             name = job.name if len(job.name) <= 48 else job.name[:47] + "…"
-            rows.append((str(job.pk), name, when, f"{upcoming:%Y-%m-%d %H:%M:%S}"))
+            rows.append((str(job.pk), name, when, upcoming))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         for row in rows:
             cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
