@@ -11,7 +11,7 @@ JSON text, as the database returned it: pickling an aware datetime costs 15-20 Â
 of a no-op run's share of the worker's time (BENCHMARKS.md), while integers and text are
 exact and cheap. A payload that does not decode fails its run (json.loads in the handler's
 try).
-Child -> parent: ``("heartbeat", run_id)`` and ``("log", run_id, lines)`` any number of
+Child -> parent: ``("heartbeat", run_id)`` and ``("log", run_id, lines, dropped)`` any number of
 times, then ``("done", run_id, attempt, ok, result, error, logs, began, finished)``: a
 run still going after LOG_STREAM_S sends its log lines as they come (at most every
 LOG_STREAM_S), so the lines of a run that never returns (cut off by its timeout, or its
@@ -64,22 +64,21 @@ class CaptureHandler(logging.Handler):
         self.records: list[tuple] = []
         self.dropped = 0
         self.kept = 0  # lines of this attempt kept so far, streamed or not
+        self.dropped_sent = 0  # the dropped count last streamed
         self.run_id: int | None = None  # the run executing (None between runs)
         self.began = 0.0  # its start, time.monotonic()
 
     def reset(self, run_id: int | None = None) -> None:
         """A run (``run_id``) starts: no lines yet."""
         with self.guard:
-            self.records, self.dropped, self.kept = [], 0, 0
+            self.records, self.dropped, self.kept, self.dropped_sent = [], 0, 0, 0
             self.run_id, self.began = run_id, time.monotonic()
 
     def lines(self) -> list[tuple]:
         """The lines not yet taken, with a note of how many the cap dropped."""
         if not self.dropped:
             return self.records
-        note = (datetime.now(tz=UTC), logging.WARNING, "scheduler.worker",
-                f"{self.dropped} more log lines dropped (the cap is {self.max_lines} per attempt)")
-        return [*self.records, note]
+        return [*self.records, dropped_note(self.dropped, self.max_lines)]
 
     def finish(self) -> list[tuple]:
         """The run ended: its lines not yet streamed (lines()); nothing more streams."""
@@ -88,17 +87,22 @@ class CaptureHandler(logging.Handler):
             self.records, self.run_id = [], None
             return lines
 
-    def take_streamable(self) -> tuple[int, list[tuple]] | None:
-        """(run id, lines) to stream now: the lines of a run going for LOG_STREAM_S or
-        more, taken; else None. Call with ``guard`` held, and send before releasing it,
-        so streamed lines reach the worker before the run's outcome."""
-        if (self.run_id is None or not self.records
-                or time.monotonic() - self.began < LOG_STREAM_S):
+    def take_streamable(self) -> tuple[int, list[tuple], int] | None:
+        """(run id, lines, lines dropped so far) to stream now: the lines of a run going
+        for LOG_STREAM_S or more, taken, when there are new ones or more were dropped;
+        else None. Call with ``guard`` held, and send before releasing it, so streamed
+        lines reach the worker before the run's outcome."""
+        if (self.run_id is None or time.monotonic() - self.began < LOG_STREAM_S
+                or not (self.records or self.dropped != self.dropped_sent)):
             return None
-        records, self.records = self.records, []
-        return self.run_id, records
+        records, self.records, self.dropped_sent = self.records, [], self.dropped
+        return self.run_id, records, self.dropped
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.kept >= self.max_lines:  # past the cap: count it, format nothing
+            with self.guard:
+                self.dropped += 1
+            return
         try:
             message = record.getMessage()
             if record.exc_info:
@@ -113,6 +117,13 @@ class CaptureHandler(logging.Handler):
                 return
             self.kept += 1
             self.records.append((created, record.levelno, record.name, message))
+
+
+def dropped_note(dropped: int, cap: int) -> tuple:
+    """The log line that ends an attempt's lines when the cap (``cap`` lines) dropped
+    ``dropped`` more."""
+    return (datetime.now(tz=UTC), logging.WARNING, "scheduler.worker",
+            f"{dropped} more log lines dropped (the cap is {cap} per attempt)")
 
 
 def stream_logs(capture: CaptureHandler, send) -> None:

@@ -33,7 +33,7 @@ from jobs import conf
 from runs.brokers import get_broker
 from runs.clock import db_now, to_us
 from runs.daemon import TRANSIENT, Daemon
-from runs.executor import child_main
+from runs.executor import child_main, dropped_note
 from runs.lanes import Lanes
 from runs.models import AttemptOutcome, Run, WorkerProcess
 from runs.types import Lease, Outcome
@@ -102,6 +102,7 @@ class InFlight:
     size: int = 0  # bytes of the pickled task in the pipe
     seq: int = 0  # the task's number in its child's stream (Slot.take_back)
     logs: list | None = None  # lines the child streamed while it ran (executor.py)
+    dropped: int = 0  # lines the cap dropped, as last streamed
 
 
 @dataclass
@@ -596,6 +597,7 @@ class Worker(Daemon):
             return
         if kind == "log":
             current.logs = (current.logs or []) + message[2]
+            current.dropped = message[3]
             return
         if kind == "heartbeat":
             try:
@@ -624,6 +626,14 @@ class Worker(Daemon):
         # The next run in the pipe started when this one finished (same monotonic clock).
         slot.begin_head(finished)
 
+    def streamed_logs(self, run: InFlight) -> list:
+        """The log of a run that never returned: the lines its child streamed, and a
+        note of those the cap dropped."""
+        logs = run.logs or []
+        if run.dropped:
+            logs = [*logs, dropped_note(run.dropped, conf.get("MAX_LOG_LINES"))]
+        return logs
+
     def add_outcome(self, outcome: Outcome) -> None:
         self.outcomes.append(outcome)
 
@@ -645,7 +655,7 @@ class Worker(Daemon):
         self.add_outcome(Outcome(
             lease=current.lease, outcome=AttemptOutcome.CRASHED,
             error=f"the worker's child process died (exit code {code}) while running the run",
-            logs=current.logs or [],
+            logs=self.streamed_logs(current),
         ))
         self.log.warning("worker: child running run %s died (exit code %s); restarting it",
                          current.lease.run_id, code)
@@ -669,7 +679,7 @@ class Worker(Daemon):
                 self.add_outcome(Outcome(
                     lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
                     error=f"timed out after {current.timeout_s} s; the handler was cut off",
-                    logs=current.logs or [],
+                    logs=self.streamed_logs(current),
                 ))
                 self.requeue(self.restart(slot))
 

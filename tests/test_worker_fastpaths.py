@@ -3,6 +3,7 @@ lease and ack on PostgreSQL, the lease plan under stale statistics, Lua scripts 
 Redis forgot, and the pipe protocol between a worker and its child."""
 
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -191,3 +192,56 @@ def test_runs_whose_lease_statement_failed_are_given_back_by_the_next_reap(redis
 
     leases = redis_broker.lease(["default"], 5, "w1")
     assert sorted(le.run_id for le in leases) == sorted(r.pk for r in runs)
+
+
+def test_a_lease_that_fails_after_its_claims_lapsed_leaves_the_new_claims_alone(
+        redis_broker, settings):
+    # Found by an adversarial review: worker A's statement waits on a lock past its
+    # claims' TTL, the reap gives the runs back, worker B claims and starts one of them,
+    # then A's statement fails. Letting A's claims lapse then ended B's claim (the claim
+    # has no owner in Redis): the next reap uncounted B's running run and the queue went
+    # over its concurrency limit.
+    settings.SCHEDULER = {"QUEUE_CONCURRENCY": "default=2", "LEASE_TTL_S": 1.0}
+    redis_broker._known_at = float("-inf")
+    r, x, s1, s2 = make_runs("default", 4)
+    redis_broker.push(run_refs(Run.objects.filter(pk__in=[r.pk, x.pk])))
+    params = connection.settings_dict
+    holder = psycopg.connect(host=params["HOST"] or "127.0.0.1", port=params["PORT"] or 5432,
+                             user=params["USER"] or "postgres", dbname=params["NAME"])
+    holder.execute("SELECT 1 FROM runs_run WHERE id = %s FOR UPDATE", [x.pk])
+    out = {}
+
+    def lease(name, n, **options):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '3s'")
+            out[name] = redis_broker.lease(["default"], n, name, **options)
+        except OperationalError as exc:
+            out[name] = exc
+        finally:
+            connection.close()
+
+    # A claims r and x for 1 s; its statement locks r and waits on x.
+    a = threading.Thread(target=lease, args=("A", 2))
+    a.start()
+    time.sleep(0.3)
+    settings.SCHEDULER = {"QUEUE_CONCURRENCY": "default=2"}  # B's claim lasts
+    time.sleep(1.2)
+    redis_broker.reap()  # A's claims lapsed: r and x (still queued) go back to ready
+    b = threading.Thread(target=lease, args=("B", 1))
+    b.start()  # B claims r; its statement waits on A's lock on r
+    a.join()
+    b.join()
+    holder.rollback()
+    holder.close()
+    assert isinstance(out["A"], OperationalError)
+    assert [le.run_id for le in out["B"]] == [r.pk]
+
+    redis_broker.reap()
+
+    key = redis_broker.keys.leased("default", 0)
+    assert redis_broker.client.zscore(key, str(r.pk)) is not None
+    assert redis_broker.running_counts().get("q:default") == 1
+    redis_broker.push(run_refs(Run.objects.filter(pk__in=[s1.pk, s2.pk])))
+    redis_broker.lease(["default"], 2, "C")
+    assert Run.objects.filter(state="running").count() == 2

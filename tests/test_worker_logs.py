@@ -100,3 +100,41 @@ def test_the_cap_on_lines_counts_the_streamed_ones_too(rb):
     messages = list(attempt.log_lines.order_by("id").values_list("message", flat=True))
     assert messages[:cap] == [f"line {i}" for i in range(cap)]
     assert messages[cap:] == [f"500 more log lines dropped (the cap is {cap} per attempt)"]
+
+
+@handler("tests.log_a_lot_then_hang")
+def log_a_lot_then_hang(ctx, payload):
+    """Log ``payload["n"]`` lines, then hang past any timeout."""
+    for i in range(payload["n"]):
+        ctx.logger.info("line %d", i)
+    time.sleep(60)
+
+
+def test_a_timed_out_attempt_over_the_cap_says_lines_were_dropped(rb):
+    # Found by an adversarial review: the note came only with a run's outcome.
+    cap = conf.get("MAX_LOG_LINES")
+    attempt = run_one(rb, "tests.log_a_lot_then_hang", {"n": cap + 500}, timeout_s=2)
+
+    assert attempt.outcome == AttemptOutcome.TIMED_OUT
+    messages = list(attempt.log_lines.order_by("id").values_list("message", flat=True))
+    assert messages[:cap] == [f"line {i}" for i in range(cap)]
+    assert messages[cap:] == [f"500 more log lines dropped (the cap is {cap} per attempt)"]
+
+
+def test_a_line_past_the_cap_is_counted_without_being_formatted():
+    # Found by an adversarial review: emit formatted every line (a traceback for
+    # log.exception) before looking at the cap, so a handler logging errors in a loop
+    # past it paid ~150 µs a line.
+    from runs.executor import CaptureHandler
+
+    class Unformattable(logging.LogRecord):
+        def getMessage(self):
+            raise AssertionError("formatted a line past the cap")
+
+    capture = CaptureHandler(max_lines=1)
+    capture.reset(1)
+    capture.emit(logging.LogRecord("t", logging.INFO, __file__, 1, "kept", None, None))
+    capture.emit(Unformattable("t", logging.ERROR, __file__, 1, "dropped", None, None))
+
+    assert [line[3] for line in capture.finish()] == [
+        "kept", "1 more log lines dropped (the cap is 1 per attempt)"]

@@ -20,6 +20,7 @@ Times are aware UTC datetimes; durations are seconds unless a name ends in ``_ms
 """
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from contextlib import nullcontext
 
@@ -144,6 +145,7 @@ class Broker(ABC):
         backlogged queue gets its weight's share; slots a queue cannot fill go to the
         others."""
         ttl_s = ttl_s or conf.get("LEASE_TTL_S")
+        claimed_at = time.monotonic()
         with self._lease_transaction():
             if weights and len(queues) > 1:
                 claimed = self._claim_weighted(queues, n, weights)
@@ -156,8 +158,11 @@ class Broker(ABC):
             except Exception:
                 # The claims would hold the runs until they lapsed (LEASE_TTL_S, a
                 # minute): let them lapse now, so the next reap gives the runs back as
-                # soon as the database answers (best effort; pending ones only).
-                self._after_commit(self._lapse, claimed)
+                # soon as the database answers (best effort; pending ones only). Only
+                # well within their TTL: a claim that lapsed meanwhile may have been
+                # reaped and made again by another worker, whose claim this would end.
+                if time.monotonic() - claimed_at < min(ttl_s, conf.get("LEASE_TTL_S")) / 2:
+                    self._after_commit(self._lapse, claimed)
                 raise
         started = {lease.run_id: lease for lease in leases}
         refused = [slot for slot in claimed if slot[0] not in started]
