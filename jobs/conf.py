@@ -49,6 +49,9 @@ DEFAULTS: dict[str, Tunable] = {
     "SCHEDULE_BATCH": Tunable(1000, int, "cron jobs claimed per scheduler transaction"),
     "PROMOTE_BATCH": Tunable(1000, int, "runs moved delayed -> ready per promote call"),
     "REAP_BATCH": Tunable(500, int, "expired leases handled per reap call"),
+    "HISTORY_RETENTION_S": Tunable(
+        7 * 86_400.0, float, "seconds a succeeded or cancelled run is kept after it finished, "
+        "with its attempts and logs (dead runs stay until requeued or discarded); 0: for ever"),
     "DISPATCH_INTERVAL_S": Tunable(0.1, float, "seconds between dispatcher rounds when idle"),
     "RECONCILE_INTERVAL_S": Tunable(10.0, float, "seconds between DB -> broker reconciles"),
     "WORKER_POLL_S": Tunable(0.05, float, "seconds a worker with free slots waits when idle"),

@@ -19,6 +19,7 @@ import uuid
 
 from jobs import conf
 from jobs.partitions import PartitionLeases
+from runs import retention
 from runs.brokers import get_broker
 from runs.daemon import Daemon
 from runs.limits import owner_limits
@@ -29,13 +30,18 @@ from runs.models import ShardLease
 # idle dispatcher's CPU (5% of a core, then 2.5%), taken from the workers on a small
 # machine. A reap that found work goes on every round until it finds none.
 REAP_INTERVAL_S = 1.0
+# Pruning the history (runs/retention.py): a batch a minute, and every round while the
+# batches come back full, so a backlog goes at up to PRUNE_BATCH runs a round.
+PRUNE_INTERVAL_S = 60.0
+PRUNE_BATCH = 1000
 
 
 class Dispatcher(Daemon):
     """One round: renew shard leases when due; for the held shards, reconcile if the
     broker lost their state (or RECONCILE_INTERVAL_S passed), promote due runs, unpark
     runs whose owner has room, reap expired leases (at most every REAP_INTERVAL_S unless
-    the last reap found some)."""
+    the last reap found some), prune the history past HISTORY_RETENTION_S (a batch every
+    PRUNE_INTERVAL_S, every round while there is a backlog)."""
 
     name = "dispatcher"
 
@@ -55,6 +61,8 @@ class Dispatcher(Daemon):
         self.last_reconcile = float("-inf")
         self.last_reap = float("-inf")
         self.reaped = 0
+        self.last_prune = float("-inf")
+        self.prune_backlog = False
 
     @property
     def shards(self) -> list[int]:
@@ -88,7 +96,25 @@ class Dispatcher(Daemon):
             self.last_reap = time.monotonic()
         if reaped:
             self.log.info("dispatcher: %d expired leases retried or dead-lettered", reaped)
-        return bool(promoted or reaped or reconciled or unparked)
+        pruned = self.prune_if_due(scope)
+        return bool(promoted or reaped or reconciled or unparked or pruned)
+
+    def prune_if_due(self, scope: list[int] | None) -> int:
+        """Delete a batch of the history past HISTORY_RETENTION_S in this dispatcher's
+        shards (``scope``; None: all) when due; returns the runs deleted."""
+        retention_s = conf.get("HISTORY_RETENTION_S")
+        if retention_s <= 0 or not (
+                self.prune_backlog or time.monotonic() - self.last_prune >= PRUNE_INTERVAL_S):
+            return 0
+        pruned = retention.prune(retention.cutoff(retention_s, self.using), PRUNE_BATCH,
+                                 self.using, scope)
+        self.last_prune = time.monotonic()
+        self.prune_backlog = pruned.runs >= PRUNE_BATCH
+        if pruned.runs:
+            self.log.info("dispatcher: pruned %d runs finished over %s s ago (%d attempts, "
+                          "%d log lines, %d one-off jobs)", pruned.runs, f"{retention_s:g}",
+                          pruned.attempts, pruned.log_lines, pruned.jobs)
+        return pruned.runs
 
     def shutdown(self) -> None:
         self.leases.release_all()

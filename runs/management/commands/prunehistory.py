@@ -1,0 +1,43 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from jobs import conf
+from runs import retention
+
+
+class Command(BaseCommand):
+    help = ("Delete runs that succeeded or were cancelled more than --older-than seconds "
+            "ago (default HISTORY_RETENTION_S), with their attempts and log lines, and the "
+            "one-off jobs left with no run (runs/retention.py). The dispatcher does this "
+            "on its own; this is for doing it at once, or with another age.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
+                            help="age past which finished runs go (default: "
+                                 "HISTORY_RETENTION_S)")
+        parser.add_argument("--batch", type=int, default=5000,
+                            help="runs deleted per transaction (default 5000)")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="count the runs that would go; delete nothing")
+
+    def handle(self, *args, older_than, batch, dry_run, **options):
+        age = conf.get("HISTORY_RETENTION_S") if older_than is None else older_than
+        if age <= 0:
+            raise CommandError("nothing to prune: the retention is 0 (keep for ever); "
+                               "pass --older-than SECONDS")
+        if batch < 1:
+            raise CommandError("--batch must be at least 1")
+        before = retention.cutoff(age)
+        if dry_run:
+            count = retention.prunable(before).count()
+            self.stdout.write(f"{count} runs finished before {before:%Y-%m-%d %H:%M:%S} UTC "
+                              f"would be deleted (dry run)")
+            return
+        total = retention.Pruned()
+        while True:
+            pruned = retention.prune(before, batch)
+            total.add(pruned)
+            if pruned.runs < batch:
+                break
+        self.stdout.write(f"Deleted {total.runs} runs finished before "
+                          f"{before:%Y-%m-%d %H:%M:%S} UTC, {total.attempts} attempts, "
+                          f"{total.log_lines} log lines and {total.jobs} one-off jobs.")
