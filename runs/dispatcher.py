@@ -31,8 +31,8 @@ from runs.models import ShardLease
 # machine. A reap that found work goes on every round until it finds none.
 REAP_INTERVAL_S = 1.0
 # Pruning the history (runs/retention.py): a batch a minute, and every round while the
-# batches come back full. A batch of 1,000 took 0.3 s, holding up the round's promotion;
-# 200 take 0.1 s and still drain a backlog at ~2,000 runs/s (bench/prune.py).
+# batches come back full. A batch of 200 takes 25-30 ms (bench/prune.py), so a round
+# stays short (a batch of 1,000 by Django's delete() took 0.3 s and held up promotion).
 PRUNE_INTERVAL_S = 60.0
 PRUNE_BATCH = 200
 
@@ -64,6 +64,7 @@ class Dispatcher(Daemon):
         self.reaped = 0
         self.last_prune = float("-inf")
         self.prune_backlog = False
+        conf.get("HISTORY_RETENTION_S")  # a value that is not a number fails at start
 
     @property
     def shards(self) -> list[int]:
@@ -104,12 +105,13 @@ class Dispatcher(Daemon):
         """Delete a batch of the history past HISTORY_RETENTION_S in this dispatcher's
         shards (``scope``; None: all) when due; returns the runs deleted."""
         retention_s = conf.get("HISTORY_RETENTION_S")
-        if retention_s <= 0 or not (
-                self.prune_backlog or time.monotonic() - self.last_prune >= PRUNE_INTERVAL_S):
+        if not (self.prune_backlog or time.monotonic() - self.last_prune >= PRUNE_INTERVAL_S):
             return 0
-        pruned = retention.prune(retention.cutoff(retention_s, self.using), PRUNE_BATCH,
-                                 self.using, scope)
         self.last_prune = time.monotonic()
+        before = retention.cutoff(retention_s, self.using)
+        if before is None:  # keep everything
+            return 0
+        pruned = retention.prune(before, PRUNE_BATCH, self.using, scope)
         self.prune_backlog = pruned.runs >= PRUNE_BATCH
         if pruned.runs:
             self.log.info("dispatcher: pruned %d runs finished over %s s ago (%d attempts, "

@@ -16,8 +16,7 @@ prunehistory`` does it on demand.
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db import connections, transaction
 
 from jobs.models import Job
 from runs.clock import db_now, seconds
@@ -43,9 +42,17 @@ class Pruned:
         self.jobs += other.jobs
 
 
-def cutoff(retention_s: float, using: str = "default") -> datetime:
+# Retentions longer than this (about 31 years) keep everything: the cutoff would fall
+# before any date the database holds (and inf, NaN or 1e12 s cannot be subtracted).
+RETENTION_MAX_S = 1e9
+
+
+def cutoff(retention_s: float, using: str = "default") -> datetime | None:
     """The instant (UTC, database clock) before which finished runs go, for a retention
-    of ``retention_s`` seconds (> 0)."""
+    of ``retention_s`` seconds; None when nothing is to go (0 or less, not a number, or
+    over RETENTION_MAX_S)."""
+    if not 0 < retention_s <= RETENTION_MAX_S:  # False for NaN too
+        return None
     return db_now(using) - seconds(retention_s)
 
 
@@ -61,25 +68,46 @@ def prune(before: datetime, limit: int, using: str = "default",
     """Delete at most ``limit`` runs finished (succeeded or cancelled) before ``before``
     (aware datetime), with their attempts and log lines, then the one-off jobs of those
     runs left with no run, in one transaction. Returns the counts deleted; fewer than
-    ``limit`` runs means none are left to prune."""
+    ``limit`` runs means none are left to prune.
+
+    Locks, in the order trigger and requeue take them (job, then run): the runs' one-off
+    jobs first, by id, so a run a trigger adds to one meanwhile is either committed
+    before the job is checked (and the job stays) or waits and finds it gone, and two
+    prunes of one job's runs see each other's deletes (the second deletes the job); then
+    the runs, skipping any locked (being requeued: the next batch sees them again).
+    Deletes are plain statements by key, children first, so nothing is loaded or
+    cascaded."""
     with transaction.atomic(using=using):
-        # Locked (skipped if locked): a run being requeued or retried is not pruned under
-        # it, and two dispatchers in a shard handover prune different runs.
-        rows = list(prunable(before, using, shards).order_by()
-                    .select_for_update(skip_locked=True)
-                    .values_list("pk", "job_id")[:limit])
-        if not rows:
+        candidates = list(prunable(before, using, shards).order_by()
+                          .values_list("pk", "job_id")[:limit])
+        if not candidates:
             return Pruned()
-        run_ids = [pk for pk, _ in rows]
-        # Children first, so the deletes of their parents find nothing left to cascade to.
-        attempts = Attempt.objects.using(using).filter(run_id__in=run_ids)
-        log_lines, _ = LogLine.objects.using(using).filter(
-            attempt_id__in=attempts.values("pk")).delete()
-        attempt_count, _ = attempts.delete()
-        _, deleted = Run.objects.using(using).filter(pk__in=run_ids).delete()
-        has_runs = Exists(Run.objects.using(using).filter(job_id=OuterRef("pk")))
-        _, jobs = (Job.objects.using(using)
-                   .filter(pk__in={job_id for _, job_id in rows}, schedule__isnull=True)
-                   .exclude(has_runs).delete())
-        return Pruned(runs=deleted.get(Run._meta.label, 0), attempts=attempt_count,
-                      log_lines=log_lines, jobs=jobs.get(Job._meta.label, 0))
+        one_off = list(Job.objects.using(using)
+                       .filter(pk__in={job for _, job in candidates}, schedule__isnull=True)
+                       .order_by("pk").select_for_update().values_list("pk", flat=True))
+        run_ids = list(prunable(before, using).filter(pk__in=[pk for pk, _ in candidates])
+                       .select_for_update(skip_locked=True).values_list("pk", flat=True))
+        if not run_ids:
+            return Pruned()
+        with connections[using].cursor() as cursor:
+            pruned = Pruned(
+                log_lines=_delete(cursor, LogLine, "attempt_id IN (SELECT id FROM {attempt} "
+                                  "WHERE run_id IN ({ids}))", run_ids),
+                attempts=_delete(cursor, Attempt, "run_id IN ({ids})", run_ids),
+                runs=_delete(cursor, Run, "id IN ({ids})", run_ids))
+            if one_off:
+                pruned.jobs = _delete(
+                    cursor, Job, "id IN ({ids}) AND schedule_id IS NULL AND NOT EXISTS "
+                    "(SELECT 1 FROM {run} WHERE {run}.job_id = {table}.id)", one_off)
+        return pruned
+
+
+def _delete(cursor, model, where: str, ids: list[int]) -> int:
+    """``DELETE FROM model WHERE where`` with ``{ids}`` the placeholders of ``ids``
+    (``{table}``, ``{run}``, ``{attempt}``: table names); returns the rows deleted."""
+    table = model._meta.db_table
+    sql = f"DELETE FROM {table} WHERE " + where.format(
+        ids=", ".join(["%s"] * len(ids)), table=table, run=Run._meta.db_table,
+        attempt=Attempt._meta.db_table)
+    cursor.execute(sql, ids)
+    return cursor.rowcount

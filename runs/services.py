@@ -56,8 +56,10 @@ def cancel(run_ids, using: str = "default") -> int:
 
 def discard(run_ids, using: str = "default") -> int:
     """Take dead runs out of the dead letter without running them again (they become
-    ``cancelled``; their attempts and logs are kept). Returns how many were discarded."""
+    ``cancelled``; their attempts and logs are kept, and ``finished_at`` becomes now, so
+    the history retention counts from the discard, docs/retention.md). Returns how many
+    were discarded."""
     with transaction.atomic(using=using):
         return Run.objects.using(using).filter(pk__in=list(run_ids), state=RunState.DEAD).update(
-            state=RunState.CANCELLED
+            state=RunState.CANCELLED, finished_at=db_now(using)
         )

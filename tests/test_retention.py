@@ -2,14 +2,19 @@
 HISTORY_RETENTION_S go with their attempts and log lines, and the one-off jobs left with
 no run; the dead letter, unfinished runs and cron jobs stay. On PostgreSQL and SQLite."""
 
+import threading
+import time
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection, connections
 
+from jobs import services as job_services
 from jobs.models import Job, Schedule
 from runs import retention
+from runs import services as run_services
 from runs.clock import db_now
 from runs.dispatcher import Dispatcher
 from runs.models import Attempt, LogLine, Run
@@ -122,3 +127,124 @@ def test_prunehistory_counts_on_a_dry_run_and_deletes_otherwise():
     assert "Deleted 5 runs" in out.getvalue()
     assert "5 attempts, 10 log lines and 2 one-off jobs" in out.getvalue()
     assert Run.objects.count() == 3
+
+
+# --- found by an adversarial review ----------------------------------------------------
+
+
+def in_thread(fn) -> tuple[threading.Thread, dict]:
+    """Start ``fn`` in a thread on its own database session; its result or error lands
+    in the returned dict."""
+    box = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            box["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, box
+
+
+def test_a_trigger_racing_the_prune_of_its_job_fails_or_keeps_its_run():
+    # The job's delete used to read "jobs with no run" and then cascade in separate
+    # statements: a trigger committing in between lost its run (after a 201), or failed
+    # the batch on the foreign key. Now the prune locks the job first.
+    [run] = make_runs("default", 1)
+    finished("default", run, "succeeded", 8)
+    started = {}
+
+    def wrapper(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not started and 'FROM "jobs_job"' in sql and "FOR UPDATE" in sql:
+            started["trigger"] = in_thread(lambda: job_services.trigger(run.job_id))
+            time.sleep(0.3)  # the trigger now waits on the job's lock
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        pruned = retention.prune(retention.cutoff(7 * DAY), 100)
+    thread, box = started["trigger"]
+    thread.join(30)
+
+    assert pruned.runs == 1
+    if "error" in box:  # the job was pruned first: the trigger finds it gone
+        assert isinstance(box["error"], Job.DoesNotExist), box["error"]
+        assert not Job.objects.filter(pk=run.job_id).exists()
+    else:
+        assert Run.objects.filter(pk=box["value"].pk).exists()
+
+
+def test_two_prunes_of_one_jobs_runs_at_once_leave_no_job_without_runs():
+    # Two dispatchers in a shard handover each deleted one run of a one-off job, each
+    # saw the other's run still there, and both kept the job: a job with no run, which
+    # no later prune would look at again.
+    runs = make_runs("default", 4)
+    for r in runs:
+        finished("default", r, "succeeded", 8)
+    before = retention.cutoff(7 * DAY)
+
+    def slow_deletes(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith('DELETE FROM "runs_run"'):
+            time.sleep(0.1)  # both prunes in flight at once
+        return result
+
+    def prune_all():
+        with connection.execute_wrapper(slow_deletes):
+            while retention.prune(before, 1).runs:
+                pass
+
+    pruners = [in_thread(prune_all) for _ in range(2)]
+    for thread, box in pruners:
+        thread.join(30)
+        assert "error" not in box, box
+
+    assert not Run.objects.filter(job_id=runs[0].job_id).exists()
+    assert not Job.objects.filter(pk=runs[0].job_id).exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "1e12", "nan"])
+def test_a_retention_too_long_to_reckon_keeps_everything_and_the_dispatcher_serving(
+        settings, value):
+    # cutoff() subtracted it from now: OverflowError or ValueError killed the dispatcher.
+    flush_redis()
+    history("default")
+    settings.SCHEDULER = {"HISTORY_RETENTION_S": value}
+
+    Dispatcher("default").serve(max_rounds=2)
+
+    assert Run.objects.count() == 8
+    flush_redis()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-5"])
+def test_prunehistory_refuses_an_age_that_is_not_a_positive_number(value):
+    with pytest.raises(CommandError, match="--older-than must be a positive number"):
+        call_command("prunehistory", f"--older-than={value}", stdout=StringIO())
+
+
+def test_prunehistory_with_an_age_older_than_anything_prunes_nothing():
+    history("default")
+    out = StringIO()
+
+    call_command("prunehistory", "--older-than", "1e12", stdout=out)
+
+    assert "nothing to prune" in out.getvalue()
+    assert Run.objects.count() == 8
+
+
+def test_a_discarded_dead_run_is_kept_for_the_retention_from_its_discard():
+    # discard() kept the run's finished_at (when it died): one dead for over the
+    # retention lost its attempts and logs at the first prune after its discard.
+    [run] = make_runs("default", 1)
+    finished("default", run, "dead", 8)
+
+    assert run_services.discard([run.pk]) == 1
+    retention.prune(retention.cutoff(7 * DAY), 100)
+
+    assert Run.objects.get(pk=run.pk).state == "cancelled"
+    assert Attempt.objects.filter(run_id=run.pk).exists()

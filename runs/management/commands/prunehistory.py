@@ -20,13 +20,22 @@ class Command(BaseCommand):
                             help="count the runs that would go; delete nothing")
 
     def handle(self, *args, older_than, batch, dry_run, **options):
-        age = conf.get("HISTORY_RETENTION_S") if older_than is None else older_than
-        if age <= 0:
-            raise CommandError("nothing to prune: the retention is 0 (keep for ever); "
-                               "pass --older-than SECONDS")
         if batch < 1:
             raise CommandError("--batch must be at least 1")
+        if older_than is None:
+            age = conf.get("HISTORY_RETENTION_S")
+            if not age > 0:
+                raise CommandError("nothing to prune: the retention is 0 (keep for ever); "
+                                   "pass --older-than SECONDS")
+        else:
+            age = older_than
+            if not 0 < age < float("inf"):
+                raise CommandError(f"--older-than must be a positive number of seconds, "
+                                   f"not {older_than}")
         before = retention.cutoff(age)
+        if before is None:
+            self.stdout.write(f"Nothing is older than {age:g} s: nothing to prune.")
+            return
         if dry_run:
             count = retention.prunable(before).count()
             self.stdout.write(f"{count} runs finished before {before:%Y-%m-%d %H:%M:%S} UTC "
