@@ -248,3 +248,9 @@ def test_a_discarded_dead_run_is_kept_for_the_retention_from_its_discard():
 
     assert Run.objects.get(pk=run.pk).state == "cancelled"
     assert Attempt.objects.filter(run_id=run.pk).exists()
+
+
+@pytest.mark.parametrize("batch", ["0", "10001"])
+def test_prunehistory_refuses_a_batch_out_of_range(batch):
+    with pytest.raises(CommandError, match="--batch must be between 1 and 10000"):
+        call_command("prunehistory", "--older-than", "60", "--batch", batch)

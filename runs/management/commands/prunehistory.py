@@ -15,13 +15,13 @@ class Command(BaseCommand):
                             help="age past which finished runs go (default: "
                                  "HISTORY_RETENTION_S)")
         parser.add_argument("--batch", type=int, default=5000,
-                            help="runs deleted per transaction (default 5000)")
+                            help="runs deleted per transaction, 1 to 10000 (default 5000)")
         parser.add_argument("--dry-run", action="store_true",
                             help="count the runs that would go; delete nothing")
 
     def handle(self, *args, older_than, batch, dry_run, **options):
-        if batch < 1:
-            raise CommandError("--batch must be at least 1")
+        if not 1 <= batch <= 10_000:  # a batch's ids are bound one by one (SQLite: 32,766)
+            raise CommandError("--batch must be between 1 and 10000")
         if older_than is None:
             age = conf.get("HISTORY_RETENTION_S")
             if not age > 0:
