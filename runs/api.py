@@ -119,6 +119,11 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def retry(self, request, pk=None):
         run = self.get_object()
         if not services.requeue([run.pk]):
+            # Read again: the run may have changed, or been pruned, since get_object.
+            run = Run.objects.select_related("job").filter(pk=run.pk).first()
+            if run is None:
+                raise NotFound(f"run {pk} no longer exists (its history was pruned, "
+                               "docs/retention.md)")
             if run.state not in services.REQUEUEABLE:
                 raise Conflict(f"run {run.pk} is {run.state}; only dead or cancelled runs "
                                "can be retried")

@@ -213,3 +213,25 @@ def test_a_forged_cursor_is_a_404_not_a_500(api):
     response = api.get(f"/api/runs/?cursor={forged}")
 
     assert response.status_code == 404
+
+
+def test_retry_of_a_run_pruned_meanwhile_answers_404_not_a_conflict(api, alice):
+    # Found by an adversarial review: a run pruned (docs/retention.md) between the
+    # view's read and the requeue got 409 "its job is active; resume the job first".
+    from django.db import connection
+
+    run = finished_run(recurring(alice))
+    pruned = []
+
+    def prune_first(execute, sql, params, many, context):
+        if not pruned and "FOR UPDATE" in sql and 'FROM "runs_run"' in sql:
+            pruned.append(True)
+            Run.objects.filter(pk=run.pk).delete()
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(prune_first):
+        response = api.post(f"/api/runs/{run.pk}/retry/")
+
+    assert pruned
+    assert response.status_code == 404, response.content
+    assert "no longer exists" in response.json()["detail"]
