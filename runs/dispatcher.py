@@ -104,10 +104,10 @@ class Dispatcher(Daemon):
     def prune_if_due(self, scope: list[int] | None) -> int:
         """Delete a batch of the history past HISTORY_RETENTION_S in this dispatcher's
         shards (``scope``; None: all) when due; returns the runs deleted."""
-        retention_s = conf.get("HISTORY_RETENTION_S")
         if not (self.prune_backlog or time.monotonic() - self.last_prune >= PRUNE_INTERVAL_S):
             return 0
         self.last_prune = time.monotonic()
+        retention_s = conf.get("HISTORY_RETENTION_S")
         before = retention.cutoff(retention_s, self.using)
         if before is None:  # keep everything
             return 0

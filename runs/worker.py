@@ -551,11 +551,11 @@ class Worker(Daemon):
         if self.idle and self.wake_at is not None and not self.leasing:
             timeout = min(timeout, self.wake_at - time.monotonic())
         if busy:
-            timeout = min(timeout, min(s.current.deadline for s in busy) - time.monotonic())
-            behind = [s.current.began + STALL_S for s in busy
-                      if len(s.queued) > 1 and s.current.began + STALL_S > time.monotonic()]
-            if behind:
-                timeout = min(timeout, min(behind) - time.monotonic())
+            now = time.monotonic()
+            timeout = min(timeout, min(s.current.deadline for s in busy) - now)
+            stalls = [wait for s in busy
+                      if len(s.queued) > 1 and (wait := s.current.began + STALL_S - now) > 0]
+            timeout = min([timeout, *stalls])
         return max(0.0, timeout)
 
     def take_back_stalled(self) -> None:
@@ -565,12 +565,11 @@ class Worker(Daemon):
         them for other workers cost a release per run and churned (a worker alone
         leased them back at once; BENCHMARKS.md, "fifth look")."""
         now = time.monotonic()
-        for slot in self.slots:
-            if len(slot.queued) > 1 and slot.stalled(now):
-                back = slot.take_back()
-                if back:
-                    self.requeue(back)
-                    self.dispatch()
+        back = [run for slot in self.slots if len(slot.queued) > 1 and slot.stalled(now)
+                for run in slot.take_back()]
+        if back:
+            self.requeue(back)
+            self.dispatch()
 
     def collect(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for a child's message or a lane's answer, and

@@ -42,6 +42,17 @@ def broker(request, transactional_db, django_db_setup):
     flush_redis()
 
 
+@pytest.fixture
+def rb():
+    """The Redis broker on the default database, with Redis emptied before and after. A
+    cached broker forgets the shard list an earlier test made it see."""
+    flush_redis()
+    broker = get_broker("default", name="redis")
+    broker._known_at = float("-inf")
+    yield broker
+    flush_redis()
+
+
 def database_url(alias: str) -> str:
     """A URL for the test database behind ``alias`` (for daemon subprocesses)."""
     params = connections[alias].settings_dict

@@ -12,13 +12,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs.registry import handler
-from runs.brokers import get_broker
 from runs.clock import to_us
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.transitions import run_refs
 from runs.types import Lease
 from runs.worker import STALL_S, InFlight, Leased, Slot, Worker
-from tests.conftest import flush_redis, make_runs
+from tests.conftest import make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,15 +28,6 @@ LONG_S = 3.0
 def long_sleep(ctx, payload):
     """Sleep ``payload["s"]`` seconds."""
     time.sleep(payload["s"])
-
-
-@pytest.fixture
-def rb():
-    flush_redis()
-    broker = get_broker("default", name="redis")
-    broker._known_at = float("-inf")  # cached across tests: re-read the shard list
-    yield broker
-    flush_redis()
 
 
 def push(broker, runs) -> None:

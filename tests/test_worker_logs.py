@@ -10,11 +10,10 @@ import pytest
 
 from jobs import conf
 from jobs.registry import handler
-from runs.brokers import get_broker
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.transitions import run_refs
 from runs.worker import Worker
-from tests.conftest import flush_redis, make_runs
+from tests.conftest import make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,15 +34,6 @@ def log_then_die(ctx, payload):
     ctx.logger.info("loading %s", payload["name"])
     time.sleep(payload["work_s"])
     os._exit(3)
-
-
-@pytest.fixture
-def rb():
-    flush_redis()
-    broker = get_broker("default", name="redis")
-    broker._known_at = float("-inf")  # cached across tests: re-read the shard list
-    yield broker
-    flush_redis()
 
 
 def run_one(broker, handler_name: str, payload: dict, **options) -> Attempt:

@@ -12,14 +12,13 @@ import pytest
 from django.db import connections
 
 from jobs.registry import handler
-from runs.brokers import get_broker
 from runs.executor import result_problem
 from runs.lanes import Lane, Lanes
 from runs.models import Run
 from runs.transitions import run_refs
 from runs.types import Lease, Outcome
 from runs.worker import ACK_BATCH_MAX, Worker
-from tests.conftest import flush_redis, make_runs
+from tests.conftest import make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,15 +29,6 @@ HUGE = 10 ** 5000  # more digits than json.dumps writes (Python's int -> str lim
 def huge_int(ctx, payload):
     """Return an int json.dumps refuses."""
     return HUGE
-
-
-@pytest.fixture
-def rb():
-    flush_redis()
-    broker = get_broker("default", name="redis")
-    broker._known_at = float("-inf")  # cached across tests: re-read the shard list
-    yield broker
-    flush_redis()
 
 
 def test_an_int_result_json_cannot_write_fails_its_run_and_the_worker_carries_on(rb):
