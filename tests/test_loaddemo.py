@@ -211,7 +211,7 @@ def test_listing_a_loaded_demo_shows_each_jobs_next_run_as_things_stand():
 
     rows = {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit()}
     assert rows[str(one_off["noop"].pk)].endswith("none: its run succeeded")
-    assert rows[str(one_off["always_fails"].pk)].endswith("none: its run dead")
+    assert rows[str(one_off["always_fails"].pk)].endswith("none: its run died (dead letter)")
     assert rows[str(one_off["sleep"].pk)].endswith("running now")
     flaky_run_at = Run.objects.get(job=one_off["flaky"]).run_at
     assert rows[str(one_off["flaky"].pk)].endswith(f"{flaky_run_at:%Y-%m-%d %H:%M:%S}")

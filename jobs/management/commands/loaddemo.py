@@ -19,6 +19,8 @@ from jobs.services import InvalidJobs, create_job, create_jobs
 from runs.models import PENDING_STATES, Run, RunState
 
 DEMO_CRONTAB = Path(__file__).resolve().parents[2] / "demo.crontab"
+ENDED = {RunState.SUCCEEDED: "succeeded", RunState.DEAD: "died (dead letter)",
+         RunState.CANCELLED: "was cancelled"}  # how a one-off job's run ended, in words
 ONE_OFF = [  # (handler, payload, name, max_attempts)
     ("noop", {}, "demo: noop (succeeds at once)", None),
     ("sleep", {"seconds": 3}, "demo: sleep 3 s", None),
@@ -156,7 +158,7 @@ class Command(BaseCommand):
                 if state == RunState.RUNNING:
                     upcoming = "running now"
                 elif state is not None and state not in PENDING_STATES:
-                    upcoming = f"none: its run {state}"
+                    upcoming = f"none: its run {ENDED[state]}"
             if job.status != Job.Status.ACTIVE:
                 upcoming = f"none: {job.status}"
             if not isinstance(upcoming, str):
