@@ -21,6 +21,7 @@ from cron_descriptor import (
     get_description,
 )
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.options import ActionLocation
 from django.db.models import DurationField, ExpressionWrapper, F, OuterRef, Q, Subquery
@@ -275,7 +276,9 @@ class JobAdmin(admin.ModelAdmin):
     def misfire_policy(self, job):
         return job.schedule.get_misfire_policy_display() if job.schedule_id else "-"
 
-    @admin.display(description="next run")
+    # Beside the schedule's own timezone column, the header says which zone this is in
+    # (stamp(): the site's TIME_ZONE).
+    @admin.display(description=f"next run ({settings.TIME_ZONE})")
     def next_run(self, job):
         if job.status != Job.Status.ACTIVE:
             return "-"

@@ -87,6 +87,8 @@ def test_job_list_shows_the_schedule_in_words_beside_cron_and_the_last_outcome(a
     assert "At 09:30, Monday through Friday" in page
     assert "<code>30 9 * * 1-5</code>" in page
     assert "Europe/Berlin" in page
+    # The schedule's zone sits beside it: the header says the next run is in the site's.
+    assert "Next run (UTC)" in page
     row = page[page.index("stand-up"):]
     assert 'class="run-state run-state-succeeded">succeeded' in row[:3000]
     assert job.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in row[:3000]

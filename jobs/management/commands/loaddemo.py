@@ -100,12 +100,14 @@ class Command(BaseCommand):
     def instructions(self, token, api: str, jobs) -> None:
         self.stdout.write(f"API token for {token.user.get_username()}: {token.key}")
         self.stdout.write(f'  curl -H "Authorization: Token {token.key}" {api}')
-        for handler, what in (("echo", "a cron job's runs, one a minute"),
-                              ("flaky", "the flaky job retry after 1, 2 and 4 s"),
-                              ("always_fails", "a run land in the dead letter")):
+        # Worded for a demo loaded earlier too: its one-off jobs have long finished, and
+        # their runs' history is what there is to see.
+        for handler, what in (("echo", "A cron job's runs, one a minute"),
+                              ("flaky", "The flaky job's attempts, retried after 1, 2 and 4 s"),
+                              ("always_fails", "A run that ends in the dead letter")):
             job = next((j for j in jobs if j.handler == handler), None)
             if job is not None:
-                self.stdout.write(f"Watch {what}:")
+                self.stdout.write(f"{what}:")
                 self.stdout.write(f'  curl -H "Authorization: Token {token.key}" '
                                   f"{api}{job.pk}/runs/")
 
