@@ -75,15 +75,22 @@ class StrictFieldsMixin:
     cannot be set here; they get a clearer reason."""
 
     read_only_names: tuple[str, ...] = ()
+    # Names the Python API uses for a field the REST API names otherwise (services.
+    # create_jobs takes ``cron``; create_job ``cron_expr`` and ``timezone_name``): the
+    # error names the REST field, for a user coming from one to the other.
+    aliases = {"cron": "schedule", "cron_expr": "schedule", "timezone_name": "timezone"}
 
     def to_internal_value(self, data):
         extra = {}
         if isinstance(data, dict):
             for name in data:
                 if name not in self.fields:
+                    alias = self.aliases.get(name)
                     extra[name] = [
                         "cannot be changed; create a new job instead"
-                        if name in self.read_only_names else "unknown field"
+                        if name in self.read_only_names
+                        else f"unknown field (did you mean '{alias}'?)"
+                        if alias in self.fields else "unknown field"
                     ]
         try:
             value = super().to_internal_value(data)

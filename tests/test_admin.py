@@ -89,6 +89,8 @@ def test_job_list_shows_the_schedule_in_words_beside_cron_and_the_last_outcome(a
     assert "Europe/Berlin" in page
     # The schedule's zone sits beside it: the header says the next run is in the site's.
     assert "Next run (UTC)" in page
+    assert "Times in UTC" in page  # on every admin page, beside the user links
+    assert "View site" not in page  # the site has no page but the admin
     row = page[page.index("stand-up"):]
     assert 'class="run-state run-state-succeeded">succeeded' in row[:3000]
     assert job.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in row[:3000]

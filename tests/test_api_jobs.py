@@ -224,3 +224,10 @@ def test_the_api_root_lists_every_entry_point(api):
     assert set(links) == {"jobs", "runs", "dead-letter", "queues", "limits", "schema", "docs"}
     for name, url in links.items():
         assert api.get(url).status_code == 200, name
+
+
+def test_the_site_root_leads_to_the_admin(client):
+    response = client.get("/")
+
+    assert response.status_code == 302
+    assert response["Location"] == "/admin/"

@@ -73,7 +73,8 @@ BAD = [
     ({**CRON, "name": "lone \ud800"}, "name", "Unicode"),
     # unknown fields
     ({**CRON, "colour": "red"}, "colour", "unknown field"),
-    ({**CRON, "cron": "@daily"}, "cron", "unknown field"),
+    ({**CRON, "cron": "@daily"}, "cron", "unknown field (did you mean 'schedule'?)"),
+    ({**CRON, "timezone_name": "UTC"}, "timezone_name", "did you mean 'timezone'?"),
     ({**CRON, "max_attempts": 3}, "max_attempts", "unknown field"),
 ]
 

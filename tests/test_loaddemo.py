@@ -89,6 +89,9 @@ def test_loaddemo_twice_lists_the_loaded_demo_and_again_loads_a_copy():
     # Its one-off jobs may have finished long ago: the hints point at their history,
     # not at something to watch happen.
     assert "Watch" not in second
+    assert "`python manage.py loaddemo --again` loads another copy" in second
+    flaky = Job.objects.get(handler="flaky")
+    assert f"once at {flaky.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} (UTC)" in second
     assert "The flaky job's attempts, retried after 1, 2 and 4 s:" in second
     assert Job.objects.count() == count
 

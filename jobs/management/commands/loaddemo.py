@@ -7,6 +7,7 @@ demo is already loaded it only lists it again (``--again`` loads a second copy).
 Bad crontab lines (and @reboot) are reported on stderr and skipped, never fatal.
 """
 
+from datetime import UTC
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -69,7 +70,7 @@ class Command(BaseCommand):
                             .order_by("pk"))
                 self.table(demo)
                 self.stdout.write(f"The demo is already loaded ({len(demo)} jobs); "
-                                  "--again loads another copy.")
+                                  "`python manage.py loaddemo --again` loads another copy.")
                 self.instructions(token, api, demo)
                 return
         paths = [Path(p) for p in crontabs] or [DEMO_CRONTAB]
@@ -155,7 +156,7 @@ class Command(BaseCommand):
                 when = f"{job.schedule.cron} ({job.schedule.timezone})"
                 upcoming = job.next_run_at
             else:
-                when = f"once at {job.run_at:%Y-%m-%d %H:%M:%S}"
+                when = f"once at {job.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} (UTC)"
                 state, upcoming = latest.get(job.pk, (None, job.run_at))
                 if state == RunState.RUNNING:
                     upcoming = "running now"
