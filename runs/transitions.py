@@ -181,15 +181,16 @@ def _int_array(values: list[int]) -> str:
 
 def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:
     """Push the expiry of every lease still held to now + ``ttl_s``; return those leases
-    (with their new expiry). A lease missing from the result was lost (fencing)."""
+    (with their new expiry). A lease missing from the result was lost (fencing). Two
+    statements whatever the number of leases (_held)."""
     if not leases:
         return []
-    now = db_now(using)
-    expires = now + seconds(ttl_s)
-    match = _lease_match(leases)
-    runs = Run.objects.using(using).filter(match, state=RunState.RUNNING)
-    runs.update(lease_expires_at=expires)
-    held = set(runs.values_list("id", "attempt"))
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        expires = now + seconds(ttl_s)
+        held = _held(leases, using)
+        Run.objects.using(using).filter(pk__in=[key[0] for key in held]).update(
+            lease_expires_at=expires)
     return [
         Lease(le.run_id, le.attempt, le.queue, le.shard, expires)
         for le in leases
@@ -402,26 +403,38 @@ def release(leases: list[Lease], using: str) -> list[int]:
 
     Each run goes back to ``queued`` with run_at = now; its ``max_attempts`` grows by one
     so the released attempt does not use up a retry. Returns the ids released.
+    A fixed number of statements whatever the number of leases (a worker stopping
+    releases up to its whole lease-ahead, 514 runs: two UPDATEs per run took 1.4 s): the
+    runs held under the lease's attempt are locked first, so the fence holds for the
+    UPDATEs by id.
     """
     if not leases:
         return []
     with transaction.atomic(using=using):
         now = db_now(using)
-        released = []
-        for lease in leases:
-            changed = Run.objects.using(using).filter(
-                pk=lease.run_id, attempt=lease.attempt, state=RunState.RUNNING
-            ).update(
-                state=RunState.QUEUED, run_at=now, lease_expires_at=None,
-                max_attempts=F("max_attempts") + 1,
-            )
-            if changed:
-                released.append(lease.run_id)
-                Attempt.objects.using(using).filter(
-                    run_id=lease.run_id, number=lease.attempt
-                ).update(finished_at=now, outcome=AttemptOutcome.RELEASED)
+        held = _held(leases, using)
+        ids = [key[0] for key in held]
+        Run.objects.using(using).filter(pk__in=ids).update(
+            state=RunState.QUEUED, run_at=now, lease_expires_at=None,
+            max_attempts=F("max_attempts") + 1,
+        )
+        # A released run keeps its attempt number: the attempt to close is the run's own.
+        Attempt.objects.using(using).filter(run_id__in=ids, number=F("run__attempt")).update(
+            finished_at=now, outcome=AttemptOutcome.RELEASED)
+        released = list(dict.fromkeys(lease.run_id for lease in leases
+                                      if (lease.run_id, lease.attempt) in held))
         gone = _cancel_for_cancelled_jobs(released, now, using)
     return [i for i in released if i not in gone]
+
+
+def _held(leases: list[Lease], using: str) -> set[tuple[int, int]]:
+    """(run id, attempt) of the ``leases`` whose run is still running under that attempt,
+    locked FOR UPDATE (call inside a transaction): one query, not one OR per lease."""
+    wanted = {(lease.run_id, lease.attempt) for lease in leases}
+    rows = (Run.objects.using(using)
+            .filter(pk__in=[key[0] for key in wanted], state=RunState.RUNNING)
+            .select_for_update().values_list("id", "attempt"))
+    return {row for row in rows if row in wanted}
 
 
 def expire_leases(limit: int, using: str, shards: list[int] | None = None) -> list[int]:

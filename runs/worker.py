@@ -53,12 +53,7 @@ FORK = multiprocessing.get_context("fork")
 # runs in flight = rate x latency; a lease of 150 runs takes 20-30 ms on a loaded 2-core
 # machine), never more than PREFETCH_WINDOW_S of average run time per child, so a worker
 # holds at most that much work another worker could have started.
-# Each lease statement has a fixed cost (planning, the Redis script, a round trip): 512 per
-# child and leases of at least a third of that (LEASE_MIN_SHARE) made 125 leases of 160
-# runs on a 20,000-run drain into 50 of 400, for about 5% more runs per CPU second;
-# 1,024 and a half left the children waiting on the bigger leases (BENCHMARKS.md, "sixth
-# look").
-PREFETCH_PER_SLOT = 512  # most runs leased ahead per child process
+PREFETCH_PER_SLOT = 256  # most runs leased ahead per child process
 PREFETCH_WINDOW_S = 0.05  # ... and at most this much average run time per child
 PREFETCH_MAX_RUN_S = 0.02  # lease ahead only while runs take less than this on average
 PIPELINE_DEPTH = 128  # most runs handed to one child at once while runs are short (Slot)
@@ -79,6 +74,12 @@ POISON = (DataError, ValueError, TypeError)
 # a call: 1/LEASE_MIN_SHARE of the lease-ahead. Measured (BENCHMARKS.md, "W2"): with one
 # lease at a time the children sat idle waiting for it 70% of a drain of short runs.
 LEASES_IN_FLIGHT = 2
+# Each lease statement has a fixed cost (planning, the Redis script, a round trip): a
+# lease once a third of the room is free, not an eighth, made a 20,000-run drain's 125
+# leases of 160 runs into about 90 of 220, for 3-4% more runs per CPU second. Doubling
+# PREFETCH_PER_SLOT gained about 1% more but doubled what a worker holds: the short runs
+# stranded while its children are all in long runs, the wait of a high-priority run, and
+# what a stopping worker releases (BENCHMARKS.md, "sixth look").
 LEASE_MIN_SHARE = 3
 # A run that has been executing this long has gone long (runs are handed several at once
 # only while they average under PREFETCH_MAX_RUN_S): the runs waiting behind it in its

@@ -181,6 +181,34 @@ def test_release_hands_a_run_back_at_once_without_spending_an_attempt(broker):
     assert Attempt.objects.using(broker.using).get(run=r, number=1).outcome == "released"
 
 
+def test_release_and_heartbeat_of_many_leases_cost_a_few_statements_and_stay_fenced(broker):
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    runs = make_runs(broker.using, 60)
+    push(broker, runs)
+    broker.promote()
+    leases = broker.lease(["default"], 60, "leaving-worker")
+    assert len(leases) == 60
+    # One lease went stale: its run was reaped and leased again by another worker.
+    stale = leases[0]
+    Run.objects.using(broker.using).filter(pk=stale.run_id).update(attempt=stale.attempt + 1)
+
+    with CaptureQueriesContext(connections[broker.using]) as beat:
+        held = broker.heartbeat(leases)
+    with CaptureQueriesContext(connections[broker.using]) as gone:
+        released = broker.release(leases)
+
+    assert [le.run_id for le in held] == [le.run_id for le in leases[1:]]
+    assert sorted(released) == sorted(le.run_id for le in leases[1:])
+    assert len(beat.captured_queries) <= 8 and len(gone.captured_queries) <= 16  # not per run
+    assert run(broker, stale.run_id).state == RunState.RUNNING  # not the stale lease's
+    back = Run.objects.using(broker.using).filter(pk__in=released)
+    assert {r.state for r in back} == {RunState.QUEUED}
+    assert Attempt.objects.using(broker.using).filter(
+        run_id__in=released, outcome=AttemptOutcome.RELEASED).count() == 59
+
+
 def test_runs_of_a_paused_job_are_held_until_resume(broker):
     runs = make_runs(broker.using, 3)
     job_id = runs[0].job_id
