@@ -80,18 +80,20 @@ class StrictFieldsMixin:
     # error names the REST field, for a user coming from one to the other.
     aliases = {"cron": "schedule", "cron_expr": "schedule", "timezone_name": "timezone"}
 
+    def unknown_reason(self, name: str) -> str:
+        """Why field ``name``, which this serializer does not declare, is refused."""
+        if name in self.read_only_names:
+            return "cannot be changed; create a new job instead"
+        alias = self.aliases.get(name)
+        if alias in self.fields:
+            return f"unknown field (did you mean '{alias}'?)"
+        return "unknown field"
+
     def to_internal_value(self, data):
         extra = {}
         if isinstance(data, dict):
-            for name in data:
-                if name not in self.fields:
-                    alias = self.aliases.get(name)
-                    extra[name] = [
-                        "cannot be changed; create a new job instead"
-                        if name in self.read_only_names
-                        else f"unknown field (did you mean '{alias}'?)"
-                        if alias in self.fields else "unknown field"
-                    ]
+            extra = {name: [self.unknown_reason(name)] for name in data
+                     if name not in self.fields}
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:

@@ -355,19 +355,8 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
     accepted: list[bool] = []
     with transaction.atomic(using=using):
         now = db_now(using)
-        runs = Run.objects.using(using)
         attempts = Attempt.objects.using(using)
-        # id IN (...) and the attempt compared here: an OR of (id AND attempt) pairs costs
-        # more to build and plan than the rows it reads. A row of a newer attempt is locked
-        # too but left alone.
-        wanted = {(o.lease.run_id, o.lease.attempt) for o in outcomes}
-        live = {
-            (r[0], r[1]): r[2]
-            for r in runs.filter(pk__in=[key[0] for key in wanted], state=RunState.RUNNING)
-            .select_for_update()
-            .values_list("id", "attempt", "max_attempts")
-            if (r[0], r[1]) in wanted
-        }
+        live = _held([o.lease for o in outcomes], using, "max_attempts")
         failed: dict[str, list] = {}
         errors: dict[int, str] = {}
         retried: list[int] = []
@@ -381,7 +370,7 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
             if o.outcome == AttemptOutcome.SUCCEEDED:
                 succeeded.append((key[0], key[1], o.result))
             else:
-                failed.setdefault(o.outcome, []).append((key[0], key[1], live[key]))
+                failed.setdefault(o.outcome, []).append((key[0], key[1], live[key][0]))
                 errors[key[0]] = o.error
         _succeed(succeeded, now, using)
         for outcome, rows in failed.items():
@@ -405,8 +394,8 @@ def release(leases: list[Lease], using: str) -> list[int]:
     so the released attempt does not use up a retry. Returns the ids released.
     A fixed number of statements whatever the number of leases (a worker stopping
     releases up to its whole lease-ahead, 514 runs: two UPDATEs per run took 1.4 s): the
-    runs held under the lease's attempt are locked first, so the fence holds for the
-    UPDATEs by id.
+    runs held under the lease's attempt are locked first (_held), so the fence holds for
+    the UPDATEs by id.
     """
     if not leases:
         return []
@@ -427,14 +416,17 @@ def release(leases: list[Lease], using: str) -> list[int]:
     return [i for i in released if i not in gone]
 
 
-def _held(leases: list[Lease], using: str) -> set[tuple[int, int]]:
-    """(run id, attempt) of the ``leases`` whose run is still running under that attempt,
-    locked FOR UPDATE (call inside a transaction): one query, not one OR per lease."""
+def _held(leases: list[Lease], using: str, *fields: str) -> dict[tuple[int, int], tuple]:
+    """The ``leases`` whose run is still running under that attempt, locked FOR UPDATE
+    (call inside a transaction): (run id, attempt) -> the run's ``fields``. id IN (...)
+    and the attempt compared here, in one query: an OR of (id AND attempt) pairs costs
+    more to build and plan than the rows it reads. A row of a newer attempt is locked too
+    but left alone."""
     wanted = {(lease.run_id, lease.attempt) for lease in leases}
     rows = (Run.objects.using(using)
             .filter(pk__in=[key[0] for key in wanted], state=RunState.RUNNING)
-            .select_for_update().values_list("id", "attempt"))
-    return {row for row in rows if row in wanted}
+            .select_for_update().values_list("id", "attempt", *fields))
+    return {(row[0], row[1]): row[2:] for row in rows if (row[0], row[1]) in wanted}
 
 
 def expire_leases(limit: int, using: str, shards: list[int] | None = None) -> list[int]:

@@ -40,6 +40,11 @@ def job_spec(entry: crontab.CronEntry, source: str) -> dict:
     }
 
 
+def utc_text(moment) -> str:
+    """An aware datetime as ``2026-01-31 14:05:09`` in UTC (the demo table's zone)."""
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
+
+
 class Command(BaseCommand):
     help = ("Create one cron job (handler echo) per valid line of the given crontab files "
             "(default: the demo crontab, plus demo one-off jobs) and print the API token.")
@@ -156,7 +161,7 @@ class Command(BaseCommand):
                 when = f"{job.schedule.cron} ({job.schedule.timezone})"
                 upcoming = job.next_run_at
             else:
-                when = f"once at {job.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} (UTC)"
+                when = f"once at {utc_text(job.run_at)} (UTC)"
                 state, upcoming = latest.get(job.pk, (None, job.run_at))
                 if state == RunState.RUNNING:
                     upcoming = "running now"
@@ -165,7 +170,7 @@ class Command(BaseCommand):
             if job.status != Job.Status.ACTIVE:
                 upcoming = f"none: {job.status}"
             if not isinstance(upcoming, str):
-                upcoming = "-" if upcoming is None else f"{upcoming:%Y-%m-%d %H:%M:%S}"
+                upcoming = "-" if upcoming is None else utc_text(upcoming)
             name = job.name if len(job.name) <= 48 else job.name[:47] + "…"
             rows.append((str(job.pk), name, when, upcoming))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
