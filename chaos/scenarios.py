@@ -322,7 +322,7 @@ class StaleWorker(Scenario):
                 if (f"ack of run {run_id} attempt {attempt} refused" in log
                         or f"lease on run {run_id} lost before it started" in log):
                     # The second: leased ahead, still waiting for a child when the worker
-                    # froze, so dropped unstarted on waking (runs/worker.py).
+                    # froze, so dropped unstarted on waking (runs/worker/supervise.py).
                     refused += 1
                 else:
                     s.result.failures.append(f"{victim.name} never logged its late ack of run "

@@ -37,7 +37,7 @@ def to_ms(moment: datetime) -> int:
 
 def to_us(moment: datetime) -> int:
     """Microseconds since the Unix epoch for an aware datetime (exact): how the worker and
-    its children pass times (runs/executor.py)."""
+    its children pass times (runs/worker/child.py)."""
     return (moment - EPOCH) // MICROSECOND
 
 

@@ -134,7 +134,7 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
         Lease(r[0], r[1], r[2], r[3], expiry[r[4]],
               task={"job_id": r[5], "scheduled_at_us": r[6], "handler": r[7],
                     # JSON text (Django loads jsonb as text for JSONField to decode): the
-                    # worker's child decodes it (runs/worker.py, Leased).
+                    # worker's child decodes it (runs/worker/lease_ahead.py, Leased).
                     "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
                     "timeout_s": r[9]})
         for r in rows

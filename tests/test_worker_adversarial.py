@@ -1,5 +1,5 @@
 """Adversarial regression tests for the worker's lanes and one-message-per-dispatch pipes
-(runs/worker.py, runs/lanes.py), found by an adversarial review. Real worker processes,
+(runs/worker/), found by an adversarial review. Real worker processes,
 real PostgreSQL and Redis. Each test documents the failure it guards against."""
 
 import json

@@ -115,7 +115,7 @@ def test_a_line_past_the_cap_is_counted_without_being_formatted():
     # Found by an adversarial review: emit formatted every line (a traceback for
     # log.exception) before looking at the cap, so a handler logging errors in a loop
     # past it paid ~150 µs a line.
-    from runs.executor import CaptureHandler
+    from runs.worker.child import CaptureHandler
 
     class Unformattable(logging.LogRecord):
         def getMessage(self):

@@ -12,12 +12,12 @@ import pytest
 from django.db import connections
 
 from jobs.registry import handler
-from runs.executor import result_problem
-from runs.lanes import Lane, Lanes
 from runs.models import Run
 from runs.transitions import run_refs
 from runs.types import Lease, Outcome
 from runs.worker import ACK_BATCH_MAX, Worker
+from runs.worker.child import result_problem
+from runs.worker.lanes import Lane, Lanes
 from tests.conftest import make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ from runs.worker import Worker
 
 
 class Command(DaemonCommand):
-    help = "Lease runs from the broker and execute them (see runs/worker.py)."
+    help = "Lease runs from the broker and execute them (see runs/worker/)."
 
     def add_arguments(self, parser):
         parser.add_argument(

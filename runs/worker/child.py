@@ -4,32 +4,13 @@ The worker (parent) owns every database and broker connection; a child only exec
 handler code and reports back over a pipe, so the parent can cut off a handler stuck in a
 busy loop by killing the child, and survive a handler that kills its own process.
 
-Protocol, parent -> child: a list of task dicts (run_id, job_id, attempt, scheduled_at,
-deadline, handler, payload, seq) to run in order, one message per list; the two times are sent
-as integer microseconds since the Unix epoch (runs/clock.py, to_us) and the payload as
-JSON text, as the database returned it: pickling an aware datetime costs 15-20 µs, most
-of a no-op run's share of the worker's time (BENCHMARKS.md), while integers and text are
-exact and cheap. A payload that does not decode fails its run (json.loads in the handler's
-try).
-Child -> parent: ``("heartbeat", run_id)`` and ``("log", run_id, lines, dropped)`` any number of
-times, then ``("done", run_id, attempt, ok, result, error, logs, began, finished)``: a
-run still going after LOG_STREAM_S sends its log lines as they come (at most every
-LOG_STREAM_S), so the lines of a run that never returns (cut off by its timeout, or its
-process dead) reach the worker; the others come with ``done``. ``began``
-and ``finished`` are the child's time.monotonic() around the handler (CLOCK_MONOTONIC,
-shared by the processes of one host). The parent may send several tasks ahead; the child
-runs them in order. ``seq`` numbers the tasks sent to one child, 1, 2, ...: the parent can
-take back the tasks waiting behind a run that has gone long (runs/worker.py,
-Slot.take_back) through two integers it shares with the child under a lock, ``control``:
-[the seq of the task the child last started, the seq up to which it must skip tasks]. A
-skipped task gets no reply.
+What crosses the pipe, and how: runs/worker/wire.py.
 """
 
 import ctypes
 import json
 import logging
 import os
-import pickle
 import signal
 import threading
 import time
@@ -38,6 +19,7 @@ from datetime import UTC, datetime
 
 from runs.clock import from_us
 from runs.context import RunContext
+from runs.worker.wire import message_sender
 
 PR_SET_PDEATHSIG = 1
 HEARTBEAT_MIN_INTERVAL_S = 1.0
@@ -147,7 +129,7 @@ def _die_with_parent() -> None:
 
 
 def execute(task: dict, capture: CaptureHandler, send) -> tuple:
-    """Run one task's handler (``task`` as the worker sent it: see the protocol above);
+    """Run one task's handler (``task`` as the worker sent it: see runs/worker/wire.py);
     returns the ``("done", ...)`` message."""
     from jobs.registry import get_handler
 
@@ -202,7 +184,7 @@ def result_problem(result) -> str | None:
 
 def take_task(task: dict, control, lock) -> bool:
     """Whether to start ``task`` (not taken back by the parent); records it as started.
-    ``control`` and ``lock``: see the protocol above."""
+    ``control`` and ``lock``: see runs/worker/wire.py."""
     with lock:
         if task["seq"] <= control[1]:
             return False
@@ -212,7 +194,7 @@ def take_task(task: dict, control, lock) -> bool:
 
 def child_main(conn, control, lock) -> None:
     """Entry point of a worker's child process: serve tasks until the pipe closes.
-    ``control`` (a shared array of two int64) and ``lock``: see the protocol above."""
+    ``control`` (a shared array of two int64) and ``lock``: see runs/worker/wire.py."""
     _die_with_parent()
     # A process-group SIGTERM (honcho, Ctrl-C in a terminal) is meant for the worker; it
     # decides whether the run finishes or is released, and kills children itself.
@@ -239,29 +221,3 @@ def child_main(conn, control, lock) -> None:
             if take_task(task, control, lock):
                 send(execute(task, capture, send))
 
-
-def message_sender(conn):
-    """``send(message)`` over ``conn`` with plain pickle: Connection.send's ForkingPickler
-    copies the copyreg dispatch table on every call, a cost paid per run (BENCHMARKS.md);
-    messages between worker and child hold only builtins and datetimes. ``send.lock`` (an
-    RLock, held while sending) keeps messages from the child's threads whole and in
-    order."""
-    lock = threading.RLock()
-
-    def send(message) -> None:
-        try:
-            data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - a result JSON took but pickle cannot
-            if message[0] != "done":
-                raise
-            # e.g. nested deeper than pickle's recursion allows, or an instance of a
-            # local dict subclass: a failure naming the result, not a dead child.
-            _, run_id, attempt, _, _, _, logs, began, finished = message
-            error = f"the handler's result cannot be sent to the worker: {exc!r}"[:10_000]
-            data = pickle.dumps(("done", run_id, attempt, False, None, error, logs, began,
-                                 finished), pickle.HIGHEST_PROTOCOL)
-        with lock:
-            conn.send_bytes(data)
-
-    send.lock = lock
-    return send

@@ -1,0 +1,100 @@
+"""Acks: outcomes collected from the children, acked in batches in the ack lane
+(docs/architecture.md, "runworker").
+
+Each ack is a database transaction plus a Redis script. Acks batch themselves: an
+outcome goes to the ack lane at once when the lane is idle, else waits for the ack in
+flight to commit and goes with every outcome collected meanwhile (group commit). So a
+lone run is acked without delay, and under load each ack carries what one ack's latency
+gathered, instead of queueing small batches behind each other (BENCHMARKS.md, "W2").
+"""
+
+import time
+
+from django.db import DataError
+
+from runs.daemon import TRANSIENT
+from runs.models import AttemptOutcome
+from runs.types import Outcome
+
+ACK_BATCH_MAX = 512  # most outcomes in one ack: beyond, another ack is queued in the lane
+# Ack batches submitted and not yet committed beyond which the worker leases no more: if
+# the database falls behind, runs wait in the broker, not in this process. The same holds
+# for outcomes waiting to be acked (acks failing, or slower than the children).
+ACKS_IN_FLIGHT = 2
+UNACKED_MAX = ACK_BATCH_MAX * (ACKS_IN_FLIGHT + 1)
+# What an outcome the database or the JSON encoder cannot take raises: acked alone, then
+# recorded as a failure (e.g. an int result longer than json.dumps allows).
+POISON = (DataError, ValueError, TypeError)
+
+
+class Acks:
+    """The worker's acks: collect outcomes (add_outcome), hand them to the ack lane
+    (flush) and take its answers (harvest_acks). A mixin of runs/worker/main.py's Worker,
+    whose attributes it uses."""
+
+    def acked_pending(self) -> int:
+        """Outcomes collected and not yet committed."""
+        return len(self.outcomes) + sum(len(batch) for _, batch in self.acking)
+
+    def add_outcome(self, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+
+    def flush(self, force: bool = False) -> None:
+        """Hand the collected outcomes (at most ACK_BATCH_MAX) to the ack lane as one batch
+        when the lane is idle, ACK_BATCH_MAX are collected, the worker is stopping or
+        ``force`` (harvest_acks takes the answer; a batch the database did not take comes
+        back)."""
+        if not self.outcomes:
+            return
+        now = time.monotonic()
+        if not force and now < self.ack_paused_until:
+            return
+        due = (force or self.stopping or not self.acking
+               or len(self.outcomes) >= ACK_BATCH_MAX)
+        if not due:
+            return
+        while self.outcomes:
+            outcomes = self.outcomes[:ACK_BATCH_MAX]
+            del self.outcomes[:ACK_BATCH_MAX]
+            self.acking.append((self.lanes.ack.submit(self.ack_call, outcomes), outcomes))
+            if not (force or self.stopping):
+                break  # the rest goes with the next ack, when this one has committed
+
+    def ack_call(self, outcomes: list[Outcome]) -> list[bool]:
+        """In the ack lane: ack ``outcomes`` in one transaction; returns which applied."""
+        try:
+            return self.broker.complete(outcomes)
+        except POISON:
+            # One outcome the database refuses must not wedge the batch: ack one by one
+            # and record a poison outcome as a plain failure.
+            return [self.complete_alone(outcome) for outcome in outcomes]
+
+    def harvest_acks(self) -> None:
+        """Take the ack lane's answers that have come: count the runs finished, report
+        refused (stale) acks; a batch that failed on a broken connection goes back to be
+        acked again in a second."""
+        while self.acking and self.acking[0][0].done():
+            future, outcomes = self.acking.pop(0)
+            try:
+                accepted = future.result()
+            except TRANSIENT as exc:
+                self.note_failure("ack", exc)
+                self.ack_paused_until = time.monotonic() + 1.0
+                self.outcomes = outcomes + self.outcomes
+                continue
+            self.finished += len(outcomes)
+            for outcome, ok in zip(outcomes, accepted, strict=True):
+                if not ok:
+                    self.log.warning("worker: ack of run %s attempt %s refused: lease is "
+                                     "stale", outcome.lease.run_id, outcome.lease.attempt)
+
+    def complete_alone(self, outcome: Outcome) -> bool:
+        try:
+            return self.broker.complete([outcome])[0]
+        except POISON as exc:
+            self.log.warning("worker: outcome of run %s cannot be stored (%s); recording "
+                             "a failure instead", outcome.lease.run_id, exc)
+            failure = Outcome(lease=outcome.lease, outcome=AttemptOutcome.FAILED,
+                              error=f"the attempt's outcome could not be stored: {exc}")
+            return self.broker.complete([failure])[0]
+

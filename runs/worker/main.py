@@ -1,0 +1,140 @@
+"""The worker daemon (``runworker``): lease runs, execute them in child processes with a
+timeout, heartbeat, ack (fenced) (docs/architecture.md, "runworker").
+
+The worker process holds every database and broker connection and ``concurrency`` child
+processes (runs/worker/child.py) that only run handler code, one run each at a time. That is
+what lets the worker enforce ``timeout_s`` on a handler stuck in a busy loop (it kills the
+child, records the attempt as timed out and starts a new child) and survive a handler that
+kills its own process (recorded as crashed). Its leases and acks run in two background
+lanes (runs/worker/lanes.py), so neither waits for the other and the children are fed meanwhile.
+
+SIGTERM: stop leasing, let in-flight runs finish for up to WORKER_GRACE_S, release the
+rest at once (they go straight back to ready), exit 0. A second SIGTERM releases
+everything in flight immediately.
+"""
+
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future
+
+from django.db import connections
+
+from jobs import conf
+from runs.brokers import get_broker
+from runs.clock import db_now
+from runs.daemon import Daemon
+from runs.models import WorkerProcess
+from runs.types import Outcome
+from runs.worker.acks import Acks
+from runs.worker.lanes import Lanes
+from runs.worker.lease_ahead import LEASES_IN_FLIGHT, LeaseAhead, Leased
+from runs.worker.pool import InFlight, Slot
+from runs.worker.shutdown import Shutdown
+from runs.worker.supervise import Supervision
+
+
+class Worker(LeaseAhead, Acks, Supervision, Shutdown, Daemon):
+    """Run leased runs of ``queues`` in ``concurrency`` child processes.
+
+    ``max_runs`` stops the worker after that many finished runs; ``burst`` stops it once
+    nothing is ready and nothing is in flight (both make the daemon testable).
+    ``weights`` (queue -> positive int) splits lease capacity between the queues by weight
+    (Broker.lease); without it the queues are served in the order given.
+    """
+
+    name = "worker"
+
+    def __init__(self, queues: list[str], concurrency: int = 2, using: str = "default",
+                 max_runs: int | None = None, burst: bool = False,
+                 grace_s: float | None = None, weights: dict[str, int] | None = None):
+        super().__init__(using)
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.queues = queues
+        self.weights = weights
+        self.concurrency = concurrency
+        self.max_runs = max_runs
+        self.burst = burst
+        self.grace_s = conf.get("WORKER_GRACE_S") if grace_s is None else grace_s
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.broker = get_broker(using)
+        self.poll_s = conf.get("WORKER_POLL_S")
+        self.heartbeat_s = conf.heartbeat_interval()
+        self.slots: list[Slot] = []
+        self.outcomes: list[Outcome] = []
+        self.ahead: deque[Leased] = deque()
+        self.avg_run_s: float | None = None  # moving average of handler wall time
+        self.finished = 0
+        self.last_heartbeat = time.monotonic()
+        self.stop_requested_at: float | None = None
+        self.idle = False
+        self.wake_at: float | None = None  # time.monotonic() when the next run falls due
+        self.lease_paused_until = 0.0
+        self.ack_paused_until = 0.0
+        self.lanes: Lanes | None = None
+        # Lease calls in the lease lane not yet harvested, with the runs each asked for.
+        self.leasing: list[tuple[Future, int]] = []
+        self.acking: list[tuple[Future, list[Outcome]]] = []  # ack calls in the ack lane
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def serve(self, max_rounds: int | None = None) -> None:
+        # Children must not inherit open database sockets.
+        connections.close_all()
+        self.slots = [Slot() for _ in range(self.concurrency)]
+        self.lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
+        self.register()
+        self.log.info("worker %s: %d slots on queues %s", self.worker_id, self.concurrency,
+                      ",".join(self.queues))
+        try:
+            super().serve(max_rounds)
+        finally:
+            # Children ignore SIGTERM (runs/worker/child.py); on an unexpected error the worker
+            # must not hang at exit waiting for them.
+            for slot in self.slots:
+                slot.kill()
+            self.lanes.close()
+
+    def in_flight(self) -> list[Slot]:
+        """Slots whose child has runs."""
+        return [slot for slot in self.slots if slot.queued]
+
+    def handed(self) -> list[InFlight]:
+        """Every run handed to a child and not finished."""
+        return [run for slot in self.slots for run in slot.queued]
+
+    def register(self) -> None:
+        """Record this worker (and refresh its heartbeat) for operators."""
+        now = db_now(self.using)
+        WorkerProcess.objects.using(self.using).update_or_create(
+            worker_id=self.worker_id,
+            defaults={"last_heartbeat_at": now},
+            create_defaults={
+                "hostname": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+                "concurrency": self.concurrency, "started_at": now, "last_heartbeat_at": now,
+            },
+        )
+
+    # --- one round --------------------------------------------------------------------
+
+    def round(self) -> bool:
+        self.harvest_lease()
+        self.harvest_acks()
+        if self.stopping and self.ahead:
+            self.release_ahead()
+        self.lease_more()
+        self.collect(self.wait_timeout())
+        self.enforce_deadlines()
+        self.take_back_stalled()
+        self.flush()
+        self.heartbeat_if_due()
+        if (self.burst and self.idle and not self.in_flight() and not self.outcomes
+                and not self.ahead and not self.acking and not self.leasing):
+            self.stopping = True
+        if self.max_runs is not None and self.finished >= self.max_runs:
+            self.stopping = True
+        return True
+

@@ -1,0 +1,147 @@
+"""The worker's pool of child processes: one ``Slot`` per child, holding the runs handed
+to it in order (runs/worker/child.py runs them; runs/worker/wire.py is what crosses the
+pipe). Replacing a child, killing it and taking back the runs it has not started are
+here; when to do so is the worker's (runs/worker/supervise.py, runs/worker/lease_ahead.py).
+"""
+
+import multiprocessing
+import os
+import signal
+from collections import deque
+from dataclasses import dataclass
+
+from runs.types import Lease
+from runs.worker import wire
+from runs.worker.child import child_main
+
+FORK = multiprocessing.get_context("fork")
+
+# A run that has been executing this long has gone long (runs are handed several at once
+# only while they average under PREFETCH_MAX_RUN_S, lease_ahead.py): the runs waiting
+# behind it in its child are taken back for the other children, and its child gets no
+# more until it ends. So a short run waits at most about this long behind a long one
+# (docs/architecture.md).
+STALL_S = 0.1
+
+
+@dataclass
+class InFlight:
+    """A run handed to a child. Only the head of a slot's queue is executing: its
+    ``deadline`` (time.monotonic()) is set when it starts; the others wait in the pipe."""
+
+    lease: Lease
+    task: dict
+    timeout_s: int
+    deadline: float = float("inf")
+    lost: bool = False
+    began: float = 0.0  # time.monotonic() when the child started it
+    size: int = 0  # bytes of the pickled task in the pipe
+    seq: int = 0  # the task's number in its child's stream (Slot.take_back)
+    logs: list | None = None  # lines the child streamed while it ran (runs/worker/child.py)
+    dropped: int = 0  # lines the cap dropped, as last streamed
+
+
+class Slot:
+    """One child process and the runs handed to it, in order: the first is executing,
+    the rest wait in the pipe. Handing a child several short runs at once keeps it busy
+    while the worker is in a lease or ack transaction (BENCHMARKS.md, "What we changed");
+    long runs go one at a time, so a child never sits on runs another worker could start.
+    """
+
+    def __init__(self):
+        self.queued: deque[InFlight] = deque()
+        self.waiting = 0  # bytes of the runs queued behind the head (estimated)
+        self.seq = 0  # number of the last task handed to the child
+        self.start()
+
+    @property
+    def current(self) -> InFlight | None:
+        """The run the child is executing, if any."""
+        return self.queued[0] if self.queued else None
+
+    def begin_head(self, at: float) -> None:
+        """The head of the queue started at ``at`` (time.monotonic()): arm its deadline."""
+        if self.queued:
+            head = self.queued[0]
+            self.waiting -= head.size
+            head.began = at
+            head.deadline = at + head.timeout_s
+
+    def stalled(self, now: float) -> bool:
+        """Whether the run executing has gone long: running over STALL_S at ``now``
+        (time.monotonic()), and the child has started nothing after it (a worker busy
+        elsewhere may not have read the child's replies yet)."""
+        return (bool(self.queued) and now - self.queued[0].began > STALL_S
+                and self.control[0] <= self.queued[0].seq)
+
+    def start(self) -> None:
+        parent, child = FORK.Pipe()
+        # Shared with the child, new for each one (a child killed holding the lock takes
+        # it along): [number of the task it last started, number up to which it must
+        # skip tasks], read and written under the lock (runs/worker/child.py, take_task).
+        self.lock = FORK.Lock()
+        self.control = FORK.RawArray("q", 2)
+        self.process = FORK.Process(target=child_main, args=(child, self.control, self.lock),
+                                    daemon=True)
+        self.process.start()
+        child.close()
+        self.conn = parent
+        self.received = bytearray()
+
+    def send(self, tasks: list[dict]) -> None:
+        """Send ``tasks`` (runs in order) to the child as one message (wire.send_tasks)."""
+        wire.send_tasks(self.conn, tasks)
+
+    def receive(self) -> list[tuple]:
+        """The messages the child has sent so far (wire.receive_messages). Raises
+        EOFError once the child is gone."""
+        return wire.receive_messages(self.conn, self.received)
+
+    def halt(self) -> list[tuple]:
+        """SIGKILL the child; returns the messages it sent before it died, unread until
+        now. The pipe stays open (kill closes it)."""
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.join(5)
+        messages: list[tuple] = []
+        try:
+            while True:
+                messages += self.receive()
+        except (EOFError, OSError):
+            return messages
+
+    def take_back(self) -> list[InFlight]:
+        """Take back the runs handed to the child that it has not started: it will skip
+        them. Returns them in order ([] if the lock cannot be had: a child killed holding
+        it is replaced anyway). The lock makes it exact: the child either started a run
+        before, and it stays, or sees it is to be skipped."""
+        if not self.lock.acquire(timeout=0.1):
+            return []
+        try:
+            started = self.control[0]
+            self.control[1] = self.seq
+        finally:
+            self.lock.release()
+        back = [run for run in self.queued if run.seq > started]
+        head = self.queued[0] if self.queued else None
+        for run in back:
+            self.queued.remove(run)
+            if run is not head:  # begin_head took the head's size off already
+                self.waiting -= run.size
+        return back
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.join(5)
+        self.conn.close()
+
+    def restart(self) -> list[InFlight]:
+        """Replace the child; returns the runs handed to it that it had not started."""
+        self.kill()
+        waiting = list(self.queued)[1:]
+        self.queued.clear()
+        self.waiting = 0
+        self.start()
+        return waiting
+

@@ -1,0 +1,176 @@
+"""Deadlines and heartbeats: the worker waits on its children and lanes, handles what
+the children send (outcomes, streamed log lines, heartbeats), cuts off a run past its
+``timeout_s``, replaces a child that died, and extends the leases it holds every
+heartbeat interval (docs/architecture.md, "runworker").
+"""
+
+import time
+from collections import deque
+from multiprocessing.connection import wait
+
+from jobs import conf
+from runs.daemon import TRANSIENT
+from runs.models import AttemptOutcome
+from runs.types import Outcome
+from runs.worker.child import dropped_note
+from runs.worker.pool import STALL_S, InFlight, Slot
+
+
+class Supervision:
+    """The worker's watch over its children: wait for them (wait_timeout, collect),
+    their messages (handle_message), their deadlines and deaths (enforce_deadlines,
+    child_died) and the leases' heartbeat (heartbeat_if_due). A mixin of
+    runs/worker/main.py's Worker, whose attributes it uses."""
+
+    def wait_timeout(self) -> float:
+        """Seconds to wait for a child or a lane: short while a slot is free (so leasing
+        resumes soon), never past the nearest deadline, nor past the moment a run with
+        others waiting behind it goes long (take_back_stalled)."""
+        busy = self.in_flight()
+        timeout = self.poll_s if len(busy) < len(self.slots) else 0.5
+        if self.idle and self.wake_at is not None and not self.leasing:
+            timeout = min(timeout, self.wake_at - time.monotonic())
+        if busy:
+            now = time.monotonic()
+            timeout = min(timeout, min(s.current.deadline for s in busy) - now)
+            stalls = [wait for s in busy
+                      if len(s.queued) > 1 and (wait := s.current.began + STALL_S - now) > 0]
+            timeout = min([timeout, *stalls])
+        return max(0.0, timeout)
+
+    def collect(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a child's message or a lane's answer, and
+        handle the children's messages."""
+        busy = {slot.conn: slot for slot in self.in_flight()}
+        for conn in wait([*busy, self.lanes.wake_fd], timeout):
+            if conn == self.lanes.wake_fd:
+                self.lanes.drain_wakeups()
+                continue
+            slot = busy[conn]
+            try:
+                messages = slot.receive()
+            except (EOFError, OSError):
+                self.child_died(slot)
+                continue
+            for message in messages:
+                self.handle_message(slot, message)
+        self.dispatch()
+
+    def handle_message(self, slot: Slot, message: tuple) -> None:
+        kind, run_id = message[0], message[1]
+        current = slot.current
+        if current is None or current.lease.run_id != run_id:
+            return
+        if kind == "log":
+            current.logs = (current.logs or []) + message[2]
+            current.dropped = message[3]
+            return
+        if kind == "heartbeat":
+            try:
+                held = self.broker.heartbeat([current.lease])
+            except TRANSIENT as exc:
+                # The messages read with this one must still be handled (their outcomes
+                # would be lost); heartbeat_if_due extends the lease in time anyway.
+                self.note_failure("heartbeat", exc)
+                return
+            if held:
+                current.lease = held[0]
+            else:
+                current.lost = True
+            return
+        _, _, attempt, ok, result, error, logs, began, finished = message
+        if current.logs:
+            logs = current.logs + logs
+        self.add_outcome(Outcome(
+            lease=current.lease,
+            outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
+            result=result, error=error, logs=logs,
+        ))
+        took = finished - began
+        self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
+        slot.queued.popleft()
+        # The next run in the pipe started when this one finished (same monotonic clock).
+        slot.begin_head(finished)
+
+    def streamed_logs(self, run: InFlight) -> list:
+        """The log of a run that never returned: the lines its child streamed, and a
+        note of those the cap dropped."""
+        logs = run.logs or []
+        if run.dropped:
+            logs = [*logs, dropped_note(run.dropped, conf.get("MAX_LOG_LINES"))]
+        return logs
+
+    def child_died(self, slot: Slot) -> None:
+        # Outcomes the child sent before it died may still be in the pipe: read them
+        # first, so the run it died in, not one it finished, is the one marked crashed.
+        try:
+            while slot.queued and slot.conn.poll():
+                for message in slot.receive():
+                    self.handle_message(slot, message)
+        except (EOFError, OSError):
+            pass
+        current = slot.current
+        if current is None:
+            self.restart(slot)
+            return
+        slot.process.join(1)
+        code = slot.process.exitcode
+        self.add_outcome(Outcome(
+            lease=current.lease, outcome=AttemptOutcome.CRASHED,
+            error=f"the worker's child process died (exit code {code}) while running the run",
+            logs=self.streamed_logs(current),
+        ))
+        self.log.warning("worker: child running run %s died (exit code %s); restarting it",
+                         current.lease.run_id, code)
+        self.requeue(self.restart(slot))
+
+    def restart(self, slot: Slot) -> list[InFlight]:
+        """Replace ``slot``'s child with the lanes paused (forking beside other threads
+        risks a lock held in the child for ever); returns the runs it had not started."""
+        with self.lanes.paused():
+            return slot.restart()
+
+    def enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        for slot in self.in_flight():
+            current = slot.current
+            if not slot.process.is_alive():
+                self.child_died(slot)
+            elif now >= current.deadline:
+                self.log.warning("worker: run %s exceeded timeout_s=%s; cutting it off",
+                                 current.lease.run_id, current.timeout_s)
+                self.add_outcome(Outcome(
+                    lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
+                    error=f"timed out after {current.timeout_s} s; the handler was cut off",
+                    logs=self.streamed_logs(current),
+                ))
+                self.requeue(self.restart(slot))
+
+    def heartbeat_if_due(self) -> None:
+        if time.monotonic() - self.last_heartbeat < self.heartbeat_s:
+            return
+        self.last_heartbeat = time.monotonic()
+        self.register()
+        live = [run for run in self.handed() if not run.lost]
+        if not live and not self.ahead:
+            return
+        held = {(le.run_id, le.attempt): le for le in self.broker.heartbeat(
+            [c.lease for c in live] + [leased.lease for leased in self.ahead])}
+        kept = deque()
+        for leased in self.ahead:
+            key = (leased.lease.run_id, leased.lease.attempt)
+            if key in held:
+                leased.lease = held[key]
+                kept.append(leased)
+            else:
+                self.log.warning("worker: lease on run %s lost before it started; dropped",
+                                 leased.lease.run_id)
+        self.ahead = kept
+        for current in live:
+            key = (current.lease.run_id, current.lease.attempt)
+            if key in held:
+                current.lease = held[key]
+            else:
+                current.lost = True
+                self.log.warning("worker: lease on run %s lost; its outcome will be refused",
+                                 current.lease.run_id)

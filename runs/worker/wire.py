@@ -1,0 +1,85 @@
+"""The wire between the worker and its children: what crosses the pipe and how it is
+framed (both ends; runs/worker/pool.py holds the parent's pipe, runs/worker/child.py the
+child's).
+
+Protocol, parent -> child: a list of task dicts (run_id, job_id, attempt, scheduled_at,
+deadline, handler, payload, seq) to run in order, one message per list; the two times are sent
+as integer microseconds since the Unix epoch (runs/clock.py, to_us) and the payload as
+JSON text, as the database returned it: pickling an aware datetime costs 15-20 µs, most
+of a no-op run's share of the worker's time (BENCHMARKS.md), while integers and text are
+exact and cheap. A payload that does not decode fails its run (json.loads in the handler's
+try).
+Child -> parent: ``("heartbeat", run_id)`` and ``("log", run_id, lines, dropped)`` any number of
+times, then ``("done", run_id, attempt, ok, result, error, logs, began, finished)``: a
+run still going after LOG_STREAM_S sends its log lines as they come (at most every
+LOG_STREAM_S), so the lines of a run that never returns (cut off by its timeout, or its
+process dead) reach the worker; the others come with ``done``. ``began``
+and ``finished`` are the child's time.monotonic() around the handler (CLOCK_MONOTONIC,
+shared by the processes of one host). The parent may send several tasks ahead; the child
+runs them in order. ``seq`` numbers the tasks sent to one child, 1, 2, ...: the parent can
+take back the tasks waiting behind a run that has gone long (runs/worker/pool.py,
+Slot.take_back) through two integers it shares with the child under a lock, ``control``:
+[the seq of the task the child last started, the seq up to which it must skip tasks]. A
+skipped task gets no reply.
+
+Every message is framed as Connection.send_bytes frames it: a 4-byte big-endian length,
+then the pickle.
+"""
+
+import os
+import pickle
+import struct
+import threading
+
+
+def send_tasks(conn, tasks: list[dict]) -> None:
+    """Parent side: send ``tasks`` (runs in order) over ``conn`` as one message. Raises
+    OSError when the child is gone."""
+    conn.send_bytes(pickle.dumps(tasks, pickle.HIGHEST_PROTOCOL))
+
+
+def receive_messages(conn, received: bytearray) -> list[tuple]:
+    """Parent side: the messages the child has sent so far over ``conn``, read with one
+    system call (a busy worker reads dozens at once; Connection.recv costs three calls
+    each). ``received`` holds the bytes of a message not yet whole between calls (this
+    call consumes what it decodes). Raises EOFError once the child is gone."""
+    chunk = os.read(conn.fileno(), 1 << 16)
+    if not chunk:
+        raise EOFError
+    received += chunk
+    messages, at = [], 0
+    while len(received) - at >= 4:
+        (size,) = struct.unpack_from("!i", received, at)
+        if len(received) - at - 4 < size:
+            break
+        messages.append(pickle.loads(received[at + 4:at + 4 + size]))
+        at += 4 + size
+    del received[:at]
+    return messages
+
+
+def message_sender(conn):
+    """Child side: ``send(message)`` over ``conn`` with plain pickle: Connection.send's
+    ForkingPickler copies the copyreg dispatch table on every call, a cost paid per run
+    (BENCHMARKS.md); messages between worker and child hold only builtins and datetimes.
+    ``send.lock`` (an RLock, held while sending) keeps messages from the child's threads
+    whole and in order."""
+    lock = threading.RLock()
+
+    def send(message) -> None:
+        try:
+            data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - a result JSON took but pickle cannot
+            if message[0] != "done":
+                raise
+            # e.g. nested deeper than pickle's recursion allows, or an instance of a
+            # local dict subclass: a failure naming the result, not a dead child.
+            _, run_id, attempt, _, _, _, logs, began, finished = message
+            error = f"the handler's result cannot be sent to the worker: {exc!r}"[:10_000]
+            data = pickle.dumps(("done", run_id, attempt, False, None, error, logs, began,
+                                 finished), pickle.HIGHEST_PROTOCOL)
+        with lock:
+            conn.send_bytes(data)
+
+    send.lock = lock
+    return send
