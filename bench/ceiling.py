@@ -1,4 +1,4 @@
-"""The ceiling of W2 (issue 6): the same PostgreSQL and Redis writes a W2 run costs us,
+"""The ceiling of W2 (BENCHMARKS.md): the same PostgreSQL and Redis writes a W2 run costs us,
 done by a bare loop with no framework, to show how close the worker is to this machine's
 limit.
 

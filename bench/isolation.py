@@ -1,4 +1,4 @@
-"""Isolation under load (issue 8): the three failure modes of a shared scheduler, measured
+"""Isolation under load (docs/isolation.md): the three failure modes of a shared scheduler, measured
 with the real daemons on PostgreSQL + Redis.
 
     .venv/bin/python bench/isolation.py [--quick] [--only flood,owner,dispatch]

@@ -1,5 +1,5 @@
-"""Our side of the benchmarks of issue 6 (bench/run.py calls it; contract in
-/tmp/coord/bench-contract.md, summarised in BENCHMARKS.md).
+"""Our side of the side-by-side benchmarks (bench/run.py calls it; the adapter contract
+is in bench/run.py's docstring).
 
     .venv/bin/python bench/ours.py WORKLOAD [--n N] [--rate R] [--duration S] [--quick]
 
@@ -654,7 +654,7 @@ def main() -> None:
         _setup_django()
         w5_ticks(int(sys.argv[2]))
         return
-    parser = argparse.ArgumentParser(description="Our side of bench/ (issue 6).")
+    parser = argparse.ArgumentParser(description="Our side of bench/ (bench/run.py).")
     parser.add_argument("workload", choices=sorted(WORKLOADS))
     parser.add_argument("--n", type=int, default=None)
     # 100,000 does not fit on this 2-core machine: the scheduler materialised 83,000 of

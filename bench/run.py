@@ -1,4 +1,4 @@
-"""Run the side-by-side benchmarks of issue 6 and write the results (BENCHMARKS.md).
+"""Run the side-by-side benchmarks against peer schedulers and write the results (BENCHMARKS.md).
 
     .venv/bin/python bench/run.py [--quick] [--only ours,celery,rq,dramatiq,procrastinate,djangoq]
                                   [--workloads W1,W2,W3,W4,W5,W6,ceiling]
@@ -6,10 +6,17 @@
 Systems run one after the other (never two at once), each workload in a subprocess with a
 timeout: ours with this project's virtualenv (bench/ours.py, bench/ceiling.py), each peer
 with its own virtualenv bench/.venvs/<peer>, made from bench/peers/<peer>/requirements.txt
-(exact pins) and reused while that file's hash is unchanged. Every adapter prints one JSON
-object as its last stdout line (contract: bench/README section of BENCHMARKS.md). A
-crashed or timed-out adapter is recorded as failed and the run goes on; a peer without an
-adapter yet is skipped with a note.
+(exact pins) and reused while that file's hash is unchanged. A crashed or timed-out
+adapter is recorded as failed and the run goes on; a peer without an adapter yet is
+skipped with a note.
+
+The adapter contract (bench/ours.py and bench/peers/<peer>/bench.py): an adapter takes the
+workload name (W1 ... W6) as its first argument and ``--quick`` for the smaller sizes,
+uses only its own resources (its own PostgreSQL database and Redis db), stops every
+process it started, logs progress on stderr, and prints one JSON object as its last
+stdout line (bench/common.py, ``emit_json``): ``{"workload", "figure", "unit",
+"details"}``, or ``{"workload", "unsupported": reason}`` when the system cannot do the
+workload, or ``{"workload", "failed": reason}``.
 
 Writes bench/results/<YYYY-MM-DD>.json (everything, with each adapter's details),
 bench/results/summary.json (workload -> system -> figure and unit, plus hardware),
@@ -255,7 +262,7 @@ CEILING_KEYS = {"W2": ("drain_runs_per_s",), "ceiling": ("cold_runs_per_s",)}
 def ceiling_line(summary: dict) -> str | None:
     """W2 against the ceiling, like for like: W2 (from the worker's launch) over the cold
     ceiling (bare loop from its launch), and W2's drain (first lease to last ack) over the
-    warm ceiling (bare loop already started). Issue 6's target is at least half."""
+    warm ceiling (bare loop already started). The target is at least half."""
     w2, ceiling = summary.get("W2", {}).get("ours", {}), summary.get("ceiling", {}).get("ours", {})
     if not (w2.get("figure") and ceiling.get("figure") and w2.get("drain_runs_per_s")
             and ceiling.get("cold_runs_per_s")):
@@ -379,7 +386,7 @@ def write_benchmarks_md(summary: dict, command: str, today: str, notes: list[str
     body = [
         BEGIN,
         "",
-        "## Side by side (issue 6)",
+        "## Side by side",
         "",
         f"Measured {today} by `{command}`; the figures are in "
         f"[bench/results/summary.json](bench/results/summary.json) and every adapter's "

@@ -1,5 +1,5 @@
-"""The invariants of DESIGN.md, checked from the database and the execution log after a
-scenario has drained (docs/reliability.md, "What is checked").
+"""The invariants (docs/architecture.md, "Invariants"), checked from the database and
+the execution log after a scenario has drained (docs/reliability.md, "What is checked").
 
 Every figure is computed over the jobs of the ``chaos`` owner only.
 """

@@ -1,4 +1,4 @@
-"""The jobs side of the admin console (issue 4; docs/admin.md).
+"""The jobs side of the admin console (docs/admin.md).
 
 The job list shows each schedule in words (cron-descriptor) beside its cron expression,
 the next run and the last run's outcome, all annotated in SQL (no query per row). Pause,

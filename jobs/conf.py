@@ -1,4 +1,4 @@
-"""The scheduler's tunables, in one namespace (STYLE.md #9).
+"""The scheduler's tunables, in one namespace (docs/architecture.md, "Configuration").
 
 Each value is read lazily from Django settings (so ``override_settings`` works in tests),
 where a ``SCHEDULER`` dict may override it, and then from the environment variable
@@ -111,7 +111,7 @@ def get(name: str):
 
 
 def broker_name() -> str:
-    """The configured broker: "redis" or "database" (DESIGN.md, "Configuration")."""
+    """The configured broker: "redis" or "database" (docs/architecture.md, "Configuration")."""
     name = get("BROKER") or ("redis" if settings.REDIS_URL else "database")
     if name not in {"redis", "database"}:
         raise ImproperlyConfigured(f"SCHEDULER_BROKER must be redis or database, not {name!r}")

@@ -1,4 +1,4 @@
-"""The scheduler's exceptions, under one root (STYLE.md #8)."""
+"""The scheduler's exceptions, under one root (docs/architecture.md, "Conventions in the code")."""
 
 
 class SchedulerError(Exception):

@@ -1,4 +1,4 @@
-"""Built-in handlers for demos, tests and benchmarks (DESIGN.md, "Handlers").
+"""Built-in handlers for demos, tests and benchmarks (docs/architecture.md, "Handlers").
 
 Each takes ``(ctx, payload)``; ``payload`` keys are documented per handler.
 """

@@ -1,4 +1,4 @@
-"""/api/limits/: an owner's isolation policy (issue 8; docs/scaling.md).
+"""/api/limits/: an owner's isolation policy (docs/isolation.md; docs/scaling.md).
 
 GET answers the caller's own policy (staff may ask for anyone's with ``?owner=<username>``);
 PUT, staff only, sets an owner's ``max_running`` (null: the SCHEDULER OWNER_CONCURRENCY

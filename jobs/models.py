@@ -1,4 +1,4 @@
-"""Jobs and schedules (DESIGN.md, "Vocabulary").
+"""Jobs and schedules (docs/architecture.md, "Vocabulary").
 
 A job is a handler name plus a JSON payload, and either a one-off ``run_at`` or a
 recurring ``schedule``; the CheckConstraint ``job_run_at_xor_schedule`` makes "exactly one
@@ -167,7 +167,7 @@ class OwnerPolicy(models.Model):
 
 class SchedulerPartition(models.Model):
     """A lease on one partition of job ids (``job.id % PARTITIONS``): the scheduler whose
-    lease is live materialises those jobs' cron runs (DESIGN.md, "partition")."""
+    lease is live materialises those jobs' cron runs (docs/architecture.md, "Daemons")."""
 
     number = models.PositiveIntegerField(primary_key=True)
     owner = models.CharField(max_length=200, blank=True, default="")

@@ -1,4 +1,4 @@
-"""Partition ownership by lease (DESIGN.md, "partition").
+"""Partition ownership by lease (docs/architecture.md, "Vocabulary" and "Daemons").
 
 Job ids are split into ``PARTITIONS`` partitions (``job.id % PARTITIONS``). Each live
 scheduler holds leases on about an equal share and renews them every tick; a dead

@@ -1,5 +1,5 @@
 """The handler registry: handlers are registered by name with ``@handler("name")`` in an
-app's ``handlers.py`` and discovered at start-up, the way ``admin.py`` is (DESIGN.md,
+app's ``handlers.py`` and discovered at start-up, the way ``admin.py`` is (docs/architecture.md,
 "Handlers")."""
 
 import re

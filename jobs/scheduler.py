@@ -1,4 +1,4 @@
-"""The cron scheduler: materialises due cron occurrences as runs (DESIGN.md, "Processes").
+"""The cron scheduler: materialises due cron occurrences as runs (docs/architecture.md, "Daemons").
 
 Each tick, for the partitions this scheduler holds, it claims active cron jobs whose
 ``next_run_at`` falls within ``LOOKAHEAD_S`` of the database clock (FOR UPDATE SKIP

@@ -2,7 +2,8 @@
 trigger jobs. The REST API and the admin call these same functions.
 
 Everything happens in one transaction on the database alias ``using``; runs reach the
-broker only after that transaction commits (STYLE.md #7).
+broker only after that transaction commits (docs/architecture.md, "Conventions in the code":
+commit first, then push).
 """
 
 from datetime import datetime, timedelta

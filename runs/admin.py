@@ -1,10 +1,10 @@
-"""The runs side of the admin console (issue 4; docs/admin.md).
+"""The runs side of the admin console (docs/admin.md).
 
 Runs, attempts, log lines and workers are read-only here: no add, change or delete. Only
 actions change runs, and each action calls the same service function as the REST API
-(runs/services.py), never ``save()`` on a run (STYLE.md #10). Actions need the
-``runs.change_run`` permission (superusers have it); irreversible ones go through a
-confirmation page.
+(runs/services.py), never ``save()`` on a run (docs/architecture.md, "Conventions in the
+code"). Actions need the ``runs.change_run`` permission (superusers have it);
+irreversible ones go through a confirmation page.
 """
 
 import json

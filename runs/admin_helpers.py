@@ -2,8 +2,8 @@
 SQL, list filters the stock admin lacks (time range, id input, queue, log level), and a
 confirmation page for actions that cannot be undone.
 
-Actions change runs only through the service functions (STYLE.md #10); these helpers
-only read and render.
+Actions change runs only through the service functions (docs/architecture.md,
+"Conventions in the code"); these helpers only read and render.
 """
 
 import logging

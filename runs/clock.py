@@ -1,5 +1,5 @@
-"""One clock (DESIGN.md invariant 7): claims and leases use the database's clock, never a
-worker's. On PostgreSQL that is ``clock_timestamp()``; SQLite has no server, so the
+"""One clock (docs/architecture.md, "Invariants" 7): claims and leases use the database's
+clock, never a worker's. On PostgreSQL that is ``clock_timestamp()``; SQLite has no server, so the
 embedded default uses the host clock, which is the same machine's clock anyway."""
 
 from datetime import UTC, datetime, timedelta
@@ -24,7 +24,8 @@ def db_now(using: str = "default") -> datetime:
 
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
     """Seconds to wait before retrying after failed attempt number ``attempt`` (1-based):
-    ``base_s * 2**(attempt-1)`` capped at ``cap_s`` (DESIGN.md invariant 5: 1, 2, 4, 8 s)."""
+    ``base_s * 2**(attempt-1)`` capped at ``cap_s`` (docs/architecture.md, "Invariants" 5:
+    1, 2, 4, 8 s)."""
     return min(base_s * (2 ** max(attempt - 1, 0)), cap_s)
 
 

@@ -1,4 +1,4 @@
-"""The ``ctx`` a handler receives (DESIGN.md, "Handlers")."""
+"""The ``ctx`` a handler receives (docs/architecture.md, "Handlers")."""
 
 import logging
 from dataclasses import dataclass, field

@@ -1,5 +1,5 @@
 """What every daemon shares: lifecycle log lines, signals, and surviving the outside world
-(STYLE.md #5, #6).
+(docs/architecture.md, "Conventions in the code").
 
 A daemon is a class with ``round()`` (one pass of work; returns True when it did work, so
 the loop goes again at once) and ``shutdown()``. ``serve()`` runs rounds until SIGTERM or
@@ -54,7 +54,7 @@ class Daemon:
     # --- lifecycle --------------------------------------------------------------------
 
     def request_stop(self, signum=None, frame=None) -> None:
-        """First call: finish gracefully. Second call: force (STYLE.md #5)."""
+        """First call: finish gracefully. Second call: force (docs/architecture.md, "Daemons")."""
         if self.stopping:
             self.forced = True
             self.log.info("%s: second stop signal, forcing", self.name)

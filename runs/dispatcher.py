@@ -1,7 +1,7 @@
 """The dispatcher daemon (``rundispatcher``): promotes due runs to ready, reaps expired
 leases (retry with backoff or dead letter), releases runs held back by an owner's limit
 once the owner has room, and reconciles the database with the broker so that a Redis
-FLUSHALL or restart loses nothing (DESIGN.md, "Processes").
+FLUSHALL or restart loses nothing (docs/architecture.md, "Daemons").
 
 Dispatchers split the SHARDS shards of every queue between them by lease (runs.models.
 ShardLease, the same protocol as the schedulers' partitions, jobs/partitions.py): each

@@ -1,4 +1,4 @@
-"""Runs, attempts and their log lines (DESIGN.md, "Run states").
+"""Runs, attempts and their log lines (docs/architecture.md, "Run states and transitions").
 
 A run is one occurrence of a job at ``scheduled_at``; at most one exists per
 (job, scheduled_at). Every state change is one fenced UPDATE in runs/transitions.py,
@@ -202,7 +202,7 @@ class DeadRun(Run):
 
 class ShardLease(models.Model):
     """A dispatcher's lease on shard ``number`` of every queue: the dispatcher whose lease
-    is live promotes, reaps and reconciles that shard (DESIGN.md, "Processes")."""
+    is live promotes, reaps and reconciles that shard (docs/architecture.md, "Daemons")."""
 
     number = models.PositiveIntegerField(primary_key=True)
     owner = models.CharField(max_length=200, blank=True, default="")

@@ -1,6 +1,6 @@
 """Isolation policy read from settings: priority classes and their weights, per-queue
-concurrency limits and rate limits, and the worker's queue weights (DESIGN.md,
-"Isolation"; docs/scaling.md).
+concurrency limits and rate limits, and the worker's queue weights (docs/isolation.md;
+docs/scaling.md).
 
 Both brokers apply the same policy: a lease call picks among the priority classes that
 have ready runs by stride scheduling (Waldspurger & Weihl, "Stride Scheduling", MIT

@@ -1,5 +1,6 @@
-"""Operations on runs for the REST API and the admin (STYLE.md #10: both call these, never
-``save()`` on a run): requeue dead or failed runs, cancel runs, discard dead letters."""
+"""Operations on runs for the REST API and the admin (both call these, never ``save()``
+on a run: docs/architecture.md, "Conventions in the code"): requeue dead or failed runs,
+cancel runs, discard dead letters."""
 
 from django.db import transaction
 from django.db.models import F

@@ -1,4 +1,5 @@
-"""Run state transitions, each one fenced UPDATE (DESIGN.md, "Run states").
+"""Run state transitions, each one fenced UPDATE (docs/architecture.md, "Run states and
+transitions").
 
 A transition names the state (and, for leased runs, the attempt number) it expects in its
 WHERE clause, so a worker whose lease expired and whose run moved on cannot overwrite the

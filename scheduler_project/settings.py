@@ -1,5 +1,5 @@
 """Django settings, twelve-factor: everything that differs between deploys comes from the
-environment (DESIGN.md, "Configuration").
+environment (docs/architecture.md, "Configuration").
 
 DATABASE_URL  default sqlite:///db.sqlite3 (the embedded default)
 REDIS_URL     unset: the database broker serves the queue

@@ -1,4 +1,4 @@
-"""The admin console (issue 4) through Django's test client: jobs, runs, the dead letter,
+"""The admin console (docs/admin.md) through Django's test client: jobs, runs, the dead letter,
 log search and read-only rules. The browser tests are in tests/e2e/."""
 
 import re

@@ -1,4 +1,4 @@
-"""The operators' dashboard (issue 4): its figures on PostgreSQL and SQLite, its JSON
+"""The operators' dashboard (docs/admin.md): its figures on PostgreSQL and SQLite, its JSON
 endpoint and who may see it. The browser test in tests/e2e/ watches it refresh."""
 
 from datetime import UTC, timedelta

@@ -1,4 +1,4 @@
-"""/api/limits/ and the admin's owner policies (issue 8): who may read and set an owner's
+"""/api/limits/ and the admin's owner policies (docs/isolation.md): who may read and set an owner's
 concurrency limit and default queue, that the broker enforces what was set, and that an
 owner's jobs land in its default (tenant) queue."""
 

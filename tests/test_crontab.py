@@ -222,25 +222,37 @@ def test_demo_crontab_is_valid_and_has_what_the_readme_promises():
     assert all(e.comment for e in result.entries)
 
 
-CRONTABS = Path(__file__).resolve().parents[2] / "shared" / "crontabs"
+CRONTABS = Path(__file__).resolve().parent / "data" / "crontabs"  # README.md there: sources
 
 
 def corpus_rows() -> list[tuple[str, int, str]]:
-    """(file, schedule lines, features) of each row of the shared corpus' README table."""
-    readme = CRONTABS / "README.md"
-    if not readme.is_file():
-        return []
+    """(file, schedule lines, features) of each row of the corpus' README table (columns:
+    file, source, schedule lines, syntax features, licence)."""
     rows = []
-    for line in readme.read_text().splitlines():
+    for line in (CRONTABS / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        if len(cells) == 4 and cells[0].endswith(".crontab"):
+        if len(cells) == 5 and cells[0].endswith(".crontab"):
             rows.append((cells[0], int(cells[2].split()[0]), cells[3]))
     return rows
 
 
-@pytest.mark.parametrize("name, schedule_lines, features",
-                         corpus_rows() or [pytest.param("", 0, "", marks=pytest.mark.skip(
-                             reason="no shared crontab corpus"))])
+def test_every_corpus_file_has_a_readme_row_naming_its_source_and_a_shipped_licence():
+    readme = (CRONTABS / "README.md").read_text()
+    rows = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 5 and cells[0].endswith(".crontab"):
+            rows[cells[0]] = cells
+
+    assert set(rows) == {p.name for p in CRONTABS.glob("*.crontab")}
+    for name, (_, source, _, _, licence) in rows.items():
+        assert (CRONTABS / name).read_text().startswith("# source: "), name
+        shipped = re.findall(r"LICENSES/[\w./-]+\w", licence)
+        assert shipped and all((CRONTABS / path).is_file() for path in shipped), (name, licence)
+        assert source, name
+
+
+@pytest.mark.parametrize("name, schedule_lines, features", corpus_rows())
 def test_real_crontab_agrees_with_the_corpus_annotations(name, schedule_lines, features):
     """Every schedule line of the README's count is an entry or an error; the format guess
     matches its "user column" tag; every flagged line is an error, except the /etc/crontab

@@ -1,4 +1,4 @@
-"""Isolation contract (issue 8) on every broker/database pair: sharding and dispatcher
+"""Isolation contract (docs/isolation.md) on every broker/database pair: sharding and dispatcher
 shard leases, weighted priority classes, per-owner and per-queue concurrency limits and
 per-queue rate limits (runs/policy.py, runs/brokers/lua/lease.lua)."""
 

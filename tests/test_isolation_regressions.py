@@ -1,4 +1,4 @@
-"""Regressions found by an adversarial run against the isolation features (issue 8):
+"""Regressions found by an adversarial run against the isolation features (docs/isolation.md):
 each test failed before its fix (stale acks uncounting another worker's lease, per-shard
 class shares, stranded shards after lowering SHARDS, FAIR_SCAN=0, a worker hanging on a
 bad setting, out-of-range and partial PUT /api/limits/, infinite rates)."""

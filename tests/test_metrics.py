@@ -1,4 +1,4 @@
-"""The scaling signal (issue 8): per queue and shard depth, oldest ready age, throughput and
+"""The scaling signal (docs/scaling.md): per queue and shard depth, oldest ready age, throughput and
 lag from runs/stats.py, as /api/queues/ and the Prometheus endpoint /metrics expose them.
 Real PostgreSQL and Redis; runs are made in known states and the numbers asserted."""
 

@@ -1,4 +1,4 @@
-"""The broker contract (DESIGN.md, "broker"; STYLE.md #1).
+"""The broker contract (docs/architecture.md, "Brokers" and "Conventions in the code").
 
 A broker is the working set of runs that are due or leased. PostgreSQL (or SQLite) stays
 the source of truth: every state change is a fenced UPDATE in runs/transitions.py, and the
@@ -267,7 +267,8 @@ class Broker(ABC):
                 pushed += len(lacking)
 
     def push_after_commit(self, refs: list[RunRef]) -> None:
-        """Push ``refs`` once the current transaction on ``using`` commits (STYLE.md #7).
+        """Push ``refs`` once the current transaction on ``using`` commits (docs/architecture.md,
+        "Conventions in the code": commit first, then push).
         A failed push is logged, not raised: the dispatcher's reconcile restores it."""
         if refs:
             transaction.on_commit(lambda: self._push_quietly(refs), using=self.using)

@@ -1,4 +1,4 @@
-"""The database broker: the embedded default (DESIGN.md, "The database broker").
+"""The database broker: the embedded default (docs/architecture.md, "Brokers").
 
 The runs table is the working set: delayed = ``scheduled``/``retrying`` rows, ready =
 ``queued`` rows, leased = ``running`` rows. Claims use ``SELECT ... FOR UPDATE SKIP

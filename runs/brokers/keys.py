@@ -1,7 +1,9 @@
-"""Every Redis key the broker uses, built in one place (STYLE.md #3).
+"""Every Redis key the broker uses, built in one place (docs/architecture.md, "Conventions
+in the code").
 
-The keys of one queue shard share the hash tag ``{<queue>:<shard>}`` so every Lua script
-touches one slot and runs unchanged on Redis Cluster (DESIGN.md, "Redis layout").
+The keys of one queue shard share the hash tag ``{<queue>:<shard>}``, so they sit in one
+slot; the limit keys share ``{limits}``, another slot, which is why Redis Cluster is not
+supported (docs/architecture.md, "Brokers"; docs/isolation.md, "Redis Cluster").
 """
 
 import zlib

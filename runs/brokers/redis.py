@@ -1,4 +1,4 @@
-"""The Redis broker: sorted sets and Lua scripts (DESIGN.md, "Redis layout").
+"""The Redis broker: sorted sets and Lua scripts (docs/architecture.md, "Brokers").
 
 Per queue shard: ``delayed`` (score run_at), ``ready`` (score priority then run_at) and
 ``leased`` (score lease expiry). Scripts live in ``lua/`` next to this file, each opening
@@ -35,7 +35,8 @@ UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
 
 
 def translate_errors(method):
-    """Re-raise redis connection errors as BrokerUnavailable (STYLE.md #8)."""
+    """Re-raise redis connection errors as BrokerUnavailable (docs/architecture.md,
+    "Conventions in the code")."""
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):

@@ -1,4 +1,4 @@
-"""The dashboard's figures in one JSON-able snapshot (issue 4; docs/admin.md, "Dashboard").
+"""The dashboard's figures in one JSON-able snapshot (docs/admin.md, "Dashboard").
 
 Queue depth and live workers come from runs/stats.py, so the dashboard, /api/queues/ and
 metrics agree. Throughput and lag over the last hour are bucketed per minute:

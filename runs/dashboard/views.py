@@ -1,4 +1,4 @@
-"""The operators' dashboard (issue 4): a page inside the admin and the JSON endpoint it
+"""The operators' dashboard (docs/admin.md): a page inside the admin and the JSON endpoint it
 polls every few seconds, so its figures move without a page reload. Staff only."""
 
 from django.contrib import admin

@@ -1,4 +1,4 @@
-"""The admin console end to end (issue 4, "Done means"): an operator in a real browser
+"""The admin console end to end (docs/admin.md): an operator in a real browser
 logs in, pauses, resumes and triggers a job, requeues a dead run, reads its attempts'
 logs, searches logs, and watches the dashboard's numbers move, while a real dispatcher and
 worker run the jobs."""

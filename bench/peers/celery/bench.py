@@ -1,4 +1,4 @@
-"""Celery adapter for bench/run.py (issue 6): see /tmp/coord/bench-contract.md.
+"""Celery adapter for bench/run.py (the adapter contract is in bench/run.py's docstring).
 
 Run with the celery venv: bench/.venvs/celery/bin/python bench/peers/celery/bench.py W2
 Redis db 1 (broker), PostgreSQL bench_celery (django-celery-results and django-celery-beat).

@@ -1,4 +1,4 @@
-"""django-q2 adapter of the benchmark (issue 6).
+"""django-q2 adapter of the benchmark (the adapter contract is in bench/run.py's docstring).
 
 Run with the peer's own virtualenv:
     bench/.venvs/djangoq/bin/python bench/peers/djangoq/bench.py W2 [--quick]

@@ -1,4 +1,4 @@
-"""Dramatiq adapter for bench/run.py (issue 6): see /tmp/coord/bench-contract.md.
+"""Dramatiq adapter for bench/run.py (the adapter contract is in bench/run.py's docstring).
 
 Run with the dramatiq venv: bench/.venvs/dramatiq/bin/python bench/peers/dramatiq/bench.py W2
 Redis db 3 only (broker and results). Prints one JSON object as the last stdout line.

@@ -1,4 +1,4 @@
-"""procrastinate adapter of the benchmark (issue 6; contract in bench/README or run.py).
+"""procrastinate adapter of the benchmark (the adapter contract is in bench/run.py's docstring).
 
 Run with the peer's own virtualenv:
     bench/.venvs/procrastinate/bin/python bench/peers/procrastinate/bench.py W2 [--quick]

@@ -1,4 +1,4 @@
-"""RQ adapter for bench/run.py (issue 6): see /tmp/coord/bench-contract.md.
+"""RQ adapter for bench/run.py (the adapter contract is in bench/run.py's docstring).
 
 Run with the rq venv: bench/.venvs/rq/bin/python bench/peers/rq/bench.py W2
 Redis db 2 only: RQ keeps jobs and results in Redis (it has no database backend).
