@@ -15,6 +15,17 @@ def shard_of(shard_key: str, shards: int) -> int:
     return zlib.crc32(shard_key.encode()) % max(shards, 1)
 
 
+MEMBER_DIGITS = 19  # a bigint's digits
+
+
+def member(run_id: int | str) -> str:
+    """The member of run ``run_id`` in the waiting sets (delayed, ready, parked): its id
+    zero-padded to MEMBER_DIGITS, so runs of equal score leave in id (creation) order, not
+    in the lexicographic order of their ids (docs/architecture.md, "Brokers"). The leased
+    set and the owners hash use the plain id. The Lua scripts pad the same way."""
+    return str(run_id).zfill(MEMBER_DIGITS)
+
+
 class Keys:
     """Key templates under ``prefix`` (default ``sched``)."""
 

@@ -1,7 +1,8 @@
 """The Redis broker: sorted sets and Lua scripts (docs/architecture.md, "Brokers").
 
-Per queue shard: ``delayed`` (score run_at), ``ready`` (score priority then run_at) and
-``leased`` (score lease expiry). Scripts live in ``lua/`` next to this file, each opening
+Per queue shard: ``delayed`` (score run_at), ``ready`` (score priority then run_at; equal
+scores leave in id order, the members being zero-padded ids, keys.member) and ``leased``
+(score lease expiry). Scripts live in ``lua/`` next to this file, each opening
 with its KEYS/ARGV, and run by EVALSHA, loaded again when Redis answers NOSCRIPT (after a
 restart or SCRIPT FLUSH): ``Pipe`` below, rather than redis-py's Script objects in a
 pipeline, which send SCRIPT EXISTS before every pipeline, a round trip per lease and per
@@ -22,7 +23,7 @@ from jobs import conf
 from jobs.exceptions import BrokerUnavailable
 from runs import policy
 from runs.brokers.base import Broker
-from runs.brokers.keys import Keys
+from runs.brokers.keys import Keys, member
 from runs.clock import to_ms
 from runs.models import DELAYED_STATES, Run, RunState
 from runs.types import Lease, QueueDepth, RunRef, Slot
@@ -127,8 +128,8 @@ class RedisBroker(Broker):
     def _queue_shards(self) -> list[tuple[str, int]]:
         members = self.client.smembers(self.keys.queues)
         pairs = []
-        for member in members:
-            queue, _, shard = member.decode().rpartition(":")
+        for name in members:
+            queue, _, shard = name.decode().rpartition(":")
             pairs.append((queue, int(shard)))
         return sorted(pairs)
 
@@ -388,8 +389,10 @@ class RedisBroker(Broker):
         lacking: list[int] = []
         for (queue, shard), ids in by_shard.items():
             pipe = self.client.pipeline(transaction=False)
-            for key in self.keys.shard_keys(queue, shard):
-                pipe.zmscore(key, ids)
+            members = [member(run_id) for run_id in ids]
+            pipe.zmscore(self.keys.delayed(queue, shard), members)
+            pipe.zmscore(self.keys.ready(queue, shard), members)
+            pipe.zmscore(self.keys.leased(queue, shard), ids)
             pipe.hmget(self.keys.owners(queue, shard), ids)
             delayed, ready, leased, owners = pipe.execute()
             unseen = [
@@ -405,7 +408,7 @@ class RedisBroker(Broker):
                 if owner is None:
                     pipe.echo("")
                 else:
-                    pipe.zscore(prefix + owner.decode(), run_id)
+                    pipe.zscore(prefix + owner.decode(), member(run_id))
             parked = pipe.execute()
             lacking += [run_id for (run_id, owner), score in zip(unseen, parked, strict=True)
                         if owner is None or score is None]

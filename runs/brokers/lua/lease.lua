@@ -22,7 +22,9 @@
 -- Runs of this shard that fell due since the dispatcher's last round are promoted first
 -- (at most PROMOTE_CAP), so a run starts within one worker poll of its time rather than
 -- one dispatcher round plus one poll; the dispatcher still promotes shards no worker polls.
--- Returns the leased run ids, most urgent first.
+-- Returns the leased run ids, most urgent first (priority, run_at ms, then id: FIFO).
+-- ready, delayed and parked hold zero-padded ids (push.lua); leased and owners plain ids.
+local function plain(m) return (string.gsub(m, '^0+', '')) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = tonumber(ARGV[1])
@@ -131,9 +133,10 @@ while #picked < n and not stop do
   if #head == 0 then
     best.count = 0
   else
-    local ids = {}
+    local ids, members = {}, {}
     for i = 1, #head, 2 do
-      ids[#ids + 1] = head[i]
+      members[#members + 1] = head[i]
+      ids[#ids + 1] = plain(head[i])
     end
     local owners = redis.call('HMGET', KEYS[3], unpack(ids))
     local taken, leased, counts = {}, {}, {}
@@ -154,7 +157,7 @@ while #picked < n and not stop do
           stop = true
           break
         end
-        redis.call('ZADD', ARGV[9] .. owner, score, id)
+        redis.call('ZADD', ARGV[9] .. owner, score, members[j])
         redis.call('SADD', KEYS[5], owner)
         parked = parked + 1
       else
@@ -166,11 +169,11 @@ while #picked < n and not stop do
         end
         leased[#leased + 1] = expiry
         leased[#leased + 1] = id
-        picked[#picked + 1] = {id, tonumber(score)}
+        picked[#picked + 1] = {id, tonumber(score), members[j]}
         vt = best.pass
         best.pass = best.pass + best.stride
       end
-      taken[#taken + 1] = id
+      taken[#taken + 1] = members[j]
     end
     if #taken > 0 then
       redis.call('ZREM', KEYS[1], unpack(taken))
@@ -203,7 +206,13 @@ if rate > 0 then
   redis.call('HSET', KEYS[8], 'tokens', tokens - #picked, 'ts', now)
 end
 
-table.sort(picked, function(a, b) return a[2] < b[2] end)
+-- Score, then the padded member: table.sort is not stable, and equal scores are the FIFO case.
+table.sort(picked, function(a, b)
+  if a[2] ~= b[2] then
+    return a[2] < b[2]
+  end
+  return a[3] < b[3]
+end)
 local ids = {}
 for i, p in ipairs(picked) do
   ids[i] = p[1]

@@ -3,7 +3,7 @@
 -- KEYS[1]  delayed ZSET  score run_at_ms * 10 + priority
 -- KEYS[2]  ready   ZSET  score priority * 2^42 + run_at_ms
 -- ARGV[1]  limit: most runs to move in this call
--- Returns the ids moved.
+-- Returns the ids moved (zero-padded members, as push.lua stores them).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'WITHSCORES',

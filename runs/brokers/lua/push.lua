@@ -1,6 +1,7 @@
 -- push: add runs to a queue shard's working set, idempotently.
--- KEYS[1]  delayed ZSET  member run id, score run_at_ms * 10 + priority
--- KEYS[2]  ready   ZSET  member run id, score priority * 2^42 + run_at_ms (FIFO by time within a priority)
+-- KEYS[1]  delayed ZSET  member padded run id (below), score run_at_ms * 10 + priority
+-- KEYS[2]  ready   ZSET  member padded run id, score priority * 2^42 + run_at_ms (FIFO:
+--                     by time within a priority, then by id)
 -- KEYS[3]  leased  ZSET  member run id, score lease expiry ms
 -- KEYS[4]  owners  HASH  run id -> owner id (for per-owner limits, lease.lua)
 -- KEYS[5]  running HASH  o:<owner> / q:<queue> -> runs leased now (all shards)
@@ -10,6 +11,10 @@
 -- from the other sets (and from its owner's parked set), so pushing twice never leaves
 -- two copies; a lease it still had is forgotten and uncounted.
 -- Returns {ready_count, delayed_count}.
+-- Waiting sets (delayed, ready, parked) hold each run id zero-padded to 19 digits, so
+-- runs of equal score (one priority, one run_at millisecond) come out in id order, the
+-- order they were created, and not the lexicographic order of their ids (100 before 95).
+local function member(id) return string.rep('0', 19 - #id) .. id end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ready, delayed = 0, 0
@@ -23,19 +28,23 @@ for i = 3, #ARGV, 4 do
       redis.call('HDEL', KEYS[5], 'o:' .. was)
     end
   end
+  local m = member(id)
   if owner ~= '' then
-    redis.call('ZREM', ARGV[2] .. owner, id)
+    redis.call('ZREM', ARGV[2] .. owner, m)
     redis.call('HSET', KEYS[4], id, owner)
   else
     redis.call('HDEL', KEYS[4], id)
   end
+  -- A plain id left by a version before padding (reconcile pushes those runs again).
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
   if at <= now then
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('ZADD', KEYS[2], prio * 4398046511104 + at, id)
+    redis.call('ZREM', KEYS[1], m)
+    redis.call('ZADD', KEYS[2], prio * 4398046511104 + at, m)
     ready = ready + 1
   else
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('ZADD', KEYS[1], at * 10 + prio, id)
+    redis.call('ZREM', KEYS[2], m)
+    redis.call('ZADD', KEYS[1], at * 10 + prio, m)
     delayed = delayed + 1
   end
 end
