@@ -72,6 +72,10 @@ DEFAULTS: dict[str, Tunable] = {
     "API_THROTTLE_RATE": Tunable(
         "100000/minute", str,
         'requests per owner the REST API accepts, "<count>/<second|minute|hour|day>"'),
+    "API_ANON_THROTTLE_RATE": Tunable(
+        "60/minute", str,
+        "requests without a valid login the REST API accepts per client address, "
+        '"<count>/<second|minute|hour|day>"'),
     "API_MAX_BODY_BYTES": Tunable(
         1_048_576, int, "largest REST request body, in bytes, except the bulk endpoint's"),
     "API_BULK_MAX_BODY_BYTES": Tunable(

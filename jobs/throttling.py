@@ -1,4 +1,5 @@
-"""Per-owner request throttling for the REST API: 429 with ``Retry-After``.
+"""Request throttling for the REST API: 429 with ``Retry-After``, per owner and, for
+requests without a valid login, per client address (docs/api.md, "Throttling").
 
 DRF's ``UserRateThrottle`` keeps a list of every request's timestamp in the cache and
 rewrites it on each request, which grows with the rate; at the high default rate we want
@@ -15,7 +16,9 @@ import time
 
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
-from rest_framework.throttling import BaseThrottle
+from rest_framework.exceptions import Throttled
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.throttling import AnonRateThrottle, BaseThrottle
 
 from jobs import conf
 
@@ -75,3 +78,41 @@ def _count(key: str, period: int) -> int:
     except ValueError:  # the key expired between add() and incr()
         cache.add(key, 1, timeout=period + 1)
         return 1
+
+
+class AnonymousRateThrottle(AnonRateThrottle):
+    """DRF's AnonRateThrottle at API_ANON_THROTTLE_RATE per client address (REMOTE_ADDR,
+    or X-Forwarded-For behind the settings' NUM_PROXIES, from TRUSTED_PROXY_COUNT);
+    authenticated requests pass. The rate is read per request, like the owner throttle's,
+    and a cache outage lets requests through (logged)."""
+
+    def get_rate(self) -> str:
+        return conf.get("API_ANON_THROTTLE_RATE")
+
+    def allow_request(self, request, view) -> bool:
+        try:
+            return super().allow_request(request, view)
+        except Exception as exc:  # noqa: BLE001 - any cache backend's connection error
+            log.warning("throttle: cache unavailable, request let through: %s", exc)
+            return True
+
+
+class IsAuthenticatedOrThrottled(IsAuthenticated):
+    """DRF's IsAuthenticated, except that a request without a login over
+    API_ANON_THROTTLE_RATE is answered 429 (Throttled, with Retry-After) instead of 401.
+    DRF checks permissions before throttles, so on an API where every endpoint needs a
+    login no throttle would ever see an anonymous request otherwise."""
+
+    def has_permission(self, request, view) -> bool:
+        if super().has_permission(request, view):
+            return True
+        throttle_anonymous(request, view)
+        return False
+
+
+def throttle_anonymous(request, view) -> None:
+    """Count one request without a (valid) login against its client address; raises
+    rest_framework.exceptions.Throttled when the address is over API_ANON_THROTTLE_RATE."""
+    throttle = AnonymousRateThrottle()
+    if not throttle.allow_request(request, view):
+        raise Throttled(throttle.wait())

@@ -9,6 +9,7 @@ SCHEDULER_*   tunables, see jobs/conf.py for each one, its unit and default
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -39,6 +40,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "axes",
     "django_filters",
     "drf_spectacular",
     "jobs",
@@ -55,6 +57,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes' docs require: it turns a locked-out login into the lockout answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "scheduler_project.urls"
@@ -112,6 +116,33 @@ DATABASES = {
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Logins (docs/security.md, "Authentication, throttling and tokens"). django-axes counts
+# failed logins of both login pages (/admin/login/, /api/auth/login/: both go through
+# authenticate() with the request) and refuses a username from an address after
+# LOGIN_FAILURE_LIMIT failures, for LOGIN_COOLOFF_S seconds, even with the right password.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first, as its docs require
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(seconds=float(os.environ.get("LOGIN_COOLOFF_S", "900")))
+# The username at one address: one address (an office behind NAT) trying many accounts
+# does not lock out its colleagues, and nobody elsewhere can lock a user out.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "scheduler_project.lockout.lockout_response"
+# The client address as DRF's throttles see it (REMOTE_ADDR, or X-Forwarded-For behind
+# TRUSTED_PROXY_COUNT proxies), so lockouts and throttles count the same client.
+AXES_CLIENT_IP_CALLABLE = "scheduler_project.lockout.client_ip"
+TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CACHES = {
@@ -147,11 +178,13 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["jobs.throttling.IsAuthenticatedOrThrottled"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PARSER_CLASSES": ["jobs.parsers.CappedJSONParser"],
-    "DEFAULT_THROTTLE_CLASSES": ["jobs.throttling.OwnerRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["jobs.throttling.OwnerRateThrottle",
+                                 "jobs.throttling.AnonymousRateThrottle"],
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
 }
 
 SPECTACULAR_SETTINGS = {
@@ -164,7 +197,7 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_PERMISSIONS": ["jobs.throttling.IsAuthenticatedOrThrottled"],
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.models.RunState",

@@ -150,3 +150,12 @@ def api(alice):
     from tests.test_api_helpers import client_for
 
     return client_for(alice)
+
+
+@pytest.fixture(autouse=True)
+def fresh_throttles():
+    """Throttle counts live in the Django cache, per client address: every test starts
+    from none, so the anonymous requests of earlier tests (all from 127.0.0.1) are not
+    counted against it."""
+    from django.core.cache import cache
+    cache.clear()

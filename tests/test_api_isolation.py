@@ -4,6 +4,7 @@ see and act on everything; nothing but the probes answers without a login."""
 
 import pytest
 from django.contrib.auth.models import User
+from django.http import HttpRequest
 from rest_framework.test import APIClient
 
 from jobs.models import Job
@@ -167,7 +168,7 @@ def test_a_session_login_works_and_its_writes_need_the_csrf_token():
     browser = APIClient(enforce_csrf_checks=True)
 
     assert browser.get("/api/auth/login/").status_code == 200
-    assert browser.login(username="alice", password="pw")
+    assert browser.login(request=HttpRequest(), username="alice", password="pw")
     listed = browser.get("/api/jobs/")
     refused = browser.post("/api/jobs/", {"handler": "noop", "schedule": "@daily"},
                            format="json")

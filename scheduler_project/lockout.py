@@ -1,0 +1,44 @@
+"""What a locked-out login answers, and the client address django-axes counts failures
+by (docs/security.md, "Authentication, throttling and tokens").
+
+django-axes calls ``lockout_response`` (settings.AXES_LOCKOUT_CALLABLE) when a login is
+refused because its username failed too often from its address: the REST API's login
+(/api/auth/login/) answers JSON, like every /api/ answer; the admin's a page in the
+admin's look. Both are 429 with ``Retry-After`` (the cool-off, in seconds).
+"""
+
+import math
+
+from axes.helpers import get_cool_off
+from django.conf import settings
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.response import TemplateResponse
+from rest_framework.throttling import BaseThrottle
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    """The client address, as DRF's throttles read it: REMOTE_ADDR, or the address
+    TRUSTED_PROXY_COUNT proxies put in X-Forwarded-For (REST_FRAMEWORK NUM_PROXIES), so
+    a login lockout and the anonymous throttle count the same client."""
+    return BaseThrottle().get_ident(request)
+
+
+def lockout_response(request: HttpRequest, original_response=None,
+                     credentials: dict | None = None) -> HttpResponse:
+    """The answer to a refused login: JSON ``{"detail": ...}`` under /api/, otherwise
+    the admin's lockout page; status 429 with ``Retry-After`` in seconds."""
+    seconds = math.ceil(get_cool_off(request).total_seconds())
+    minutes = max(1, math.ceil(seconds / 60))
+    detail = (f"too many failed logins for this username from your address "
+              f"({settings.AXES_FAILURE_LIMIT}); logins are refused for {minutes} "
+              f"minute(s), even with the right password")
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": detail}, status=429)
+    else:
+        context = {**admin.site.each_context(request), "title": "Login refused",
+                   "detail": detail}
+        response = TemplateResponse(request, "registration/locked_out.html", context,
+                                    status=429).render()
+    response["Retry-After"] = str(seconds)
+    return response
