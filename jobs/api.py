@@ -1,8 +1,9 @@
 """The jobs REST API (/api/jobs/...) and the health probes (/healthz, /readyz).
 
 An owner sees and acts on their own jobs only: any other owner's job answers 404 on every
-verb, exactly like a job that does not exist. Staff see all. Every write goes through
-jobs/services.py, the same functions the Python API and the admin use.
+verb, exactly like a job that does not exist, unless Django's model permissions allow more
+(jobs/access.py: view_job to see, change_job to act; is_staff alone grants nothing). Every
+write goes through jobs/services.py, the same functions the Python API and the admin use.
 """
 
 from django.db import DatabaseError
@@ -24,6 +25,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
 from jobs import conf, services
+from jobs.access import OwnerOrModelPermission, may_view_all
 from jobs.exceptions import BrokerUnavailable, InvalidJob, SchedulerError
 from jobs.filters import JOB_ORDERING, JobFilter
 from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
@@ -41,6 +43,7 @@ from jobs.serializers import (
     spec_defaults,
     to_spec,
 )
+from jobs.throttling import IsAuthenticatedOrThrottled
 from jobs.validation import validate_job
 from runs.brokers import get_broker
 from runs.serializers import RunSerializer
@@ -116,13 +119,14 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     ordering = ["-id"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     lookup_value_regex = r"\d+"
+    permission_classes = [IsAuthenticatedOrThrottled, OwnerOrModelPermission]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
             return Job.objects.none()
         jobs = Job.objects.select_related("schedule", "owner")
         user = self.request.user
-        return jobs if user.is_staff else jobs.filter(owner=user)
+        return jobs if may_view_all(user, Job) else jobs.filter(owner=user)
 
     def get_serializer_class(self):
         return {"create": JobCreateSerializer, "partial_update": JobUpdateSerializer,

@@ -1,9 +1,10 @@
 """/api/limits/: an owner's isolation policy (docs/isolation.md; docs/scaling.md).
 
-GET answers the caller's own policy (staff may ask for anyone's with ``?owner=<username>``);
-PUT, staff only, sets an owner's ``max_running`` (null: the SCHEDULER OWNER_CONCURRENCY
-default) and/or ``default_queue`` (blank: "default"); a field left out keeps its value.
-An owner cannot raise their own limit.
+GET answers the caller's own policy (``?owner=<username>`` asks for anyone's, with the
+jobs.view_ownerpolicy permission); PUT, with the jobs.change_ownerpolicy permission, sets
+an owner's ``max_running`` (null: the SCHEDULER OWNER_CONCURRENCY default) and/or
+``default_queue`` (blank: "default"); a field left out keeps its value. An owner cannot
+raise their own limit. is_staff alone grants nothing (jobs/access.py).
 """
 
 from django.contrib.auth import get_user_model
@@ -15,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import conf
+from jobs.access import may_change_all, may_view_all, perm
 from jobs.api import COMMON, FIELD_ERRORS
 from jobs.exceptions import SchedulerError
 from jobs.models import OwnerPolicy
@@ -27,8 +29,8 @@ class OwnerPolicySerializer(serializers.Serializer):
     """One owner's policy; ``effective_max_running`` is the limit in force (null: none)
     and ``running`` how many of the owner's runs run now."""
 
-    owner = serializers.CharField(required=False, help_text="username (staff only; "
-                                  "default: yourself)")
+    owner = serializers.CharField(required=False, help_text="username (another's needs "
+                                  "the jobs.view_ownerpolicy permission; default: yourself)")
     max_running = serializers.IntegerField(
         min_value=1, max_value=MAX_RUNNING, allow_null=True, required=False,
         help_text="most runs of this owner running at once, cluster-wide; null: the "
@@ -40,7 +42,8 @@ class OwnerPolicySerializer(serializers.Serializer):
     running = serializers.IntegerField(read_only=True)
 
 
-OWNER = OpenApiParameter("owner", OpenApiTypes.STR, description="username (staff only)")
+OWNER = OpenApiParameter("owner", OpenApiTypes.STR, description="username (another's needs "
+                         "the jobs.view_ownerpolicy permission)")
 
 
 def _describe(user) -> dict:
@@ -56,13 +59,15 @@ def _describe(user) -> dict:
 
 
 class LimitsView(APIView):
-    """Read (GET) or, as staff, set (PUT) an owner's concurrency limit and default queue."""
+    """Read (GET) or, with the change permission, set (PUT) an owner's concurrency limit
+    and default queue."""
 
     def _owner(self, request, username: str | None):
         if not username or username == request.user.get_username():
             return request.user
-        if not request.user.is_staff:
-            raise PermissionDenied("only staff may read or set another owner's limits")
+        if not may_view_all(request.user, OwnerPolicy):
+            raise PermissionDenied("reading another owner's limits needs the "
+                                   f"{perm(OwnerPolicy, 'view')} permission")
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise NotFound(f"no owner named {username!r}")
@@ -74,12 +79,14 @@ class LimitsView(APIView):
         user = self._owner(request, request.query_params.get("owner"))
         return Response(OwnerPolicySerializer(_describe(user)).data)
 
-    @extend_schema(summary="Set an owner's concurrency limit and default queue (staff)",
+    @extend_schema(summary="Set an owner's concurrency limit and default queue "
+                           "(jobs.change_ownerpolicy permission)",
                    request=OwnerPolicySerializer,
                    responses={200: OwnerPolicySerializer, 400: FIELD_ERRORS, **COMMON})
     def put(self, request):
-        if not request.user.is_staff:
-            raise PermissionDenied("only staff may set limits")
+        if not may_change_all(request.user, OwnerPolicy):
+            raise PermissionDenied(f"setting limits needs the {perm(OwnerPolicy, 'change')} "
+                                   "permission")
         data = OwnerPolicySerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data

@@ -2,9 +2,10 @@
 (/api/jobs/{id}/runs/), /api/dead-letter/ and /api/queues/.
 
 Runs belong to jobs, so an owner sees the runs of their own jobs only; any other run id
-answers 404 on every verb. Staff see all. Runs grow without bound, so their lists use
-cursor pagination (stable under inserts, no COUNT). Every change goes through
-runs/services.py, the functions the admin uses too.
+answers 404 on every verb, unless Django's model permissions allow more (jobs/access.py:
+view_run to see, change_run to retry or cancel; is_staff alone grants nothing). Runs grow
+without bound, so their lists use cursor pagination (stable under inserts, no COUNT).
+Every change goes through runs/services.py, the functions the admin uses too.
 """
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -19,9 +20,11 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from jobs.access import OwnerOrModelPermission, may_view_all
 from jobs.api import COMMON, LISTED, Conflict, DetailSerializer
 from jobs.exceptions import BrokerUnavailable
 from jobs.models import Job
+from jobs.throttling import IsAuthenticatedOrThrottled
 from runs import services
 from runs.filters import DeadLetterFilter, LogLineFilter, RunFilter
 from runs.models import PENDING_STATES, LogLine, Run, RunState
@@ -75,15 +78,17 @@ class DeadCursor(CheckedCursor):
 
 
 def visible_runs(request):
-    """The runs ``request.user`` may see: their jobs' runs, or all for staff."""
+    """The runs ``request.user`` may see: their jobs' runs, or all with the view_run (or
+    change_run) permission."""
     runs = Run.objects.all()
-    return runs if request.user.is_staff else runs.filter(job__owner=request.user)
+    return runs if may_view_all(request.user, Run) else runs.filter(job__owner=request.user)
 
 
 def visible_job(request, job_pk) -> Job:
-    """The job ``job_pk`` if ``request.user`` may see it; raises Http404 otherwise."""
+    """The job ``job_pk`` if ``request.user`` may see it (their own, or any with the
+    view_job or change_job permission); raises Http404 otherwise."""
     jobs = Job.objects.all()
-    if not request.user.is_staff:
+    if not may_view_all(request.user, Job):
         jobs = jobs.filter(owner=request.user)
     return get_object_or_404(jobs, pk=job_pk)
 
@@ -104,6 +109,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     filterset_class = RunFilter
     ordering_fields = RUN_ORDERING
     lookup_value_regex = r"\d+"
+    permission_classes = [IsAuthenticatedOrThrottled, OwnerOrModelPermission]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
@@ -188,7 +194,8 @@ class QueueView(APIView):
     """/api/queues/: per queue and per shard, ready / delayed / leased depth in the broker,
     the age of the oldest ready run, throughput and lag over the last 60 s, and live
     workers with their slots (docs/scaling.md). The figures are the whole queue's (queues
-    are shared); an owner who is not staff sees only the queues their jobs use."""
+    are shared); a user without the view_run permission sees only the queues their jobs
+    use."""
 
     @extend_schema(summary="Depth, oldest ready age, throughput, lag and workers per queue "
                            "and shard",
@@ -200,7 +207,7 @@ class QueueView(APIView):
         except BrokerUnavailable as exc:
             # Depth is the point of this endpoint; without the broker, say so plainly.
             return Response({"detail": str(exc)}, status=503)
-        if not request.user.is_staff:
+        if not may_view_all(request.user, Run):
             mine = Job.objects.filter(owner=request.user)
             stats = [s for s in stats if mine.filter(queue=s.queue).exists()]
         return Response(QueueStatsSerializer([s.as_dict() for s in stats], many=True).data)

@@ -192,8 +192,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Jobs (one-off and cron), their runs, attempts and logs, the dead letter and queue "
         "figures. Authenticate with `Authorization: Token <key>` (manage.py createapitoken "
-        "USER) or a session. You see your own jobs and runs only; staff see all. "
-        "See docs/api.md."
+        "USER) or a session. You see your own jobs and runs only; other owners' need Django's "
+        "model permissions (view_job, change_job, view_run, change_run). See docs/api.md."
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,

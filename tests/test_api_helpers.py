@@ -5,7 +5,7 @@ reads them; the broker is not involved)."""
 import logging
 from datetime import timedelta
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -21,6 +21,17 @@ def client_for(user: User) -> APIClient:
     token, _ = Token.objects.get_or_create(user=user)
     api.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     return api
+
+
+def user_with(username: str, *perms: str, **fields) -> User:
+    """A user holding Django permissions ``perms`` ("app_label.codename", e.g.
+    "jobs.view_job"); ``fields`` as for create_user (is_staff=True, ...)."""
+    user = User.objects.create_user(username, **fields)
+    for name in perms:
+        app_label, codename = name.split(".")
+        user.user_permissions.add(Permission.objects.get(
+            content_type__app_label=app_label, codename=codename))
+    return User.objects.get(pk=user.pk)  # has_perm caches what a user held when first asked
 
 
 def one_off(owner, handler="noop", delay_s=3600, **options) -> Job:

@@ -1,6 +1,7 @@
 """Owner isolation: another owner's job or run answers 404 on every endpoint and verb,
-exactly as a missing id does, and nothing of theirs changes; lists never show it; staff
-see and act on everything; nothing but the probes answers without a login."""
+exactly as a missing id does, and nothing of theirs changes; lists never show it; users
+with the model permissions see and act on everything (tests/test_api_permissions.py);
+nothing but the probes answers without a login."""
 
 import pytest
 from django.contrib.auth.models import User
@@ -9,11 +10,12 @@ from rest_framework.test import APIClient
 
 from jobs.models import Job
 from runs.models import Run, RunState
-from tests.test_api_helpers import client_for, finished_run, one_off, recurring
+from tests.test_api_helpers import client_for, finished_run, one_off, recurring, user_with
 
 pytestmark = pytest.mark.django_db
 
 MISSING = 987_654_321
+OPERATOR = ("jobs.change_job", "runs.change_run")  # the model permissions that act on all
 # (method, path template, body): {job} / {run} are the other owner's ids.
 BY_ID = [
     ("get", "/api/jobs/{job}/", None),
@@ -103,8 +105,8 @@ def test_a_jobs_runs_list_filtered_to_another_owners_job_is_empty(bobs):
 
 @pytest.mark.parametrize("method, template, body", BY_ID,
                          ids=[f"{m.upper()} {t}" for m, t, _ in BY_ID])
-def test_staff_see_and_act_on_every_owners_jobs_and_runs(bobs, method, template, body):
-    staff = client_for(User.objects.create_user("ops", is_staff=True))
+def test_operators_see_and_act_on_every_owners_jobs_and_runs(bobs, method, template, body):
+    staff = client_for(user_with("ops", *OPERATOR))
 
     response = call(staff, method, template, body, bobs["job"].pk, bobs["run"].pk)
 
@@ -113,8 +115,8 @@ def test_staff_see_and_act_on_every_owners_jobs_and_runs(bobs, method, template,
     assert response.status_code != 404
 
 
-def test_staff_lists_show_every_owner(bobs):
-    staff = client_for(User.objects.create_user("ops", is_staff=True))
+def test_operators_lists_show_every_owner(bobs):
+    staff = client_for(user_with("ops", "jobs.view_job", "runs.view_run"))
 
     jobs = staff.get("/api/jobs/").json()["results"]
 

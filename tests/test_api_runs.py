@@ -12,7 +12,7 @@ from runs.brokers import get_broker
 from runs.models import Run, RunState, WorkerProcess
 from runs.transitions import run_refs
 from tests.conftest import flush_redis
-from tests.test_api_helpers import client_for, finished_run, one_off, recurring
+from tests.test_api_helpers import client_for, finished_run, one_off, recurring, user_with
 
 pytestmark = pytest.mark.django_db
 
@@ -185,7 +185,7 @@ def test_the_dead_letter_lists_dead_runs_with_the_reason_each_died(api, alice):
 def test_queues_show_depth_oldest_ready_age_and_live_workers():
     flush_redis()
     alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
-    staff = client_for(User.objects.create_user("ops", is_staff=True))
+    staff = client_for(user_with("ops", "runs.view_run"))
     one_off(alice, delay_s=-30, queue="mail")
     one_off(alice, delay_s=3600, queue="mail")
     one_off(bob, delay_s=3600, queue="bob-only")

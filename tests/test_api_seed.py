@@ -91,7 +91,7 @@ def test_another_owners_job_answers_404_and_staff_see_it(client):
     assert client.get("/api/jobs/").json()["count"] == 0
 
     staff = APIClient()
-    staff.force_authenticate(User.objects.create_user("ops", is_staff=True))
+    staff.force_authenticate(User.objects.create_superuser("ops"))
     assert staff.get(f"/api/jobs/{bobs.pk}/").status_code == 200
 
 

@@ -191,7 +191,7 @@ def test_put_limits_with_a_huge_max_running_is_a_400_not_a_500(rb):
     """max_running is a PositiveIntegerField (PostgreSQL integer); the serializer has no
     max_value, so 2**31 reaches the database: NumericValueOutOfRange -> 500."""
     from rest_framework.test import APIClient
-    staff = User.objects.create_user("ops", is_staff=True)
+    staff = User.objects.create_superuser("ops")
     User.objects.create_user("alice")
     client = APIClient(raise_request_exception=False)
     client.force_authenticate(staff)
@@ -205,7 +205,7 @@ def test_put_limits_with_only_a_default_queue_keeps_the_limit(rb):
     """Design question: PUT is a full replace, so setting a tenant's default queue
     silently removes its concurrency limit (max_running defaults to null)."""
     from rest_framework.test import APIClient
-    staff = User.objects.create_user("ops", is_staff=True)
+    staff = User.objects.create_superuser("ops")
     User.objects.create_user("alice")
     client = APIClient()
     client.force_authenticate(staff)

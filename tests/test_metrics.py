@@ -18,7 +18,7 @@ from runs.clock import db_now
 from runs.models import Run, RunState, WorkerProcess
 from runs.transitions import run_refs
 from tests.conftest import flush_redis, make_runs
-from tests.test_api_helpers import client_for, one_off
+from tests.test_api_helpers import client_for, one_off, user_with
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -213,7 +213,7 @@ def test_live_workers_and_their_slots_per_queue(broker):
 
 def test_api_queues_keeps_its_fields_and_adds_shards_throughput_and_lag(broker):
     alice = User.objects.create_user("alice")
-    staff = client_for(User.objects.create_user("ops", is_staff=True))
+    staff = client_for(user_with("ops", "runs.view_run"))
     one_off(alice, queue="q2")  # so alice sees q2
     finished_and_running()
 
