@@ -174,9 +174,9 @@ class Scheduler(Daemon):
         return run_refs(Run.objects.using(self.using).filter(pk__in=ids))
 
     def _insert_runs_pg(self, connection, planned, now: datetime) -> list[RunRef]:
-        # One statement per chunk from arrays (research/performance.md: INSERT ... SELECT
-        # unnest ... ON CONFLICT, ~170K rows/s), RETURNING what the broker needs, so the
-        # new runs are not read back.
+        # One statement per chunk from arrays (INSERT ... SELECT unnest ... ON CONFLICT,
+        # ~170K rows/s: docs/architecture.md, "Measured limits behind the design"),
+        # RETURNING what the broker needs, so the new runs are not read back.
         owners = {job.pk: job.owner_id for job, *_ in planned}
         refs: list[RunRef] = []
         with connection.cursor() as cursor:

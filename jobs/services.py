@@ -163,8 +163,9 @@ def insert_rows(model, objs: list, using: str = "default") -> None:
     does (auto_now fields filled, instances marked saved on ``using``).
 
     On PostgreSQL: one ``nextval`` round trip for all the ids, then one COPY, several
-    times faster than bulk_create's multi-row INSERTs (research/performance.md: COPY
-    200K rows/s against bulk_create's 55K/s). Elsewhere (SQLite): bulk_create.
+    times faster than bulk_create's multi-row INSERTs (docs/architecture.md, "Measured
+    limits behind the design": COPY 200K rows/s against bulk_create's 55K/s). Elsewhere
+    (SQLite): bulk_create.
     """
     if not objs:
         return

@@ -2,7 +2,7 @@
 deleted once HISTORY_RETENTION_S has passed since they finished (docs/retention.md).
 
 At 10 M runs a day the runs, attempts and log tables would otherwise grow without bound
-(research/performance.md, "Run history grows without bound"), as every peer knows:
+(docs/architecture.md, "Measured limits behind the design"), as every peer knows:
 Celery expires results after a day, RQ after 500 s, django-q2 keeps the last 250
 successes, procrastinate ships a task that removes old jobs.
 

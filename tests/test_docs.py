@@ -1,0 +1,145 @@
+"""The docs agree with the code (docs/architecture.md, "Configuration"): every setting,
+``manage.py`` command and REST endpoint that README.md or docs/*.md names exists, every
+document they name is in the repository, and nothing in the repository points outside it.
+
+The truth is derived, not listed: settings from jobs/conf.py's DEFAULTS, Django's settings,
+the environment variables and constants the code reads, and the Procfile; commands from
+Django's command registry; endpoints from the URL resolver.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import get_commands
+from django.urls import Resolver404, resolve
+
+from jobs import conf
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+APP_CODE = ["jobs", "runs", "scheduler_project", "chaos"]
+CAPS = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+# Names the docs use that belong to other software, not to this project's configuration.
+NOT_OURS = {
+    "REMOTE_ADDR": "the WSGI request variable Django reads the client address from",
+    "FAKETIME_DONT_FAKE_MONOTONIC": "libfaketime's switch, named to warn against it",
+}
+
+
+def doc_ids(paths):
+    return [str(p.relative_to(ROOT)) for p in paths]
+
+
+def prose(text: str) -> str:
+    """``text`` without its fenced code blocks, whose examples may name their own variables."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
+def names_in_code() -> set[str]:
+    """Every ALL_CAPS identifier and string constant of the application's code: its
+    constants, the settings it reads and the environment variables it looks up."""
+    found = set()
+    for package in APP_CODE:
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Name):
+                    found.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    found.add(node.attr)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    found.add(node.value)
+    return {name for name in found if CAPS.fullmatch(name)}
+
+
+def procfile_variables() -> set[str]:
+    return set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", (ROOT / "Procfile").read_text()))
+
+
+KNOWN = (set(conf.DEFAULTS) | {f"SCHEDULER_{name}" for name in conf.DEFAULTS}
+         | {name for name in dir(settings) if name.isupper()} | names_in_code()
+         | procfile_variables() | set(NOT_OURS))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_ids(DOCS))
+def test_every_scheduler_setting_a_doc_names_exists(doc):
+    named = set(re.findall(r"\bSCHEDULER_[A-Z0-9_]*[A-Z0-9]\b", doc.read_text()))
+
+    assert named - {f"SCHEDULER_{name}" for name in conf.DEFAULTS} == set(), (
+        f"{doc.name} names settings jobs/conf.py does not have")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_ids(DOCS))
+def test_every_setting_or_variable_a_doc_names_is_read_by_the_code(doc):
+    named = set(CAPS.findall(prose(doc.read_text())))
+
+    assert named - KNOWN == set(), f"{doc.name} names what no code, setting or Procfile has"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_ids(DOCS))
+def test_every_manage_py_command_a_doc_names_exists(doc):
+    named = set(re.findall(r"manage\.py\s+([a-z][a-z_]*)(?![\w.…])", doc.read_text()))
+
+    assert named - set(get_commands()) == set(), f"{doc.name} names unknown commands"
+
+
+def endpoint_paths(text: str) -> set[str]:
+    """``/api/...`` paths and the probes a text names, without query strings."""
+    paths = re.findall(r"(?<![\w.])(/api/[\w/{}<>.-]*|/healthz|/readyz|/metrics)", text)
+    return {path.rstrip(".") for path in paths}
+
+
+def resolves(path: str) -> bool:
+    """Whether ``path``, its ``{id}``/``<id>`` placeholders filled with 1, is a URL."""
+    concrete = re.sub(r"\{[^}/]*\}|<[^>/]*>", "1", path)
+    try:
+        resolve(concrete)
+    except Resolver404:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_ids(DOCS))
+def test_every_endpoint_a_doc_names_resolves(doc):
+    named = endpoint_paths(doc.read_text())
+
+    assert sorted(p for p in named if not resolves(p)) == [], f"{doc.name}: no such URL"
+
+
+def test_an_endpoint_that_does_not_exist_is_caught():
+    assert resolves("/api/jobs/{id}/pause/") and resolves("/api/dead-letter/<id>/")
+    assert not resolves("/api/jobs/{id}/explode/")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_ids(DOCS))
+def test_every_markdown_file_a_doc_names_is_in_the_repository(doc):
+    named = set(re.findall(r"(?<![\w/.:-])([\w./-]+\.md)\b", prose(doc.read_text())))
+    missing = [name for name in named
+               if not (doc.parent / name).is_file() and not (ROOT / name).is_file()]
+
+    assert missing == [], f"{doc.name} names documents the repository lacks"
+
+
+OUTSIDE = re.compile("|".join([r"\.\./shared", r"\bshared/", "DESIGN" + r"\.md",
+                               "STYLE" + r"\.md", "/tmp/" + "coord", r"\bresearch/",
+                               r"\b[Ii]ssues? #?\d"]))
+SKIP_DIRS = {".venv", ".git", "node_modules", "__pycache__", ".pytest_cache", "data"}
+
+
+def repository_texts():
+    for path in ROOT.rglob("*"):
+        if SKIP_DIRS.isdisjoint(path.relative_to(ROOT).parts) and path.is_file() and (
+                path.suffix in {".py", ".md", ".toml", ".lua", ".sh", ".html", ".txt", ".cfg"}
+                or path.parent.name in {"scripts", ".ci"} or path.name == "Procfile"):
+            yield path
+
+
+def test_nothing_in_the_repository_refers_to_anything_outside_it():
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for path in repository_texts() if path != Path(__file__)
+             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+             if OUTSIDE.search(line)]
+
+    assert found == []
