@@ -215,7 +215,8 @@ class JobAdmin(admin.ModelAdmin):
     ordering = ("-id",)
     show_full_result_count = False
     list_per_page = 50
-    actions = ["pause_jobs", "resume_jobs", "trigger_jobs", "cancel_jobs"]
+    actions = ["pause_jobs", "resume_jobs", "resume_jobs_latest", "resume_jobs_all",
+               "trigger_jobs", "cancel_jobs"]
     readonly_fields = ("owner", "handler", "queue", "status_display", "schedule_in_words",
                        "cron_expression", "timezone_name", "misfire_policy", "run_at_display",
                        "next_run", "upcoming", "last_run_outcome", "recent_runs",
@@ -372,11 +373,26 @@ class JobAdmin(admin.ModelAdmin):
         report_count(self, request, services.pause(ids), len(ids), "paused",
                      "only active jobs can be paused")
 
-    @admin.action(description="Resume selected jobs", permissions=["change"], location=BOTH)
+    # Resume's catch_up (docs/cron.md, "Pause and resume"), one action per choice.
+    @admin.action(description="Resume selected jobs (skip what was scheduled while paused)",
+                  permissions=["change"], location=BOTH)
     def resume_jobs(self, request, queryset):
+        self._resume(request, queryset, "skip")
+
+    @admin.action(description="Resume selected jobs and run the latest occurrence held by "
+                              "the pause", permissions=["change"], location=BOTH)
+    def resume_jobs_latest(self, request, queryset):
+        self._resume(request, queryset, "latest")
+
+    @admin.action(description="Resume selected jobs and run every occurrence held by the "
+                              "pause (within max lag)", permissions=["change"], location=BOTH)
+    def resume_jobs_all(self, request, queryset):
+        self._resume(request, queryset, "all")
+
+    def _resume(self, request, queryset, catch_up: str) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        report_count(self, request, services.resume(ids), len(ids), "resumed",
-                     "only paused jobs can be resumed")
+        report_count(self, request, services.resume(ids, catch_up=catch_up), len(ids),
+                     "resumed", "only paused jobs can be resumed")
 
     @admin.action(description="Trigger selected jobs now (one extra run each)",
                   permissions=["change"], location=BOTH)

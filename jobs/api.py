@@ -31,6 +31,7 @@ from jobs.filters import JOB_ORDERING, JobFilter
 from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.idempotency import idempotent
 from jobs.models import Job
+from jobs.pausing import CATCH_UP
 from jobs.serializers import (
     BulkCreatedSerializer,
     BulkErrorSerializer,
@@ -39,6 +40,7 @@ from jobs.serializers import (
     JobCreateSerializer,
     JobSerializer,
     JobUpdateSerializer,
+    StrictFieldsMixin,
     api_errors,
     spec_defaults,
     to_spec,
@@ -55,6 +57,17 @@ class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The request conflicts with the current state of the resource."
     default_code = "conflict"
+
+
+class ResumeSerializer(StrictFieldsMixin, serializers.Serializer):
+    """The optional body of POST /api/jobs/{id}/resume/ (rules in docs/cron.md, "Pause and
+    resume")."""
+
+    catch_up = serializers.ChoiceField(
+        choices=CATCH_UP, default="skip",
+        help_text="which runs scheduled while the job was paused run: skip (none, the "
+                  "default; held runs end cancelled, with why), latest (the latest one) or "
+                  "all (each), both within the schedule's max_lag_s")
 
 
 class DetailSerializer(serializers.Serializer):
@@ -176,12 +189,17 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         services.pause([job.pk])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
-    @extend_schema(summary="Resume a paused job; missed occurrences follow its misfire policy",
-                   request=None, responses={200: JobSerializer, 409: DetailSerializer, **COMMON})
+    @extend_schema(summary="Resume a paused job; what was scheduled while paused runs only "
+                           "as catch_up says (default: nothing)",
+                   request=ResumeSerializer,
+                   responses={200: JobSerializer, 400: FIELD_ERRORS, 409: DetailSerializer,
+                              **COMMON})
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         job = self._not_cancelled("resumed")
-        services.resume([job.pk])
+        incoming = ResumeSerializer(data=request.data or {})
+        incoming.is_valid(raise_exception=True)
+        services.resume([job.pk], catch_up=incoming.validated_data["catch_up"])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(summary="Create one extra run of an active job now",

@@ -11,8 +11,8 @@ from django.db.models import Q
 
 
 class MisfirePolicy(models.TextChoices):
-    """What a schedule does with occurrences missed while the scheduler was down or the
-    job was paused (see docs/architecture.md)."""
+    """What a schedule does with occurrences missed while the scheduler was down
+    (docs/cron.md; a pause is decided by resume's catch_up instead)."""
 
     RUN_ALL = "run_all", "run every missed occurrence (within max lag)"
     RUN_ONCE = "run_once", "run one catch-up run now"
@@ -78,6 +78,9 @@ class Job(models.Model):
     next_run_at = models.DateTimeField(null=True, blank=True)
     timeout_s = models.PositiveIntegerField(default=300)
     max_attempts = models.PositiveSmallIntegerField(default=4)
+    # When the job was last paused (database clock); resume decides what happens to the
+    # runs whose scheduled_at falls between this and the resume (jobs/pausing.py).
+    paused_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -195,7 +195,7 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
                          help_text="IANA timezone the cron expression is read in")
     misfire_policy = serializers.ChoiceField(
         choices=MisfirePolicy.choices, required=False, allow_null=True, default=None,
-        help_text="what to do with occurrences missed while down or paused "
+        help_text="what to do with occurrences missed while the scheduler was down "
                   "(default run_once)")
     max_lag_s = serializers.IntegerField(
         required=False, allow_null=True, default=None, min_value=0, max_value=MAX_INT,

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from django.db import connections, transaction
 from django.utils import timezone
 
-from jobs import conf, cron
+from jobs import conf, cron, pausing
 from jobs.exceptions import InvalidJob, SchedulerError
 from jobs.models import Job, Schedule
 from jobs.validation import job_limits, moment_problem, validate_job
@@ -20,7 +20,6 @@ from runs.brokers.keys import shard_of
 from runs.clock import db_now
 from runs.limits import default_queue
 from runs.models import PENDING_STATES, Run, RunState
-from runs.transitions import run_refs
 from runs.types import RunRef
 
 MAX_DELAY_S = 100 * 365 * 86_400  # a century: beyond it a delay is surely a unit mistake
@@ -228,22 +227,18 @@ def _set_status(job_ids, from_states, to_state, using) -> list[int]:
 
 
 def pause(job_ids, using: str = "default") -> int:
-    """Pause active jobs: no new runs are created, and their pending runs are held (not
-    leased) until resume. Returns how many jobs were paused."""
-    with transaction.atomic(using=using):
-        return len(_set_status(job_ids, [Job.Status.ACTIVE], Job.Status.PAUSED, using))
+    """Pause active jobs: no run of theirs starts until resume (jobs/pausing.py, rules
+    in docs/cron.md). Returns how many jobs were paused."""
+    return pausing.pause(job_ids, using)
 
 
-def resume(job_ids, using: str = "default") -> int:
-    """Resume paused jobs. Held runs go back to the broker; occurrences missed while
-    paused follow each schedule's misfire policy at the scheduler's next tick. Returns how
-    many jobs were resumed."""
-    broker = get_broker(using)
-    with transaction.atomic(using=using):
-        ids = _set_status(job_ids, [Job.Status.PAUSED], Job.Status.ACTIVE, using)
-        pending = Run.objects.using(using).filter(job_id__in=ids, state__in=PENDING_STATES)
-        broker.push_after_commit(run_refs(pending))
-    return len(ids)
+def resume(job_ids, using: str = "default", catch_up: str = "skip") -> int:
+    """Resume paused jobs. ``catch_up`` says which runs scheduled while paused run:
+    ``skip`` (none, the default), ``latest`` or ``all`` within the schedule's max lag;
+    the held ones that do not end ``cancelled`` with the reason (jobs/pausing.py,
+    docs/cron.md). Raises InvalidJob for another ``catch_up``. Returns how many jobs were
+    resumed."""
+    return pausing.resume(job_ids, catch_up, using)
 
 
 def cancel(job_ids, using: str = "default") -> int:

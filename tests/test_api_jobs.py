@@ -231,3 +231,41 @@ def test_the_site_root_leads_to_the_admin(client):
 
     assert response.status_code == 302
     assert response["Location"] == "/admin/"
+
+
+def _paused_one_off_due_while_paused(api, alice) -> Job:
+    job = one_off(alice, delay_s=1)
+    api.post(f"/api/jobs/{job.pk}/pause/")
+    past = timezone.now() - timedelta(seconds=1)
+    Job.objects.filter(pk=job.pk).update(paused_at=past - timedelta(seconds=5))
+    Run.objects.filter(job=job).update(scheduled_at=past, run_at=past)
+    return job
+
+
+def test_resume_skips_what_was_due_while_paused_unless_catch_up_says(api, alice):
+    skipped = _paused_one_off_due_while_paused(api, alice)
+    caught_up = _paused_one_off_due_while_paused(api, alice)
+
+    default = api.post(f"/api/jobs/{skipped.pk}/resume/")
+    latest = api.post(f"/api/jobs/{caught_up.pk}/resume/", {"catch_up": "latest"},
+                      format="json")
+
+    assert (default.status_code, latest.status_code) == (200, 200)
+    assert default.json()["status"] == latest.json()["status"] == "active"
+    [held] = Run.objects.filter(job=skipped)
+    assert held.state == RunState.CANCELLED and held.error.startswith("skipped:")
+    assert Run.objects.get(job=caught_up).state != RunState.CANCELLED
+    run = api.get(f"/api/jobs/{skipped.pk}/runs/").json()["results"][0]
+    assert (run["state"], run["error"]) == ("cancelled", held.error)
+
+
+def test_resume_refuses_a_bad_catch_up_naming_it_and_changes_nothing(api, alice):
+    job = _paused_one_off_due_while_paused(api, alice)
+
+    bad = api.post(f"/api/jobs/{job.pk}/resume/", {"catch_up": "run_once"}, format="json")
+    unknown = api.post(f"/api/jobs/{job.pk}/resume/", {"catchup": "all"}, format="json")
+
+    assert bad.status_code == 400 and "catch_up" in bad.json()
+    assert unknown.status_code == 400 and "catchup" in unknown.json()
+    assert Job.objects.get(pk=job.pk).status == "paused"
+    assert Run.objects.get(job=job).state != RunState.CANCELLED

@@ -159,7 +159,8 @@ def test_schedulers_that_both_claim_every_partition_still_create_each_occurrence
     (MisfirePolicy.SKIP, []),
 ])
 def test_the_misfire_example_of_docs_cron_md(policy, expected):
-    """A */10 job paused since 12:01 and resumed at 12:35: its next_run_at is still 12:10."""
+    """A */10 job whose scheduler was down from 12:01 to 12:35: its next_run_at is still
+    12:10."""
     now = datetime(2026, 3, 10, 12, 35, tzinfo=UTC)
     job = cron_job("*/10 * * * *", policy=policy,
                    next_run_at=datetime(2026, 3, 10, 12, 10, tzinfo=UTC))
