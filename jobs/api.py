@@ -6,6 +6,8 @@ verb, exactly like a job that does not exist, unless Django's model permissions 
 write goes through jobs/services.py, the same functions the Python API and the admin use.
 """
 
+import logging
+
 from django.db import DatabaseError
 from django.http import JsonResponse
 from django_filters.rest_framework import DjangoFilterBackend
@@ -49,6 +51,8 @@ from jobs.throttling import IsAuthenticatedOrThrottled
 from jobs.validation import validate_job
 from runs.brokers import get_broker
 from runs.serializers import RunSerializer
+
+log = logging.getLogger("scheduler.health")
 
 
 class Conflict(APIException):
@@ -302,17 +306,23 @@ def healthz(request):
 
 
 def readyz(request):
-    """The database and the broker are reachable; 503 naming the one that is not."""
+    """The database and the broker are reachable; 503 naming the one that is not. The
+    answer (anyone may ask) says which is down, never where it lives: the error, which
+    names hosts and ports, goes to the server's log (docs/security.md)."""
     problems = {}
     try:
         Job.objects.exists()
     except DatabaseError as exc:
-        problems["database"] = str(exc).strip()[:200]
+        problems["database"] = exc
     try:
         get_broker().ping()
     except (BrokerUnavailable, SchedulerError, DatabaseError) as exc:
-        problems["broker"] = str(exc).strip()[:200]
+        problems["broker"] = exc
     if problems:
-        return JsonResponse({"status": "unavailable", **problems}, status=503)
+        for name, exc in problems.items():
+            log.warning("readyz: the %s is unavailable: %s", name, str(exc).strip()[:500])
+        return JsonResponse({"status": "unavailable", **{
+            name: "unavailable (the reason is in the server's log)" for name in problems}},
+            status=503)
     return JsonResponse({"status": "ok", "broker": get_broker().name})
 

@@ -6,16 +6,30 @@ where a ``SCHEDULER`` dict may override it, and then from the environment variab
 """
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 
+def flag(raw) -> bool:
+    """A boolean tunable: True, or one of 1/true/yes/on (any case); False, 0/false/no/off
+    or empty. Raises ValueError for anything else, so that a typo is not read as off."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"", "0", "false", "no", "off"}:
+        return False
+    raise ValueError("give true or false")
+
+
 @dataclass(frozen=True)
 class Tunable:
     default: object
-    cast: type
+    cast: Callable
     doc: str
 
 
@@ -43,7 +57,11 @@ DEFAULTS: dict[str, Tunable] = {
         "", str,
         'runs a queue may start per second (token bucket), "<queue>=<rate>[:<burst>],..."'),
     "METRICS_TOKEN": Tunable(
-        "", str, "bearer token a /metrics scrape must send; empty: /metrics is open"),
+        "", str, "bearer token a /metrics scrape must send; empty: /metrics is closed "
+        "unless METRICS_OPEN"),
+    "METRICS_OPEN": Tunable(
+        False, flag, "serve /metrics to anyone when no METRICS_TOKEN is set (for an "
+        "endpoint only an internal network reaches)"),
     "FAIR_SCAN": Tunable(
         2000, int, "most ready runs one lease call may set aside for owners at their limit"),
     "SCHEDULE_BATCH": Tunable(1000, int, "cron jobs claimed per scheduler transaction"),

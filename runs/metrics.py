@@ -5,9 +5,11 @@ the workers. Every figure is computed at scrape time from the database and the b
 runs/stats.py, the same numbers /api/queues/ shows, and exposed as gauges by one custom
 collector on a private registry (no process metrics of whichever web worker answered).
 
-Access: when the setting or environment variable ``SCHEDULER_METRICS_TOKEN`` is set, a
-scrape must send ``Authorization: Bearer <token>``; when it is not set the endpoint is
-open, for deployments that reach it only from an internal network (docs/scaling.md).
+Access (docs/security.md): a scrape sends ``Authorization: Bearer <token>`` with the
+token of the setting or environment variable ``SCHEDULER_METRICS_TOKEN``. With no token
+configured the endpoint is closed (403) unless the operator opens it explicitly with
+``SCHEDULER_METRICS_OPEN=true``, for deployments that reach it only from an internal
+network (docs/scaling.md).
 """
 
 import hmac
@@ -144,15 +146,16 @@ registry.register(SchedulerCollector())
 
 
 def metrics_token() -> str:
-    """The bearer token a scrape must send; empty means /metrics is open."""
+    """The bearer token a scrape must send; empty when none is configured."""
     return conf.get("METRICS_TOKEN")
 
 
 def authorized(request) -> bool:
-    """True when no token is configured or the request carries it as a bearer token."""
+    """True when the request carries the configured token as a bearer token, or when no
+    token is configured and the operator opened the endpoint (METRICS_OPEN)."""
     token = metrics_token()
     if not token:
-        return True
+        return conf.get("METRICS_OPEN")
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
                                                               token.encode())
@@ -160,10 +163,16 @@ def authorized(request) -> bool:
 
 @require_GET
 def metrics_view(request):
-    """GET /metrics: every gauge above in Prometheus's text format."""
-    if not authorized(request):
-        response = HttpResponse("a bearer token is required\n", status=401,
-                                content_type="text/plain")
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    """GET /metrics: every gauge above in Prometheus's text format; 401 without the right
+    bearer token, 403 when no token is configured and the endpoint is not opened."""
+    if authorized(request):
+        return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    if not metrics_token():
+        return HttpResponse(
+            "/metrics is closed: the operator has configured no SCHEDULER_METRICS_TOKEN "
+            "(or SCHEDULER_METRICS_OPEN=true to serve it to anyone)\n", status=403,
+            content_type="text/plain")
+    response = HttpResponse("a bearer token is required\n", status=401,
+                            content_type="text/plain")
+    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response

@@ -157,6 +157,20 @@ def test_the_probes_answer_without_a_login():
     assert anonymous.get("/readyz").status_code == 200
 
 
+def test_readyz_names_the_dependency_that_is_down_not_its_address(monkeypatch, caplog):
+    from jobs import api
+    from runs.brokers.redis import RedisBroker
+
+    down = RedisBroker(url="redis://:hunter2@127.0.0.1:1/0")
+    monkeypatch.setattr(api, "get_broker", lambda: down)
+    response = APIClient().get("/readyz")
+
+    assert response.status_code == 503
+    assert response.json() == {
+        "status": "unavailable", "broker": "unavailable (the reason is in the server's log)"}
+    assert "127.0.0.1:1" in caplog.text  # where it lives is for the operator's log only
+
+
 def test_a_run_already_dead_stays_dead_after_another_owners_retry(bobs):
     alice = client_for(User.objects.create_user("alice"))
 

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.exceptions import BrokerUnavailable
@@ -52,9 +53,15 @@ def ran(job: Job, shard: int, state: str, lag_s: float, started_ago_s: float,
         lease_expires_at=now + timedelta(seconds=60) if state == RunState.RUNNING else None)
 
 
+SCRAPE_TOKEN = "scrape-token-of-the-tests"
+
+
 def scrape(**headers) -> dict:
-    """GET /metrics; {(name, labels as a sorted tuple): value}."""
-    response = Client().get("/metrics", headers=headers)
+    """GET /metrics (with the tests' bearer token unless ``headers`` give Authorization);
+    {(name, labels as a sorted tuple): value}."""
+    headers.setdefault("Authorization", f"Bearer {SCRAPE_TOKEN}")
+    with override_settings(SCHEDULER={"METRICS_TOKEN": SCRAPE_TOKEN}):
+        response = Client().get("/metrics", headers=headers)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=")
     samples = {}
@@ -248,13 +255,32 @@ def test_an_unreachable_broker_is_reported_not_hidden(monkeypatch):
     assert staff.get("/api/queues/").status_code == 503
 
 
+def test_metrics_are_closed_to_anonymous_clients_by_default(monkeypatch):
+    monkeypatch.delenv("SCHEDULER_METRICS_TOKEN", raising=False)
+    monkeypatch.delenv("SCHEDULER_METRICS_OPEN", raising=False)
+    client = Client()
+
+    closed = client.get("/metrics")
+    monkeypatch.setenv("SCHEDULER_METRICS_OPEN", "true")
+    opened = client.get("/metrics")
+    monkeypatch.setenv("SCHEDULER_METRICS_OPEN", "maybe")
+
+    assert closed.status_code == 403
+    assert b"SCHEDULER_METRICS_TOKEN" in closed.content
+    assert b"scheduler_broker_up" not in closed.content
+    assert opened.status_code == 200 and b"scheduler_broker_up" in opened.content
+    with pytest.raises(ImproperlyConfigured, match="METRICS_OPEN='maybe'"):
+        client.get("/metrics")
+
+
 def test_metrics_need_the_bearer_token_when_one_is_set(monkeypatch):
     monkeypatch.setenv("SCHEDULER_METRICS_TOKEN", "s3cret")
+    monkeypatch.setenv("SCHEDULER_METRICS_OPEN", "true")  # a token overrides it
     client = Client()
 
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Token s3cret"}).status_code == 401
     assert client.get("/metrics").headers["WWW-Authenticate"].startswith("Bearer")
-    assert scrape(Authorization="Bearer s3cret")[("scheduler_broker_up", ())] == 1
+    assert Client().get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     assert client.post("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 405
