@@ -49,6 +49,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that whatever an inner layer answers under /api/ (a 404 of Django's, a 400
+    # of a forged Host, a 413, a 500) reaches the client as JSON (docs/api.md).
+    "jobs.json_errors.JsonApiErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -169,6 +172,12 @@ WHITENOISE_USE_FINDERS = True
 # fresh clone, CI) does not warn about a missing STATIC_ROOT.
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Form bodies (the admin, the API's login page): Django's own cap, 2.5 MiB, 413 in JSON
+# under /api/. JSON bodies under /api/ are read by jobs/parsers.py within the API's caps
+# instead (SCHEDULER_API_MAX_BODY_BYTES, SCHEDULER_API_BULK_MAX_BODY_BYTES; docs/api.md), so
+# that a 10,000-job bulk body fits.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+
 # The REST API (docs/api.md). Its caps and the per-owner throttle rate are SCHEDULER_*
 # tunables (jobs/conf.py: MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S, MAX_RETRIES, API_THROTTLE_RATE,
 # API_MAX_BODY_BYTES, API_BULK_MAX_BODY_BYTES, API_BULK_MAX_JOBS, IDEMPOTENCY_TTL_S), read
@@ -217,6 +226,10 @@ LOGGING = {
         "console": {"class": "logging.StreamHandler", "formatter": "line"},
     },
     "loggers": {
+        # Django's default sends request errors (500s with their traceback, refused Host
+        # headers) to the console only with DEBUG on, and otherwise to ADMINS by mail,
+        # which nobody configures here: with DEBUG off they would be lost.
+        "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
         "scheduler": {
             "handlers": ["console"],
             "level": os.environ.get("SCHEDULER_LOG_LEVEL", "INFO"),
