@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import secrets
 import signal
 import socket
 import statistics
@@ -162,7 +163,10 @@ def start_server(workers: int) -> tuple[subprocess.Popen, str]:
     argv = [sys.executable, "-m", "gunicorn", "scheduler_project.wsgi:application",
             "--workers", str(workers), "--bind", f"127.0.0.1:{port}", "--timeout", "300",
             "--log-level", "warning"]
-    server = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ), start_new_session=True)
+    # gunicorn refuses the development key and an empty ALLOWED_HOSTS (docs/security.md).
+    env = {"SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "127.0.0.1",
+           **os.environ}
+    server = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

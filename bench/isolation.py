@@ -23,6 +23,7 @@ Results go to bench/results/isolation.json; BENCHMARKS.md quotes them.
 import argparse
 import json
 import os
+import secrets
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,8 @@ ENV = {
     "REDIS_URL": "redis://127.0.0.1:6379/7",
     "SCHEDULER_REDIS_PREFIX": "iso",
     "DEBUG": "false",
+    # With DEBUG off the daemons refuse the development key (docs/security.md).
+    "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
     "DJANGO_SETTINGS_MODULE": "scheduler_project.settings",
     "SCHEDULER_SHARDS": "8",
 }

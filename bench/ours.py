@@ -20,6 +20,7 @@ lag is measured where the handler starts, not where the worker leased the run (a
 import argparse
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,8 @@ ENV = {
     "SCHEDULER_REDIS_PREFIX": PREFIX,
     # DEBUG keeps every SQL query in memory: a daemon would slow down and grow.
     "DEBUG": "false",
+    # With DEBUG off the daemons refuse the development key (docs/security.md).
+    "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
     "DJANGO_SETTINGS_MODULE": "scheduler_project.settings",
 }
 for _key, _value in ENV.items():

@@ -7,6 +7,7 @@ session (as under a process manager), with their output in a log file per proces
 """
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -171,6 +172,10 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
         })
         self.base_env.update({f"SCHEDULER_{k}": v for k, v in CHAOS_TUNABLES.items()})
+        # With DEBUG off the daemons and gunicorn refuse the development key and an empty
+        # ALLOWED_HOSTS (docs/security.md); a cluster of its own gets a key of its own.
+        self.base_env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+        self.base_env.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
         self.base_env.update(extra_env or {})
 
     def start_redis(self) -> None:

@@ -4,6 +4,7 @@ message and a non-zero exit, signal handlers, and the serve loop."""
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.exceptions import SchedulerError
+from scheduler_project.startup import refuse_insecure_start
 
 
 class DaemonCommand(BaseCommand):
@@ -17,8 +18,11 @@ class DaemonCommand(BaseCommand):
 
 
 def run_daemon(daemon, max_rounds: int | None = None) -> None:
-    """Check the database and broker are reachable (CommandError, exit 1, if not), install
-    SIGTERM/SIGINT handlers and serve until stopped."""
+    """Refuse insecure settings (InsecureStart, exit 1: the development SECRET_KEY with
+    DEBUG off, docs/security.md), check the database and broker are reachable
+    (CommandError, exit 1, if not), install SIGTERM/SIGINT handlers and serve until
+    stopped."""
+    refuse_insecure_start(daemon.name)
     try:
         daemon.check_ready()
     except SchedulerError as exc:

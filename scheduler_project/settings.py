@@ -4,7 +4,8 @@ environment (docs/architecture.md, "Configuration").
 DATABASE_URL  default sqlite:///db.sqlite3 (the embedded default)
 REDIS_URL     unset: the database broker serves the queue
 SCHEDULER_BROKER  "redis" or "database"; overrides the choice REDIS_URL implies
-SECRET_KEY, DEBUG, ALLOWED_HOSTS
+SECRET_KEY, DEBUG, ALLOWED_HOSTS, and the HTTPS knobs (cookies, HSTS, SSL redirect,
+CSRF_TRUSTED_ORIGINS, SECURE_PROXY_SSL_HEADER): docs/security.md gives each one's default
 SCHEDULER_*   tunables, see jobs/conf.py for each one, its unit and default
 """
 
@@ -13,21 +14,59 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from jobs.conf import flag
+from scheduler_project.startup import DEV_SECRET_KEY, proxy_ssl_header
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def env_bool(name: str, default: bool) -> bool:
+    """A true/false environment variable (jobs.conf.flag's spellings); ``default`` when
+    unset. Raises ImproperlyConfigured naming the variable for any other value, so that a
+    typo in a security setting is not silently read as false."""
     value = os.environ.get(name)
     if value is None:
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    try:
+        return flag(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r}: {exc}") from None
 
 
-DEBUG = env_bool("DEBUG", True)
-# The default key only exists so that a fresh clone runs; production sets SECRET_KEY.
-SECRET_KEY = os.environ.get("SECRET_KEY", "dev-only-insecure-key-change-me")
-ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h]
+def env_list(name: str, default: str = "") -> list[str]:
+    """A comma-separated environment variable as a list (blanks dropped)."""
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+# Safe by default (docs/security.md): DEBUG shows tracebacks, settings and the environment
+# on error pages, so only an explicit DEBUG=true turns it on (scripts/demo and the test
+# settings do).
+DEBUG = env_bool("DEBUG", False)
+# Only so that manage.py works in a fresh clone: with DEBUG off the web server and the
+# daemons refuse to start on it (scheduler_project/startup.py).
+SECRET_KEY = os.environ.get("SECRET_KEY") or DEV_SECRET_KEY
+# With DEBUG on, the loopback names; otherwise only the hosts given, so a forged Host
+# header is refused (400) instead of being reflected into absolute links.
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ".localhost,127.0.0.1,[::1]" if DEBUG else "")
+
+# HTTPS behind a Heroku-style router (docs/security.md). Secure cookies are on outside
+# DEBUG: browsers still send them to http://localhost and 127.0.0.1, so a plain-HTTP test
+# on the machine itself works. The redirect and HSTS stay opt-in: on plain HTTP the first
+# loops and the second pins the host to HTTPS in the browser.
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Probes (kubelet, load balancers) call these over plain HTTP inside the platform.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+# The header a TLS-terminating proxy sets to "https" (X-Forwarded-Proto on Heroku). Unset
+# by default: trusting it without such a proxy would let any client claim HTTPS.
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
 
 INSTALLED_APPS = [
     # SimpleAdminConfig: admin modules load with the URL configuration (urls.py calls

@@ -11,6 +11,10 @@ after the prefix, so they do not share it either.
 import os
 
 os.environ.setdefault("SCHEDULER_REDIS_PREFIX", "schedtest")
+# The suite runs as a developer's machine does (pytest-django still serves each test with
+# DEBUG off); daemons it starts inherit this, as they did when DEBUG defaulted to on.
+# Tests of the production defaults read settings.py under an environment of their own.
+os.environ.setdefault("DEBUG", "true")
 
 from scheduler_project.settings import *  # noqa: E402,F403
 from scheduler_project.settings import BASE_DIR, database_config  # noqa: E402

@@ -9,6 +9,8 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from scheduler_project.startup import refuse_insecure_start
+
 RESTART_DELAY_S = 1.0
 
 
@@ -24,6 +26,8 @@ class Command(BaseCommand):
         parser.add_argument("--queues", default="default")
 
     def handle(self, *args, web, bind, workers, concurrency, queues, **options):
+        # Before any child starts: one message instead of each child failing in a loop.
+        refuse_insecure_start("runall", web=web)
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         commands = {
             "scheduler": manage + ["runscheduler"],
