@@ -38,7 +38,7 @@ def lines(result: Result) -> list[str]:
 
 def merge_json(path: Path, result: Result) -> None:
     """Write ``result.as_json()`` into the JSON list at ``path``, replacing the entry of
-    the same scenario (the file keeps one object per scenario, in the issue's order)."""
+    the same scenario (the file keeps one object per scenario, in the order of SCENARIO_NAMES)."""
     from chaos.scenarios import SCENARIO_NAMES
 
     entries = json.loads(path.read_text()) if path.exists() else []

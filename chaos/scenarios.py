@@ -495,7 +495,7 @@ class RollingDeploy(Scenario):
                               f"worker exit after SIGTERM: {slowest:.1f} s")
 
 
-# The order; these names are part of the command's contract.
+# The order docs/reliability.md lists them in; these names are the command's contract.
 SCENARIO_NAMES = ["worker-kill", "control-plane-kill", "redis-loss", "postgres-restart",
                   "stale-worker", "hung-and-poison", "clock-skew", "rolling-deploy", "overload"]
 

@@ -30,7 +30,7 @@ CONFIRM_LIST_MAX = 100  # objects listed on a confirmation page; the rest are co
 
 def with_timing(queryset: QuerySet) -> QuerySet:
     """Annotate runs with ``first_started_at`` (the first attempt's start), ``lag``
-    (first attempt's start minus ``scheduled_at``, as the issue defines it) and
+    (first attempt's start minus ``scheduled_at``, as docs/admin.md defines it) and
     ``duration`` (``finished_at`` minus ``started_at``, the last attempt's start), all in
     SQL so a list page costs the same few queries for 10 rows or 100. Both are timedeltas,
     or None while the run has not started or finished."""

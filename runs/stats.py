@@ -12,6 +12,7 @@ else from the runs table, through indexes that bound each query to the pending r
 the last minute.
 """
 
+import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -204,17 +205,25 @@ def _lags_postgresql(using: str, since: datetime):
     return by_shard, by_queue
 
 
+def percentile(values: list[float], fraction: float) -> float | None:
+    """The ``fraction`` percentile of ``values`` (any order), ``fraction`` in hundredths
+    from 0 to 1: linear interpolation between the closest ranks, as PostgreSQL's
+    ``percentile_cont`` does, so figures computed in Python (SQLite) and by the database
+    agree. None when ``values`` is empty; ValueError for another ``fraction``."""
+    hundredths = round(fraction * 100)
+    if not 0 <= hundredths <= 100 or abs(fraction * 100 - hundredths) > 1e-9:
+        raise ValueError(f"percentile fraction must be hundredths in [0, 1], not {fraction!r}")
+    if not values:
+        return None
+    if hundredths in (0, 100) or len(values) == 1:
+        return min(values) if hundredths == 0 else max(values)
+    # "inclusive": the data are the whole population, the method of percentile_cont.
+    return statistics.quantiles(values, n=100, method="inclusive")[hundredths - 1]
+
+
 def _lag_of(values: list[float]) -> Lag:
-    values.sort()
-
-    def at(fraction: float) -> float:
-        # Linear interpolation between the closest ranks, as percentile_cont does.
-        position = fraction * (len(values) - 1)
-        low = int(position)
-        high = min(low + 1, len(values) - 1)
-        return values[low] + (values[high] - values[low]) * (position - low)
-
-    return Lag(len(values), round(at(0.5), 3), round(at(0.99), 3), round(values[-1], 3))
+    return Lag(len(values), round(percentile(values, 0.5), 3),
+               round(percentile(values, 0.99), 3), round(max(values), 3))
 
 
 def worker_slots(using: str = "default") -> tuple[dict[str, int], dict[str, int]]:

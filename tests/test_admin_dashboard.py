@@ -1,10 +1,12 @@
 """The operators' dashboard (docs/admin.md): its figures on PostgreSQL and SQLite, its JSON
 endpoint and who may see it. The browser test in tests/e2e/ watches it refresh."""
 
+import random
 from datetime import UTC, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.utils import timezone
 
 from jobs.models import Job, SchedulerPartition
@@ -68,6 +70,23 @@ def test_percentile_interpolates_like_percentile_cont():
     assert percentile([], 0.5) is None
     with pytest.raises(ValueError, match="fraction"):
         PercentileCont("x", 1.5)
+    with pytest.raises(ValueError, match="fraction"):
+        percentile([1.0, 2.0], 0.995)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("seed", range(5))
+def test_percentile_in_python_equals_postgresqls_percentile_cont(seed):
+    rng = random.Random(seed)
+    values = [rng.expovariate(1 / 3) for _ in range(rng.randint(2, 300))]
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT percentile_cont(ARRAY[0, 0.01, 0.5, 0.9, 0.99, 1]) WITHIN GROUP "
+                       "(ORDER BY v) FROM unnest(%s::float8[]) AS v", [values])
+        [expected] = cursor.fetchone()
+
+    got = [percentile(values, f) for f in (0, 0.01, 0.5, 0.9, 0.99, 1)]
+    assert got == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.django_db

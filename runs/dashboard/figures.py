@@ -8,7 +8,7 @@ metrics agree. Throughput and lag over the last hour are bucketed per minute:
 * succeeded / dead per second: runs that reached that state in that minute;
 * lag p50 / p99: ``started_at - scheduled_at`` of runs started in that minute on their
   first attempt (a retry's start is backoff by design, not lag). Jitter, when a schedule
-  has it, is part of the lag, as the issue defines lag.
+  has it, is part of the lag, as docs/admin.md defines lag.
 
 Percentiles are interpolated like PostgreSQL's ``percentile_cont``: computed in the
 database there, in Python on SQLite (the embedded default, meant for modest load).
@@ -17,7 +17,6 @@ Only runs finished in the window or not finished at all are read, which the
 whole history.
 """
 
-import math
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -29,7 +28,7 @@ from django.urls import reverse
 from jobs.models import SchedulerPartition
 from runs.clock import db_now
 from runs.models import Run, RunState
-from runs.stats import live_workers, queue_stats
+from runs.stats import live_workers, percentile, queue_stats
 
 WINDOW_MINUTES = 60
 UNFINISHED = (RunState.SCHEDULED, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
@@ -47,16 +46,6 @@ class PercentileCont(Aggregate):
         if not 0 <= fraction <= 1:
             raise ValueError(f"percentile fraction must be in [0, 1], not {fraction!r}")
         super().__init__(expression, fraction=repr(float(fraction)), **extra)
-
-
-def percentile(sorted_values: list[float], fraction: float) -> float | None:
-    """Linear interpolation between the closest ranks, as ``percentile_cont`` does:
-    position ``fraction * (n - 1)`` in ``sorted_values`` (ascending). None when empty."""
-    if not sorted_values:
-        return None
-    position = fraction * (len(sorted_values) - 1)
-    low, high = math.floor(position), math.ceil(position)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
 def _minute(moment: datetime) -> datetime:
@@ -86,7 +75,6 @@ def _lag_by_minute(using: str, since: datetime, in_database: bool) -> dict:
         lags[_minute(started)].append((started - scheduled).total_seconds())
     result = {}
     for minute, values in lags.items():
-        values.sort()
         result[minute] = (percentile(values, 0.5), percentile(values, 0.99))
     return result
 

@@ -216,7 +216,7 @@ def w4(args):
         scheduler_cmd=" ".join(SCHEDULER_CMD),
         note="rq-scheduler (default poll interval 60 s; we pass --interval 1). queued_s is "
              "when no job is left with its score at the boundary (polled every 50 ms). "
-             "RQ 3 also ships `rq cron` (not used: the issue names rq-scheduler)")
+             "RQ 3 also ships `rq cron` (not used: the benchmark names rq-scheduler)")
     if len(starts) < n:
         return {"workload": "W4", "figure": None, "failed":
                 f"{len(starts)}/{n} started within 5 minutes", "details": details}

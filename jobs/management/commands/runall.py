@@ -1,17 +1,67 @@
 """``manage.py runall``: scheduler, dispatcher and worker (and with --web, the web server)
-as one process tree, for development and the README's first command."""
+as one process tree, for development and the README's first command.
 
+The supervision is honcho's (``honcho.manager.Manager``, what ``honcho start`` runs on the
+Procfile): every process in its own session with its output prefixed by its name; Ctrl-C
+or SIGTERM sends SIGTERM to each process group; when one process exits, the others are
+stopped; runall exits with honcho's status. What runall adds (docs/architecture.md,
+"Daemons"): the commands, a stop window as long as a worker's grace instead of honcho's
+5 s, and a second Ctrl-C passed on as a second SIGTERM, the daemons' "force".
+"""
+
+import shlex
 import signal
-import subprocess
 import sys
-import time
 
+import honcho.manager
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from jobs import conf
 from scheduler_project.startup import refuse_insecure_start
 
-RESTART_DELAY_S = 1.0
+# Beyond the worker's grace: its release of unfinished runs and the children's exit.
+STOP_MARGIN_S = 10.0
+
+
+class Supervisor(honcho.manager.Manager):
+    """honcho's Manager, where a second SIGINT/SIGTERM is passed on to the processes still
+    running as a second SIGTERM (daemons: stop at once; docs/architecture.md, "Daemons")
+    instead of being ignored until honcho's kill timeout."""
+
+    def _start(self):
+        # loop() installs its signal handlers just before calling _start; wrap them.
+        honcho_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        signals_seen = []
+
+        def on_signal(signum, frame):
+            signals_seen.append(signum)
+            if len(signals_seen) == 1:
+                honcho_handlers[signum](signum, frame)
+            else:
+                self._system_print("second signal: stopping at once\n")
+                self._killall()
+
+        for sig in honcho_handlers:
+            signal.signal(sig, on_signal)
+        super()._start()
+
+
+def commands(*, web: bool, bind: str, workers: int, concurrency: int, queues: str
+             ) -> dict[str, list[str]]:
+    """The processes runall starts, name -> argv: the Procfile's, with this interpreter."""
+    manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+    found = {"scheduler": manage + ["runscheduler"], "dispatcher": manage + ["rundispatcher"]}
+    for i in range(workers):
+        found[f"worker.{i + 1}"] = manage + [
+            "runworker", "--queues", queues, "--concurrency", str(concurrency)]
+    if web:
+        # gunicorn, as in the Procfile: it stops cleanly on SIGTERM (runserver dies of it).
+        # No control socket: its default path is per user, so two runalls would share it.
+        found["web"] = [sys.executable, "-m", "gunicorn", "scheduler_project.wsgi",
+                        "--bind", bind, "--workers", "2", "--access-logfile", "-",
+                        "--no-control-socket"]
+    return found
 
 
 class Command(BaseCommand):
@@ -26,55 +76,24 @@ class Command(BaseCommand):
         parser.add_argument("--queues", default="default")
 
     def handle(self, *args, web, bind, workers, concurrency, queues, **options):
+        if workers < 1 or concurrency < 1:
+            raise CommandError("--workers and --concurrency must be at least 1")
         # Before any child starts: one message instead of each child failing in a loop.
         refuse_insecure_start("runall", web=web)
-        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        commands = {
-            "scheduler": manage + ["runscheduler"],
-            "dispatcher": manage + ["rundispatcher"],
-        }
-        for i in range(workers):
-            commands[f"worker.{i + 1}"] = manage + [
-                "runworker", "--queues", queues, "--concurrency", str(concurrency)]
-        if web:
-            commands["web"] = manage + ["runserver", bind, "--noreload"]
-        self.children: dict[str, subprocess.Popen] = {}
-        self.stopping = False
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
-        for name, argv in commands.items():
-            self.start(name, argv)
+        # honcho kills what still runs this long after the first stop; its default, 5 s,
+        # would cut a worker's grace for in-flight runs short.
+        honcho.manager.KILL_WAIT = conf.get("WORKER_GRACE_S") + STOP_MARGIN_S
+        supervisor = Supervisor()
+        for name, argv in commands(web=web, bind=bind, workers=workers,
+                                   concurrency=concurrency, queues=queues).items():
+            # exec: the shell honcho starts becomes the process, so SIGTERM reaches it and
+            # its exit status is its own (not the shell's -15).
+            supervisor.add_process(name, "exec " + shlex.join(argv))
         if web:
             self.stdout.write(f"runall: API at http://{bind}/api/jobs/ , admin at "
                               f"http://{bind}/admin/ ; Ctrl-C stops everything")
-        while not self.stopping:
-            time.sleep(0.2)
-            for name, proc in list(self.children.items()):
-                if proc.poll() is not None and not self.stopping:
-                    self.stderr.write(f"runall: {name} exited with {proc.returncode}; "
-                                      f"restarting in {RESTART_DELAY_S:.0f} s")
-                    time.sleep(RESTART_DELAY_S)
-                    self.start(name, commands[name])
-        for proc in self.children.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for name, proc in self.children.items():
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.stderr.write(f"runall: {name} did not stop; killing it")
-                proc.kill()
-        self.stdout.write("runall: stopped")
-
-    def start(self, name: str, argv: list[str]) -> None:
-        # Own session: Ctrl-C reaches only runall, which forwards one SIGTERM, so the
-        # children stop gracefully instead of seeing two signals and forcing.
-        self.children[name] = subprocess.Popen(argv, start_new_session=True)
-        self.stdout.write(f"runall: started {name} (pid {self.children[name].pid})")
-
-    def stop(self, signum, frame) -> None:
-        if self.stopping:
-            for proc in self.children.values():
-                if proc.poll() is None:
-                    proc.kill()
-        self.stopping = True
+        self.stdout.flush()
+        supervisor.loop()
+        status = supervisor.returncode or 0
+        # A process killed by signal N reports -N; a shell's status for that is 128 + N.
+        sys.exit(128 - status if status < 0 else status)
