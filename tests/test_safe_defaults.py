@@ -4,6 +4,7 @@ refuse the development SECRET_KEY, and error pages that show no environment."""
 
 import os
 import runpy
+import secrets
 import subprocess
 import sys
 
@@ -168,16 +169,45 @@ def test_the_web_server_also_needs_allowed_hosts():
 
 
 @pytest.mark.slow
-def test_gunicorn_refuses_to_boot_on_the_development_key():
+@pytest.mark.parametrize("server", [
+    ["-m", "gunicorn", "scheduler_project.wsgi", "--bind", "127.0.0.1:0", "--workers", "1"],
+    [str(ROOT / "manage.py"), "runserver", "--noreload", "--skip-checks", "127.0.0.1:0"],
+], ids=["gunicorn", "runserver"])
+def test_the_web_server_refuses_to_start_on_the_development_key(tmp_path, server):
     env = {k: v for k, v in os.environ.items() if k not in DEPLOY_VARS}
     env.update(DJANGO_SETTINGS_MODULE="scheduler_project.settings",
-               DATABASE_URL=f"sqlite:///{ROOT / 'test-refusal.sqlite3'}",
-               ALLOWED_HOSTS="127.0.0.1")
-    gunicorn = subprocess.run(
-        [sys.executable, "-m", "gunicorn", "scheduler_project.wsgi", "--bind",
-         "127.0.0.1:0", "--workers", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", ALLOWED_HOSTS="127.0.0.1")
+    started = subprocess.run([sys.executable, *server], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
 
-    assert gunicorn.returncode != 0
-    assert "the web server refuses to start" in gunicorn.stderr
-    assert "export SECRET_KEY=" in gunicorn.stderr
+    assert started.returncode != 0
+    assert "the web server refuses to start" in started.stderr
+    assert "export SECRET_KEY=" in started.stderr
+
+
+def documented_production_env() -> dict:
+    """The environment docs/security.md gives for a Heroku-style host (its first ```sh
+    block after "The production environment"), with a random value for each ``...``."""
+    text = (ROOT / "docs" / "security.md").read_text()
+    block = text[text.index("**The production environment**"):]
+    block = block[block.index("```sh\n") + 6:]
+    block = block[:block.index("```")]
+    env = {}
+    for line in block.splitlines():
+        name, _, value = line.split("#")[0].strip().partition("=")
+        env[name] = secrets.token_urlsafe(50) if value == "..." else value
+    return env
+
+
+@pytest.mark.slow
+def test_check_deploy_finds_nothing_in_the_documented_production_environment(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in DEPLOY_VARS}
+    env.update(DJANGO_SETTINGS_MODULE="scheduler_project.settings",
+               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+               **documented_production_env())
+    check = subprocess.run([sys.executable, str(ROOT / "manage.py"), "check", "--deploy"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    assert "SECURE_SSL_REDIRECT" in env and "SECRET_KEY" in env
+    assert check.returncode == 0, check.stderr
+    assert "System check identified no issues (0 silenced)." in check.stdout, check.stderr
