@@ -146,10 +146,10 @@ def test_daemons_start_on_a_key_of_their_own_or_with_debug_on(no_serving):
 def test_runall_refuses_before_starting_any_process(monkeypatch):
     from jobs.management.commands import runall
 
-    def would_start(self, name, argv):
-        raise WouldServe(name)
+    def would_start(self):
+        raise WouldServe("runall")
 
-    monkeypatch.setattr(runall.Command, "start", would_start)
+    monkeypatch.setattr(runall.Supervisor, "loop", would_start)
     with override_settings(DEBUG=False, SECRET_KEY=DEV_SECRET_KEY, ALLOWED_HOSTS=[]):
         with pytest.raises(InsecureStart) as refused:
             call_command("runall", "--web")
