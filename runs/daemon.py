@@ -9,7 +9,9 @@ when the service comes back instead of crash-looping.
 """
 
 import logging
+import os
 import signal
+import threading
 import time
 
 import redis
@@ -22,6 +24,11 @@ from runs.brokers import get_broker
 
 TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError)
 HOUSEKEEP_INTERVAL_S = 1.0
+# How long a graceful stop may take (plus the worker's grace) before the daemon exits
+# anyway (docs/architecture.md, "Stopping"). A round or the shutdown can wait on a row lock
+# a stalled peer holds (up to DB_IDLE_IN_TRANSACTION_TIMEOUT_MS, a minute); a rolling
+# deploy must not. Whatever it held is safe to abandon: its leases expire on their own.
+STOP_BOUND_S = 5.0
 
 
 class Daemon:
@@ -38,6 +45,8 @@ class Daemon:
         self.rounds = 0
         self.last_failure_log = 0.0
         self.housekept_at = float("-inf")
+        self.watchdog: threading.Timer | None = None
+        self.signals_installed = False
 
     # --- to override ------------------------------------------------------------------
 
@@ -51,6 +60,11 @@ class Daemon:
         """Whether the loop runs another round; by default, until a stop is requested."""
         return not self.stopping
 
+    def stop_bound_s(self) -> float:
+        """Seconds from the first stop signal to the process's exit, at most
+        (docs/architecture.md, "Stopping")."""
+        return STOP_BOUND_S
+
     # --- lifecycle --------------------------------------------------------------------
 
     def request_stop(self, signum=None, frame=None) -> None:
@@ -61,10 +75,25 @@ class Daemon:
         else:
             self.stopping = True
             self.log.info("%s: stop requested, finishing", self.name)
+            if self.signals_installed:  # a daemon process, not an object a test drives
+                self.watchdog = threading.Timer(self.stop_bound_s(), self.overdue)
+                self.watchdog.daemon = True
+                self.watchdog.start()
+
+    def overdue(self) -> None:
+        """The stop took longer than stop_bound_s: log it and exit the process at once
+        (status 1), from the watchdog's thread, whatever the main thread waits on."""
+        self.log.warning("%s: not stopped %g s after the stop request (waiting on the "
+                         "database or broker?); exiting now, what it held expires with its "
+                         "leases", self.name, self.stop_bound_s())
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)
 
     def install_signals(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
+        self.signals_installed = True
 
     def check_ready(self) -> None:
         """Raise SchedulerError naming a bad isolation setting (runs/policy.py) or what is
@@ -134,4 +163,6 @@ class Daemon:
             self.shutdown()
         except TRANSIENT as exc:
             self.log.warning("%s: shutdown incomplete: %s", self.name, exc)
+        if self.watchdog is not None:
+            self.watchdog.cancel()
         self.log.info("%s: stopped", self.name)

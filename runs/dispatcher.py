@@ -85,7 +85,8 @@ class Dispatcher(Daemon):
             # Mark first: a flush during the scan removes the mark and triggers another.
             self.broker.mark_reconciled(shards)
             self.broker.sync_limits(owner_limits(self.using))
-            reconciled = self.broker.reconcile(shards=scope)
+            reconciled = self.broker.reconcile(shards=scope,
+                                               keep_going=lambda: not self.stopping)
             self.last_reconcile = time.monotonic()
             if reconciled:
                 self.log.info("dispatcher: reconcile pushed %d runs the broker lacked",

@@ -243,16 +243,19 @@ class Broker(ABC):
             self._push_ids(lapsed, pending_only=True)
         return len(retried)
 
-    def reconcile(self, batch: int = 5000, shards: list[int] | None = None) -> int:
+    def reconcile(self, batch: int = 5000, shards: list[int] | None = None,
+                  keep_going=None) -> int:
         """Push every pending run of an active job that the broker lacks (after a Redis
-        FLUSHALL or restart); ``shards``: only those shards. Returns how many were pushed
-        again."""
+        FLUSHALL or restart); ``shards``: only those shards. ``keep_going`` (a callable
+        returning bool, optional) is asked before each batch of ``batch`` runs after the
+        first, so a stopping dispatcher leaves a scan of a million pending runs between
+        two batches. Returns how many were pushed again."""
         pushed, last_id = 0, 0
         pending = Run.objects.using(self.using).filter(
             state__in=PENDING_STATES, job__status="active"
         )
         pending = transitions.in_shards(pending, shards)
-        while True:
+        while last_id == 0 or keep_going is None or keep_going():
             slots = list(
                 pending.filter(pk__gt=last_id)
                 .order_by("pk")
@@ -265,6 +268,7 @@ class Broker(ABC):
             if lacking:
                 self._push_ids(lacking, pending_only=True)
                 pushed += len(lacking)
+        return pushed
 
     def push_after_commit(self, refs: list[RunRef]) -> None:
         """Push ``refs`` once the current transaction on ``using`` commits (docs/architecture.md,

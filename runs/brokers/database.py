@@ -60,7 +60,8 @@ class DatabaseBroker(Broker):
                 state=RunState.QUEUED
             )
 
-    def reconcile(self, batch: int = 5000, shards: list[int] | None = None) -> int:
+    def reconcile(self, batch: int = 5000, shards: list[int] | None = None,
+                  keep_going=None) -> int:
         """Nothing can be lost: the runs table is the working set."""
         return 0
 

@@ -6,6 +6,7 @@ releases everything in flight immediately (docs/architecture.md, "Daemons").
 import time
 
 from runs.clock import db_now
+from runs.daemon import STOP_BOUND_S
 from runs.models import WorkerProcess
 
 
@@ -19,6 +20,10 @@ class Shutdown:
         if self.stop_requested_at is None:
             self.stop_requested_at = time.monotonic()
         super().request_stop(signum, frame)
+
+    def stop_bound_s(self) -> float:
+        """The grace for runs in flight, then the daemons' bound for the rest."""
+        return self.grace_s + STOP_BOUND_S
 
     def keep_going(self) -> bool:
         if self.forced:
