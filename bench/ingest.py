@@ -54,10 +54,10 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
-from rest_framework.authtoken.models import Token  # noqa: E402
 
 from jobs import conf, services  # noqa: E402
 from jobs.models import Job  # noqa: E402
+from jobs.tokens import create_token  # noqa: E402
 from runs.models import Run  # noqa: E402
 
 CRONS = [f"{m} * * * *" for m in range(60)]
@@ -249,7 +249,7 @@ def main() -> None:
         sys.exit("set REDIS_URL: the benchmark measures the Redis broker")
     call_command("migrate", verbosity=0)
     owner, _ = get_user_model().objects.get_or_create(username="bench")
-    token, _ = Token.objects.get_or_create(user=owner)
+    token = create_token(owner)
     print(json.dumps({"hardware": hardware(), "database": connection.settings_dict["NAME"],
                       "broker": conf.broker_name(), "args": vars(args)}), flush=True)
     if args.mode in ("python", "both"):
@@ -263,7 +263,7 @@ def main() -> None:
         connection.close()
         server, url = start_server(args.server_workers)
         try:
-            bench_http(args.jobs, args.batch, args.kind, token.key, url, args.clients)
+            bench_http(args.jobs, args.batch, args.kind, token, url, args.clients)
         finally:
             stop_server(server)
         verify(args.jobs, args.kind)

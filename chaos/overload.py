@@ -6,11 +6,10 @@ import time
 import urllib.error
 import urllib.request
 
-from rest_framework.authtoken.models import Token
-
 from chaos.cluster import free_port
 from chaos.load import create_one_off
 from chaos.scenarios import Scenario, Session, Size
+from jobs.tokens import create_token
 
 REQUEST_TIMEOUT_S = 10.0
 # How much a daemon's resident memory (with its children, KiB) may grow from its peak in
@@ -88,8 +87,7 @@ class Overload(Scenario):
         port = free_port()
         s.cluster.add("web", ["-m", "gunicorn", "scheduler_project.wsgi", "--bind",
                               f"127.0.0.1:{port}", "--workers", "2", "--timeout", "60"])
-        token, _ = Token.objects.get_or_create(user=s.user)
-        s.extra["probe"] = ApiProbe(f"http://127.0.0.1:{port}", token.key)
+        s.extra["probe"] = ApiProbe(f"http://127.0.0.1:{port}", create_token(s.user))
         s.extra["rss"] = {}
 
     def sample(self, s: Session) -> None:

@@ -78,7 +78,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
     "axes",
     "django_filters",
     "drf_spectacular",
@@ -178,6 +178,11 @@ AXES_LOCKOUT_CALLABLE = "scheduler_project.lockout.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "scheduler_project.lockout.client_ip"
 TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
 
+# API tokens: django-rest-knox keeps a SHA-512 digest, never the token (jobs/tokens.py);
+# "Token <key>" as DRF's header had it. Tokens made by createapitoken and loaddemo last
+# until deleted unless asked otherwise.
+REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "TOKEN_TTL": None}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -223,7 +228,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # per request so that they can be changed from the environment or override_settings.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "jobs.tokens.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["jobs.throttling.IsAuthenticatedOrThrottled"],

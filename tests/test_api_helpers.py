@@ -7,19 +7,18 @@ from datetime import timedelta
 
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from jobs import services
 from jobs.models import Job
+from jobs.tokens import create_token
 from runs.models import Attempt, AttemptOutcome, LogLine, Run, RunState
 
 
 def client_for(user: User) -> APIClient:
-    """An API client authenticated with ``user``'s token (created if missing)."""
+    """An API client authenticated with a new token of ``user``."""
     api = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {create_token(user)}")
     return api
 
 

@@ -16,10 +16,10 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
-from rest_framework.authtoken.models import Token
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from jobs import services
+from jobs.tokens import create_token
 from runs.models import Run, RunState
 
 EXAMPLES = 15  # per operation and generation mode: bounded, so CI stays fast
@@ -43,7 +43,7 @@ def wsgi_app():
 
 @pytest.fixture
 def api_schema(owner, wsgi_app):
-    token = Token.objects.create(user=owner).key
+    token = create_token(owner)
     auth = {"Authorization": f"Token {token}"}
     other = User.objects.create_user("someone-else")
     mine = services.create_job("noop", {"n": 1}, owner=owner, delay_s=60)

@@ -2,10 +2,10 @@
 
 import pytest
 from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from jobs.models import Job, Schedule
+from jobs.tokens import create_token
 from runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ def alice():
 @pytest.fixture
 def client(alice):
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {create_token(alice)}")
     return api
 
 

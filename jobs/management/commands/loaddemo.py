@@ -12,11 +12,11 @@ from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from rest_framework.authtoken.models import Token
 
 from jobs import crontab
 from jobs.models import Job
 from jobs.services import InvalidJobs, create_job, create_jobs
+from jobs.tokens import create_token
 from runs.models import PENDING_STATES, Run, RunState
 
 DEMO_CRONTAB = Path(__file__).resolve().parents[2] / "demo.crontab"
@@ -65,7 +65,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, crontabs, owner, crontab_format, again, base_url, **options):
         user = self.owner(owner)
-        token, _ = Token.objects.get_or_create(user=user)
+        # A new token each time: the last one is stored hashed and cannot be shown again
+        # (earlier ones keep working).
+        token = create_token(user)
         api = f"{base_url.rstrip('/')}/api/jobs/"
         if not crontabs and not again:
             loaded = list(Job.objects.filter(owner=user, name__startswith="demo: ")
@@ -76,7 +78,7 @@ class Command(BaseCommand):
                 self.table(demo)
                 self.stdout.write(f"The demo is already loaded ({len(demo)} jobs); "
                                   "`python manage.py loaddemo --again` loads another copy.")
-                self.instructions(token, api, demo)
+                self.instructions(user, token, api, demo)
                 return
         paths = [Path(p) for p in crontabs] or [DEMO_CRONTAB]
         for path in paths:
@@ -101,11 +103,11 @@ class Command(BaseCommand):
         self.stdout.write(f"Created {len(jobs)} jobs ({cron_count} cron, "
                           f"{len(jobs) - cron_count} one-off) owned by {user.get_username()}; "
                           f"skipped {skipped} crontab lines.")
-        self.instructions(token, api, jobs)
+        self.instructions(user, token, api, jobs)
 
-    def instructions(self, token, api: str, jobs) -> None:
-        self.stdout.write(f"API token for {token.user.get_username()}: {token.key}")
-        self.stdout.write(f'  curl -H "Authorization: Token {token.key}" {api}')
+    def instructions(self, user, token: str, api: str, jobs) -> None:
+        self.stdout.write(f"API token for {user.get_username()}: {token}")
+        self.stdout.write(f'  curl -H "Authorization: Token {token}" {api}')
         # Worded for a demo loaded earlier too: its one-off jobs have long finished, and
         # their runs' history is what there is to see.
         for handler, what in (("echo", "A cron job's runs, one a minute"),
@@ -114,7 +116,7 @@ class Command(BaseCommand):
             job = next((j for j in jobs if j.handler == handler), None)
             if job is not None:
                 self.stdout.write(f"{what}:")
-                self.stdout.write(f'  curl -H "Authorization: Token {token.key}" '
+                self.stdout.write(f'  curl -H "Authorization: Token {token}" '
                                   f"{api}{job.pk}/runs/")
 
     def owner(self, username: str | None):
