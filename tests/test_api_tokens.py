@@ -83,7 +83,7 @@ def test_drfs_plaintext_tokens_are_hashed_by_the_migration_and_keep_working():
         cursor.execute("CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, "
                        "created timestamptz NOT NULL, user_id integer NOT NULL UNIQUE)")
         cursor.execute("INSERT INTO authtoken_token VALUES (%s, now(), %s)", [key, alice.pk])
-    migration = importlib.import_module("jobs.migrations.0006_hash_plaintext_api_tokens")
+    migration = importlib.import_module("jobs.migrations.0007_hash_plaintext_api_tokens")
 
     with connection.schema_editor() as editor:
         migration.hash_plaintext_tokens(apps, editor)
@@ -96,7 +96,7 @@ def test_drfs_plaintext_tokens_are_hashed_by_the_migration_and_keep_working():
 
 
 def test_the_migration_does_nothing_without_drfs_table():
-    migration = importlib.import_module("jobs.migrations.0006_hash_plaintext_api_tokens")
+    migration = importlib.import_module("jobs.migrations.0007_hash_plaintext_api_tokens")
 
     with connection.schema_editor() as editor:
         migration.hash_plaintext_tokens(apps, editor)

@@ -30,7 +30,7 @@ def hash_plaintext_tokens(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0005_drop_redundant_fk_indexes"),
+        ("jobs", "0006_job_paused_at"),
         ("knox", "0009_extend_authtoken_field"),
     ]
 
