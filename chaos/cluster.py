@@ -7,6 +7,7 @@ session (as under a process manager), with their output in a log file per proces
 """
 
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -26,7 +27,9 @@ from django.test import override_settings
 from chaos.handlers import EXEC_LOG_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# Debian's libfaketime (package faketime); FAKETIME_LIB names another build.
+FAKETIME_LIB = os.environ.get(
+    "FAKETIME_LIB", f"/usr/lib/{platform.machine()}-linux-gnu/faketime/libfaketime.so.1")
 
 # Tunables every daemon gets (docs/reliability.md, "Tunables"): a short lease so a dead
 # worker's runs come back within seconds, and a short partition lease so a killed

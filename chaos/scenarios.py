@@ -7,7 +7,9 @@ is terminal; the invariants. A scenario class only says which daemons it runs, w
 it adds and which faults it injects, and may check things of its own.
 """
 
+import os
 import random
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -255,10 +257,17 @@ class PostgresRestart(Scenario):
 
 
 def restart_postgres(timeout: float = 120) -> None:
-    """``pg_ctlcluster <version> main restart`` for the only cluster in /etc/postgresql."""
-    versions = sorted(p.name for p in Path("/etc/postgresql").iterdir())
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main",
-                    "restart"], check=True, timeout=timeout, capture_output=True)
+    """Restart the test database's server: the command in TEST_POSTGRES_RESTART (a shell
+    word list; scripts/test sets it to its throwaway server's ``pg_ctl restart``), else
+    ``pg_ctlcluster <version> main restart`` for the newest cluster in /etc/postgresql.
+    Raises subprocess.CalledProcessError or TimeoutExpired if the restart fails."""
+    command = os.environ.get("TEST_POSTGRES_RESTART")
+    if command:
+        argv = shlex.split(command)
+    else:
+        versions = sorted(p.name for p in Path("/etc/postgresql").iterdir())
+        argv = ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main", "restart"]
+    subprocess.run(argv, check=True, timeout=timeout, capture_output=True)
 
 
 class StaleWorker(Scenario):

@@ -3,9 +3,11 @@ so the one broker contract suite also runs on SQLite in the same session, and re
 (database 15, key prefix ``schedtest``). One test (tests/test_redis_loss.py) runs FLUSHDB
 on that Redis database: never point TEST_REDIS_URL at a database whose data matters.
 
-TEST_DATABASE_URL and TEST_REDIS_URL override the local defaults. Suites run side by side
-need their own TEST_DATABASE_URL and SCHEDULER_REDIS_PREFIX; the SQLite file is named
-after the prefix, so they do not share it either.
+TEST_DATABASE_URL and TEST_REDIS_URL override the local defaults; scripts/test sets them
+to throwaway servers of its own, and SCHEDULER_REDIS_PREFIX to one of its own
+(docs/testing.md). Suites run side by side on the same servers need their own
+TEST_DATABASE_URL and SCHEDULER_REDIS_PREFIX; the SQLite file is named after the prefix,
+so they do not share it either.
 """
 
 import os

@@ -78,6 +78,7 @@ MODES = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 EXCLUDED = [positive_data_acceptance, negative_data_rejection]
 
 
+@pytest.mark.slow
 # The fuzzer probes every operation without credentials (ST401 expects 401 or 403) far
 # more often than the anonymous throttle allows; tests/test_login_protection.py checks it.
 @override_settings(SCHEDULER={"API_ANON_THROTTLE_RATE": "1000000/minute"})

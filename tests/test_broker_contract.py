@@ -65,6 +65,7 @@ def test_a_run_is_not_leased_before_it_is_due(broker):
     assert run(broker, future.pk).started_at >= future.scheduled_at
 
 
+@pytest.mark.slow
 def test_racing_processes_promote_and_lease_every_run_exactly_once(broker):
     runs = make_runs(broker.using, 400, delay_s=2.0)
     push(broker, runs)

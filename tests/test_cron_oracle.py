@@ -247,6 +247,7 @@ def corpus_lines() -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_generated_expressions_equal_cronsim_across_dst_changes_in_five_zones():
     rng = random.Random(SEED + 1)
     outcomes = {"same": 0, "range": 0, "half-hour": 0}

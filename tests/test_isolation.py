@@ -211,6 +211,7 @@ def test_an_owner_at_its_limit_does_not_block_other_owners(settings, broker):
     assert running.count() == 4
 
 
+@pytest.mark.slow
 def test_an_owner_limit_holds_across_racing_worker_processes(broker):
     owner = user(broker, "racer-owner")
     queue_runs(broker, 60, owner=owner)

@@ -11,6 +11,7 @@ from tests.conftest import daemon_env, flush_redis, start_daemon, stop, wait_unt
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.slow
 def test_flushall_mid_load_loses_no_run(tmp_path):
     flush_redis()
     env = daemon_env("redis", lease_ttl_s=5, reconcile_interval_s=30)

@@ -108,6 +108,7 @@ def _assert_every_occurrence_exactly_once(job_ids, start):
         assert got == expected, f"job {job.pk}"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_scheduler_processes_create_each_occurrence_once(tmp_path):
     flush_redis()

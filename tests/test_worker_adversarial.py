@@ -121,6 +121,7 @@ def _terminate_worker_backends() -> int:
         return cursor.fetchone()[0]
 
 
+@pytest.mark.slow
 def test_a_failed_heartbeat_does_not_drop_the_outcomes_read_with_it(env, tmp_path):
     """Slot.receive parses every message available in one read and removes them from the
     buffer; collect() then handles them in turn. A heartbeat message is handled by a

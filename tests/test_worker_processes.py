@@ -28,6 +28,7 @@ def worker_pid(worker_id: str) -> int:
     return int(worker_id.split(":")[1])
 
 
+@pytest.mark.slow
 def test_a_run_on_a_sigkilled_worker_finishes_on_another_after_its_lease_expires(env, tmp_path):
     dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
     workers = {}

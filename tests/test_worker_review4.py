@@ -73,6 +73,7 @@ def test_one_ack_carries_at_most_ACK_BATCH_MAX_outcomes():
     assert max(sizes) <= ACK_BATCH_MAX, sizes
 
 
+@pytest.mark.slow
 def test_stopping_a_lane_closes_the_connection_of_a_thread_still_in_a_slow_call():
     # With a 5 s timeout on the closing barrier, the idle thread took both closing calls
     # and the slow thread's connection stayed open (a forked child would inherit it).
