@@ -55,12 +55,19 @@ def names_in_code() -> set[str]:
 
 
 def procfile_variables() -> set[str]:
-    return set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", (ROOT / "Procfile").read_text()))
+    return shell_variables(ROOT / "Procfile")
+
+
+def shell_variables(*paths: Path) -> set[str]:
+    """The ``$NAME`` / ``${NAME...}`` variables the shell files ``paths`` read."""
+    return {name for path in paths
+            for name in re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", path.read_text())}
 
 
 KNOWN = (set(conf.DEFAULTS) | {f"SCHEDULER_{name}" for name in conf.DEFAULTS}
          | {name for name in dir(settings) if name.isupper()} | names_in_code()
-         | procfile_variables() | set(NOT_OURS))
+         | procfile_variables() | set(NOT_OURS)
+         | shell_variables(*(ROOT / "scripts").iterdir(), ROOT / ".ci" / "run"))
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_ids(DOCS))
