@@ -269,6 +269,7 @@ def test_generated_expressions_equal_cronsim_across_dst_changes_in_five_zones():
           f"{time.perf_counter() - began:.1f} s")
 
 
+@pytest.mark.slow
 def test_every_corpus_crontab_line_equals_cronsim_around_every_change_in_five_zones():
     lines = corpus_lines()
     assert len(lines) > 150  # 179 schedule lines, a few of them invalid or @reboot
