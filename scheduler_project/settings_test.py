@@ -34,3 +34,7 @@ DATABASES = {
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 WHITENOISE_AUTOREFRESH = True
+# The Django cache (throttle counts) is per process in tests, whatever REDIS_URL the shell
+# has exported: tests/conftest.py empties it before every test, which must never be a
+# FLUSHDB of someone's Redis. Tests of the Redis-backed throttle override CACHES.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
