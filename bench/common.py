@@ -21,6 +21,15 @@ PG_PORT = 5432
 PG_USER = "postgres"
 REDIS_HOST = "127.0.0.1"
 REDIS_PORT = 6379
+# Environment our scheduler's bench processes run with: the demo handlers (noop, sleep)
+# on, and no per-owner bounds (docs/isolation.md, "Tenant bounds"): a benchmark measures
+# throughput for one trusted owner, not what an ordinary tenant may take.
+OURS_ENV = {
+    "SCHEDULER_DEMO_HANDLERS": "true",
+    **{f"SCHEDULER_OWNER_{name}": "0" for name in (
+        "CONCURRENCY", "MAX_PENDING", "MAX_JOBS", "HIGHEST_PRIORITY", "MAX_TIMEOUT_S",
+        "MAX_ATTEMPTS")},
+}
 
 
 def percentile(values, p):

@@ -42,7 +42,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_project.settings")
+
+import common  # noqa: E402
+
+for _key, _value in common.OURS_ENV.items():
+    os.environ.setdefault(_key, _value)
 
 import django  # noqa: E402
 

@@ -45,6 +45,7 @@ ENV = {
     # With DEBUG off the daemons refuse the development key (docs/security.md).
     "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
     "DJANGO_SETTINGS_MODULE": "scheduler_project.settings",
+    **common.OURS_ENV,
     "SCHEDULER_SHARDS": "8",
 }
 os.environ.update(ENV)
@@ -181,7 +182,7 @@ def flood_case(flood: int, high: int, rate: float) -> dict:
 def owner_case(noisy_runs: int, quiet_runs: int, limit: int | None, watch_s: float) -> dict:
     from django.contrib.auth.models import User
 
-    from runs.limits import set_owner_policy
+    from jobs.tenants import set_owner_policy
 
     reset()
     noisy = User.objects.create_user("iso-noisy")

@@ -53,6 +53,7 @@ ENV = {
     # With DEBUG off the daemons refuse the development key (docs/security.md).
     "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
     "DJANGO_SETTINGS_MODULE": "scheduler_project.settings",
+    **common.OURS_ENV,
 }
 for _key, _value in ENV.items():
     os.environ[_key] = _value

@@ -168,7 +168,7 @@ class Cluster:
         self.daemons: dict[str, Daemon] = {}
         self.base_env = dict(os.environ)
         self.base_env.update({
-            "DJANGO_SETTINGS_MODULE": "scheduler_project.settings",
+            "DJANGO_SETTINGS_MODULE": "scheduler_project.settings_chaos",
             "DATABASE_URL": database_url(using),
             "SCHEDULER_BROKER": "redis",
             EXEC_LOG_ENV: str(self.exec_log),

@@ -1,4 +1,9 @@
-"""The handler the fault-injection load runs (docs/reliability.md, "Execution log").
+"""The handlers of the fault-injection app, registered only where it is installed (the
+test and chaos settings, scheduler_project/settings_chaos.py), never in a production
+deployment: ``busy_loop`` and ``suicide`` exist to occupy or kill a worker's child.
+
+``chaos.work`` is the handler the fault-injection load runs (docs/reliability.md,
+"Execution log").
 
 ``chaos.work`` appends one line when it starts and one when it ends to the execution log
 named by the environment variable ``CHAOS_EXEC_LOG``, so the harness can count how often a
@@ -8,6 +13,7 @@ worker's sockets.
 """
 
 import os
+import signal
 import time
 
 from jobs.registry import handler
@@ -44,3 +50,16 @@ def work(ctx, payload):
         ctx.heartbeat()
     log_line("end", ctx.run_id, ctx.attempt)
     return {"slept_s": seconds}
+
+
+@handler("busy_loop")
+def busy_loop(ctx, payload):
+    """Spin the CPU without ever returning (tests the timeout of a stuck handler)."""
+    while True:
+        pass
+
+
+@handler("suicide")
+def suicide(ctx, payload):
+    """Kill the process running it (tests a poison run)."""
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -31,7 +31,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from jobs import cron, services
+from jobs import cron, services, tenants
 from jobs.exceptions import InvalidJob, SchedulerError
 from jobs.models import Job, MisfirePolicy, OwnerPolicy, SchedulerPartition
 from jobs.registry import handler_names
@@ -45,7 +45,7 @@ from runs.admin_helpers import (
     timestamp_column,
     with_timing,
 )
-from runs.limits import set_owner_policy, sync_owner_limits
+from runs.limits import sync_owner_limits
 from runs.models import PENDING_STATES, TERMINAL_STATES, Run
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
@@ -154,9 +154,14 @@ class JobCreateForm(forms.ModelForm):
                             "included).",
         }
 
+    owner = None  # the user creating the job: JobAdmin.get_form sets it
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["handler"].choices = [(name, name) for name in handler_names()]
+        # A blank first choice: no handler is picked for the operator (the first name
+        # alphabetically was always_fails).
+        self.fields["handler"].choices = [("", "---------"),
+                                          *((name, name) for name in handler_names())]
         self.spec: dict | None = None
 
     def clean(self):
@@ -173,10 +178,17 @@ class JobCreateForm(forms.ModelForm):
                 spec["max_lag_s"] = data["max_lag_s"]
         else:
             spec["run_at"] = data.get("run_at") or timezone.now()
+        bounds = tenants.bounds_of(self.owner.pk if self.owner else None)
         try:
             self.spec = validate_job(spec)
+            if bounds is not None:
+                if problems := tenants.field_problems(spec, bounds):
+                    raise InvalidJob(problems)
+                tenants.check_quotas(bounds, 1, 0 if spec.get("cron") else 1)
         except InvalidJob as exc:
             add_invalid_job_errors(self, exc, {"schedule": "cron"})
+        except tenants.QuotaExceeded as exc:
+            self.add_error(None, str(exc))
         return data
 
     def validate_unique(self):
@@ -197,8 +209,13 @@ class JobChangeForm(forms.ModelForm):
         data = super().clean()
         if self.errors:
             return data
+        changes = {k: data[k] for k in EDITABLE if k in data}
+        bounds = tenants.bounds_of(self.instance.owner_id)
+        changed = {k: v for k, v in changes.items() if v != getattr(self.instance, k)}
         try:
-            validate_job(job_spec(self.instance, **{k: data[k] for k in EDITABLE if k in data}))
+            validate_job(job_spec(self.instance, **changes))
+            if bounds is not None and (problems := tenants.field_problems(changed, bounds)):
+                raise InvalidJob(problems)
         except InvalidJob as exc:
             add_invalid_job_errors(self, exc, {})
         return data
@@ -332,7 +349,9 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         kwargs["form"] = JobCreateForm if obj is None else JobChangeForm
-        return super().get_form(request, obj, change=change, **kwargs)
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.owner = request.user  # whose bounds a new job must keep (jobs/tenants.py)
+        return form
 
     def save_form(self, request, form, change):
         if change:
@@ -430,16 +449,19 @@ class JobAdmin(admin.ModelAdmin):
 
 @admin.register(OwnerPolicy)
 class OwnerPolicyAdmin(admin.ModelAdmin):
-    """Per-owner concurrency limit and default (tenant) queue. Saving goes through
-    runs.limits.set_owner_policy so the broker enforces the new limit at once."""
+    """Per-owner bounds, queues and default (tenant) queue (docs/isolation.md, "Tenant
+    bounds"). Saving goes through jobs.tenants.set_owner_policy so the broker enforces a
+    new concurrency limit at once."""
 
-    list_display = ("owner", "max_running", "default_queue", "updated_at")
-    search_fields = ("owner__username", "default_queue")
+    list_display = ("owner", "max_running", "max_pending", "max_jobs", "highest_priority",
+                    "max_timeout_s", "max_attempts", "queues", "default_queue", "updated_at")
+    search_fields = ("owner__username", "queues", "default_queue")
     raw_id_fields = ("owner",)
 
     def save_model(self, request, obj, form, change):
-        obj.pk = set_owner_policy(obj.owner, max_running=obj.max_running,
-                                  default_queue=obj.default_queue).pk
+        values = {field: getattr(obj, field) for field in
+                  (*tenants.POLICY_FIELDS, "queues", "default_queue")}
+        obj.pk = tenants.set_owner_policy(obj.owner, **values).pk
 
     def delete_model(self, request, obj):
         super().delete_model(request, obj)

@@ -26,7 +26,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
-from jobs import conf, services
+from jobs import conf, services, tenants
 from jobs.access import OwnerOrModelPermission, may_view_all
 from jobs.exceptions import BrokerUnavailable, InvalidJob, SchedulerError
 from jobs.filters import JOB_ORDERING, JobFilter
@@ -47,8 +47,8 @@ from jobs.serializers import (
     spec_defaults,
     to_spec,
 )
+from jobs.tenants import QuotaExceeded
 from jobs.throttling import IsAuthenticatedOrThrottled
-from jobs.validation import validate_job
 from runs.brokers import get_broker
 from runs.serializers import RunSerializer
 
@@ -72,6 +72,19 @@ class ResumeSerializer(StrictFieldsMixin, serializers.Serializer):
         help_text="which runs scheduled while the job was paused run: skip (none, the "
                   "default; held runs end cancelled, with why), latest (the latest one) or "
                   "all (each), both within the schedule's max_lag_s")
+
+
+class QuotaRefused(APIException):
+    """Storing the request would take the owner over a quota (jobs or pending runs):
+    403, with ``limit`` (the policy field) and ``value`` (the quota in force) beside
+    ``detail`` (docs/isolation.md, "Tenant bounds")."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+    default_code = "quota_exceeded"
+
+    def __init__(self, exc: QuotaExceeded):
+        super().__init__(str(exc))
+        self.detail = {"detail": str(exc), "limit": exc.limit, "value": exc.value}
 
 
 class DetailSerializer(serializers.Serializer):
@@ -165,6 +178,8 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
                                        owner=request.user)[0]
         except services.InvalidJobs as exc:
             raise ValidationError(api_errors(exc.item_errors[0])) from exc
+        except QuotaExceeded as exc:
+            raise QuotaRefused(exc) from exc
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED,
                         headers={"Location": f"/api/jobs/{job.pk}/"})
 
@@ -213,6 +228,8 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         job = self.get_object()
         try:
             run = services.trigger(job.pk)
+        except QuotaExceeded as exc:
+            raise QuotaRefused(exc) from exc
         except SchedulerError as exc:
             raise Conflict(str(exc)) from exc
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
@@ -241,12 +258,14 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
                 errors[i] = exc.detail
         try:
             if errors:  # report every bad item, but store nothing
-                _validate_all(specs)
+                services.validate_specs(specs, tenants.bounds_of(request.user.pk))
             else:
                 jobs = services.create_jobs(specs, owner=request.user)
         except services.InvalidJobs as exc:
             for j, item_errors in exc.item_errors.items():
                 errors.setdefault(positions[j], {}).update(api_errors(item_errors))
+        except QuotaExceeded as exc:
+            raise QuotaRefused(exc) from exc
         if errors:
             return Response({
                 "detail": f"{len(errors)} of {len(items)} jobs are invalid; nothing was stored",
@@ -286,18 +305,6 @@ def _bulk_items(data) -> list:
     if len(items) > cap:
         raise BulkRefused(f"at most {cap} jobs per request; got {len(items)}")
     return items
-
-
-def _validate_all(specs: list[dict]) -> None:
-    """Raise InvalidJobs for every spec the service layer would refuse (stores nothing)."""
-    errors = {}
-    for i, spec in enumerate(specs):
-        try:
-            validate_job(spec)
-        except InvalidJob as exc:
-            errors[i] = exc.errors
-    if errors:
-        raise services.InvalidJobs(errors)
 
 
 def healthz(request):

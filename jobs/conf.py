@@ -49,8 +49,25 @@ DEFAULTS: dict[str, Tunable] = {
         "0-2:70,3-6:25,7-9:5", str,
         'priority classes and their weighted share of leases, "<lo>-<hi>:<weight>,..."; '
         "empty: one class, strict priority order"),
+    "DEMO_HANDLERS": Tunable(
+        False, flag, "register the demo handlers noop, echo, sleep, flaky, always_fails "
+        "(scripts/demo, the tests and the benchmarks turn it on)"),
+    # Per-owner bounds (docs/isolation.md, "Tenant bounds"): the defaults of every owner,
+    # which staff override per owner in its OwnerPolicy. Jobs without an owner have none.
     "OWNER_CONCURRENCY": Tunable(
-        0, int, "most runs of one owner running at once, cluster-wide; 0: no limit"),
+        2, int, "most runs of one owner running at once, cluster-wide; 0: no limit"),
+    "OWNER_MAX_PENDING": Tunable(
+        10_000, int, "most runs of one owner waiting to run (scheduled, queued, retrying); "
+        "0: no limit"),
+    "OWNER_MAX_JOBS": Tunable(
+        10_000, int, "most jobs of one owner that are not cancelled; 0: no limit"),
+    "OWNER_HIGHEST_PRIORITY": Tunable(
+        3, int, "the most urgent priority an owner's job may ask for (0 most urgent; 0: any)"),
+    "OWNER_MAX_TIMEOUT_S": Tunable(
+        3600, int, "longest timeout_s an owner's job may ask for (seconds); 0: MAX_TIMEOUT_S"),
+    "OWNER_MAX_ATTEMPTS": Tunable(
+        10, int, "most attempts (first try included) an owner's job may ask for; "
+        "0: MAX_RETRIES + 1"),
     "QUEUE_CONCURRENCY": Tunable(
         "", str, 'most runs of a queue running at once, "<queue>=<n>,..."'),
     "QUEUE_RATE": Tunable(

@@ -1,14 +1,18 @@
-"""Built-in handlers for demos, tests and benchmarks (docs/architecture.md, "Handlers").
+"""The demo handlers: noop, echo, sleep, flaky and always_fails, for the demo, the tests
+and the benchmarks. They are registered only when the setting DEMO_HANDLERS is on
+(``SCHEDULER_DEMO_HANDLERS=true``; scripts/demo, the test settings and the benchmarks
+turn it on), never by default: in a production deployment any user of the API could
+otherwise keep workers busy with ``sleep`` (docs/isolation.md, "Tenant bounds"). The
+fault-test handlers (busy_loop, suicide) live in the fault-injection app, chaos/handlers.py.
 
 Each takes ``(ctx, payload)``; ``payload`` keys are documented per handler.
 """
 
 import logging
-import os
-import signal
 import time
 import zlib
 
+from jobs import conf
 from jobs.registry import handler
 
 log = logging.getLogger(__name__)
@@ -18,13 +22,11 @@ class HandlerFailure(Exception):
     """A built-in handler failed on purpose (flaky, always_fails)."""
 
 
-@handler("noop")
 def noop(ctx, payload):
     """Do nothing; returns None."""
     return None
 
 
-@handler("echo")
 def echo(ctx, payload):
     """Log the payload and return it (the demo crontab's handler: the payload holds the
     original crontab command line)."""
@@ -32,7 +34,6 @@ def echo(ctx, payload):
     return payload
 
 
-@handler("sleep")
 def sleep(ctx, payload):
     """Sleep ``payload["seconds"]`` (float, default 1) in steps, heartbeating each step."""
     seconds = float(payload.get("seconds", 1))
@@ -44,7 +45,6 @@ def sleep(ctx, payload):
     return {"slept_s": seconds}
 
 
-@handler("flaky")
 def flaky(ctx, payload):
     """Fail a fraction of attempts.
 
@@ -67,21 +67,17 @@ def flaky(ctx, payload):
     return {"attempt": ctx.attempt}
 
 
-@handler("always_fails")
 def always_fails(ctx, payload):
     """Raise on every attempt, so the run ends in the dead letter."""
     ctx.logger.error("about to fail (attempt %s)", ctx.attempt)
     raise HandlerFailure(payload.get("message", "always_fails always fails"))
 
 
-@handler("busy_loop")
-def busy_loop(ctx, payload):
-    """Spin the CPU without ever returning (tests the timeout of a stuck handler)."""
-    while True:
-        pass
+DEMO = {"noop": noop, "echo": echo, "sleep": sleep, "flaky": flaky,
+        "always_fails": always_fails}
 
-
-@handler("suicide")
-def suicide(ctx, payload):
-    """Kill the process running it (tests a poison run)."""
-    os.kill(os.getpid(), signal.SIGKILL)
+# Read once, when the apps load (jobs.apps -> registry.autodiscover): the workers and the
+# web process must agree, so the setting belongs to the deployment, not to a request.
+if conf.get("DEMO_HANDLERS"):
+    for _name, _fn in DEMO.items():
+        handler(_name)(_fn)

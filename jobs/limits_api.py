@@ -1,10 +1,11 @@
-"""/api/limits/: an owner's isolation policy (docs/isolation.md; docs/scaling.md).
+"""/api/limits/: an owner's isolation policy and bounds (docs/isolation.md; docs/scaling.md).
 
 GET answers the caller's own policy (``?owner=<username>`` asks for anyone's, with the
 jobs.view_ownerpolicy permission); PUT, with the jobs.change_ownerpolicy permission, sets
-an owner's ``max_running`` (null: the SCHEDULER OWNER_CONCURRENCY default) and/or
+any of an owner's ``max_running``, ``max_pending``, ``max_jobs``, ``highest_priority``,
+``max_timeout_s``, ``max_attempts`` (null: the settings default), ``queues`` and
 ``default_queue`` (blank: "default"); a field left out keeps its value. An owner cannot
-raise their own limit. is_staff alone grants nothing (jobs/access.py).
+raise their own limits. is_staff alone grants nothing (jobs/access.py).
 """
 
 from django.contrib.auth import get_user_model
@@ -15,31 +16,52 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs import conf
 from jobs.access import may_change_all, may_view_all, perm
 from jobs.api import COMMON, FIELD_ERRORS
 from jobs.exceptions import SchedulerError
-from jobs.models import OwnerPolicy
-from jobs.validation import QUEUE_RE
-from runs.limits import MAX_RUNNING, set_owner_policy
-from runs.models import Run, RunState
+from jobs.models import QUEUE_RE, Job, OwnerPolicy
+from jobs.tenants import MAX_INT, POLICY_FIELDS, bounds_from, set_owner_policy
+from runs.models import PENDING_STATES, Run, RunState
 
 
 class OwnerPolicySerializer(serializers.Serializer):
-    """One owner's policy; ``effective_max_running`` is the limit in force (null: none)
-    and ``running`` how many of the owner's runs run now."""
+    """One owner's policy: each bound null takes its settings default; ``effective`` holds
+    the bounds in force (0: none) and ``running``, ``pending``, ``jobs`` what the owner
+    uses now (docs/isolation.md, "Tenant bounds")."""
 
     owner = serializers.CharField(required=False, help_text="username (another's needs "
                                   "the jobs.view_ownerpolicy permission; default: yourself)")
     max_running = serializers.IntegerField(
-        min_value=1, max_value=MAX_RUNNING, allow_null=True, required=False,
+        min_value=1, max_value=MAX_INT, allow_null=True, required=False,
         help_text="most runs of this owner running at once, cluster-wide; null: the "
                   "settings default (OWNER_CONCURRENCY)")
+    max_pending = serializers.IntegerField(
+        min_value=1, max_value=MAX_INT, allow_null=True, required=False,
+        help_text="most runs waiting to run; null: OWNER_MAX_PENDING")
+    max_jobs = serializers.IntegerField(
+        min_value=1, max_value=MAX_INT, allow_null=True, required=False,
+        help_text="most jobs that are not cancelled; null: OWNER_MAX_JOBS")
+    highest_priority = serializers.IntegerField(
+        min_value=0, max_value=9, allow_null=True, required=False,
+        help_text="most urgent priority its jobs may ask for (0 most urgent); null: "
+                  "OWNER_HIGHEST_PRIORITY")
+    max_timeout_s = serializers.IntegerField(
+        min_value=1, max_value=MAX_INT, allow_null=True, required=False,
+        help_text="longest timeout_s (seconds); null: OWNER_MAX_TIMEOUT_S")
+    max_attempts = serializers.IntegerField(
+        min_value=1, max_value=32_767, allow_null=True, required=False,
+        help_text="most attempts, first try included; null: OWNER_MAX_ATTEMPTS")
+    queues = serializers.ListField(
+        child=serializers.RegexField(QUEUE_RE, max_length=64), required=False,
+        help_text='queues this owner may use besides "default" (and its default_queue)')
     default_queue = serializers.RegexField(
         QUEUE_RE, max_length=64, allow_blank=True, required=False,
         help_text='queue of jobs that name none (tenant queue); blank: "default"')
+    effective = serializers.DictField(child=serializers.JSONField(), read_only=True)
     effective_max_running = serializers.IntegerField(read_only=True, allow_null=True)
     running = serializers.IntegerField(read_only=True)
+    pending = serializers.IntegerField(read_only=True)
+    jobs = serializers.IntegerField(read_only=True)
 
 
 OWNER = OpenApiParameter("owner", OpenApiTypes.STR, description="username (another's needs "
@@ -48,19 +70,24 @@ OWNER = OpenApiParameter("owner", OpenApiTypes.STR, description="username (anoth
 
 def _describe(user) -> dict:
     policy = OwnerPolicy.objects.filter(owner=user).first()
-    own = policy.max_running if policy else None
-    effective = own if own is not None else (conf.get("OWNER_CONCURRENCY") or None)
+    bounds = bounds_from(user.pk, policy)
+    effective = {field: getattr(bounds, field) for field in POLICY_FIELDS}
+    effective["queues"] = sorted(bounds.queues)
+    owned = {field: getattr(policy, field) if policy else None for field in POLICY_FIELDS}
     return {
-        "owner": user.get_username(), "max_running": own,
+        "owner": user.get_username(), **owned,
+        "queues": policy.queue_names if policy else [],
         "default_queue": policy.default_queue if policy else "",
-        "effective_max_running": effective,
+        "effective": effective, "effective_max_running": bounds.max_running or None,
         "running": Run.objects.filter(state=RunState.RUNNING, job__owner=user).count(),
+        "pending": Run.objects.filter(state__in=PENDING_STATES, job__owner=user).count(),
+        "jobs": Job.objects.filter(owner=user).exclude(status=Job.Status.CANCELLED).count(),
     }
 
 
 class LimitsView(APIView):
-    """Read (GET) or, with the change permission, set (PUT) an owner's concurrency limit
-    and default queue."""
+    """Read (GET) or, with the change permission, set (PUT) an owner's bounds, queues and
+    default queue."""
 
     def _owner(self, request, username: str | None):
         if not username or username == request.user.get_username():
@@ -73,13 +100,13 @@ class LimitsView(APIView):
             raise NotFound(f"no owner named {username!r}")
         return user
 
-    @extend_schema(summary="An owner's concurrency limit and default queue",
+    @extend_schema(summary="An owner's bounds, queues and default queue",
                    parameters=[OWNER], responses={200: OwnerPolicySerializer, **COMMON})
     def get(self, request):
         user = self._owner(request, request.query_params.get("owner"))
         return Response(OwnerPolicySerializer(_describe(user)).data)
 
-    @extend_schema(summary="Set an owner's concurrency limit and default queue "
+    @extend_schema(summary="Set an owner's bounds, queues and default queue "
                            "(jobs.change_ownerpolicy permission)",
                    request=OwnerPolicySerializer,
                    responses={200: OwnerPolicySerializer, 400: FIELD_ERRORS, **COMMON})
@@ -90,15 +117,9 @@ class LimitsView(APIView):
         data = OwnerPolicySerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        user = self._owner(request, values.get("owner"))
-        current = OwnerPolicy.objects.filter(owner=user).first()
+        user = self._owner(request, values.pop("owner", None))
         try:
-            set_owner_policy(
-                user,
-                max_running=values.get("max_running",
-                                       current.max_running if current else None),
-                default_queue=values.get("default_queue",
-                                         current.default_queue if current else ""))
+            set_owner_policy(user, **values)
         except SchedulerError as exc:
             raise ValidationError({"detail": [str(exc)]}) from exc
         return Response(OwnerPolicySerializer(_describe(user)).data)

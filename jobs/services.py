@@ -8,17 +8,17 @@ commit first, then push).
 
 from datetime import datetime, timedelta
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from jobs import conf, cron, pausing
+from jobs import conf, cron, pausing, tenants
+from jobs.bulk_insert import insert_rows
 from jobs.exceptions import InvalidJob, SchedulerError
 from jobs.models import Job, Schedule
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now
-from runs.limits import default_queue
 from runs.models import PENDING_STATES, Run, RunState
 from runs.types import RunRef
 
@@ -73,7 +73,8 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     (default: the owner's OwnerPolicy.default_queue, else "default"), ``shard_key`` (what
     the shard is hashed from; default the handler), ``priority`` (0-9, 0 most urgent,
     default 5), ``timeout_s`` (seconds),
-    ``max_attempts`` (first try included). Raises InvalidJob naming each bad field.
+    ``max_attempts`` (first try included). With an ``owner``, its bounds apply (see
+    create_jobs). Raises InvalidJob naming each bad field, tenants.QuotaExceeded.
     """
     spec = _spec(handler, payload, using=using, **options)
     try:
@@ -82,29 +83,47 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
         raise InvalidJob(exc.item_errors[0]) from None
 
 
-def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> list[Job]:
-    """Create many jobs in one transaction, all or nothing.
-
-    Each spec is a dict with the keys of ``validate_job`` (``cron`` rather than
-    ``cron_expr``). Raises InvalidJobs with every bad item's index before storing anything.
-    Built for ingest peaks (BENCHMARKS.md, "Ingest (W1)"): the caps are read once, each
-    distinct (cron, timezone) pair's next occurrence is computed once, and on PostgreSQL
-    the rows go in by COPY (see ``insert_rows``).
-    """
-    limits = job_limits()
-    cleaned, errors = [], {}
+def validate_specs(specs: list[dict], bounds: tenants.Bounds | None = None) -> list[dict]:
+    """Every spec checked by ``validate_job`` and, given an owner's ``bounds``, by
+    tenants.field_problems; returns the cleaned specs. Raises InvalidJobs with every bad
+    item's index and fields."""
+    limits, cleaned, errors = job_limits(), [], {}
     for i, spec in enumerate(specs):
         try:
             cleaned.append(validate_job(spec, limits))
         except InvalidJob as exc:
             errors[i] = exc.errors
+        if bounds is not None and (problems := tenants.field_problems(spec, bounds)):
+            errors[i] = {**problems, **errors.get(i, {})}
     if errors:
         raise InvalidJobs(errors)
+    return cleaned
+
+
+def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> list[Job]:
+    """Create many jobs in one transaction, all or nothing.
+
+    Each spec is a dict with the keys of ``validate_job`` (``cron`` rather than
+    ``cron_expr``). Raises InvalidJobs with every bad item's index before storing anything.
+    With an ``owner`` (a user), its bounds apply (jobs/tenants.py; docs/isolation.md,
+    "Tenant bounds"): a queue it was not given, a priority, timeout_s or max_attempts
+    beyond its limits are field errors, and going over its jobs or pending runs quota
+    raises tenants.QuotaExceeded; without one, none do.
+    Built for ingest peaks (BENCHMARKS.md, "Ingest (W1)"): the caps are read once, each
+    distinct (cron, timezone) pair's next occurrence is computed once, and on PostgreSQL
+    the rows go in by COPY (see ``insert_rows``).
+    """
+    owner_id = owner.pk if owner is not None else None
+    bounds = tenants.bounds_of(owner_id, using)
+    cleaned = validate_specs(specs, bounds)
     broker = get_broker(using)
     shards = conf.get("SHARDS")
     default_timeout, default_attempts = (conf.get("DEFAULT_TIMEOUT_S"),
                                          conf.get("DEFAULT_MAX_ATTEMPTS"))
     with transaction.atomic(using=using):
+        if bounds is not None:
+            tenants.check_quotas(bounds, len(cleaned),
+                                 sum(1 for s in cleaned if not s.get("cron")), using)
         now = db_now(using)
         schedules = [
             Schedule(cron=s["cron"], timezone=s["timezone"], misfire_policy=s["misfire_policy"],
@@ -113,8 +132,7 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
         ]
         insert_rows(Schedule, schedules, using)
         schedule_iter = iter(schedules)
-        owner_id = owner.pk if owner is not None else None
-        tenant_queue = default_queue(owner_id, using)
+        tenant_queue = bounds.default_queue if bounds is not None else tenants.SHARED_QUEUE
         cache_owner = Job.owner.field.set_cached_value
         cache_schedule = Job.schedule.field.set_cached_value
         next_runs: dict[tuple[str, str], datetime] = {}
@@ -157,68 +175,6 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
     return jobs
 
 
-def insert_rows(model, objs: list, using: str = "default") -> None:
-    """Insert unsaved instances of ``model`` and set their primary keys, as bulk_create
-    does (auto_now fields filled, instances marked saved on ``using``).
-
-    On PostgreSQL: one ``nextval`` round trip for all the ids, then one COPY, several
-    times faster than bulk_create's multi-row INSERTs (docs/architecture.md, "Measured
-    limits behind the design": COPY 200K rows/s against bulk_create's 55K/s). Elsewhere
-    (SQLite): bulk_create.
-    """
-    if not objs:
-        return
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        model.objects.using(using).bulk_create(objs, batch_size=2000)
-        return
-    meta, quote = model._meta, connection.ops.quote_name
-    fields = list(meta.concrete_fields)
-    columns = ", ".join(quote(f.column) for f in fields)
-    stamp = timezone.now()  # auto_now(_add) fields: one time for the whole batch
-    preps = [_copy_prep(f, connection, stamp) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, %s)) "
-                       "FROM generate_series(1, %s)", [meta.db_table, meta.pk.column, len(objs)])
-        ids = [row[0] for row in cursor.fetchall()]
-        with cursor.cursor.copy(f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN") as copy:
-            for obj, pk in zip(objs, ids, strict=True):
-                obj.pk = pk
-                copy.write_row([prep(obj) for prep in preps])
-                obj._state.adding, obj._state.db = False, using
-
-
-# Python types psycopg adapts exactly as Django's get_db_prep_save would on PostgreSQL.
-_PLAIN = (str, int, float, bool, type(None))
-
-
-def _copy_prep(field, connection, stamp: datetime):
-    """``obj -> the value to COPY`` for ``field``: Django's own get_db_prep_save,
-    short-cut for the plain values that make up most rows (aware datetimes, strings,
-    numbers, None), which Django would pass through unchanged. An auto_now(_add) field
-    gets ``stamp``, set on the instance as pre_save would."""
-    attname, slow = field.attname, field.get_db_prep_save
-    if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
-        def prep_stamp(obj):
-            setattr(obj, attname, stamp)
-            return stamp
-        return prep_stamp
-    if field.get_internal_type() == "JSONField":
-        return lambda obj: slow(getattr(obj, attname), connection)
-    if field.get_internal_type() == "DateTimeField":
-        def prep_datetime(obj):
-            value = getattr(obj, attname)
-            if value is None or (isinstance(value, datetime) and value.tzinfo is not None):
-                return value
-            return slow(value, connection)
-        return prep_datetime
-
-    def prep(obj):
-        value = getattr(obj, attname)
-        return value if isinstance(value, _PLAIN) else slow(value, connection)
-    return prep
-
-
 def _set_status(job_ids, from_states, to_state, using) -> list[int]:
     jobs = Job.objects.using(using).filter(pk__in=list(job_ids), status__in=from_states)
     ids = list(jobs.select_for_update().values_list("pk", flat=True))
@@ -255,7 +211,8 @@ def cancel(job_ids, using: str = "default") -> int:
 
 def trigger(job_id: int, using: str = "default", at: datetime | None = None) -> Run:
     """Create one run of an active job now (database clock) or at ``at``; returns it.
-    Raises SchedulerError if the job is paused or cancelled."""
+    Raises SchedulerError if the job is paused or cancelled, tenants.QuotaExceeded if its
+    owner has ``max_pending`` runs waiting already."""
     broker = get_broker(using)
     with transaction.atomic(using=using):
         job = Job.objects.using(using).select_for_update().get(pk=job_id)
@@ -264,6 +221,9 @@ def trigger(job_id: int, using: str = "default", at: datetime | None = None) -> 
         if at is not None and (not isinstance(at, datetime) or timezone.is_naive(at)
                                or moment_problem(at)):
             raise InvalidJob({"at": "must be an aware datetime between 1970 and 9998"})
+        bounds = tenants.bounds_of(job.owner_id, using)
+        if bounds is not None:
+            tenants.check_quotas(bounds, 0, 1, using)
         when = at or db_now(using)
         if Run.objects.using(using).filter(job=job, scheduled_at=when).exists():
             raise SchedulerError(f"job {job_id} already has a run at {when.isoformat()}")
@@ -296,8 +256,10 @@ def update_job(job_id: int, changes: dict, using: str = "default") -> Job:
     cannot start early). ``priority``, ``timeout_s`` and ``max_attempts`` apply to runs
     created afterwards; ``payload`` to every run not yet started (workers read it then).
 
-    Raises InvalidJob naming each bad field, Job.DoesNotExist, or SchedulerError when the
-    job is cancelled or its one-off run already started.
+    The job owner's bounds (jobs/tenants.py) apply to the changed ``priority``,
+    ``timeout_s`` and ``max_attempts``. Raises InvalidJob naming each bad field,
+    Job.DoesNotExist, or SchedulerError when the job is cancelled or its one-off run
+    already started.
     """
     unknown = set(changes) - UPDATABLE
     if unknown:
@@ -309,6 +271,9 @@ def update_job(job_id: int, changes: dict, using: str = "default") -> Job:
         if job.status == Job.Status.CANCELLED:
             raise SchedulerError(f"job {job_id} is cancelled; it can no longer be changed")
         clean = validate_job(_merged_spec(job, changes))
+        bounds = tenants.bounds_of(job.owner_id, using)
+        if bounds is not None and (problems := tenants.field_problems(changes, bounds)):
+            raise InvalidJob(problems)
         now = db_now(using)
         fields = [f for f in ("name", "payload", "priority", "timeout_s", "max_attempts")
                   if f in changes]

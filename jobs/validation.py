@@ -5,18 +5,15 @@ one InvalidJob, so nothing half-valid is ever stored.
 """
 
 import json
-import re
 from datetime import UTC, datetime
 
 from django.utils import timezone
 
 from jobs import conf, cron
 from jobs.exceptions import InvalidJob
-from jobs.models import MisfirePolicy
+from jobs.models import QUEUE_RE, MisfirePolicy
 from jobs.registry import get_handler
 
-# \A...\Z, not ^...$: "$" also matches before a trailing newline ("default\n").
-QUEUE_RE = re.compile(r"\A[A-Za-z0-9_.-]{1,64}\Z")
 NAME_MAX = 200
 EARLIEST_YEAR, LATEST_YEAR = 1970, 9998  # what every clock, score and driver here can hold
 

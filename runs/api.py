@@ -24,6 +24,7 @@ from jobs.access import OwnerOrModelPermission, may_view_all
 from jobs.api import COMMON, LISTED, Conflict, DetailSerializer
 from jobs.exceptions import BrokerUnavailable
 from jobs.models import Job
+from jobs.tenants import bounds_of
 from jobs.throttling import IsAuthenticatedOrThrottled
 from runs import services
 from runs.filters import DeadLetterFilter, LogLineFilter, RunFilter
@@ -194,8 +195,8 @@ class QueueView(APIView):
     """/api/queues/: per queue and per shard, ready / delayed / leased depth in the broker,
     the age of the oldest ready run, throughput and lag over the last 60 s, and live
     workers with their slots (docs/scaling.md). The figures are the whole queue's (queues
-    are shared); a user without the view_run permission sees only the queues their jobs
-    use."""
+    are shared); a user without the view_run permission sees only the queues it may use:
+    "default", its default queue and the queues its policy gives it (docs/isolation.md)."""
 
     @extend_schema(summary="Depth, oldest ready age, throughput, lag and workers per queue "
                            "and shard",
@@ -208,6 +209,6 @@ class QueueView(APIView):
             # Depth is the point of this endpoint; without the broker, say so plainly.
             return Response({"detail": str(exc)}, status=503)
         if not may_view_all(request.user, Run):
-            mine = Job.objects.filter(owner=request.user)
-            stats = [s for s in stats if mine.filter(queue=s.queue).exists()]
+            allowed = bounds_of(request.user.pk).queues
+            stats = [s for s in stats if s.queue in allowed]
         return Response(QueueStatsSerializer([s.as_dict() for s in stats], many=True).data)

@@ -84,7 +84,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "jobs",
     "runs",
-    "chaos",
 ]
 
 MIDDLEWARE = [

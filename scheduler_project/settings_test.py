@@ -18,8 +18,10 @@ os.environ.setdefault("SCHEDULER_REDIS_PREFIX", "schedtest")
 # Tests of the production defaults read settings.py under an environment of their own.
 os.environ.setdefault("DEBUG", "true")
 
-from scheduler_project.settings import *  # noqa: E402,F403
-from scheduler_project.settings import BASE_DIR, database_config  # noqa: E402
+# The fault-injection app and the demo handlers are installed (settings_chaos), as in the
+# daemons tests start.
+from scheduler_project.settings_chaos import *  # noqa: E402,F403
+from scheduler_project.settings_chaos import BASE_DIR, database_config  # noqa: E402
 
 DATABASES = {
     "default": database_config(

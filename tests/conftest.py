@@ -69,7 +69,7 @@ def daemon_env(broker_name: str = "redis", alias: str = "default", **tunables) -
     and test Redis. ``tunables`` become SCHEDULER_<NAME> variables."""
     env = dict(os.environ)
     env.update({
-        "DJANGO_SETTINGS_MODULE": "scheduler_project.settings",
+        "DJANGO_SETTINGS_MODULE": "scheduler_project.settings_chaos",
         "DATABASE_URL": database_url(alias),
         "REDIS_URL": settings.REDIS_URL,
         "SCHEDULER_BROKER": broker_name,

@@ -13,7 +13,7 @@ import django
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_project.settings_chaos")
     django.setup()
     from runs.brokers import get_broker
 

@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 
 from jobs import cron, services
 from jobs.models import Job
+from jobs.tenants import set_owner_policy
 from runs.models import Run
 
 SPECS = [
@@ -23,6 +24,7 @@ SPECS = [
 def test_created_jobs_match_their_rows_and_carry_their_relations(using,
                                                                 django_assert_num_queries):
     owner = User.objects.db_manager(using).create_user("alice")
+    set_owner_policy(owner, queues=["q1"], highest_priority=0, using=using)
 
     jobs = services.create_jobs(SPECS, owner=owner, using=using)
 

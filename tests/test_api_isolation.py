@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from rest_framework.test import APIClient
 
 from jobs.models import Job
+from jobs.tenants import set_owner_policy
 from runs.models import Run, RunState
 from tests.test_api_helpers import client_for, finished_run, one_off, recurring, user_with
 
@@ -19,7 +20,7 @@ OPERATOR = ("jobs.change_job", "runs.change_run")  # the model permissions that 
 # (method, path template, body): {job} / {run} are the other owner's ids.
 BY_ID = [
     ("get", "/api/jobs/{job}/", None),
-    ("patch", "/api/jobs/{job}/", {"priority": 1}),
+    ("patch", "/api/jobs/{job}/", {"priority": 4}),
     ("delete", "/api/jobs/{job}/", None),
     ("get", "/api/jobs/{job}/runs/", None),
     ("post", "/api/jobs/{job}/pause/", None),
@@ -36,7 +37,9 @@ LISTS = ["/api/jobs/", "/api/runs/", "/api/dead-letter/", "/api/queues/"]
 
 @pytest.fixture
 def bob():
-    return User.objects.create_user("bob")
+    user = User.objects.create_user("bob")
+    set_owner_policy(user, queues=["bob-queue"])  # his tenant queue
+    return user
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from jobs import cron
 from jobs.models import Job
+from jobs.tenants import set_owner_policy
 from runs.models import Attempt, Run, RunState
 from tests.test_api_helpers import one_off, recurring
 
@@ -28,6 +29,7 @@ def test_jobs_are_listed_newest_first_a_page_at_a_time(api, alice):
 
 
 def test_jobs_filter_by_status_handler_queue_kind_and_name(api, alice):
+    set_owner_policy(alice, queues=["reports"])
     nightly = recurring(alice, name="nightly report", queue="reports")
     once = one_off(alice, name="send invoice 42")
     paused = recurring(alice, name="paused one")
@@ -49,6 +51,7 @@ def test_jobs_filter_by_status_handler_queue_kind_and_name(api, alice):
 
 
 def test_jobs_order_by_the_documented_fields(api, alice):
+    set_owner_policy(alice, highest_priority=0)
     low = recurring(alice, name="b", priority=9)
     high = recurring(alice, name="a", priority=0)
 
@@ -85,6 +88,7 @@ def test_changing_the_schedule_recomputes_next_run_and_drops_the_old_lookahead_r
 
 
 def test_changing_payload_priority_limits_and_policy_keeps_next_run(api, alice):
+    set_owner_policy(alice, highest_priority=1)
     job = recurring(alice)
     next_run_at = Job.objects.get(pk=job.pk).next_run_at
 
@@ -180,6 +184,7 @@ def test_a_paused_job_cannot_be_triggered_until_resumed(api, alice):
 
 
 def test_bulk_creates_every_job_in_request_order(api, alice):
+    set_owner_policy(alice, queues=["fast"], highest_priority=0)
     jobs = [
         {"handler": "noop", "run_at": "2030-01-01T00:00:00Z", "name": "first"},
         {"handler": "echo", "schedule": "@hourly", "timezone": "America/New_York"},

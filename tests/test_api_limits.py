@@ -36,8 +36,14 @@ def redis_limits() -> dict[str, int]:
 def test_an_owner_reads_its_own_limits(api, alice, settings):
     settings.SCHEDULER = {"OWNER_CONCURRENCY": 8}
     body = api.get("/api/limits/").json()
-    assert body == {"owner": "alice", "max_running": None, "default_queue": "",
-                    "effective_max_running": 8, "running": 0}
+    assert body == {
+        "owner": "alice", "max_running": None, "max_pending": None, "max_jobs": None,
+        "highest_priority": None, "max_timeout_s": None, "max_attempts": None,
+        "queues": [], "default_queue": "", "effective_max_running": 8, "running": 0,
+        "pending": 0, "jobs": 0,
+        "effective": {"max_running": 8, "max_pending": 10_000, "max_jobs": 10_000,
+                      "highest_priority": 3, "max_timeout_s": 3600, "max_attempts": 10,
+                      "queues": ["default"]}}
 
 
 def test_an_owner_cannot_set_limits_or_read_anothers(api, alice):
@@ -55,14 +61,19 @@ def test_staff_set_an_owners_limit_and_the_broker_enforces_it_at_once(staff, ali
     assert redis_limits() == {f"o:{alice.pk}": 4}
     assert api.get("/api/limits/").json()["max_running"] == 4
 
-    # The owner's jobs default to its tenant queue; a job naming a queue keeps it.
+    # The owner's jobs default to its tenant queue; a job naming a queue it may use keeps
+    # it; one naming a queue it was not given is refused.
     later = "2030-01-01T00:00:00Z"
     plain = api.post("/api/jobs/", {"handler": "noop", "run_at": later}, format="json")
-    named = api.post("/api/jobs/", {"handler": "noop", "run_at": later, "queue": "web"},
+    shared = api.post("/api/jobs/", {"handler": "noop", "run_at": later,
+                                     "queue": "default"}, format="json")
+    other = api.post("/api/jobs/", {"handler": "noop", "run_at": later, "queue": "web"},
                      format="json")
-    assert plain.status_code == named.status_code == 201, plain.content
+    assert plain.status_code == shared.status_code == 201, plain.content
     assert Job.objects.get(pk=plain.json()["id"]).queue == "tenant-a"
-    assert Job.objects.get(pk=named.json()["id"]).queue == "web"
+    assert Job.objects.get(pk=shared.json()["id"]).queue == "default"
+    assert other.status_code == 400
+    assert "'web' is not one of this owner's queues" in other.json()["queue"][0]
 
 
 def test_bad_limits_are_refused_naming_the_field_and_nothing_is_stored(staff, alice):

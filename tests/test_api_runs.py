@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from jobs.models import Job
+from jobs.tenants import set_owner_policy
 from runs.brokers import get_broker
 from runs.models import Run, RunState, WorkerProcess
 from runs.transitions import run_refs
@@ -42,6 +43,7 @@ def test_runs_are_listed_newest_first_through_a_cursor(api, alice):
 
 def test_runs_filter_by_job_state_queue_handler_and_time_ranges(api, alice):
     start = timezone.now().replace(microsecond=0)
+    set_owner_policy(alice, queues=["slow"])
     a, b = recurring(alice), one_off(alice, queue="slow")
     a_runs = make_runs(a, 3, start=start)
     dead = finished_run(a)
@@ -186,6 +188,8 @@ def test_queues_show_depth_oldest_ready_age_and_live_workers():
     flush_redis()
     alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
     staff = client_for(user_with("ops", "runs.view_run"))
+    set_owner_policy(alice, queues=["mail"])
+    set_owner_policy(bob, queues=["bob-only"])
     one_off(alice, delay_s=-30, queue="mail")
     one_off(alice, delay_s=3600, queue="mail")
     one_off(bob, delay_s=3600, queue="bob-only")

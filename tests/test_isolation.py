@@ -188,6 +188,7 @@ def test_order_inside_a_class_stays_strict(settings, broker):
 # --- concurrency and rate limits ------------------------------------------------------
 
 def test_an_owner_at_its_limit_does_not_block_other_owners(settings, broker):
+    settings.SCHEDULER = {"OWNER_CONCURRENCY": 0}  # only the noisy owner has a limit
     noisy, quiet = user(broker, "noisy"), user(broker, "quiet")
     limit_owner(broker, noisy, 4)
     queue_runs(broker, 40, owner=noisy, delay_s=-10)  # older: first in line

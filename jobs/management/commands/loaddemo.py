@@ -13,7 +13,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import crontab
+from jobs import conf, crontab
 from jobs.models import Job
 from jobs.services import InvalidJobs, create_job, create_jobs
 from jobs.tokens import create_token
@@ -64,6 +64,11 @@ class Command(BaseCommand):
                             help="where the web server listens, for the printed examples")
 
     def handle(self, *args, crontabs, owner, crontab_format, again, base_url, **options):
+        if not conf.get("DEMO_HANDLERS"):
+            raise CommandError(
+                "the demo jobs run the demo handlers (echo, noop, sleep, flaky, always_fails), "
+                "which are off: set SCHEDULER_DEMO_HANDLERS=true for this command and the "
+                "workers (scripts/demo does)")
         user = self.owner(owner)
         # A new token each time: the last one is stored hashed and cannot be shown again
         # (earlier ones keep working).
