@@ -94,7 +94,7 @@ def field_problems(spec: dict, bounds: Bounds) -> dict[str, str]:
     queue = spec.get("queue")
     if isinstance(queue, str) and queue and queue not in bounds.queues:
         errors["queue"] = (f"{queue!r} is not one of this owner's queues "
-                           f"({', '.join(sorted(bounds.queues))}); staff give an owner queues "
+                           f"({', '.join(sorted(bounds.queues))}); an owner's queues are given "
                            f"in its policy (queues)")
     priority, top = spec.get("priority"), bounds.highest_priority
     if _plain_int(priority) and priority < top:
