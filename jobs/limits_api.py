@@ -20,8 +20,16 @@ from jobs.access import may_change_all, may_view_all, perm
 from jobs.api import COMMON, FIELD_ERRORS
 from jobs.exceptions import SchedulerError
 from jobs.models import QUEUE_RE, Job, OwnerPolicy
-from jobs.tenants import MAX_INT, POLICY_FIELDS, bounds_from, set_owner_policy
+from jobs.tenants import POLICY_FIELDS, bounds_from, set_owner_policy
 from runs.models import PENDING_STATES, Run, RunState
+
+
+def _bound(field: str, meaning: str) -> serializers.IntegerField:
+    """The serializer field of the policy bound ``field`` (a key of POLICY_FIELDS)."""
+    low, high, setting = POLICY_FIELDS[field]
+    return serializers.IntegerField(
+        min_value=low, max_value=high, allow_null=True, required=False,
+        help_text=f"{meaning}; null: the settings default ({setting})")
 
 
 class OwnerPolicySerializer(serializers.Serializer):
@@ -31,26 +39,14 @@ class OwnerPolicySerializer(serializers.Serializer):
 
     owner = serializers.CharField(required=False, help_text="username (another's needs "
                                   "the jobs.view_ownerpolicy permission; default: yourself)")
-    max_running = serializers.IntegerField(
-        min_value=1, max_value=MAX_INT, allow_null=True, required=False,
-        help_text="most runs of this owner running at once, cluster-wide; null: the "
-                  "settings default (OWNER_CONCURRENCY)")
-    max_pending = serializers.IntegerField(
-        min_value=1, max_value=MAX_INT, allow_null=True, required=False,
-        help_text="most runs waiting to run; null: OWNER_MAX_PENDING")
-    max_jobs = serializers.IntegerField(
-        min_value=1, max_value=MAX_INT, allow_null=True, required=False,
-        help_text="most jobs that are not cancelled; null: OWNER_MAX_JOBS")
-    highest_priority = serializers.IntegerField(
-        min_value=0, max_value=9, allow_null=True, required=False,
-        help_text="most urgent priority its jobs may ask for (0 most urgent); null: "
-                  "OWNER_HIGHEST_PRIORITY")
-    max_timeout_s = serializers.IntegerField(
-        min_value=1, max_value=MAX_INT, allow_null=True, required=False,
-        help_text="longest timeout_s (seconds); null: OWNER_MAX_TIMEOUT_S")
-    max_attempts = serializers.IntegerField(
-        min_value=1, max_value=32_767, allow_null=True, required=False,
-        help_text="most attempts, first try included; null: OWNER_MAX_ATTEMPTS")
+    max_running = _bound("max_running", "most runs of this owner running at once, "
+                                        "cluster-wide")
+    max_pending = _bound("max_pending", "most runs waiting to run")
+    max_jobs = _bound("max_jobs", "most jobs that are not cancelled")
+    highest_priority = _bound("highest_priority", "most urgent priority its jobs may ask "
+                                                  "for (0 most urgent)")
+    max_timeout_s = _bound("max_timeout_s", "longest timeout_s (seconds)")
+    max_attempts = _bound("max_attempts", "most attempts, first try included")
     queues = serializers.ListField(
         child=serializers.RegexField(QUEUE_RE, max_length=64), required=False,
         help_text='queues this owner may use besides "default" (and its default_queue)')
