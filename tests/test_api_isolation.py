@@ -90,8 +90,11 @@ def test_lists_and_filters_never_show_another_owners_jobs_or_runs(bobs, path):
     by_job = alice.get(path, {"job": bobs["job"].pk}).json()
     by_job_rows = by_job["results"] if isinstance(by_job, dict) else by_job
 
+    # A row's job: its "job" (run lists) or its "id" (the job list). Job and run ids come
+    # from different sequences, so a job id is compared with job ids only.
     assert all(row.get("job", row.get("id")) not in
-               {bobs["job"].pk, bobs["pending_job"].pk, bobs["run"].pk} for row in rows)
+               {bobs["job"].pk, bobs["pending_job"].pk} for row in rows)
+    assert all(row.get("id") != bobs["run"].pk for row in rows if "job" in row)
     assert all(row.get("queue") != "bob-queue" for row in rows)
     if path != "/api/queues/":
         assert all(row.get("job") != bobs["job"].pk for row in by_job_rows)
