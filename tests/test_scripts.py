@@ -18,6 +18,9 @@ from tests.conftest import ROOT
 SCRIPT = ROOT / "scripts" / "test"
 # A quick test that needs the run's PostgreSQL and Redis.
 PROBE = ["tests/test_broker_contract.py", "-k", "redis and heartbeat_extends", "-q"]
+# A test of several seconds (the last -m wins over --quick's, without asking for the full
+# run's chromium and libfaketime); -v names it as it starts.
+LONG_PROBE = ["--quick", "tests/test_redis_loss.py", "-m", "slow", "-v"]
 
 
 def fresh_env(**extra) -> dict:
@@ -96,27 +99,47 @@ def test_a_run_starts_its_own_servers_and_leaves_none_behind():
     assert not list(ROOT.glob(f"test-broker-{prefix}.sqlite3*"))
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_the_servers_and_removes_the_folder():
-    # A terminal's Ctrl-C: SIGINT to the whole process group, whose members must not
+def interrupted_run(send) -> tuple[int, str]:
+    """Start scripts/test on a test of several seconds, call ``send(proc)`` once pytest is
+    inside that test, and return the script's exit status and output, after checking that
+    its servers were running then and are gone now, with their folder."""
+    # A terminal's Ctrl-C goes to the script's process group, whose members must not
     # inherit an ignored SIGINT.
-    with subprocess.Popen([SCRIPT, "--quick", *PROBE], env=fresh_env(), cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    with subprocess.Popen([SCRIPT, *LONG_PROBE], env=fresh_env(), cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           start_new_session=True,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                           ) as proc:
         output = ""
-        for line in proc.stdout:
-            output += line
-            if line.startswith("=== pytest"):
-                break
+        while "test_flushall_mid_load_loses_no_run" not in output:
+            chunk = os.read(proc.stdout.fileno(), 4096).decode()
+            assert chunk, output
+            output += chunk
         ports, workdir = servers_of(output)
         assert workdir.exists() and all(listening(port) for port in ports), output
-        os.killpg(proc.pid, signal.SIGINT)
-        output += proc.stdout.read()
+        send(proc)
+        output += proc.stdout.read().decode()
         proc.wait(120)
 
-    assert proc.returncode == 130, output
     assert "stopped and removed postgres redis" in output
     assert not any(listening(port) for port in ports), output
     assert not workdir.exists()
+    return proc.returncode, output
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_pytest_then_removes_the_servers():
+    status, output = interrupted_run(lambda proc: os.killpg(proc.pid, signal.SIGINT))
+
+    assert status == 130, output
+    assert "KeyboardInterrupt" in output and "1 passed" not in output
+
+
+@pytest.mark.slow
+def test_a_term_to_the_script_alone_interrupts_pytest_at_once():
+    # bash runs traps between commands: were pytest in the foreground, the TERM would
+    # wait until the test had passed.
+    status, output = interrupted_run(lambda proc: proc.terminate())
+
+    assert status == 143, output
+    assert "KeyboardInterrupt" in output and "1 passed" not in output
