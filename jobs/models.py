@@ -157,6 +157,46 @@ def validate_queue_list(value: str) -> None:
                 f"{name!r} is not a queue name (1-64 letters, digits, '_', '.', '-')")
 
 
+class LeaseTenure(models.Model):
+    """One holder's hold on partition or shard ``number`` of lease ``group`` (as
+    LeaseMember): from ``started_at`` to ``ended_at`` (null: still held) and how it ended:
+    ``released`` (clean stop), ``rebalanced`` (given back for a fair share) or
+    ``expired`` (the lease ran out; ``taken_by`` is who took it next, blank if the holder
+    took it back itself). A bounded history (jobs/ownership.py, docs/architecture.md)."""
+
+    group = models.CharField(max_length=64)
+    number = models.PositiveIntegerField()
+    owner = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_how = models.CharField(max_length=16, blank=True, default="")
+    taken_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["group", "number", "ended_at"],
+                                name="lease_tenure_open")]
+
+    def __str__(self) -> str:
+        return f"{self.group} {self.number}: {self.owner}"
+
+
+class LeaseChangeCount(models.Model):
+    """How many ownership changes of ``event`` lease ``group`` has seen since the table
+    was created: the Prometheus counters of /metrics (jobs/ownership.py)."""
+
+    group = models.CharField(max_length=64)
+    event = models.CharField(max_length=16)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["group", "event"], name="lease_change_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} {self.event}: {self.count}"
+
+
 class OwnerPolicy(models.Model):
     """Isolation settings and bounds of one owner (a tenant), set by staff through the
     admin or ``/api/limits/`` (docs/isolation.md, "Tenant bounds"). Every bound left null

@@ -5,6 +5,8 @@ scheduler holds leases on about an equal share and renews them every tick; a dea
 scheduler's partitions are free once its leases expire (PARTITION_TTL_S) and the others
 take them. Ownership only spreads the work: correctness never depends on it, because
 claims are fenced (``WHERE next_run_at = old``) and runs are unique per occurrence.
+Changes of ownership are logged, counted and kept in a bounded history
+(jobs/ownership.py).
 """
 
 import math
@@ -12,6 +14,7 @@ import math
 from django.db import transaction
 from django.db.models import Q
 
+from jobs import ownership
 from jobs.models import LeaseMember, SchedulerPartition
 from runs.clock import db_now, seconds
 
@@ -55,7 +58,9 @@ class PartitionLeases:
             share = math.ceil(self.total / len(owners | {self.owner}))
             mine = list(rows.filter(live, owner=self.owner).order_by("number")
                         .values_list("number", flat=True))
+            changes = self._missing(set(self.owned) - set(mine), rows)
             if len(mine) > share:
+                changes.given_back = mine[share:]
                 rows.filter(number__in=mine[share:]).update(owner="", lease_expires_at=None)
                 mine = mine[:share]
             elif len(mine) < share:
@@ -63,18 +68,37 @@ class PartitionLeases:
                     rows.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
                     .order_by("number")
                     .select_for_update(skip_locked=True)
-                    .values_list("number", flat=True)[: share - len(mine)]
+                    .values_list("number", "owner", "lease_expires_at")[: share - len(mine)]
                 )
-                mine += free
+                mine += [number for number, _, _ in free]
+                changes.taken = {number: (owner, expiry) for number, owner, expiry in free}
             rows.filter(number__in=mine).update(owner=self.owner, lease_expires_at=expires)
+            ownership.record(self.group, self.owner, now, changes, self.using)
         self.owned = sorted(mine)
         return self.owned
 
+    def _missing(self, numbers: set[int], rows) -> ownership.Changes:
+        """What became of ``numbers``, held at the last refresh but not live now: lost to
+        another holder, or lapsed (the lease expired and nobody took it)."""
+        changes = ownership.Changes()
+        if numbers:
+            for number, owner, expiry in rows.filter(number__in=numbers).values_list(
+                    "number", "owner", "lease_expires_at"):
+                if owner and owner != self.owner:
+                    changes.lost[number] = owner
+                else:
+                    changes.lapsed[number] = expiry
+        return changes
+
     def release_all(self) -> None:
         """Give every partition back (clean shutdown), so others take them at once."""
-        self.model.objects.using(self.using).filter(owner=self.owner).update(
-            owner="", lease_expires_at=None
-        )
+        with transaction.atomic(using=self.using):
+            held = self.model.objects.using(self.using).filter(owner=self.owner)
+            numbers = list(held.values_list("number", flat=True))
+            held.update(owner="", lease_expires_at=None)
+            ownership.record(self.group, self.owner, db_now(self.using),
+                             ownership.Changes(given_back=numbers, how="released"),
+                             self.using)
         LeaseMember.objects.using(self.using).filter(group=self.group,
                                                      member=self.owner).delete()
         self.owned = []

@@ -19,10 +19,10 @@ from datetime import timedelta
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from jobs import conf
+from jobs import conf, ownership
 from jobs.exceptions import BrokerUnavailable
 from runs import stats
 from runs.brokers import get_broker
@@ -139,6 +139,17 @@ class SchedulerCollector(Collector):
             capacity.add_metric([queue], slots.get(queue, 0))
         yield workers
         yield capacity
+
+        changes = CounterMetricFamily(
+            "scheduler_lease_changes",
+            "Ownership changes of scheduler partitions and dispatcher shards (kind) since "
+            "the table was created, by event: acquired, taken_over (from a holder whose "
+            "lease expired), lost (noticed by the loser), lapsed (its own lease expired "
+            "unnoticed), released, rebalanced (docs/architecture.md).",
+            labels=["kind", "event"])
+        for kind, event, count in ownership.counters(using):
+            changes.add_metric([kind, event], count)
+        yield changes
 
 
 registry = CollectorRegistry(auto_describe=False)

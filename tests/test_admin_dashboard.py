@@ -178,5 +178,6 @@ def test_the_dashboard_is_linked_from_the_admin_index_and_serves_json(admin_clie
     assert "runs/dashboard.js" in page
 
     data = admin_client.get("/admin/dashboard/data.json").json()
-    assert set(data) == {"now", "totals", "queues", "series", "workers", "partitions"}
+    assert set(data) == {"now", "totals", "queues", "series", "workers", "partitions",
+                         "ownership"}
     assert len(data["series"]["lag_p99_s"]) == 60

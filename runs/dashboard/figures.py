@@ -25,12 +25,14 @@ from django.db.models import Aggregate, Count, DurationField, F, Q
 from django.db.models.functions import TruncMinute
 from django.urls import reverse
 
+from jobs import ownership
 from jobs.models import SchedulerPartition
 from runs.clock import db_now
 from runs.models import Run, RunState
 from runs.stats import live_workers, percentile, queue_stats
 
 WINDOW_MINUTES = 60
+OWNERSHIP_ROWS = 30  # newest partition and shard tenures the dashboard lists
 UNFINISHED = (RunState.SCHEDULED, RunState.QUEUED, RunState.RUNNING, RunState.RETRYING)
 ENDED = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED)
 
@@ -187,7 +189,7 @@ def partitions(using: str = "default", now: datetime | None = None) -> list[dict
 def snapshot(using: str = "default") -> dict:
     """Everything the dashboard shows, JSON-able: ``now`` (database clock), ``totals``,
     ``queues`` (runs/stats.py), ``series`` (last hour per minute), ``workers``,
-    ``partitions``."""
+    ``partitions``, ``ownership`` (the newest OWNERSHIP_ROWS tenures, jobs/ownership.py)."""
     now = db_now(using)
     queues = [q.as_dict() for q in queue_stats(using)]
     chart = series(using, now=now)
@@ -204,5 +206,6 @@ def snapshot(using: str = "default") -> dict:
         "dead_last_hour": window["dead"],
     }
     return {"now": now.isoformat(), "totals": totals, "queues": queues, "series": chart,
-            "workers": live, "partitions": partitions(using, now=now)}
+            "workers": live, "partitions": partitions(using, now=now),
+            "ownership": ownership.history(OWNERSHIP_ROWS, using)}
 

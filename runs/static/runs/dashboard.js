@@ -173,6 +173,15 @@
         String(p.partitions.length),
         p.lease_expires_in_s === null ? "-" : seconds(p.lease_expires_in_s)];
     }), "No partition yet: start runscheduler.", 4);
+
+    replaceRows(document.getElementById("dash-ownership"), s.ownership.map(function (t) {
+      var how = t.ended_how;
+      if (how === "expired") {
+        how = t.taken_by ? "lease expired, taken over by " + t.taken_by : "lease expired";
+      }
+      return [t.kind, String(t.number), t.owner, t.started_at, t.ended_at || "still held",
+        how || "-"];
+    }), "No ownership change recorded yet.", 6);
   }
 
   function setError(failed) {
