@@ -70,6 +70,15 @@ def test_the_quick_run_needs_neither_chromium_nor_faketime():
     assert "chromium" not in proc.stderr and "faketime" not in proc.stderr
 
 
+def test_a_given_database_needs_no_postgresql_binaries():
+    env = fresh_env(TEST_DATABASE_URL="postgres://postgres@127.0.0.1:1/none",
+                    PG_BINDIR="/nonexistent/bin", CHROMIUM="/nonexistent/chromium")
+    proc = subprocess.run([SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+
+    assert proc.returncode == 1  # for chromium
+    assert "chromium" in proc.stderr and "PostgreSQL server" not in proc.stderr
+
+
 def test_browser_tests_are_skipped_with_the_reason_when_chromium_is_missing():
     env = fresh_env(CHROMIUM="/nonexistent/chromium",
                     # Were a browser test to run, it would need a database: none here.
