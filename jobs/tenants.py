@@ -111,9 +111,11 @@ def field_problems(spec: dict, bounds: Bounds) -> dict[str, str]:
     return errors
 
 
-def _count_upto(queryset, cap: int) -> int:
-    """``queryset.count()``, but reading at most ``cap + 1`` rows."""
-    return queryset.values("pk")[:cap + 1].count()
+def _count_upto(queryset, cap: int) -> tuple[int, str]:
+    """``queryset.count()``, but reading at most ``cap + 1`` rows; with the count in words
+    ("more than <cap>" when it stopped there)."""
+    count = queryset.values("pk")[:cap + 1].count()
+    return count, (f"more than {cap}" if count > cap else str(count))
 
 
 def check_quotas(bounds: Bounds, new_jobs: int, new_runs: int, using: str = "default") -> None:
@@ -136,20 +138,20 @@ def check_quotas(bounds: Bounds, new_jobs: int, new_runs: int, using: str = "def
         cap = bounds.max_jobs
         live = Job.objects.using(using).filter(
             owner_id=bounds.owner_id, status__in=[Job.Status.ACTIVE, Job.Status.PAUSED])
-        have = _count_upto(live, cap)
+        have, words = _count_upto(live, cap)
         if have + new_jobs > cap:
             raise QuotaExceeded("max_jobs", cap, (
                 f"jobs quota: this owner may have at most {cap} jobs that are not "
-                f"cancelled (max_jobs); it has {have} and this request adds {new_jobs}"))
+                f"cancelled (max_jobs); it has {words} and this request adds {new_jobs}"))
     if check_runs:
         cap = bounds.max_pending
         pending = Run.objects.using(using).filter(job__owner_id=bounds.owner_id,
                                                   state__in=PENDING_STATES)
-        have = _count_upto(pending, cap)
+        have, words = _count_upto(pending, cap)
         if have + new_runs > cap:
             raise QuotaExceeded("max_pending", cap, (
                 f"pending runs quota: this owner may have at most {cap} runs waiting to "
-                f"run (max_pending); it has {have} and this request adds {new_runs}"))
+                f"run (max_pending); it has {words} and this request adds {new_runs}"))
 
 
 def clean_policy(values: dict) -> dict:
