@@ -9,6 +9,7 @@ and can never be read back. Clients send it as ``Authorization: Token <token>``.
 
 from datetime import timedelta
 
+from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication as KnoxTokenAuthentication
 from knox.models import AuthToken
 from rest_framework.exceptions import AuthenticationFailed
@@ -35,3 +36,11 @@ class TokenAuthentication(KnoxTokenAuthentication):
             # The Django request: DRF's own would authenticate again to find its user.
             throttle_anonymous(request._request, None)
             raise
+
+
+class TokenScheme(KnoxTokenScheme):
+    """The OpenAPI security scheme of :class:`TokenAuthentication` (``Authorization: Token
+    <token>``): drf-spectacular's knox extension, registered for our subclass, which it
+    does not match on its own (``manage.py check --deploy`` warned W001 per view)."""
+
+    target_class = "jobs.tokens.TokenAuthentication"
