@@ -20,7 +20,7 @@ from jobs.cron import MAX_JITTER_S
 from jobs.exceptions import InvalidJob
 from jobs.models import Job, MisfirePolicy
 from jobs.registry import handler_names
-from jobs.validation import QUEUE_RE
+from jobs.validation import MAX_DELAY_S, QUEUE_RE
 
 # Service-layer field names -> the API's.
 FIELD_ALIASES = {"cron": "schedule", "max_attempts": "max_retries"}
@@ -171,8 +171,10 @@ def _check_timezone(value):
 
 
 class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
-    """POST /api/jobs/ (and each item of /api/jobs/bulk/): exactly one of ``run_at``
-    (one-off) or ``schedule`` (a cron expression, recurring)."""
+    """POST /api/jobs/ (and each item of /api/jobs/bulk/): at most one of ``run_at`` or
+    ``delay_s`` (one-off) or ``schedule`` (a cron expression, recurring); none of them
+    means a one-off job that runs now (docs/api.md, "Create"). Giving two is
+    refused by jobs/validation.py, naming both fields."""
 
     name = TextField(max_length=200, required=False,
                      help_text="free text; defaults to the handler name")
@@ -186,6 +188,11 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     run_at = AwareDateTimeField(
         required=False, allow_null=True, default=None,
         help_text="one-off: ISO 8601 with a UTC offset; a past time means now")
+    delay_s = serializers.FloatField(
+        required=False, allow_null=True, default=None, min_value=-MAX_DELAY_S,
+        max_value=MAX_DELAY_S,
+        help_text="one-off: seconds from now (the Python API's delay_s); give at most one "
+                  "of run_at, delay_s or schedule, none means run once now")
     schedule = TextField(max_length=200, required=False, allow_null=True, default=None,
                          validators=[_check_cron],
                          help_text="recurring: five-field cron expression or @hourly, "
@@ -244,7 +251,8 @@ def to_spec(data: dict, defaults: dict | None = None) -> dict:
     spec = {
         "name": data.get("name"), "handler": data["handler"],
         "payload": data.get("payload") if data.get("payload") is not None else {},
-        "run_at": data.get("run_at"), "cron": data.get("schedule"),
+        "run_at": data.get("run_at"), "delay_s": data.get("delay_s"),
+        "cron": data.get("schedule"),
         "timezone": data.get("timezone") or "UTC",
         "misfire_policy": data.get("misfire_policy"), "queue": data.get("queue"),
         "shard_key": data.get("shard_key") or "",
@@ -283,7 +291,8 @@ class FastItemParser:
         """The serializer's validated data for ``item``, or None to use the serializer."""
         if type(item) is not dict or not item.keys() <= self.known:
             return None
-        data = {"payload": {}, "run_at": None, "schedule": None, "timezone": "UTC",
+        data = {"payload": {}, "run_at": None, "delay_s": None, "schedule": None,
+                "timezone": "UTC",
                 "misfire_policy": None, "max_lag_s": None, "jitter_s": None,
                 "queue": None, "shard_key": "", "priority": 5, "timeout_s": None,
                 "max_retries": None}
@@ -321,6 +330,9 @@ class FastItemParser:
             return value if type(value) is str and value in self.policies else None
         if key == "run_at":
             return _aware(value, self.zone)
+        if key == "delay_s":
+            ok = type(value) in (int, float) and -MAX_DELAY_S <= value <= MAX_DELAY_S
+            return float(value) if ok and value == value else None
         low, high = self.ints[key]
         return value if type(value) is int and low <= value <= high else None
 

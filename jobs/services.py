@@ -22,8 +22,6 @@ from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
 from runs.types import RunRef
 
-MAX_DELAY_S = 100 * 365 * 86_400  # a century: beyond it a delay is surely a unit mistake
-
 
 class InvalidJobs(InvalidJob):
     """Some jobs of a bulk request are invalid; ``errors`` maps each bad item's index to
@@ -40,16 +38,10 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=N
           timezone_name="UTC", queue=None, shard_key="", priority=5, timeout_s=None,
           max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
           using="default") -> dict:
-    if delay_s is not None:
-        if run_at is not None:
-            raise InvalidJob({"schedule": "give run_at or delay_s, not both"})
-        if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) \
-                or not -MAX_DELAY_S <= delay_s <= MAX_DELAY_S:
-            raise InvalidJob({"delay_s": f"must be a number of seconds within ±{MAX_DELAY_S}"})
-        run_at = db_now(using) + timedelta(seconds=delay_s)  # one clock: the database's
     spec = {
         "name": name, "handler": handler, "payload": {} if payload is None else payload,
-        "run_at": run_at, "cron": cron_expr, "timezone": timezone_name, "queue": queue,
+        "run_at": run_at, "delay_s": delay_s, "cron": cron_expr, "timezone": timezone_name,
+        "queue": queue,
         "shard_key": shard_key, "priority": priority,
         "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
         "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_attempts is None
@@ -67,13 +59,14 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
                **options) -> Job:
     """Create one job and, for a one-off job, its run.
 
-    Options: ``name``; exactly one of ``run_at`` (aware datetime; in the past means now),
+    Options: ``name``; at most one of ``run_at`` (aware datetime; in the past means now),
     ``delay_s`` (seconds from now) or ``cron_expr`` (five-field cron or macro) with
     ``timezone_name`` (IANA, default UTC), ``misfire_policy`` and ``max_lag_s``; ``queue``
     (default: the owner's OwnerPolicy.default_queue, else "default"), ``shard_key`` (what
     the shard is hashed from; default the handler), ``priority`` (0-9, 0 most urgent,
     default 5), ``timeout_s`` (seconds),
-    ``max_attempts`` (first try included). With an ``owner``, its bounds apply (see
+    ``max_attempts`` (first try included); without ``run_at``, ``delay_s`` or ``cron_expr``
+    the job runs once now (docs/api.md, "Create"). With an ``owner``, its bounds apply (see
     create_jobs). Raises InvalidJob naming each bad field, tenants.QuotaExceeded.
     """
     spec = _spec(handler, payload, using=using, **options)
@@ -139,8 +132,11 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
         jobs = []
         for s in cleaned:
             schedule = next(schedule_iter) if s.get("cron") else None
-            next_run_at = None
-            if schedule is not None:
+            next_run_at, run_at = None, None
+            if schedule is None:
+                # One clock for "now" and delays: the database's (docs/api.md).
+                run_at = s.get("run_at") or now + timedelta(seconds=s.get("delay_s") or 0)
+            else:
                 key = (schedule.cron, schedule.timezone)
                 if key not in next_runs:
                     next_runs[key] = cron.next_after(schedule.cron, schedule.timezone, now)
@@ -152,7 +148,7 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
                 payload=s.get("payload", {}), queue=s.get("queue") or tenant_queue,
                 shard_key=s.get("shard_key") or "",
                 priority=s.get("priority", 5),
-                run_at=s.get("run_at") if schedule is None else None,
+                run_at=run_at,
                 next_run_at=next_run_at,
                 timeout_s=s.get("timeout_s") or default_timeout,
                 max_attempts=s.get("max_attempts") or default_attempts,

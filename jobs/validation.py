@@ -16,6 +16,7 @@ from jobs.registry import get_handler
 
 NAME_MAX = 200
 EARLIEST_YEAR, LATEST_YEAR = 1970, 9998  # what every clock, score and driver here can hold
+MAX_DELAY_S = 100 * 365 * 86_400  # a century: beyond it a delay is surely a unit mistake
 
 
 def job_limits() -> dict[str, int]:
@@ -39,8 +40,10 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
 
     Keys: name (str), handler (registered name), payload (JSON object), queue (None: the
     owner's default queue), shard_key (text; default: the handler), priority
-    (0-9), timeout_s (>= 1), max_attempts (>= 1), and exactly one of ``run_at`` (aware
-    datetime) / ``cron`` (with optional timezone, misfire_policy, max_lag_s, jitter_s).
+    (0-9), timeout_s (>= 1), max_attempts (>= 1), and at most one of ``run_at`` (aware
+    datetime), ``delay_s`` (seconds from now, int or float) or ``cron`` (with optional
+    timezone, misfire_policy, max_lag_s, jitter_s); none of them means now, which
+    services.create_jobs fills in from the database's clock (docs/api.md).
     ``limits`` are the caps of job_limits(), read afresh when omitted.
     Raises InvalidJob mapping each bad field to its reason.
     """
@@ -77,8 +80,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
         elif value < low or (high is not None and value > high):
             errors[field] = f"must be between {low} and {high}" if high else f"must be >= {low}"
     has_run_at, has_cron = spec.get("run_at") is not None, bool(spec.get("cron"))
-    if has_run_at == has_cron:
-        errors["schedule"] = "give exactly one of run_at (one-off) or a cron schedule"
+    errors.update(_when_problems(spec))
     if has_run_at:
         run_at = spec["run_at"]
         if not isinstance(run_at, datetime):
@@ -118,6 +120,28 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     if errors:
         raise InvalidJob(errors)
     return clean
+
+
+# REST and docs name the cron expression ``schedule``; InvalidJob keys use ``cron``'s
+# alias "schedule" already (serializers.FIELD_ALIASES), so the message says schedule too.
+WHEN_FIELDS = (("run_at", "run_at"), ("delay_s", "delay_s"), ("cron", "schedule"))
+
+
+def _when_problems(spec: dict) -> dict[str, str]:
+    """At most one of ``run_at``, ``delay_s`` and ``cron``; none means now (docs/api.md,
+    "Create"). ``delay_s`` is a number of seconds within +-MAX_DELAY_S. Each
+    field given alongside another is named."""
+    given = [(key, name) for key, name in WHEN_FIELDS
+             if (bool(spec.get(key)) if key == "cron" else spec.get(key) is not None)]
+    if len(given) > 1:
+        names = " and ".join(name for _, name in given)
+        return {key: f"give at most one of run_at, delay_s or schedule, not {names} "
+                     "(none means now)" for key, _ in given}
+    delay = spec.get("delay_s")
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
+                              or not -MAX_DELAY_S <= delay <= MAX_DELAY_S):
+        return {"delay_s": f"must be a number of seconds within ±{MAX_DELAY_S}"}
+    return {}
 
 
 def moment_problem(moment: datetime) -> str | None:

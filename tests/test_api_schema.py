@@ -73,7 +73,7 @@ def api_schema(owner, wsgi_app):
 MODES = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
 # Every default check (no 5xx, documented status codes, response bodies and headers that
 # match the schema, auth enforced, ...) except the two that assume the schema alone
-# decides validity: rules such as "exactly one of run_at or schedule" or "the handler must
+# decides validity: rules such as "at most one of run_at, delay_s or schedule" or "the handler must
 # be registered" are the service layer's, and DRF reads page_size leniently.
 EXCLUDED = [positive_data_acceptance, negative_data_rejection]
 

@@ -36,10 +36,11 @@ BAD = [
     ({"handler": "noop", "run_at": "next tuesday"}, "run_at", "format"),
     ({"handler": "noop", "run_at": 1893456000}, "run_at", "format"),
     ({"handler": "noop", "run_at": "0001-01-01T00:00:00+14:00"}, "run_at", "out of range"),
-    # both or neither of run_at and schedule
-    ({"handler": "noop"}, "schedule", "exactly one"),
-    ({**CRON, "run_at": "2030-01-01T00:00:00Z"}, "schedule", "exactly one"),
-    ({"handler": "noop", "schedule": None, "run_at": None}, "schedule", "exactly one"),
+    # two of run_at, delay_s and schedule (none of them means now: test_api_run_now.py)
+    ({**CRON, "run_at": "2030-01-01T00:00:00Z"}, "schedule", "at most one"),
+    ({**CRON, "run_at": "2030-01-01T00:00:00Z"}, "run_at", "at most one"),
+    ({"handler": "noop", "run_at": "2030-01-01T00:00:00Z", "delay_s": 1}, "delay_s",
+     "not run_at and delay_s"),
     # handler
     ({**CRON, "handler": "nope"}, "handler", "no handler"),
     ({"schedule": "@daily"}, "handler", "required"),
