@@ -107,7 +107,8 @@ class StrictFieldsMixin:
 
 class JobSerializer(serializers.ModelSerializer):
     """A job as the API shows it; ``schedule`` is the cron expression (recurring jobs),
-    null for a one-off job, whose time is ``run_at``."""
+    null for a one-off job, whose time is ``run_at``; ``paused_at`` is when a paused job
+    was paused (null otherwise; docs/cron.md, "Pause and resume")."""
 
     schedule = serializers.CharField(source="schedule.cron", allow_null=True, default=None)
     timezone = serializers.CharField(source="schedule.timezone", allow_null=True, default=None)
@@ -124,7 +125,7 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = ["id", "name", "owner", "handler", "payload", "queue", "shard_key", "priority",
-                  "status",
+                  "status", "paused_at",
                   "run_at", "schedule", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
                   "next_run_at", "timeout_s", "max_retries", "created_at", "updated_at"]
         read_only_fields = fields

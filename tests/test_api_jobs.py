@@ -274,3 +274,14 @@ def test_resume_refuses_a_bad_catch_up_naming_it_and_changes_nothing(api, alice)
     assert unknown.status_code == 400 and "catchup" in unknown.json()
     assert Job.objects.get(pk=job.pk).status == "paused"
     assert Run.objects.get(job=job).state != RunState.CANCELLED
+
+
+def test_a_paused_job_says_since_when(api, alice):
+    job = recurring(alice)
+
+    paused = api.post(f"/api/jobs/{job.pk}/pause/").json()
+    resumed = api.post(f"/api/jobs/{job.pk}/resume/").json()
+
+    assert abs(datetime.fromisoformat(paused["paused_at"]) - timezone.now()) < timedelta(
+        seconds=60)
+    assert resumed["paused_at"] is None
