@@ -174,7 +174,8 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
 def _set_status(job_ids, from_states, to_state, using) -> list[int]:
     jobs = Job.objects.using(using).filter(pk__in=list(job_ids), status__in=from_states)
     ids = list(jobs.select_for_update().values_list("pk", flat=True))
-    Job.objects.using(using).filter(pk__in=ids).update(status=to_state, updated_at=timezone.now())
+    Job.objects.using(using).filter(pk__in=ids).update(status=to_state, paused_at=None,
+                                                       updated_at=timezone.now())
     return ids
 
 

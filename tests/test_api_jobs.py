@@ -285,3 +285,5 @@ def test_a_paused_job_says_since_when(api, alice):
     assert abs(datetime.fromisoformat(paused["paused_at"]) - timezone.now()) < timedelta(
         seconds=60)
     assert resumed["paused_at"] is None
+    api.post(f"/api/jobs/{job.pk}/pause/")
+    assert api.delete(f"/api/jobs/{job.pk}/").json()["paused_at"] is None  # cancelled
