@@ -32,6 +32,7 @@ from jobs.exceptions import BrokerUnavailable, InvalidJob, SchedulerError
 from jobs.filters import JOB_ORDERING, JobFilter
 from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.idempotency import idempotent
+from jobs.lifecycle import with_shown_status
 from jobs.models import Job
 from jobs.pausing import CATCH_UP
 from jobs.serializers import (
@@ -154,7 +155,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
             return Job.objects.none()
-        jobs = Job.objects.select_related("schedule", "owner")
+        jobs = with_shown_status(Job.objects.select_related("schedule", "owner"))
         user = self.request.user
         return jobs if may_view_all(user, Job) else jobs.filter(owner=user)
 

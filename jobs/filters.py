@@ -7,6 +7,7 @@ import django_filters as filters
 from django import forms
 from django_filters.fields import IsoDateTimeField
 
+from jobs.lifecycle import SHOWN_STATUSES
 from jobs.models import Job
 
 JOB_ORDERING = ("id", "name", "priority", "status", "created_at", "updated_at", "next_run_at")
@@ -33,11 +34,12 @@ class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
 
 
 class JobFilter(filters.FilterSet):
-    """``status``, ``handler``, ``queue`` (exact; ``status`` may repeat), ``recurring``
-    (true: cron jobs, false: one-off jobs), ``name`` (contains, case-insensitive),
-    ``created_after`` / ``created_before`` (ISO 8601; a naive time is read as UTC)."""
+    """``status`` (as shown, ``finished`` included: jobs/lifecycle.py; may repeat),
+    ``handler``, ``queue`` (exact), ``recurring`` (true: cron jobs, false: one-off jobs),
+    ``name`` (contains, case-insensitive), ``created_after`` / ``created_before`` (ISO
+    8601; a naive time is read as UTC)."""
 
-    status = filters.MultipleChoiceFilter(choices=Job.Status.choices)
+    status = filters.MultipleChoiceFilter(choices=SHOWN_STATUSES, field_name="shown_status")
     handler = filters.CharFilter()
     queue = filters.CharFilter()
     recurring = filters.BooleanFilter(field_name="schedule", lookup_expr="isnull",

@@ -18,6 +18,7 @@ from rest_framework import serializers
 from jobs import conf, cron
 from jobs.cron import MAX_JITTER_S
 from jobs.exceptions import InvalidJob
+from jobs.lifecycle import SHOWN_STATUSES, shown_status
 from jobs.models import Job, MisfirePolicy
 from jobs.registry import handler_names
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
@@ -105,6 +106,22 @@ class StrictFieldsMixin:
         return value
 
 
+class ShownStatusField(serializers.ChoiceField):
+    """A job's status as shown: the stored one, or ``finished`` (jobs/lifecycle.py)."""
+
+    def get_attribute(self, instance):
+        return shown_status(instance)
+
+
+class NextRunField(serializers.DateTimeField):
+    """``next_run_at``, null unless the job is active: a paused job's stored value is the
+    occurrence it was due at when paused, in the past once the pause lasts, and resume
+    works out the next one (docs/cron.md, "Pause and resume")."""
+
+    def get_attribute(self, instance):
+        return instance.next_run_at if instance.status == Job.Status.ACTIVE else None
+
+
 class JobSerializer(serializers.ModelSerializer):
     """A job as the API shows it; ``schedule`` is the cron expression (recurring jobs),
     null for a one-off job, whose time is ``run_at``; ``paused_at`` is when a paused job
@@ -121,6 +138,14 @@ class JobSerializer(serializers.ModelSerializer):
                                         default=None)
     max_retries = serializers.SerializerMethodField()
     owner = serializers.CharField(source="owner.username", allow_null=True, default=None)
+    status = ShownStatusField(
+        choices=SHOWN_STATUSES, read_only=True,
+        help_text="active, paused or cancelled; finished: a one-off job with no run left "
+                  "to run (docs/api.md, \"Job status\")")
+    next_run_at = NextRunField(
+        read_only=True, allow_null=True,
+        help_text="the next cron occurrence the scheduler will run; null for a one-off, "
+                  "paused or cancelled job")
 
     class Meta:
         model = Job

@@ -258,19 +258,13 @@ def update_job(job_id: int, changes: dict, using: str = "default") -> Job:
     Job.DoesNotExist, or SchedulerError when the job is cancelled or its one-off run
     already started.
     """
-    unknown = set(changes) - UPDATABLE
-    if unknown:
-        raise InvalidJob({field: "cannot be changed" for field in sorted(unknown)})
     broker = get_broker(using)
     with transaction.atomic(using=using):
         job = (Job.objects.using(using).select_related("schedule")
                .select_for_update(of=("self",)).get(pk=job_id))
         if job.status == Job.Status.CANCELLED:
             raise SchedulerError(f"job {job_id} is cancelled; it can no longer be changed")
-        clean = validate_job(_merged_spec(job, changes))
-        bounds = tenants.bounds_of(job.owner_id, using)
-        if bounds is not None and (problems := tenants.field_problems(changes, bounds)):
-            raise InvalidJob(problems)
+        clean = check_update(job, changes, using)
         now = db_now(using)
         fields = [f for f in ("name", "payload", "priority", "timeout_s", "max_attempts")
                   if f in changes]
@@ -283,6 +277,21 @@ def update_job(job_id: int, changes: dict, using: str = "default") -> Job:
             fields.append("run_at")
         job.save(using=using, update_fields=[*fields, "updated_at"])
     return job
+
+
+def check_update(job: Job, changes: dict, using: str = "default") -> dict:
+    """The rules ``update_job`` applies to ``changes`` (a dict as it takes) of ``job``
+    (with its schedule), without writing anything: only UPDATABLE fields, the merged job
+    valid as a new job, the owner's bounds. Returns the merged job's cleaned spec; raises
+    InvalidJob naming each bad field. The admin's change form checks with it."""
+    unknown = set(changes) - UPDATABLE
+    if unknown:
+        raise InvalidJob({field: "cannot be changed" for field in sorted(unknown)})
+    clean = validate_job(_merged_spec(job, changes))
+    bounds = tenants.bounds_of(job.owner_id, using)
+    if bounds is not None and (problems := tenants.field_problems(changes, bounds)):
+        raise InvalidJob(problems)
+    return clean
 
 
 def _merged_spec(job: Job, changes: dict) -> dict:

@@ -221,7 +221,9 @@ def test_editing_a_job_changes_only_the_safe_fields_and_validates_them(admin_cli
     job = services.create_job("echo", {}, name="old", cron_expr="@daily")
     url = f"/admin/jobs/job/{job.pk}/change/"
     form = {"name": "new", "payload": "{}", "priority": "5", "timeout_s": "60",
-            "max_attempts": "4", "_save": "Save"}
+            "max_attempts": "4", "cron": "@daily", "timezone": "UTC",
+            "misfire_policy": "run_once", "max_lag_s": "3600", "jitter_s": "0",
+            "_save": "Save"}
 
     page = text(admin_client.post(url, {**form, "max_attempts": "1000"}))
     assert "must be between 1 and 100" in page

@@ -1,0 +1,154 @@
+"""Forms of the admin's job pages (docs/admin.md): create a job through the service
+layer, and edit the fields a live job may change, its cron schedule included."""
+
+from django import forms
+from django.utils import timezone
+
+from jobs import services, tenants
+from jobs.exceptions import InvalidJob
+from jobs.models import Job, MisfirePolicy
+from jobs.registry import handler_names
+from jobs.validation import validate_job
+
+EDITABLE = ("name", "payload", "priority", "timeout_s", "max_attempts")
+# A cron job's schedule, named as services.update_job names it.
+SCHEDULE_FIELDS = ("cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s")
+
+
+def add_invalid_job_errors(form: forms.Form, exc: InvalidJob, aliases: dict) -> None:
+    """Put each field error of ``exc`` on the form field it names (``aliases`` maps the
+    service's names to the form's), or on the form when no field matches."""
+    for field, reason in exc.errors.items():
+        field = aliases.get(field, field)
+        form.add_error(field if field in form.fields else None,
+                       reason if field in form.fields else f"{field}: {reason}")
+
+
+class JobCreateForm(forms.ModelForm):
+    """Create a job the way the API does: ``validate_job`` checks it, then
+    ``services.create_job`` stores it (and a one-off job's run) in one transaction."""
+
+    handler = forms.ChoiceField(choices=())
+    payload = forms.JSONField(initial=dict, required=False,
+                              help_text="A JSON object passed to the handler.")
+    cron = forms.CharField(
+        required=False, label="cron schedule",
+        help_text="Five fields (minute hour day month weekday) or @hourly, @daily …; "
+                  "leave empty for a one-off job.")
+    timezone = forms.CharField(initial="UTC", required=False, help_text="IANA timezone.")
+    misfire_policy = forms.ChoiceField(choices=MisfirePolicy.choices,
+                                       initial=MisfirePolicy.RUN_ONCE)
+    max_lag_s = forms.IntegerField(
+        min_value=0, required=False, label="max lag (s)",
+        help_text="Missed occurrences older than this are dropped (default 3600).")
+
+    class Meta:
+        model = Job
+        fields = ["name", "handler", "payload", "run_at", "cron", "timezone",
+                  "misfire_policy", "max_lag_s", "queue", "priority", "timeout_s",
+                  "max_attempts"]
+        help_texts = {
+            "run_at": "When a one-off job runs. Leave this and the cron schedule empty to "
+                      "run once now.",
+            "priority": "0 is most urgent, 9 least.",
+            "timeout_s": "Seconds one attempt may take.",
+            "max_attempts": "Attempts before the run goes to the dead letter (first try "
+                            "included).",
+        }
+
+    owner = None  # the user creating the job: JobAdmin.get_form sets it
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A blank first choice: no handler is picked for the operator (the first name
+        # alphabetically was always_fails).
+        self.fields["handler"].choices = [("", "---------"),
+                                          *((name, name) for name in handler_names())]
+        self.spec: dict | None = None
+
+    def clean(self):
+        data = self.cleaned_data
+        if self.errors:
+            return data
+        spec = {key: data.get(key) for key in ("name", "handler", "queue", "priority",
+                                               "timeout_s", "max_attempts")}
+        spec["payload"] = {} if data.get("payload") in (None, "") else data["payload"]
+        if data.get("cron"):
+            spec.update(cron=data["cron"], timezone=data.get("timezone") or "UTC",
+                        misfire_policy=data.get("misfire_policy"))
+            if data.get("max_lag_s") is not None:
+                spec["max_lag_s"] = data["max_lag_s"]
+        else:
+            spec["run_at"] = data.get("run_at") or timezone.now()
+        bounds = tenants.bounds_of(self.owner.pk if self.owner else None)
+        try:
+            self.spec = validate_job(spec)
+            if bounds is not None:
+                if problems := tenants.field_problems(spec, bounds):
+                    raise InvalidJob(problems)
+                tenants.check_quotas(bounds, 1, 0 if spec.get("cron") else 1)
+        except InvalidJob as exc:
+            add_invalid_job_errors(self, exc, {"schedule": "cron"})
+        except tenants.QuotaExceeded as exc:
+            self.add_error(None, str(exc))
+        return data
+
+    def validate_unique(self):
+        # The job does not exist yet as a model instance: services.create_job validates
+        # (validate_job above) and the database constraints still guard the insert.
+        return None
+
+
+class JobChangeForm(forms.ModelForm):
+    """Edit the fields that are safe to change on a live job and, for a cron job, its
+    schedule: expression, timezone, misfire policy, max lag and jitter. The changed fields
+    are checked by ``services.check_update``, the rule PATCH /api/jobs/{id}/ applies, and
+    JobAdmin.save_model writes them with ``services.update_job``, which recomputes
+    ``next_run_at`` (docs/admin.md, "Jobs")."""
+
+    cron = forms.CharField(
+        required=False, label="cron schedule", max_length=200,
+        help_text="Five fields (minute hour day month weekday) or @hourly, @daily …; a "
+                  "change recomputes the next run and drops runs made ahead for the old "
+                  "schedule.")
+    timezone = forms.CharField(required=False, max_length=64, help_text="IANA timezone.")
+    misfire_policy = forms.ChoiceField(choices=MisfirePolicy.choices, required=False)
+    max_lag_s = forms.IntegerField(
+        min_value=0, required=False, label="max lag (s)",
+        help_text="Missed occurrences older than this are dropped.")
+    jitter_s = forms.IntegerField(
+        min_value=0, required=False, label="jitter (s)",
+        help_text="Spread each occurrence's run over this many seconds after it.")
+
+    class Meta:
+        model = Job
+        fields = list(EDITABLE)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        schedule = self.instance.schedule if self.instance.schedule_id else None
+        if schedule is None:
+            for name in SCHEDULE_FIELDS:
+                del self.fields[name]
+            return
+        for name in SCHEDULE_FIELDS:
+            self.fields[name].required = name != "jitter_s"
+            self.initial[name] = getattr(schedule, name)
+
+    def changes(self) -> dict:
+        """The changed fields in ``services.update_job``'s terms."""
+        data = self.cleaned_data
+        changes = {k: data[k] for k in EDITABLE if k in self.changed_data}
+        changes.update({k: 0 if data[k] is None else data[k]  # only jitter may be empty
+                        for k in SCHEDULE_FIELDS if k in self.changed_data and k in data})
+        return changes
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            services.check_update(self.instance, self.changes())
+        except InvalidJob as exc:
+            add_invalid_job_errors(self, exc, {"schedule": "cron"})
+        return data
