@@ -15,6 +15,7 @@ from datetime import datetime
 
 from django.db import connections, transaction
 from django.db.models import Case, F, When
+from django.dispatch import Signal
 
 from jobs import conf, cron
 from jobs.models import Job, MisfirePolicy
@@ -29,6 +30,11 @@ from runs.types import RunRef
 
 INSERT_CHUNK = 500
 UNNEST_CHUNK = 5000
+
+# Sent by a scheduler as it starts, before its first tick, with ``using`` (the database
+# alias): what the code declares as recurring (the periodic django.tasks of
+# scheduler_tasks) is brought in line with each deploy here, without jobs importing it.
+scheduler_starting = Signal()
 
 
 def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 1000,
@@ -83,6 +89,10 @@ class Scheduler(Daemon):
             conf.get("PARTITION_TTL_S"), using,
         )
         self.interval_s = conf.get("SCHEDULER_TICK_S")
+
+    def serve(self, max_rounds: int | None = None) -> None:
+        scheduler_starting.send(sender=type(self), using=self.using)
+        super().serve(max_rounds)
 
     def round(self) -> bool:
         self.tick()

@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "jobs",
     "runs",
+    "scheduler_tasks",
 ]
 
 MIDDLEWARE = [
@@ -188,6 +189,15 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Django's task framework runs on this scheduler: a task's enqueue() is a one-off job of
+# the handler django_task (docs/django-tasks.md).
+TASKS = {
+    "default": {
+        "BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+        "QUEUES": [],  # any queue name the scheduler accepts
+    }
+}
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:

@@ -1,0 +1,74 @@
+"""The built-in handler ``django_task``: how a worker's child runs a django.tasks Task
+(docs/django-tasks.md, "In the worker").
+
+It imports the module path recorded at enqueue and refuses anything that is not a
+module-level Task there, calls it (``async def`` tasks on an event loop of their own),
+and returns its value normalised as Django does; an exception fails the attempt, which
+the scheduler retries with backoff or sends to the dead letter. ``task_started`` and
+``task_finished`` are sent around each attempt in the child.
+"""
+
+from traceback import format_exception
+
+from django.tasks import TaskContext, TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
+from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
+from django.utils.json import normalize_json
+
+from jobs.registry import handler
+from scheduler_tasks.results import HANDLER, load_task
+
+
+def attempt_result(task, ctx, payload: dict) -> TaskResult:
+    """The TaskResult the signals of one attempt carry: what the worker knows without a
+    database read (id, args, kwargs, this attempt's start, this worker; earlier attempts'
+    errors and workers are in ``refresh()``)."""
+    now = timezone.now()
+    return TaskResult(
+        task=task, id=str(ctx.run_id), status=TaskResultStatus.RUNNING, enqueued_at=None,
+        started_at=now, last_attempted_at=now, finished_at=None,
+        args=payload.get("args", []), kwargs=payload.get("kwargs", {}),
+        backend=task.backend, errors=[], worker_ids=[],
+    )
+
+
+def context_result(task, ctx) -> TaskResult:
+    """The TaskResult a ``takes_context`` task gets: the run read from the database (its
+    attempts so far, this one included, so ``attempt`` is Django's count), RUNNING."""
+    result = task.get_backend().get_result(str(ctx.run_id))
+    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    return result
+
+
+@handler(HANDLER)
+def django_task(ctx, payload):
+    """Run the Task ``payload["task"]`` (module path) with ``payload["args"]`` and
+    ``payload["kwargs"]``; returns its value through Django's normalize_json (TypeError
+    for a value JSON cannot hold). Raises scheduler_tasks.exceptions.NotATask or
+    ImportError for a path that is not a module-level Task."""
+    task = load_task(payload.get("task"))
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if task.takes_context:
+        result = context_result(task, ctx)
+        args = [TaskContext(task_result=result), *args]
+    else:
+        result = attempt_result(task, ctx, payload)
+    sender = type(task.get_backend())
+    task_started.send(sender=sender, task_result=result)
+    try:
+        value = normalize_json(task.call(*args, **kwargs))
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from a task is a failure too
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        object.__setattr__(result, "finished_at", timezone.now())
+        kind = type(exc)
+        result.errors.append(TaskError(
+            exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+            traceback="".join(format_exception(exc))))
+        task_finished.send(sender=sender, task_result=result)
+        raise
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender=sender, task_result=result)
+    return value

@@ -1,0 +1,117 @@
+"""What a Django task's run looks like through ``django.tasks``: the payload recorded at
+enqueue, the Task it names, and the TaskResult built from the run and its attempts
+(docs/django-tasks.md, "Results")."""
+
+from django.tasks import TaskResult, TaskResultStatus
+from django.tasks.base import Task, TaskError
+from django.utils.dateparse import parse_datetime
+from django.utils.module_loading import import_string
+
+from runs.models import AttemptOutcome, RunState
+
+HANDLER = "django_task"
+
+# A run waiting for its retry is READY: Django's READY means "enqueued, or ready to be
+# executed again". A cancelled run never ran and never will: FAILED ("unable to start").
+STATUS = {
+    RunState.SCHEDULED: TaskResultStatus.READY,
+    RunState.QUEUED: TaskResultStatus.READY,
+    RunState.RETRYING: TaskResultStatus.READY,
+    RunState.RUNNING: TaskResultStatus.RUNNING,
+    RunState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+    RunState.DEAD: TaskResultStatus.FAILED,
+    RunState.CANCELLED: TaskResultStatus.FAILED,
+}
+
+# Outcomes of an attempt that failed, and the exception class a TaskError names for those
+# whose error is not a Python traceback of the task function.
+FAILED_OUTCOMES = {
+    AttemptOutcome.FAILED: None,  # the class is read from the traceback
+    AttemptOutcome.TIMED_OUT: "scheduler_tasks.exceptions.TaskTimedOut",
+    AttemptOutcome.CRASHED: "scheduler_tasks.exceptions.WorkerLost",
+    AttemptOutcome.LEASE_EXPIRED: "scheduler_tasks.exceptions.WorkerLost",
+}
+
+
+def payload_of(task: Task, args: list, kwargs: dict) -> dict:
+    """The job payload recorded at enqueue: the task's module path (what the worker
+    imports), the arguments, and the Django fields TaskResult.task gives back."""
+    return {
+        "task": task.module_path, "args": args, "kwargs": kwargs,
+        "priority": task.priority, "queue_name": task.queue_name,
+        "run_after": task.run_after.isoformat() if task.run_after else None,
+    }
+
+
+def load_task(path: str) -> Task:
+    """The module-level django.tasks Task at ``path`` (``module.function``); raises
+    ImportError when it cannot be imported and scheduler_tasks.exceptions.NotATask when
+    the object there is not a Task defined under that very path."""
+    from scheduler_tasks.exceptions import NotATask
+
+    if not isinstance(path, str) or "." not in path:
+        raise NotATask(f"{path!r} is not a module path of a task")
+    try:
+        obj = import_string(path)
+    except ImportError:
+        raise
+    except AttributeError as exc:  # import_string raises ImportError for a missing name
+        raise ImportError(str(exc)) from exc
+    if not isinstance(obj, Task) or obj.module_path != path:
+        raise NotATask(f"{path!r} is not a module-level django.tasks Task")
+    return obj
+
+
+def task_of(payload: dict) -> Task:
+    """The Task a payload names, with the priority, queue and run_after it was enqueued
+    with (raises as load_task)."""
+    task = load_task(payload.get("task"))
+    run_after = payload.get("run_after")
+    return task.using(priority=payload.get("priority", task.priority),
+                      queue_name=payload.get("queue_name") or task.queue_name,
+                      run_after=parse_datetime(run_after) if run_after else None)
+
+
+def exception_path(traceback_text: str) -> str:
+    """The exception class path in a Python traceback's last exception line
+    (``ValueError: …`` → ``builtins.ValueError``; ``pkg.mod.Error: …`` as is). The line
+    is the first one starting at column 0 after the last frame, so a multi-line message
+    does not confuse it."""
+    lines = traceback_text.rstrip("\n").splitlines()
+    last_frame = max((i for i, line in enumerate(lines) if line.startswith('  File "')),
+                     default=-1)
+    for line in lines[last_frame + 1:]:
+        if line and not line[0].isspace():
+            name = line.split(":", 1)[0].strip()
+            if name.replace(".", "").replace("_", "").isalnum():
+                return name if "." in name else f"builtins.{name}"
+            break
+    return "builtins.Exception"
+
+
+def task_error(outcome: str, error: str) -> TaskError:
+    """The TaskError of a failed attempt (``outcome`` one of FAILED_OUTCOMES)."""
+    path = FAILED_OUTCOMES.get(outcome) or exception_path(error)
+    return TaskError(exception_class_path=path, traceback=error)
+
+
+def build(task: Task, run: dict, attempts: list[dict], backend: str) -> TaskResult:
+    """The TaskResult of ``run`` (a dict with state, created_at, finished_at, result and
+    job__payload) and its ``attempts`` (dicts with worker_id, started_at, outcome, error,
+    in number order)."""
+    status = STATUS[run["state"]]
+    payload = run["job__payload"]
+    result = TaskResult(
+        task=task, id=str(run["pk"]), status=status, enqueued_at=run["created_at"],
+        started_at=attempts[0]["started_at"] if attempts else None,
+        last_attempted_at=attempts[-1]["started_at"] if attempts else None,
+        finished_at=run["finished_at"] if status in (TaskResultStatus.SUCCESSFUL,
+                                                     TaskResultStatus.FAILED) else None,
+        args=payload.get("args", []), kwargs=payload.get("kwargs", {}), backend=backend,
+        errors=[task_error(a["outcome"], a["error"]) for a in attempts
+                if a["outcome"] in FAILED_OUTCOMES],
+        worker_ids=[a["worker_id"] for a in attempts],
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", run["result"])
+    return result

@@ -1,0 +1,147 @@
+"""What the django.tasks backend refuses at enqueue, what it stores, and the task paths a
+worker refuses to run (docs/django-tasks.md). No worker runs here."""
+
+import math
+from datetime import datetime, timedelta
+
+import pytest
+from django.tasks import default_task_backend, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
+from django.utils import timezone
+
+from jobs import services
+from jobs.models import Job
+from runs.context import RunContext
+from runs.models import Run
+from scheduler_tasks.backend import SchedulerTask, scheduler_priority
+from scheduler_tasks.exceptions import NotATask
+from scheduler_tasks.handlers import django_task
+from tests import djtasks_tasks as t
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_backend_claims_every_capability():
+    backend = task_backends["default"]
+    assert (backend.supports_defer, backend.supports_priority, backend.supports_get_result,
+            backend.supports_async_task) == (True, True, True, True)
+    assert isinstance(t.add, SchedulerTask)
+
+
+@pytest.mark.parametrize("args, kwargs, error", [
+    ([object()], {}, TypeError),
+    ([{1, 2}], {}, TypeError),
+    ([math.nan], {}, ValueError),
+    ([], {"when": math.inf}, ValueError),
+    ([{1: "int key"}], {}, ValueError),
+    ([b"\xff"], {}, ValueError),
+])
+def test_arguments_json_cannot_round_trip_fail_at_enqueue_and_nothing_is_stored(
+        args, kwargs, error):
+    with pytest.raises(error):
+        t.noop.enqueue(*args, **kwargs)
+    assert not Job.objects.exists() and not Run.objects.exists()
+
+
+def test_the_run_records_the_tasks_options_path_and_arguments():
+    result = t.fail.using(queue_name="mail", priority=100).enqueue("x", n=(1, 2))
+    run = Run.objects.select_related("job").get(pk=int(result.id))
+
+    assert (run.job.handler, run.queue, run.priority, run.max_attempts) == (
+        "django_task", "mail", 0, 3)
+    assert run.job.payload["task"] == "tests.djtasks_tasks.fail"
+    assert run.job.payload["args"] == ["x"] and run.job.payload["kwargs"] == {"n": [1, 2]}
+    assert run.job.timeout_s == 300  # DEFAULT_TIMEOUT_S
+    assert Run.objects.get(pk=int(t.busy_loop.enqueue().id)).job.timeout_s == 2
+
+
+def test_options_give_the_defaults_of_tasks_that_set_none(settings):
+    settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+                                  "OPTIONS": {"MAX_ATTEMPTS": 7, "TIMEOUT_S": 12}}}
+    job = Run.objects.select_related("job").get(pk=int(t.noop.enqueue().id)).job
+    assert (job.max_attempts, job.timeout_s) == (7, 12)
+
+
+def test_bad_options_are_refused_naming_them(settings):
+    with pytest.raises(InvalidTask, match="max_attempts"):
+        SchedulerTask(func=t.plain_function, max_attempts=0)
+    with pytest.raises(InvalidTask, match="timeout_s"):
+        SchedulerTask(func=t.plain_function, timeout_s="10")
+    with pytest.raises(InvalidTask, match="misfire_policy"):
+        SchedulerTask(func=t.plain_function, cron="* * * * *", misfire_policy="sometimes")
+    with pytest.raises(InvalidTask, match="minute"):
+        SchedulerTask(func=t.plain_function, cron="61 * * * *")
+    settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+                                  "OPTIONS": {"RETRIES": 3}}}
+    with pytest.raises(InvalidTask, match="RETRIES"):
+        task_backends["default"]  # noqa: B018
+
+
+def test_run_after_must_be_aware_and_becomes_the_runs_time():
+    with pytest.raises(InvalidTask, match="aware"):
+        t.noop.using(run_after=datetime(2030, 1, 1)).enqueue()
+    when = timezone.now() + timedelta(hours=1)
+    run = Run.objects.get(pk=int(t.noop.using(run_after=when).enqueue().id))
+    assert run.run_at == run.scheduled_at == when
+
+
+def test_the_priority_rule_is_monotonic_and_keeps_djangos_default_at_ours():
+    mapped = [scheduler_priority(p) for p in range(100, -101, -1)]
+    assert mapped == sorted(mapped)
+    assert (mapped[0], scheduler_priority(0), mapped[-1]) == (0, 5, 9)
+    assert set(mapped) == set(range(10))
+
+
+def test_an_unknown_or_foreign_result_id_does_not_exist():
+    plain = services.create_job("noop", {}, delay_s=0) if "noop" in _handlers() else None
+    ids = ["abc", "", "99999999", None]
+    if plain is not None:
+        ids.append(str(Run.objects.get(job=plain).pk))
+    for result_id in ids:
+        with pytest.raises(TaskResultDoesNotExist):
+            default_task_backend.get_result(result_id)
+    result = t.add.enqueue(1, 2)
+    with pytest.raises(TaskResultMismatch):
+        t.noop.get_result(result.id)
+    assert t.add.get_result(result.id).args == [1, 2]
+
+
+def _handlers():
+    from jobs.registry import handler_names
+
+    return handler_names()
+
+
+def context(run_id: int = 1) -> RunContext:
+    now = timezone.now()
+    return RunContext(run_id=run_id, job_id=1, attempt=1, scheduled_at=now, deadline=now,
+                      handler="django_task", logger=None)
+
+
+@pytest.mark.parametrize("path, error", [
+    ("os.path.join", NotATask),
+    ("tests.djtasks_tasks.plain_function", NotATask),
+    ("tests.djtasks_tasks.order_key", NotATask),
+    ("tests.djtasks_tasks.no_such_task", ImportError),
+    ("no_such_module.task", ImportError),
+    ("noop", NotATask),
+    (["tests.djtasks_tasks.noop"], NotATask),
+])
+def test_the_worker_runs_only_module_level_tasks(path, error):
+    with pytest.raises(error):
+        django_task(context(), {"task": path, "args": [], "kwargs": {}})
+
+
+def test_a_task_under_another_name_is_refused():
+    """An alias of a Task in another module is not the Task its path names."""
+    import tests.djtasks_tasks as module
+
+    module.alias_of_add = t.add
+    try:
+        with pytest.raises(NotATask):
+            django_task(context(), {"task": "tests.djtasks_tasks.alias_of_add",
+                                    "args": [1, 2], "kwargs": {}})
+    finally:
+        del module.alias_of_add
+    assert django_task(context(), {"task": "tests.djtasks_tasks.add", "args": [1, 2],
+                                   "kwargs": {}}) == 3
