@@ -20,7 +20,7 @@ from jobs.cron import MAX_JITTER_S
 from jobs.exceptions import InvalidJob
 from jobs.lifecycle import SHOWN_STATUSES, shown_status
 from jobs.models import Job, MisfirePolicy
-from jobs.registry import handler_names
+from jobs.registry import creatable_handler_names
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
 
 # Service-layer field names -> the API's.
@@ -255,7 +255,7 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["handler"].choices = handler_names()
+        self.fields["handler"].choices = creatable_handler_names()
         _limits(self)
 
     def to_internal_value(self, data):
@@ -305,7 +305,7 @@ class FastItemParser:
     INTS = {"priority": (0, 9), "max_lag_s": (0, MAX_INT), "jitter_s": (0, MAX_JITTER_S)}
 
     def __init__(self):
-        self.handlers = frozenset(handler_names())
+        self.handlers = frozenset(creatable_handler_names())
         self.zones = iana_zones()
         self.policies = frozenset(MisfirePolicy.values)
         self.ints = {**self.INTS, "timeout_s": (1, conf.get("MAX_TIMEOUT_S")),

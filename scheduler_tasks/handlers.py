@@ -41,7 +41,7 @@ def context_result(task, ctx) -> TaskResult:
     return result
 
 
-@handler(HANDLER)
+@handler(HANDLER, internal=True)
 def django_task(ctx, payload):
     """Run the Task ``payload["task"]`` (module path) with ``payload["args"]`` and
     ``payload["kwargs"]``; returns its value through Django's normalize_json (TypeError

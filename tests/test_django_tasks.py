@@ -28,7 +28,7 @@ def tasks(broker, settings):
     """The backend on the broker/database pair of ``broker``, retries 50 ms apart."""
     settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
                                   "QUEUES": [], "OPTIONS": {"DATABASE": broker.using}}}
-    settings.SCHEDULER = {"BROKER": broker.name, "RETRY_BACKOFF_BASE_S": 0.05}
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name, "RETRY_BACKOFF_BASE_S": 0.05}
     return broker
 
 

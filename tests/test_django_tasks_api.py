@@ -145,3 +145,23 @@ def test_a_task_under_another_name_is_refused():
         del module.alias_of_add
     assert django_task(context(), {"task": "tests.djtasks_tasks.add", "args": [1, 2],
                                    "kwargs": {}}) == 3
+
+
+def test_clients_cannot_create_django_task_jobs_through_the_api(api):
+    """The REST API does not offer the internal handler: a client would run any of the
+    project's tasks with arguments of its choosing."""
+    body = {"handler": "django_task", "payload": {"task": "tests.djtasks_tasks.add",
+                                                  "args": [1, 2], "kwargs": {}},
+            "delay_s": 0}
+    single = api.post("/api/jobs/", body, format="json")
+    bulk = api.post("/api/jobs/bulk/", {"jobs": [body]}, format="json")
+
+    assert single.status_code == 400 and "handler" in single.json()
+    assert bulk.status_code == 400 and "django_task" in str(bulk.json())
+    assert not Job.objects.exists()
+
+
+def test_the_admins_add_job_form_does_not_offer_django_task():
+    from jobs.admin.forms import JobCreateForm
+
+    assert "django_task" not in dict(JobCreateForm().fields["handler"].choices)

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", "sql
 def env(broker, settings):
     settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
                                   "QUEUES": [], "OPTIONS": {"DATABASE": broker.using}}}
-    settings.SCHEDULER = {"BROKER": broker.name}
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
     return daemon_env(broker.name, broker.using, lease_ttl_s=3, dispatch_interval_s=0.1,
                       retry_backoff_base_s=0.1)
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 from jobs import services, tenants
 from jobs.exceptions import InvalidJob
 from jobs.models import Job, MisfirePolicy
-from jobs.registry import handler_names
+from jobs.registry import creatable_handler_names
 from jobs.validation import validate_job
 
 EDITABLE = ("name", "payload", "priority", "timeout_s", "max_attempts")
@@ -63,7 +63,8 @@ class JobCreateForm(forms.ModelForm):
         # A blank first choice: no handler is picked for the operator (the first name
         # alphabetically was always_fails).
         self.fields["handler"].choices = [("", "---------"),
-                                          *((name, name) for name in handler_names())]
+                                          *((name, name) for name in
+                                            creatable_handler_names())]
         self.spec: dict | None = None
 
     def clean(self):
