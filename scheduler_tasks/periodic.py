@@ -14,8 +14,12 @@ import logging
 
 from django.db import connections, transaction
 from django.tasks.exceptions import InvalidTask
+from django.utils.module_loading import autodiscover_modules
 
-from jobs import cron
+from jobs import conf, cron, services
+from jobs.models import Job
+from jobs.validation import validate_job
+from scheduler_tasks.results import HANDLER, load_task, payload_of
 
 log = logging.getLogger("scheduler_tasks.periodic")
 PREFIX = "periodic:"
@@ -46,10 +50,6 @@ def declared(using: str) -> dict[str, object]:
     """The periodic tasks of the code, by job name, whose backend stores runs in
     ``using``: each app's ``tasks`` module is imported first, and only the module-level
     Task under each path counts (not a ``.using()`` copy)."""
-    from django.utils.module_loading import autodiscover_modules
-
-    from scheduler_tasks.results import load_task
-
     autodiscover_modules("tasks")
     found = {}
     for path in list(_declared):
@@ -64,10 +64,6 @@ def declared(using: str) -> dict[str, object]:
 
 def spec_of(task) -> dict:
     """The validated job spec (jobs.validation.validate_job) of periodic ``task``."""
-    from jobs.validation import validate_job
-    from scheduler_tasks.backend import HANDLER
-    from scheduler_tasks.results import payload_of
-
     backend = task.get_backend()
     spec = {**backend.job_options(task), "name": PREFIX + task.module_path,
             "handler": HANDLER, "payload": payload_of(task, [], {}), "cron": task.cron,
@@ -75,15 +71,9 @@ def spec_of(task) -> dict:
             "jitter_s": task.jitter_s}
     if task.max_lag_s is not None:
         spec["max_lag_s"] = task.max_lag_s
-    spec["timeout_s"] = spec["timeout_s"] or _default("DEFAULT_TIMEOUT_S")
-    spec["max_attempts"] = spec["max_attempts"] or _default("DEFAULT_MAX_ATTEMPTS")
+    spec["timeout_s"] = spec["timeout_s"] or conf.get("DEFAULT_TIMEOUT_S")
+    spec["max_attempts"] = spec["max_attempts"] or conf.get("DEFAULT_MAX_ATTEMPTS")
     return validate_job(spec)
-
-
-def _default(name: str) -> int:
-    from jobs import conf
-
-    return conf.get(name)
 
 
 UPDATED_FIELDS = ("payload", "cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
@@ -103,10 +93,6 @@ def sync(using: str = "default") -> dict[str, list[str]]:
     returns the task paths {"created": [...], "updated": [...], "cancelled": [...]}.
     Raises InvalidJob (naming the field) for a declaration the scheduler refuses; then
     nothing changes."""
-    from jobs import services
-    from jobs.models import Job
-    from scheduler_tasks.backend import HANDLER
-
     tasks = declared(using)
     done = {"created": [], "updated": [], "cancelled": []}
     with transaction.atomic(using=using):

@@ -8,6 +8,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from runs.models import AttemptOutcome, RunState
+from scheduler_tasks.exceptions import NotATask
 
 HANDLER = "django_task"
 
@@ -47,16 +48,9 @@ def load_task(path: str) -> Task:
     """The module-level django.tasks Task at ``path`` (``module.function``); raises
     ImportError when it cannot be imported and scheduler_tasks.exceptions.NotATask when
     the object there is not a Task defined under that very path."""
-    from scheduler_tasks.exceptions import NotATask
-
     if not isinstance(path, str) or "." not in path:
         raise NotATask(f"{path!r} is not a module path of a task")
-    try:
-        obj = import_string(path)
-    except ImportError:
-        raise
-    except AttributeError as exc:  # import_string raises ImportError for a missing name
-        raise ImportError(str(exc)) from exc
+    obj = import_string(path)  # ImportError for a missing module or name
     if not isinstance(obj, Task) or obj.module_path != path:
         raise NotATask(f"{path!r} is not a module-level django.tasks Task")
     return obj
