@@ -105,3 +105,20 @@ def test_a_plain_member_left_by_an_older_version_is_replaced_by_a_push(rb):
 
     assert [m.decode() for m in rb.client.zrange(ready, 0, -1)] == [member(95)]
     assert [lease.run_id for lease in rb.lease(["default"], 5, "w")] == [95]
+
+
+def test_fifo_holds_within_each_priority_when_weighted_classes_share_a_lease(broker, settings):
+    """With weighted classes one lease takes runs of several classes in turn; within each
+    priority the creation order still holds."""
+    settings.SCHEDULER = {"PRIORITY_CLASSES": "0-4:1,5-9:1"}
+    reset(broker.using)
+    urgent, normal = list(range(95, 105)), list(range(990, 1010))
+    runs_with_ids(broker.using, urgent, priority=1)
+    runs_with_ids(broker.using, normal, priority=7)
+    broker.push(run_refs(Run.objects.using(broker.using).all()))
+    broker.promote()
+
+    leased = leased_in_order(broker, len(urgent) + len(normal), 6)
+
+    assert [i for i in leased if i in urgent] == urgent
+    assert [i for i in leased if i in normal] == normal

@@ -207,12 +207,19 @@ if rate > 0 then
 end
 
 -- Score, then the padded member: table.sort is not stable, and equal scores are the FIFO case.
-table.sort(picked, function(a, b)
+-- Picks of one class come in that order already (ZRANGEBYSCORE): sort only when classes mixed.
+local function before(a, b)
   if a[2] ~= b[2] then
     return a[2] < b[2]
   end
   return a[3] < b[3]
-end)
+end
+for i = 2, #picked do
+  if before(picked[i], picked[i - 1]) then
+    table.sort(picked, before)
+    break
+  end
+end
 local ids = {}
 for i, p in ipairs(picked) do
   ids[i] = p[1]
