@@ -118,6 +118,13 @@ DEFAULTS: dict[str, Tunable] = {
     "API_BULK_MAX_JOBS": Tunable(10_000, int, "most jobs one POST /api/jobs/bulk/ may create"),
     "IDEMPOTENCY_TTL_S": Tunable(
         86_400, int, "seconds an Idempotency-Key's first response is replayed"),
+    "ALERT_DIGEST_WINDOW_S": Tunable(
+        60.0, float, "seconds after an owner alert during which further alerts of the same "
+        "channel wait for one digest (docs/alerts.md)"),
+    "ALERT_DIGEST_RUNS": Tunable(20, int, "runs a digest lists by id; the rest are counted"),
+    "ALERT_POLL_S": Tunable(1.0, float, "seconds between a dispatcher's alert deliveries"),
+    "ALERT_WEBHOOK_ATTEMPTS": Tunable(5, int, "attempts of a webhook delivery run"),
+    "ALERT_WEBHOOK_QUEUE": Tunable("default", str, "queue of the webhook delivery runs"),
 }
 
 

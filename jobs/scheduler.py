@@ -20,6 +20,8 @@ from django.dispatch import Signal
 from jobs import conf, cron
 from jobs.models import Job, MisfirePolicy
 from jobs.partitions import PartitionLeases
+from runs.alerts.models import AlertKind
+from runs.alerts.policy import raise_alerts
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now, seconds
@@ -38,14 +40,17 @@ scheduler_starting = Signal()
 
 
 def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 1000,
-                     grace_s: float | None = None) -> tuple[list[datetime], datetime]:
+                     grace_s: float | None = None,
+                     skipped: list | None = None) -> tuple[list[datetime], datetime]:
     """Which occurrences of cron job ``job`` to materialise now, and its new next_run_at.
 
     Occurrences run from ``job.next_run_at`` to ``horizon`` (now + lookahead). Those older
     than ``now - MISFIRE_GRACE_S`` are missed: older than ``max_lag_s`` they are dropped
     whatever the policy; otherwise ``run_all`` keeps each, ``run_once`` keeps only the
     latest, ``skip`` keeps none. At most ``limit`` are produced per call; the rest follow
-    on the next tick. ``grace_s`` defaults to MISFIRE_GRACE_S. Returns
+    on the next tick. ``grace_s`` defaults to MISFIRE_GRACE_S; ``skipped``, when given,
+    gets the missed occurrences the policy dropped (for the owner's misfire alert,
+    docs/alerts.md; those older than max lag are not even enumerated). Returns
     ``(scheduled_at list, next_run_at)``, all aware UTC;
     next_run_at is None when the schedule has no occurrence left before year 9999.
     Occurrences follow jobs.cron (DST and day rules in docs/cron.md).
@@ -67,11 +72,23 @@ def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 10
     missed_before = now - seconds(grace_s)
     missed = [t for t in found if t < missed_before]
     on_time = [t for t in found if t >= missed_before]
+    kept = missed
     if schedule.misfire_policy == MisfirePolicy.RUN_ONCE:
-        missed = missed[-1:]
+        kept = missed[-1:]
     elif schedule.misfire_policy == MisfirePolicy.SKIP:
-        missed = []
-    return missed + on_time, next_run_at
+        kept = []
+    if skipped is not None:
+        skipped += missed[:len(missed) - len(kept)]
+    return kept + on_time, next_run_at
+
+
+def misfire_detail(job: Job, skipped: list[datetime]) -> str:
+    """The text of a misfire alert: which occurrences of ``job`` were skipped, and why."""
+    shown = ", ".join(t.isoformat() for t in skipped[:5])
+    more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+    return (f"job {job.pk} ({job.name}): {len(skipped)} occurrence(s) missed while no "
+            f"scheduler ran were skipped by its misfire policy "
+            f"{job.schedule.misfire_policy}: {shown}{more}")
 
 
 class Scheduler(Daemon):
@@ -135,11 +152,18 @@ class Scheduler(Daemon):
                 return 0, False
             rows, advances = [], []
             grace_s, shards = conf.get("MISFIRE_GRACE_S"), conf.get("SHARDS")
+            misfires = []
             for job in jobs:
-                times, next_run_at = plan_occurrences(job, now, horizon, grace_s=grace_s)
+                skipped = []
+                times, next_run_at = plan_occurrences(job, now, horizon, grace_s=grace_s,
+                                                      skipped=skipped)
+                if skipped:
+                    misfires.append((job.owner_id, job.pk, None, misfire_detail(job, skipped)))
                 shard = shard_of(job.shard_source, shards)
                 rows += [(job, t, shard) for t in times]
                 advances.append((job.pk, job.next_run_at, next_run_at))
+            if misfires:
+                raise_alerts(AlertKind.MISFIRE, misfires, now, self.using)
             refs = self._insert_runs(rows, now)
             self._advance(advances)
             broker.push_after_commit(refs)

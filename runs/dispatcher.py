@@ -20,10 +20,13 @@ import uuid
 from jobs import conf
 from jobs.partitions import PartitionLeases
 from runs import retention
+from runs.alerts import late
+from runs.alerts.deliver import deliver
 from runs.brokers import get_broker
 from runs.daemon import Daemon
 from runs.limits import owner_limits
 from runs.models import ShardLease
+from runs.outcomes import flush_counts
 
 # Reaping looks for leases that expired, which takes LEASE_TTL_S (60 s by default) to
 # happen: once a second is soon enough. Every DISPATCH_INTERVAL_S (0.1 s) it was half of an
@@ -64,6 +67,7 @@ class Dispatcher(Daemon):
         self.reaped = 0
         self.last_prune = float("-inf")
         self.prune_backlog = False
+        self.last_alert = float("-inf")
         conf.get("HISTORY_RETENTION_S")  # a value that is not a number fails at start
 
     @property
@@ -100,7 +104,19 @@ class Dispatcher(Daemon):
         if reaped:
             self.log.info("dispatcher: %d expired leases retried or dead-lettered", reaped)
         pruned = self.prune_if_due(scope)
+        self.alert_if_due()
         return bool(promoted or reaped or reconciled or unparked or pruned)
+
+    def alert_if_due(self) -> None:
+        """Every ALERT_POLL_S: raise late-start alerts, deliver the owners' pending alerts
+        (docs/alerts.md), and add the outcomes counted by this process's reaps to the
+        database (runs/outcomes.py)."""
+        if time.monotonic() - self.last_alert < conf.get("ALERT_POLL_S"):
+            return
+        self.last_alert = time.monotonic()
+        flush_counts(self.using)
+        late.scan(self.using)
+        deliver(self.using)
 
     def prune_if_due(self, scope: list[int] | None) -> int:
         """Delete a batch of the history past HISTORY_RETENTION_S in this dispatcher's

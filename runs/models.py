@@ -222,3 +222,11 @@ class RateBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}: {self.tokens:.1f} tokens"
+
+# Django finds an app's models in its models module.
+from runs.alerts.models import (  # noqa: E402, F401, I001
+    AlertChannelState,
+    AlertEvent,
+    AlertPolicy,
+    OutcomeCount,
+)

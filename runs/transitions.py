@@ -16,6 +16,7 @@ from django.db.models import F, Q
 
 from jobs import conf
 from jobs.models import Job
+from runs.alerts.policy import alert_dead
 from runs.clock import backoff_s, db_now, from_us, seconds
 from runs.models import (
     PENDING_STATES,
@@ -25,6 +26,7 @@ from runs.models import (
     Run,
     RunState,
 )
+from runs.outcomes import after_reap
 from runs.types import Lease, Outcome, RunRef
 
 LOG_MESSAGE_MAX = 10_000
@@ -218,16 +220,19 @@ def _store_logs(attempt_ids: dict[tuple[int, int], int], outcomes: list[Outcome]
     LogLine.objects.using(using).bulk_create(lines, batch_size=500)
 
 
-def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: str) -> list[int]:
+def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: str,
+              fates: dict[int, str] | None = None) -> list[int]:
     """Move failed leased runs to ``retrying`` (run_at = now + backoff) or ``dead``.
 
     ``rows`` are ``(run_id, attempt, max_attempts)`` of runs known to be running under that
-    attempt; each UPDATE is fenced on it. Records ``outcome`` on the attempt. Returns the
-    ids of runs that will be retried (the caller pushes them to the broker after commit).
+    attempt; each UPDATE is fenced on it. Records ``outcome`` on the attempt, and raises
+    the owners' dead-letter alerts (docs/alerts.md). Returns the ids of runs that will be
+    retried (the caller pushes them to the broker after commit); ``fates``, when given,
+    gets run id -> "retrying", "dead" or "cancelled" for each run changed.
     """
     base, cap = conf.get("RETRY_BACKOFF_BASE_S"), conf.get("RETRY_BACKOFF_CAP_S")
     runs = Run.objects.using(using)
-    retried = []
+    retried, dead = [], []
     for run_id, attempt, max_attempts in rows:
         error = storable(errors.get(run_id, ""))
         fenced = runs.filter(pk=run_id, attempt=attempt, state=RunState.RUNNING)
@@ -235,6 +240,8 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
             changed = fenced.update(
                 state=RunState.DEAD, finished_at=now, error=error, lease_expires_at=None
             )
+            if changed:
+                dead.append((run_id, attempt, error))
         else:
             changed = fenced.update(
                 state=RunState.RETRYING,
@@ -248,7 +255,14 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
             Attempt.objects.using(using).filter(run_id=run_id, number=attempt).update(
                 finished_at=now, outcome=outcome, error=error
             )
-    return [i for i in retried if i not in _cancel_for_cancelled_jobs(retried, now, using)]
+    if dead:
+        alert_dead(dead, now, using)
+    gone = _cancel_for_cancelled_jobs(retried, now, using)
+    if fates is not None:
+        fates.update({run_id: "dead" for run_id, _, _ in dead})
+        fates.update({run_id: "cancelled" if run_id in gone else "retrying"
+                      for run_id in retried})
+    return [i for i in retried if i not in gone]
 
 
 def _cancel_for_cancelled_jobs(run_ids: list[int], now: datetime, using: str) -> set[int]:
@@ -374,8 +388,12 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
                 failed.setdefault(o.outcome, []).append((key[0], key[1], live[key][0]))
                 errors[key[0]] = o.error
         _succeed(succeeded, now, using)
+        fates: dict[int, str] = {}
         for outcome, rows in failed.items():
-            retried += fail_runs(rows, outcome, errors, now, using)
+            retried += fail_runs(rows, outcome, errors, now, using, fates)
+        for o, ok in zip(outcomes, accepted, strict=True):
+            if ok:
+                o.fate = fates.get(o.lease.run_id, "succeeded")
         if not any(o.logs for o in outcomes):
             return accepted, retried
         attempt_ids = {
@@ -442,7 +460,7 @@ def expire_leases(limit: int, using: str, shards: list[int] | None = None) -> li
         rows = list(
             expired.filter(lease_expires_at__lt=now)
             .select_for_update(skip_locked=True)
-            .values_list("id", "attempt", "max_attempts", "worker_id")[:limit]
+            .values_list("id", "attempt", "max_attempts", "worker_id", "queue")[:limit]
         )
         if not rows:
             return []
@@ -450,6 +468,9 @@ def expire_leases(limit: int, using: str, shards: list[int] | None = None) -> li
             r[0]: f"lease expired: worker {r[3]} stopped heartbeating during attempt {r[1]}"
             for r in rows
         }
-        return fail_runs(
-            [(r[0], r[1], r[2]) for r in rows], AttemptOutcome.LEASE_EXPIRED, errors, now, using
-        )
+        fates: dict[int, str] = {}
+        retried = fail_runs([(r[0], r[1], r[2]) for r in rows], AttemptOutcome.LEASE_EXPIRED,
+                            errors, now, using, fates)
+        transaction.on_commit(lambda: after_reap(rows, fates, errors), using=using)
+        return retried
+

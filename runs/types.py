@@ -50,6 +50,10 @@ class Outcome:
     result: object = None
     error: str = ""
     logs: list[tuple] = field(default_factory=list)
+    # Seconds the handler ran (None: not known); the run's state after the ack
+    # (succeeded, retrying, dead, cancelled), set by the ack itself (runs/transitions.py).
+    took_s: float | None = None
+    fate: str = ""
 
 
 @dataclass(frozen=True)

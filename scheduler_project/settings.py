@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from jobs.conf import flag
+from scheduler_project.logging_config import django_logging
 from scheduler_project.startup import DEV_SECRET_KEY, proxy_ssl_header
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -269,24 +270,17 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {
-        "line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-    },
-    "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "line"},
-    },
-    "loggers": {
-        # Django's default sends request errors (500s with their traceback, refused Host
-        # headers) to the console only with DEBUG on, and otherwise to ADMINS by mail,
-        # which nobody configures here: with DEBUG off they would be lost.
-        "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
-        "scheduler": {
-            "handlers": ["console"],
-            "level": os.environ.get("SCHEDULER_LOG_LEVEL", "INFO"),
-            "propagate": False,
-        },
-    },
-}
+LOGGING = django_logging(os.environ.get("SCHEDULER_LOG_LEVEL", "INFO"))
+
+# Owner alerts by email (docs/alerts.md): Django's mailer, SMTP unless EMAIL_BACKEND says
+# otherwise (e.g. django.core.mail.backends.console.EmailBackend on a laptop).
+EMAIL_BACKEND_PATH = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+MAILERS = {"default": {"BACKEND": EMAIL_BACKEND_PATH, "OPTIONS": {
+    "host": os.environ.get("EMAIL_HOST", "localhost"),
+    "port": int(os.environ.get("EMAIL_PORT", "25")),
+    "username": os.environ.get("EMAIL_HOST_USER", ""),
+    "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+    "use_tls": flag(os.environ.get("EMAIL_USE_TLS", "false")),
+    "timeout": 10,
+} if EMAIL_BACKEND_PATH.endswith("smtp.EmailBackend") else {}}}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "scheduler@localhost")

@@ -14,6 +14,7 @@ from django.db import DataError
 
 from runs.daemon import TRANSIENT
 from runs.models import AttemptOutcome
+from runs.outcomes import report
 from runs.types import Outcome
 
 ACK_BATCH_MAX = 512  # most outcomes in one ack: beyond, another ack is queued in the lane
@@ -84,7 +85,9 @@ class Acks:
                 continue
             self.finished += len(outcomes)
             for outcome, ok in zip(outcomes, accepted, strict=True):
-                if not ok:
+                if ok:
+                    report_outcome(outcome)
+                else:
                     self.log.warning("worker: ack of run %s attempt %s refused: lease is "
                                      "stale", outcome.lease.run_id, outcome.lease.attempt)
 
@@ -98,3 +101,14 @@ class Acks:
                               error=f"the attempt's outcome could not be stored: {exc}")
             return self.broker.complete([failure])[0]
 
+
+
+def report_outcome(outcome: Outcome) -> None:
+    """The log line, signals and count of an acked outcome (runs/outcomes.py)."""
+    task = outcome.lease.task or {}
+    report(run_id=outcome.lease.run_id, job_id=task.get("job_id"),
+           handler=task.get("handler"), attempt=outcome.lease.attempt,
+           outcome=outcome.outcome, duration_s=outcome.took_s, error=outcome.error,
+           state=outcome.fate or ("succeeded" if outcome.outcome == AttemptOutcome.SUCCEEDED
+                                  else "failed"),
+           queue=outcome.lease.queue, result=outcome.result)

@@ -27,6 +27,7 @@ from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.daemon import Daemon
 from runs.models import WorkerProcess
+from runs.outcomes import flush_counts
 from runs.types import Outcome
 from runs.worker.acks import Acks
 from runs.worker.lanes import Lanes
@@ -107,7 +108,9 @@ class Worker(LeaseAhead, Acks, Supervision, Shutdown, Daemon):
         return [run for slot in self.slots for run in slot.queued]
 
     def register(self) -> None:
-        """Record this worker (and refresh its heartbeat) for operators."""
+        """Record this worker (and refresh its heartbeat) for operators, and add the run
+        outcomes counted since the last time to the database (runs/outcomes.py)."""
+        flush_counts(self.using)
         now = db_now(self.using)
         WorkerProcess.objects.using(self.using).update_or_create(
             worker_id=self.worker_id,

@@ -8,6 +8,7 @@ import time
 from runs.clock import db_now
 from runs.daemon import STOP_BOUND_S
 from runs.models import WorkerProcess
+from runs.outcomes import flush_counts
 
 
 class Shutdown:
@@ -60,6 +61,7 @@ class Shutdown:
             self.log.info("worker %s: released %d in-flight runs", self.worker_id, len(released))
         for slot in self.slots:
             slot.kill()
+        flush_counts(self.using)
         WorkerProcess.objects.using(self.using).filter(worker_id=self.worker_id).update(
             stopped_at=db_now(self.using))
 

@@ -81,12 +81,12 @@ class Supervision:
         _, _, attempt, ok, result, error, logs, began, finished = message
         if current.logs:
             logs = current.logs + logs
+        took = finished - began
         self.add_outcome(Outcome(
             lease=current.lease,
             outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
-            result=result, error=error, logs=logs,
+            result=result, error=error, logs=logs, took_s=took,
         ))
-        took = finished - began
         self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
         slot.queued.popleft()
         # The next run in the pipe started when this one finished (same monotonic clock).
@@ -118,7 +118,7 @@ class Supervision:
         self.add_outcome(Outcome(
             lease=current.lease, outcome=AttemptOutcome.CRASHED,
             error=f"the worker's child process died (exit code {code}) while running the run",
-            logs=self.streamed_logs(current),
+            logs=self.streamed_logs(current), took_s=time.monotonic() - current.began,
         ))
         self.log.warning("worker: child running run %s died (exit code %s); restarting it",
                          current.lease.run_id, code)
@@ -142,7 +142,7 @@ class Supervision:
                 self.add_outcome(Outcome(
                     lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
                     error=f"timed out after {current.timeout_s} s; the handler was cut off",
-                    logs=self.streamed_logs(current),
+                    logs=self.streamed_logs(current), took_s=now - current.began,
                 ))
                 self.requeue(self.restart(slot))
 

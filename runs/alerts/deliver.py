@@ -1,0 +1,124 @@
+"""Delivering owner alerts, by email and webhook, with a bounded digest (docs/alerts.md,
+"Bursts"). Called by every dispatcher each ALERT_POLL_S; several dispatchers share the
+work through row locks (SKIP LOCKED on the channel state).
+
+Per owner and channel: when the channel sent nothing in the last ALERT_DIGEST_WINDOW_S,
+what is pending goes at once, as one alert (one pending) or one digest (several: counts
+by kind and the first ALERT_DIGEST_RUNS runs); otherwise it waits for the window's end.
+So an owner gets at most one message per channel per window, however many runs die.
+Delivery is at least once: a crash after sending and before the commit sends again.
+"""
+
+import logging
+from collections import Counter
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import transaction
+
+from jobs import conf
+from runs.alerts import webhook
+from runs.alerts.models import AlertChannelState, AlertEvent, Channel
+from runs.alerts.policy import effective
+from runs.clock import db_now, seconds
+
+log = logging.getLogger("scheduler.alerts")
+
+MAX_OWNERS = 100  # owners served per channel per call; the rest at the next call
+
+
+def deliver(using: str = "default") -> int:
+    """Send what is due on every channel; returns the messages sent (emails, and webhook
+    runs created)."""
+    sent = 0
+    for channel in Channel:
+        flag = f"{channel}_pending"
+        owners = (AlertEvent.objects.using(using).filter(**{flag: True})
+                  .values_list("owner_id", flat=True).distinct()[:MAX_OWNERS])
+        for owner_id in list(owners):
+            sent += deliver_owner(owner_id, channel, using)
+    return sent
+
+
+def deliver_owner(owner_id: int, channel: str, using: str) -> int:
+    """Send ``owner_id``'s pending alerts of ``channel`` if its window allows; returns
+    1 if a message went, else 0."""
+    flag = f"{channel}_pending"
+    window_s = conf.get("ALERT_DIGEST_WINDOW_S")
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        states = AlertChannelState.objects.using(using)
+        state = states.select_for_update(skip_locked=True).filter(
+            owner_id=owner_id, channel=channel).first()
+        if state is None:
+            if states.filter(owner_id=owner_id, channel=channel).exists():
+                return 0  # another dispatcher holds it
+            state = AlertChannelState(owner_id=owner_id, channel=channel,
+                                      last_sent_at=now - seconds(window_s))
+        elif now < state.last_sent_at + seconds(window_s):
+            return 0
+        pending = AlertEvent.objects.using(using).filter(owner_id=owner_id, **{flag: True})
+        ids = list(pending.order_by("id").values_list("id", flat=True))
+        if not ids:
+            return 0
+        first = list(AlertEvent.objects.using(using).filter(pk__in=ids[:conf.get(
+            "ALERT_DIGEST_RUNS")]).order_by("id"))
+        kinds = Counter(AlertEvent.objects.using(using).filter(pk__in=ids)
+                        .values_list("kind", flat=True))
+        message = compose(first, kinds, len(ids))
+        if send(channel, owner_id, message, f"{channel}-{owner_id}-{ids[0]}", now, using):
+            AlertEvent.objects.using(using).filter(pk__in=ids).update(**{flag: False})
+        state.last_sent_at = now
+        state.messages += 1
+        state.save(using=using)
+    return 1
+
+
+def compose(first: list[AlertEvent], kinds: Counter, total: int) -> dict:
+    """The message of ``total`` alerts (``first``: the first few, ``kinds``: how many of
+    each kind): a dict with ``subject``, ``text`` and the fields the webhook sends."""
+    if total == 1:
+        event = first[0]
+        subject = f"[scheduler] {event.kind}: run {event.run_id} of job {event.job_id}"
+    else:
+        counted = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        subject = f"[scheduler] digest: {total} alerts ({counted})"
+    lines = [event.detail or f"{event.kind} alert of run {event.run_id}" for event in first]
+    if total > len(first):
+        lines.append(f"... and {total - len(first)} more")
+    return {
+        "type": "alert" if total == 1 else "digest", "subject": subject,
+        "total": total, "counts": dict(kinds), "text": "\n".join(lines),
+        "alerts": [{"kind": e.kind, "run_id": e.run_id, "job_id": e.job_id,
+                    "detail": e.detail, "created_at": e.created_at.isoformat()}
+                   for e in first],
+    }
+
+
+def send(channel: str, owner_id: int, message: dict, delivery: str, now,
+         using: str) -> bool:
+    """Send ``message`` to ``owner_id`` by ``channel``; True when it went (or cannot ever
+    go: an owner without an email address, or no webhook URL any more)."""
+    if channel == Channel.EMAIL:
+        address = (get_user_model().objects.using(using).filter(pk=owner_id)
+                   .values_list("email", flat=True).first())
+        if not address:
+            log.warning("alerts: owner %s has no email address; %d alerts dropped",
+                        owner_id, message["total"])
+            return True
+        try:
+            send_mail(message["subject"], message["text"], settings.DEFAULT_FROM_EMAIL,
+                      [address])
+        except OSError as exc:  # SMTP refused or unreachable: the next window tries again
+            log.warning("alerts: email to owner %s failed (%s); trying again in %s s",
+                        owner_id, exc, conf.get("ALERT_DIGEST_WINDOW_S"))
+            return False
+        return True
+    policy = effective({(owner_id, None)}, using)[(owner_id, None)]
+    if not policy.webhook_url:
+        return True
+    message = {key: value for key, value in message.items() if key != "text"}
+    webhook.enqueue(owner_id, policy.webhook_url, policy.webhook_secret, message, delivery,
+                    now, using)
+    return True

@@ -1,0 +1,74 @@
+"""The logging configuration of every daemon and of the web server (docs/alerts.md,
+"Logs"): plain lines by default, one JSON object per line with LOG_FORMAT=json.
+
+JSON lines come from python-json-logger's formatter: the keys ``time``, ``level``,
+``logger`` and ``message``, then every extra field of the record (a run's outcome line
+carries ``run_id``, ``job_id``, ``handler``, ``attempt``, ``outcome``, ``state`` and
+``duration_s``, runs/outcomes.py), and ``exc_info`` with the traceback when there is one.
+"""
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+FORMATS = ("text", "json")
+LINE = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def log_format() -> str:
+    """LOG_FORMAT from the environment: "text" (the default) or "json"; anything else is
+    an ImproperlyConfigured error naming it."""
+    value = os.environ.get("LOG_FORMAT", "text").strip().lower() or "text"
+    if value not in FORMATS:
+        raise ImproperlyConfigured(f"LOG_FORMAT must be one of {', '.join(FORMATS)}, "
+                                   f"not {value!r}")
+    return value
+
+
+def formatter() -> dict:
+    """The ``formatters`` entry of a dictConfig for the configured LOG_FORMAT."""
+    if log_format() == "json":
+        return {"()": "pythonjsonlogger.json.JsonFormatter", "format": LINE,
+                "rename_fields": {"asctime": "time", "levelname": "level",
+                                  "name": "logger"}}
+    return {"format": LINE}
+
+
+def django_logging(scheduler_level: str) -> dict:
+    """settings.LOGGING: Django's warnings and the scheduler's loggers (``scheduler.*``
+    at ``scheduler_level``) to the console."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"line": formatter()},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+        "loggers": {
+            # Django's default sends request errors (500s with their traceback, refused
+            # Host headers) to the console only with DEBUG on, and otherwise to ADMINS by
+            # mail, which nobody configures here: with DEBUG off they would be lost.
+            "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+            "scheduler": {"handlers": ["console"], "level": scheduler_level,
+                          "propagate": False},
+        },
+    }
+
+
+def gunicorn_logging() -> dict:
+    """gunicorn's ``logconfig_dict`` (gunicorn.conf.py): its error and access logs to
+    stderr and stdout in the configured format."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"line": formatter()},
+        "handlers": {
+            "error": {"class": "logging.StreamHandler", "formatter": "line",
+                      "stream": "ext://sys.stderr"},
+            "access": {"class": "logging.StreamHandler", "formatter": "line",
+                       "stream": "ext://sys.stdout"},
+        },
+        "loggers": {
+            "gunicorn.error": {"handlers": ["error"], "level": "INFO", "propagate": False},
+            "gunicorn.access": {"handlers": ["access"], "level": "INFO",
+                                "propagate": False},
+        },
+    }

@@ -1,0 +1,206 @@
+"""Owner alerts (docs/alerts.md): a run that dies tells its owner once per channel, a
+burst sends a bounded digest, misfire skips and late starts are alerted on when asked,
+signals and the outcome line come after the commit. Real PostgreSQL and Redis,
+in-process workers and dispatcher steps."""
+
+import logging
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import mail
+from django.db.models import F
+
+from jobs import services
+from jobs.models import Job, MisfirePolicy
+from jobs.registry import handler
+from jobs.scheduler import Scheduler
+from runs import signals
+from runs.alerts import late, webhook
+from runs.alerts.deliver import deliver
+from runs.alerts.models import AlertChannelState, AlertEvent, AlertKind, AlertPolicy
+from runs.clock import db_now
+from runs.models import Run, RunState
+from runs.outcomes import counts
+from runs.transitions import expire_leases, run_refs
+from runs.worker import Worker
+from tests.conftest import make_runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@handler("tests.alerts_fail")
+def alerts_fail(ctx, payload):
+    raise RuntimeError("the upstream said no")
+
+
+@pytest.fixture
+def owner():
+    return User.objects.create_user("olga", email="olga@example.com")
+
+
+def kill(runs: list[Run]) -> None:
+    """Make ``runs`` die as the dispatcher's reap makes them: running on their last
+    attempt under a lease that expired."""
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(
+        state=RunState.RUNNING, attempt=1, max_attempts=1,
+        lease_expires_at=db_now() - timedelta(seconds=5))
+    while expire_leases(1000, "default"):
+        pass
+    assert Run.objects.filter(pk__in=[r.pk for r in runs], state=RunState.DEAD).count() \
+        == len(runs)
+
+
+def webhook_jobs(owner) -> list[Job]:
+    return list(Job.objects.filter(owner=owner, handler=webhook.HANDLER).order_by("pk"))
+
+
+def test_a_run_that_dies_tells_its_owner_once_by_email_with_signals_and_a_line(
+        rb, owner, caplog):
+    got = []
+
+    def receiver(signal, **kwargs):
+        got.append((signal, kwargs["run_id"], kwargs["attempt"], kwargs["outcome"]))
+
+    for signal in (signals.run_failed, signals.run_dead, signals.run_succeeded,
+                   signals.run_retrying):
+        signal.connect(receiver)
+    try:
+        [run] = make_runs("default", 1, handler="tests.alerts_fail", max_attempts=1,
+                          owner=owner)
+        rb.push(run_refs(Run.objects.filter(pk=run.pk)))
+        with caplog.at_level(logging.INFO, logger="scheduler.runs"):
+            Worker(["default"], concurrency=1, burst=True).serve()
+    finally:
+        for signal in (signals.run_failed, signals.run_dead, signals.run_succeeded,
+                       signals.run_retrying):
+            signal.disconnect(receiver)
+
+    assert Run.objects.get(pk=run.pk).state == RunState.DEAD
+    assert got == [(signals.run_failed, run.pk, 1, "failed"),
+                   (signals.run_dead, run.pk, 1, "failed")]
+    [line] = [r for r in caplog.records if r.name == "scheduler.runs"]
+    assert line.getMessage().startswith(f"run {run.pk} failed, dead (job {run.job_id}, "
+                                        f"handler tests.alerts_fail, attempt 1 in ")
+    assert line.getMessage().endswith("RuntimeError: the upstream said no")
+    assert (line.run_id, line.job_id, line.handler, line.attempt, line.outcome,
+            line.state) == (run.pk, run.job_id, "tests.alerts_fail", 1, "failed", "dead")
+    assert line.duration_s >= 0
+
+    assert deliver() == 1
+    assert deliver() == 0
+    [email] = mail.outbox
+    assert email.to == ["olga@example.com"]
+    assert email.subject == f"[scheduler] dead: run {run.pk} of job {run.job_id}"
+    assert "RuntimeError: the upstream said no" in email.body
+    assert webhook_jobs(owner) == []  # no webhook URL: no webhook
+    assert ("default", "dead", 1) in counts("default")  # flushed when the worker stopped
+
+
+def test_500_deaths_at_once_send_one_digest_per_channel(db, owner):
+    AlertPolicy.objects.create(owner=owner, webhook_url="https://hooks.example.com/a")
+    runs = make_runs("default", 500, handler="tests.alerts_fail", owner=owner)
+    kill(runs)
+    assert AlertEvent.objects.filter(owner=owner, kind=AlertKind.DEAD).count() == 500
+
+    assert deliver() == 2
+    assert deliver() == 0
+    [email] = mail.outbox
+    assert email.subject == "[scheduler] digest: 500 alerts (500 dead)"
+    assert email.body.endswith("... and 480 more")
+    [job] = webhook_jobs(owner)
+    body = job.payload["body"]
+    assert '"total":500' in body and '"type":"digest"' in body
+    assert Run.objects.filter(job=job).count() == 1
+
+
+def test_after_the_first_alert_a_burst_waits_for_one_digest_at_the_windows_end(db, owner):
+    AlertPolicy.objects.create(owner=owner, webhook_url="https://hooks.example.com/a")
+    kill(make_runs("default", 1, handler="tests.alerts_fail", owner=owner))
+    assert deliver() == 2  # the first alert goes at once, on both channels
+    kill(make_runs("default", 499, handler="tests.alerts_fail", owner=owner))
+
+    assert deliver() == 0  # within the window: nothing more
+    assert len(mail.outbox) == 1
+    AlertChannelState.objects.update(last_sent_at=F("last_sent_at") - timedelta(minutes=1))
+    assert deliver() == 2
+    assert deliver() == 0
+    assert [m.subject.split(":")[0] for m in mail.outbox] == ["[scheduler] dead",
+                                                             "[scheduler] digest"]
+    assert mail.outbox[1].subject == "[scheduler] digest: 499 alerts (499 dead)"
+    assert len(webhook_jobs(owner)) == 2
+    assert not AlertEvent.objects.filter(email_pending=True).exists()
+    assert not AlertEvent.objects.filter(webhook_pending=True).exists()
+
+
+def test_a_jobs_policy_overrides_its_owners(db, owner):
+    AlertPolicy.objects.create(owner=owner, email=True)
+    quiet, loud = (make_runs("default", 1, handler="tests.alerts_fail", owner=owner)[0]
+                   for _ in range(2))
+    AlertPolicy.objects.create(job_id=quiet.job_id, on_dead=False)
+    kill([quiet, loud])
+
+    assert list(AlertEvent.objects.values_list("run_id", flat=True)) == [loud.pk]
+
+
+def test_runs_without_an_owner_or_a_policy_that_says_no_raise_nothing(db, owner):
+    AlertPolicy.objects.create(owner=owner, email=False)
+    kill(make_runs("default", 3, handler="tests.alerts_fail", owner=owner)
+         + make_runs("default", 2, handler="tests.alerts_fail"))
+
+    assert not AlertEvent.objects.exists()
+
+
+def test_the_webhook_is_signed_with_the_owners_secret_and_a_timestamp(db, owner):
+    policy = AlertPolicy.objects.create(owner=owner, email=False,
+                                        webhook_url="https://hooks.example.com/a")
+    kill(make_runs("default", 1, handler="tests.alerts_fail", owner=owner))
+    deliver()
+
+    [job] = webhook_jobs(owner)
+    payload = job.payload
+    body, headers = payload["body"].encode(), payload["headers"]
+    signature = headers[webhook.SIGNATURE_HEADER]
+    assert webhook.verify(policy.webhook_secret, body, signature)
+    assert not webhook.verify(policy.webhook_secret, body + b" ", signature)
+    assert not webhook.verify("another secret", body, signature)
+    stamp = int(headers[webhook.TIMESTAMP_HEADER])
+    assert not webhook.verify(policy.webhook_secret, body, signature,
+                              now=stamp + webhook.TOLERANCE_S + 1)
+    assert (payload["method"], payload["url"]) == ("POST", "https://hooks.example.com/a")
+
+
+def test_an_owner_without_email_address_is_skipped_not_retried(db):
+    nobody = User.objects.create_user("nomail")
+    kill(make_runs("default", 1, handler="tests.alerts_fail", owner=nobody))
+
+    assert deliver() == 1
+    assert mail.outbox == []
+    assert not AlertEvent.objects.filter(email_pending=True).exists()
+
+
+def test_misfire_skips_are_alerted_when_asked(db, owner, settings):
+    settings.SCHEDULER = {"MISFIRE_GRACE_S": 60}
+    AlertPolicy.objects.create(owner=owner, on_misfire=True)
+    job = services.create_job("noop", cron_expr="* * * * *", owner=owner,
+                              misfire_policy=MisfirePolicy.SKIP)
+    Job.objects.filter(pk=job.pk).update(next_run_at=db_now() - timedelta(minutes=5))
+
+    Scheduler().tick()
+
+    [event] = AlertEvent.objects.filter(kind=AlertKind.MISFIRE)
+    assert (event.owner_id, event.job_id, event.run_id) == (owner.pk, job.pk, None)
+    assert "skipped by its misfire policy skip" in event.detail
+    deliver()
+    assert mail.outbox[0].subject == f"[scheduler] misfire: run None of job {job.pk}"
+
+
+def test_a_run_waiting_past_the_threshold_is_alerted_once(db, owner):
+    AlertPolicy.objects.create(owner=owner, late_after_s=30)
+    [waiting] = make_runs("default", 1, owner=owner, delay_s=-60)
+    make_runs("default", 1, owner=owner, delay_s=-5)  # within the threshold
+
+    assert late.scan() == 1
+    assert late.scan() == 0
+    [event] = AlertEvent.objects.all()
+    assert (event.kind, event.run_id) == (AlertKind.LATE, waiting.pk)

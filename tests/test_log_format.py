@@ -1,0 +1,75 @@
+"""LOG_FORMAT (docs/alerts.md, "Logs"): plain lines by default, one JSON object per line
+with LOG_FORMAT=json, the fields of a run's outcome line as keys."""
+
+import json
+import logging
+import logging.config
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from runs.models import Run
+from runs.transitions import run_refs
+from scheduler_project.logging_config import django_logging, gunicorn_logging, log_format
+from tests.conftest import ROOT, daemon_env, make_runs
+
+
+def formatted(monkeypatch, value: str, config=django_logging, logger="scheduler") -> str:
+    monkeypatch.setenv("LOG_FORMAT", value)
+    logging.config.dictConfig(config("INFO") if config is django_logging else config())
+    try:
+        handler = logging.getLogger(logger).handlers[0]
+        record = logging.LogRecord("scheduler.runs", logging.INFO, __file__, 1,
+                                   "run %s succeeded", (7,), None)
+        record.run_id, record.outcome, record.duration_s = 7, "succeeded", 0.25
+        return handler.format(record)
+    finally:
+        monkeypatch.delenv("LOG_FORMAT")
+        from django.conf import settings
+        logging.config.dictConfig(settings.LOGGING)
+
+
+def test_json_lines_carry_the_message_and_the_records_fields_as_keys(monkeypatch):
+    line = formatted(monkeypatch, "json")
+
+    data = json.loads(line)
+    assert data["message"] == "run 7 succeeded"
+    assert (data["level"], data["logger"]) == ("INFO", "scheduler.runs")
+    assert (data["run_id"], data["outcome"], data["duration_s"]) == (7, "succeeded", 0.25)
+    assert "time" in data
+
+
+def test_text_is_the_default_and_gunicorn_follows_the_same_setting(monkeypatch):
+    assert formatted(monkeypatch, "").endswith(" INFO scheduler.runs run 7 succeeded")
+    line = formatted(monkeypatch, "json", gunicorn_logging, "gunicorn.error")
+    assert json.loads(line)["run_id"] == 7
+
+
+def test_an_unknown_format_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("LOG_FORMAT", "xml")
+    with pytest.raises(ImproperlyConfigured, match="LOG_FORMAT must be one of text, json, "
+                                                   "not 'xml'"):
+        log_format()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_with_log_format_json_prints_only_json_lines(rb):
+    runs = make_runs("default", 3, handler="always_fails", max_attempts=1)
+    rb.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in runs])))
+    env = daemon_env("redis", LOG_FORMAT="json")
+    env["LOG_FORMAT"] = "json"
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "runworker", "--burst", "--concurrency",
+         "1"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in (out.stdout + out.stderr).splitlines()]
+    outcomes = [line for line in lines if line["logger"] == "scheduler.runs"]
+    assert sorted(line["run_id"] for line in outcomes) == sorted(r.pk for r in runs)
+    assert {(line["handler"], line["attempt"], line["outcome"], line["state"])
+            for line in outcomes} == {("always_fails", 1, "failed", "dead")}
+    assert all(line["duration_s"] >= 0 for line in outcomes)
+    assert any(line["logger"] == "scheduler.worker" for line in lines)
