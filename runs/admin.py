@@ -413,3 +413,5 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
     @admin.display(description="running", ordering="running_count")
     def running(self, worker):
         return worker.running_count
+
+from runs.alerts import admin as alerts_admin  # noqa: E402, F401  (registers its models)

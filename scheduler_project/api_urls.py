@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from jobs.alerts_api import JobAlertsView, OwnerAlertsView
 from jobs.api import JobViewSet
 from jobs.limits_api import LimitsView
 from runs.api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
@@ -13,10 +14,11 @@ from runs.api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 
 class Router(DefaultRouter):
     """DRF's DefaultRouter whose root view (GET /api/) also lists the endpoints outside
-    the router: queues, limits, the schema and its Swagger UI, so the browsable API shows
-    every entry point."""
+    the router: queues, limits, alerts, the schema and its Swagger UI, so the browsable API
+    shows every entry point."""
 
-    EXTRA = {"queues": "queues", "limits": "limits", "schema": "schema", "docs": "swagger-ui"}
+    EXTRA = {"queues": "queues", "limits": "limits", "alerts": "alerts", "schema": "schema",
+             "docs": "swagger-ui"}
 
     def get_api_root_view(self, api_urls=None):
         list_name = self.routes[0].name
@@ -35,6 +37,8 @@ urlpatterns = [
     path("runs/<int:run_pk>/logs/", LogLineViewSet.as_view({"get": "list"}), name="run-logs"),
     path("queues/", QueueView.as_view(), name="queues"),
     path("limits/", LimitsView.as_view(), name="limits"),
+    path("alerts/", OwnerAlertsView.as_view(), name="alerts"),
+    path("jobs/<int:job_pk>/alerts/", JobAlertsView.as_view(), name="job-alerts"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     # Session login for people using the browsable API or the Swagger UI in a browser.

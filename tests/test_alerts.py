@@ -204,3 +204,52 @@ def test_a_run_waiting_past_the_threshold_is_alerted_once(db, owner):
     assert late.scan() == 0
     [event] = AlertEvent.objects.all()
     assert (event.kind, event.run_id) == (AlertKind.LATE, waiting.pk)
+
+
+def test_the_api_sets_an_owners_and_a_jobs_policy(api, alice):
+    job = services.create_job("noop", owner=alice, delay_s=60)
+
+    got = api.get("/api/alerts/").json()
+    assert got["effective"] == {"email": True, "webhook": True, "on_dead": True,
+                                "on_misfire": False, "late_after_s": 0}
+    put = api.put("/api/alerts/", {"webhook_url": "https://hooks.example.com/x",
+                                   "on_misfire": True}, format="json")
+    assert put.status_code == 200, put.content
+    secret = put.json()["webhook_secret"]
+    assert len(secret) >= 40
+    rotated = api.put("/api/alerts/", {"rotate_secret": True}, format="json").json()
+    assert rotated["webhook_secret"] != secret
+    assert rotated["webhook_url"] == "https://hooks.example.com/x"
+
+    put = api.put(f"/api/jobs/{job.pk}/alerts/", {"email": False, "late_after_s": 90},
+                  format="json")
+    assert put.status_code == 200, put.content
+    assert put.json()["effective"] == {"email": False, "webhook": True, "on_dead": True,
+                                       "on_misfire": True, "late_after_s": 90}
+    bad = api.put(f"/api/jobs/{job.pk}/alerts/", {"late_after_s": -1}, format="json")
+    assert bad.status_code == 400 and "late_after_s" in bad.json()
+    assert AlertPolicy.objects.get(job=job).late_after_s == 90  # nothing half-stored
+    assert api.delete(f"/api/jobs/{job.pk}/alerts/").status_code == 204
+    assert not AlertPolicy.objects.filter(job=job).exists()
+
+
+def test_another_owners_job_alerts_are_not_found(api):
+    bob = User.objects.create_user("bob")
+    job = services.create_job("noop", owner=bob, delay_s=60)
+
+    assert api.get(f"/api/jobs/{job.pk}/alerts/").status_code == 404
+    assert api.put(f"/api/jobs/{job.pk}/alerts/", {"email": False},
+                   format="json").status_code == 404
+
+
+def test_the_admin_edits_policies_without_showing_the_secret(client, owner):
+    row = AlertPolicy.objects.create(owner=owner, webhook_url="https://hooks.example.com/a")
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+
+    page = client.get(f"/admin/runs/alertpolicy/{row.pk}/change/")
+    assert page.status_code == 200
+    assert b"https://hooks.example.com/a" in page.content
+    assert row.webhook_secret.encode() not in page.content
+    client.post("/admin/runs/alertpolicy/", {"action": "rotate_secret",
+                                            "_selected_action": [row.pk]})
+    assert AlertPolicy.objects.get(pk=row.pk).webhook_secret != row.webhook_secret
