@@ -19,6 +19,7 @@ from runs import signals
 from runs.alerts import late, webhook
 from runs.alerts.deliver import deliver
 from runs.alerts.models import AlertChannelState, AlertEvent, AlertKind, AlertPolicy
+from runs.alerts.policy import WEBHOOK_HANDLER
 from runs.clock import db_now
 from runs.models import Run, RunState
 from runs.outcomes import counts
@@ -52,7 +53,7 @@ def kill(runs: list[Run]) -> None:
 
 
 def webhook_jobs(owner) -> list[Job]:
-    return list(Job.objects.filter(owner=owner, handler=webhook.HANDLER).order_by("pk"))
+    return list(Job.objects.filter(owner=owner, handler=WEBHOOK_HANDLER).order_by("pk"))
 
 
 def test_a_run_that_dies_tells_its_owner_once_by_email_with_signals_and_a_line(
@@ -253,3 +254,15 @@ def test_the_admin_edits_policies_without_showing_the_secret(client, owner):
     client.post("/admin/runs/alertpolicy/", {"action": "rotate_secret",
                                             "_selected_action": [row.pk]})
     assert AlertPolicy.objects.get(pk=row.pk).webhook_secret != row.webhook_secret
+
+
+def test_a_webhook_delivery_that_dies_is_told_by_email_only(db, owner):
+    AlertPolicy.objects.create(owner=owner, webhook_url="https://hooks.example.com/a")
+    kill(make_runs("default", 1, handler="tests.alerts_fail", owner=owner))
+    deliver()
+    [job] = webhook_jobs(owner)
+
+    kill(list(Run.objects.filter(job=job)))
+
+    event = AlertEvent.objects.get(job=job)
+    assert (event.email_pending, event.webhook_pending) == (True, False)

@@ -15,6 +15,8 @@ from runs.alerts.models import AlertEvent, AlertKind, AlertPolicy
 from runs.models import Run
 
 DETAIL_MAX = 2000  # characters of a cause (an error with its traceback) kept on the alert
+WEBHOOK_HANDLER = "http"  # webhooks are runs of it, in jobs named WEBHOOK_JOB_PREFIX + id
+WEBHOOK_JOB_PREFIX = "alert webhook "
 
 
 @dataclass(frozen=True)
@@ -75,12 +77,13 @@ def effective(pairs: set[tuple[int, int | None]], using: str) -> dict[tuple, Eff
 
 
 def raise_alerts(kind: str, items: list[tuple[int | None, int | None, int | None, str]],
-                 now: datetime, using: str) -> int:
+                 now: datetime, using: str, no_webhook: set[int] = frozenset()) -> int:
     """Store an alert of ``kind`` (AlertKind) for each ``(owner id, job id, run id,
     detail)`` whose owner's policy asks for it by some channel; call inside the
     transaction of its cause. Items without an owner are skipped (nobody to tell); a run
-    alerted on before for the same kind is not alerted again. Returns how many were
-    stored (duplicates included)."""
+    alerted on before for the same kind is not alerted again; runs in ``no_webhook`` are
+    not sent by webhook (webhook deliveries themselves: a dead webhook alerted by webhook
+    would loop). Returns how many were stored (duplicates included)."""
     items = [item for item in items if item[0] is not None]
     if not items:
         return 0
@@ -89,6 +92,8 @@ def raise_alerts(kind: str, items: list[tuple[int | None, int | None, int | None
     for owner, job, run, detail in items:
         policy = policies[(owner, job)]
         channels = policy.channels
+        if run in no_webhook:
+            channels["webhook_pending"] = False
         if policy.wants(kind) and any(channels.values()):
             events.append(AlertEvent(owner_id=owner, job_id=job, run_id=run, kind=kind,
                                      detail=detail[:DETAIL_MAX], created_at=now, **channels))
@@ -100,10 +105,13 @@ def alert_dead(dead: list[tuple[int, int, str]], now: datetime, using: str) -> N
     """The owners' alerts of runs just moved to the dead letter: ``dead`` holds ``(run
     id, attempt, error)``. In the transaction of the move (dead runs are rare: a query
     here costs the common path nothing)."""
-    owners = dict(((r, (j, o)) for r, j, o in Run.objects.using(using).filter(
-        pk__in=[d[0] for d in dead]).values_list("id", "job_id", "job__owner_id")))
+    rows = Run.objects.using(using).filter(pk__in=[d[0] for d in dead]).values_list(
+        "id", "job_id", "job__owner_id", "job__name", "job__handler")
+    jobs = {run: (job, owner) for run, job, owner, _, _ in rows}
+    deliveries = {run for run, _, _, name, handler in rows
+                  if handler == WEBHOOK_HANDLER and name.startswith(WEBHOOK_JOB_PREFIX)}
     raise_alerts(AlertKind.DEAD, [
-        (owners[run_id][1], owners[run_id][0], run_id,
-         f"run {run_id} of job {owners[run_id][0]} is in the dead letter after "
+        (jobs[run_id][1], jobs[run_id][0], run_id,
+         f"run {run_id} of job {jobs[run_id][0]} is in the dead letter after "
          f"attempt {attempt}: {error}")
-        for run_id, attempt, error in dead if run_id in owners], now, using)
+        for run_id, attempt, error in dead if run_id in jobs], now, using, deliveries)

@@ -17,6 +17,7 @@ import time
 
 from jobs import conf
 from jobs.models import Job
+from runs.alerts.policy import WEBHOOK_HANDLER, WEBHOOK_JOB_PREFIX
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.models import Run
@@ -26,7 +27,6 @@ SIGNATURE_HEADER = "X-Scheduler-Signature"
 TIMESTAMP_HEADER = "X-Scheduler-Timestamp"
 DELIVERY_HEADER = "X-Scheduler-Delivery"
 TOLERANCE_S = 600  # the age of ``t`` receivers accept: well over a delivery's retries
-HANDLER = "http"
 
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
@@ -72,7 +72,7 @@ def enqueue(owner_id: int, url: str, secret: str, message: dict, delivery: str,
     after the caller's transaction commits. Returns the run."""
     queue = conf.get("ALERT_WEBHOOK_QUEUE")
     job = Job.objects.using(using).create(
-        name=f"alert webhook {delivery}", owner_id=owner_id, handler=HANDLER,
+        name=f"{WEBHOOK_JOB_PREFIX}{delivery}", owner_id=owner_id, handler=WEBHOOK_HANDLER,
         payload=delivery_payload(url, secret, message, delivery), queue=queue,
         run_at=now, max_attempts=conf.get("ALERT_WEBHOOK_ATTEMPTS"), timeout_s=30)
     run = Run.objects.using(using).create(
