@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.exceptions import BrokerUnavailable
 from jobs.models import Job
+from jobs.tenants import set_owner_policy
 from runs import metrics, stats
 from runs.brokers import get_broker
 from runs.brokers.redis import RedisBroker
@@ -221,6 +222,7 @@ def test_live_workers_and_their_slots_per_queue(broker):
 def test_api_queues_keeps_its_fields_and_adds_shards_throughput_and_lag(broker):
     alice = User.objects.create_user("alice")
     staff = client_for(user_with("ops", "runs.view_run"))
+    set_owner_policy(alice, queues=["q2"])  # her tenant queue
     one_off(alice, queue="q2")  # so alice sees q2
     finished_and_running()
 
