@@ -27,6 +27,7 @@ from jobs.exceptions import BrokerUnavailable
 from runs import stats
 from runs.brokers import get_broker
 from runs.clock import db_now
+from runs.metrics_health import HealthCollector
 
 log = logging.getLogger("scheduler.metrics")
 
@@ -154,6 +155,7 @@ class SchedulerCollector(Collector):
 
 registry = CollectorRegistry(auto_describe=False)
 registry.register(SchedulerCollector())
+registry.register(HealthCollector())
 
 
 def metrics_token() -> str:
