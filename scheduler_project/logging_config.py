@@ -66,6 +66,9 @@ def gunicorn_logging() -> dict:
             "access": {"class": "logging.StreamHandler", "formatter": "line",
                        "stream": "ext://sys.stdout"},
         },
+        # gunicorn lays this over its own defaults, whose root logger names a handler
+        # "console": the root is given here so that name is not looked for.
+        "root": {"level": "INFO", "handlers": ["error"]},
         "loggers": {
             "gunicorn.error": {"handlers": ["error"], "level": "INFO", "propagate": False},
             "gunicorn.access": {"handlers": ["access"], "level": "INFO",

@@ -73,3 +73,18 @@ def test_a_worker_with_log_format_json_prints_only_json_lines(rb):
             for line in outcomes} == {("always_fails", 1, "failed", "dead")}
     assert all(line["duration_s"] >= 0 for line in outcomes)
     assert any(line["logger"] == "scheduler.worker" for line in lines)
+
+
+@pytest.mark.parametrize("value", ["text", "json"])
+def test_gunicorn_takes_the_configuration(monkeypatch, value):
+    from gunicorn.config import Config
+    from gunicorn.glogging import Logger
+
+    monkeypatch.setenv("LOG_FORMAT", value)
+    config = Config()
+    config.set("logconfig_dict", gunicorn_logging())
+    try:
+        Logger(config).error("the web server says %s", "hello")
+    finally:
+        from django.conf import settings
+        logging.config.dictConfig(settings.LOGGING)

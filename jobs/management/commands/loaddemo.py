@@ -144,7 +144,7 @@ class Command(BaseCommand):
                 raise CommandError(f"--owner: no user named {username!r}") from None
         user = User.objects.filter(**{User.USERNAME_FIELD: "demo"}).first()
         if user is None:
-            user = User.objects.create_superuser("demo", email="", password="demo")
+            user = User.objects.create_superuser("demo", email="demo@example.com", password="demo")
             self.stdout.write("Created superuser demo (password demo).")
         elif not (user.is_staff and user.is_superuser):
             user.is_staff = user.is_superuser = True
