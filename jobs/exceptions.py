@@ -32,3 +32,24 @@ class BrokerUnavailable(SchedulerError):
 
 class StaleLease(SchedulerError):
     """The lease is no longer held: it expired and the run moved on (fencing)."""
+
+
+class RetryAfter(SchedulerError):
+    """The handler asked for its run to be retried after a given delay.
+
+    Raised by a handler (``raise RetryAfter(30, "rate limited")``): the attempt is recorded
+    as failed and, if the run has attempts left, its next attempt is due ``delay_s``
+    seconds (float, at least 0, at most RETRY_BACKOFF_CAP_S) after the failure instead of
+    after the exponential backoff (docs/architecture.md, "Handlers"). The built-in
+    ``http`` handler raises it for a Retry-After header (docs/http-handler.md).
+    """
+
+    def __init__(self, delay_s: float, message: str | None = None):
+        self.delay_s = float(delay_s)
+        super().__init__(message or f"{self.__doc__.splitlines()[0]} ({self.delay_s:g} s)")
+
+
+class PermanentFailure(SchedulerError):
+    """The handler failed in a way a retry cannot fix: the run goes to the dead letter at
+    once, whatever attempts it has left (docs/architecture.md, "Handlers"). The built-in
+    ``http`` handler raises it for a 4xx answer other than 429 (docs/http-handler.md)."""

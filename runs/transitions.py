@@ -221,14 +221,18 @@ def _store_logs(attempt_ids: dict[tuple[int, int], int], outcomes: list[Outcome]
 
 
 def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: str,
-              fates: dict[int, str] | None = None) -> list[int]:
+              fates: dict[int, str] | None = None,
+              asked: dict[int, float | bool | None] | None = None) -> list[int]:
     """Move failed leased runs to ``retrying`` (run_at = now + backoff) or ``dead``.
 
     ``rows`` are ``(run_id, attempt, max_attempts)`` of runs known to be running under that
     attempt; each UPDATE is fenced on it. Records ``outcome`` on the attempt, and raises
     the owners' dead-letter alerts (docs/alerts.md). Returns the ids of runs that will be
     retried (the caller pushes them to the broker after commit); ``fates``, when given,
-    gets run id -> "retrying", "dead" or "cancelled" for each run changed.
+    gets run id -> "retrying", "dead" or "cancelled" for each run changed. ``asked`` maps
+    a run id to what its handler asked (runs/types.py, Outcome.retry): a delay in seconds
+    replaces the backoff (capped at RETRY_BACKOFF_CAP_S), False sends the run to the dead
+    letter now.
     """
     base, cap = conf.get("RETRY_BACKOFF_BASE_S"), conf.get("RETRY_BACKOFF_CAP_S")
     runs = Run.objects.using(using)
@@ -236,16 +240,18 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
     for run_id, attempt, max_attempts in rows:
         error = storable(errors.get(run_id, ""))
         fenced = runs.filter(pk=run_id, attempt=attempt, state=RunState.RUNNING)
-        if attempt >= max_attempts:
+        wish = (asked or {}).get(run_id)
+        if attempt >= max_attempts or wish is False:
             changed = fenced.update(
                 state=RunState.DEAD, finished_at=now, error=error, lease_expires_at=None
             )
             if changed:
                 dead.append((run_id, attempt, error))
         else:
+            delay = backoff_s(attempt, base, cap) if wish is None else min(max(wish, 0), cap)
             changed = fenced.update(
                 state=RunState.RETRYING,
-                run_at=now + seconds(backoff_s(attempt, base, cap)),
+                run_at=now + seconds(delay),
                 error=error,
                 lease_expires_at=None,
             )
@@ -374,6 +380,7 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
         live = _held([o.lease for o in outcomes], using, "max_attempts")
         failed: dict[str, list] = {}
         errors: dict[int, str] = {}
+        asked: dict[int, float | bool | None] = {}
         retried: list[int] = []
         succeeded: list[tuple[int, int, object]] = []
         for o in outcomes:
@@ -387,10 +394,11 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
             else:
                 failed.setdefault(o.outcome, []).append((key[0], key[1], live[key][0]))
                 errors[key[0]] = o.error
+                asked[key[0]] = o.retry
         _succeed(succeeded, now, using)
         fates: dict[int, str] = {}
         for outcome, rows in failed.items():
-            retried += fail_runs(rows, outcome, errors, now, using, fates)
+            retried += fail_runs(rows, outcome, errors, now, using, fates, asked)
         for o, ok in zip(outcomes, accepted, strict=True):
             if ok:
                 o.fate = fates.get(o.lease.run_id, "succeeded")

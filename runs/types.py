@@ -42,7 +42,10 @@ class Outcome:
     """How one attempt ended, reported by a worker to ``Broker.complete``.
 
     ``outcome`` is an AttemptOutcome value (succeeded, failed, timed_out, crashed);
-    ``logs`` is a list of ``(created_at, level, logger_name, message)`` tuples.
+    ``logs`` is a list of ``(created_at, level, logger_name, message)`` tuples. For a
+    failure, ``retry`` is what the handler asked for (docs/architecture.md, "Handlers"):
+    None, the usual backoff; a number, retry after that many seconds (RetryAfter); False,
+    no retry, the dead letter at once (PermanentFailure).
     """
 
     lease: Lease
@@ -54,6 +57,7 @@ class Outcome:
     # (succeeded, retrying, dead, cancelled), set by the ack itself (runs/transitions.py).
     took_s: float | None = None
     fate: str = ""
+    retry: float | bool | None = None
 
 
 @dataclass(frozen=True)

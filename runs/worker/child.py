@@ -10,6 +10,7 @@ What crosses the pipe, and how: runs/worker/wire.py.
 import ctypes
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -17,6 +18,7 @@ import time
 import traceback
 from datetime import UTC, datetime
 
+from jobs.exceptions import PermanentFailure, RetryAfter
 from runs.clock import from_us
 from runs.context import RunContext
 from runs.worker.wire import message_sender
@@ -149,17 +151,27 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         handler=task["handler"],
         logger=logging.getLogger(f"jobs.run.{task['handler']}"), _beat=beat,
     )
-    ok, result, error = True, None, ""
+    ok, result, error, retry = True, None, "", None
     try:
         result = get_handler(task["handler"])(ctx, json.loads(task["payload"]))
-    except BaseException:  # noqa: BLE001 - SystemExit from a handler is a failure too
-        ok, error = False, traceback.format_exc()
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from a handler is a failure too
+        ok, error, retry = False, traceback.format_exc(), retry_asked(exc)
     if ok:
         problem = result_problem(result)
         if problem:
             ok, result, error = False, None, f"the handler's result {problem}"
     return ("done", task["run_id"], task["attempt"], ok, result, error, capture.finish(),
-            began, time.monotonic())
+            began, time.monotonic(), retry)
+
+
+def retry_asked(exc: BaseException) -> float | bool | None:
+    """What a handler's exception asks of the retry (runs/types.py, Outcome.retry): the
+    delay of a RetryAfter (seconds), False for a PermanentFailure, else None (backoff)."""
+    if isinstance(exc, RetryAfter):
+        return exc.delay_s if math.isfinite(exc.delay_s) else None
+    if isinstance(exc, PermanentFailure):
+        return False
+    return None
 
 
 def result_problem(result) -> str | None:

@@ -78,14 +78,14 @@ class Supervision:
             else:
                 current.lost = True
             return
-        _, _, attempt, ok, result, error, logs, began, finished = message
+        _, _, attempt, ok, result, error, logs, began, finished, retry = message
         if current.logs:
             logs = current.logs + logs
         took = finished - began
         self.add_outcome(Outcome(
             lease=current.lease,
             outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
-            result=result, error=error, logs=logs, took_s=took,
+            result=result, error=error, logs=logs, took_s=took, retry=retry,
         ))
         self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
         slot.queued.popleft()

@@ -10,7 +10,8 @@ of a no-op run's share of the worker's time (BENCHMARKS.md), while integers and 
 exact and cheap. A payload that does not decode fails its run (json.loads in the handler's
 try).
 Child -> parent: ``("heartbeat", run_id)`` and ``("log", run_id, lines, dropped)`` any number of
-times, then ``("done", run_id, attempt, ok, result, error, logs, began, finished)``: a
+times, then ``("done", run_id, attempt, ok, result, error, logs, began, finished, retry)``
+(``retry``: runs/types.py, Outcome.retry): a
 run still going after LOG_STREAM_S sends its log lines as they come (at most every
 LOG_STREAM_S), so the lines of a run that never returns (cut off by its timeout, or its
 process dead) reach the worker; the others come with ``done``. ``began``
@@ -74,10 +75,10 @@ def message_sender(conn):
                 raise
             # e.g. nested deeper than pickle's recursion allows, or an instance of a
             # local dict subclass: a failure naming the result, not a dead child.
-            _, run_id, attempt, _, _, _, logs, began, finished = message
+            _, run_id, attempt, _, _, _, logs, began, finished, _ = message
             error = f"the handler's result cannot be sent to the worker: {exc!r}"[:10_000]
             data = pickle.dumps(("done", run_id, attempt, False, None, error, logs, began,
-                                 finished), pickle.HIGHEST_PROTOCOL)
+                                 finished, None), pickle.HIGHEST_PROTOCOL)
         with lock:
             conn.send_bytes(data)
 
