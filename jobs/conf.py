@@ -125,6 +125,21 @@ DEFAULTS: dict[str, Tunable] = {
     "ALERT_POLL_S": Tunable(1.0, float, "seconds between a dispatcher's alert deliveries"),
     "ALERT_WEBHOOK_ATTEMPTS": Tunable(5, int, "attempts of a webhook delivery run"),
     "ALERT_WEBHOOK_QUEUE": Tunable("default", str, "queue of the webhook delivery runs"),
+    # The built-in http handler and its SSRF guard (docs/http-handler.md).
+    "HTTP_ALLOWLIST": Tunable(
+        "", str, "comma-separated host names (exact, or .suffix for a domain and its "
+        "subdomains), IP addresses and CIDR networks outbound requests may reach although "
+        "they are not public (loopback, private, link-local...); empty: public addresses only"),
+    "HTTP_MAX_TIMEOUT_S": Tunable(
+        60.0, float, "longest timeout_s an http job's payload may ask for (seconds)"),
+    "HTTP_BODY_EXCERPT_BYTES": Tunable(
+        4096, int, "bytes of a response body the http handler reads and keeps in the run's "
+        "result; it stops reading there"),
+    "HTTP_MAX_REDIRECTS": Tunable(
+        3, int, "redirects the http handler follows, each hop checked by the SSRF guard"),
+    "HTTP_RETRY_AFTER_MAX_S": Tunable(
+        600.0, float, "longest Retry-After (seconds) the http handler honours; longer "
+        "ones are cut to it"),
 }
 
 

@@ -1,4 +1,8 @@
-"""The demo handlers: noop, echo, sleep, flaky and always_fails, for the demo, the tests
+"""The built-in handlers. ``http`` (runs/outbound/handler.py, docs/http-handler.md) is
+registered always: it is a production handler, every outbound request behind the SSRF
+guard.
+
+The demo handlers: noop, echo, sleep, flaky and always_fails, for the demo, the tests
 and the benchmarks. They are registered only when the setting DEMO_HANDLERS is on
 (``SCHEDULER_DEMO_HANDLERS=true``; scripts/demo, the test settings and the benchmarks
 turn it on), never by default: in a production deployment any user of the API could
@@ -14,6 +18,7 @@ import zlib
 
 from jobs import conf
 from jobs.registry import handler
+from runs.outbound.handler import http
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,8 @@ def always_fails(ctx, payload):
 
 DEMO = {"noop": noop, "echo": echo, "sleep": sleep, "flaky": flaky,
         "always_fails": always_fails}
+
+handler("http")(http)
 
 # Read once, when the apps load (jobs.apps -> registry.autodiscover): the workers and the
 # web process must agree, so the setting belongs to the deployment, not to a request.

@@ -13,6 +13,7 @@ from jobs import conf, cron
 from jobs.exceptions import InvalidJob
 from jobs.models import QUEUE_RE, MisfirePolicy
 from jobs.registry import get_handler
+from runs.outbound import payload as http_payload
 
 NAME_MAX = 200
 EARLIEST_YEAR, LATEST_YEAR = 1970, 9998  # what every clock, score and driver here can hold
@@ -63,6 +64,10 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     payload_error = payload_problem(spec.get("payload", {}), limits["MAX_PAYLOAD_BYTES"])
     if payload_error:
         errors["payload"] = payload_error
+    elif spec.get("handler") == "http":
+        clean["payload"], problems = http_payload.normalize(
+            spec.get("payload", {}), _timeout_s(spec.get("timeout_s")))
+        errors.update(problems)
     queue = spec.get("queue")
     if queue is not None and (not isinstance(queue, str) or not QUEUE_RE.match(queue)):
         errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
@@ -142,6 +147,14 @@ def _when_problems(spec: dict) -> dict[str, str]:
                               or not -MAX_DELAY_S <= delay <= MAX_DELAY_S):
         return {"delay_s": f"must be a number of seconds within ±{MAX_DELAY_S}"}
     return {}
+
+
+def _timeout_s(value) -> int | None:
+    """The job's timeout (seconds) an http payload's own timeout must fit in; None when
+    the given one is not a number (validate_job reports it)."""
+    if value is None:
+        return conf.get("DEFAULT_TIMEOUT_S")
+    return value if type(value) is int and value > 0 else None
 
 
 def moment_problem(moment: datetime) -> str | None:

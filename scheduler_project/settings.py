@@ -48,6 +48,9 @@ DEBUG = env_bool("DEBUG", False)
 # Only so that manage.py works in a fresh clone: with DEBUG off the web server and the
 # daemons refuse to start on it (scheduler_project/startup.py).
 SECRET_KEY = os.environ.get("SECRET_KEY") or DEV_SECRET_KEY
+# Earlier keys, comma-separated, still accepted after SECRET_KEY changed: Django's rotation
+# (sessions, signatures), and the http handler's encrypted headers (docs/http-handler.md).
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS")
 # With DEBUG on, the loopback names; otherwise only the hosts given, so a forged Host
 # header is refused (400) instead of being reflected into absolute links.
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ".localhost,127.0.0.1,[::1]" if DEBUG else "")

@@ -1,0 +1,110 @@
+"""One outbound HTTP request through the SSRF guard (docs/http-handler.md): redirects are
+followed by hand, at most HTTP_MAX_REDIRECTS, each hop's host checked by guard.check and
+connected to through a transport pinned to the checked address; the body is streamed
+and reading stops at the excerpt cap.
+
+Every outbound request the project makes goes through ``send``.
+"""
+
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from jobs.exceptions import PermanentFailure
+from runs.outbound import guard
+from runs.outbound.transport import PinnedTransport
+
+SCHEMES = {"http": 80, "https": 443}
+REDIRECTS = {301, 302, 303, 307, 308}
+
+
+class TimedOut(Exception):
+    """The request as a whole took longer than its timeout (retried)."""
+
+
+@dataclass
+class Answer:
+    """The final response of ``send``: status code, headers, the first ``max_bytes`` of
+    the body (``truncated`` when there was more), the URL that answered and how many
+    redirects led there."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+    truncated: bool
+    url: str
+    redirects: int
+
+
+def target(url: str | httpx.URL) -> tuple[httpx.URL, str, int]:
+    """``url`` parsed, with the host and port to connect to. Raises PermanentFailure for a
+    scheme other than http/https, a URL without a host, or user info in the URL."""
+    parsed = httpx.URL(url)
+    if parsed.scheme not in SCHEMES:
+        raise PermanentFailure(f"refused: scheme {parsed.scheme!r} (only http and https)")
+    if not parsed.host:
+        raise PermanentFailure("refused: the URL has no host")
+    if parsed.userinfo:
+        raise PermanentFailure("refused: credentials in the URL (use a secret header)")
+    return parsed, parsed.raw_host.decode("ascii"), parsed.port or SCHEMES[parsed.scheme]
+
+
+def send(method: str, url: str, *, headers: dict[str, str], content: bytes | None,
+         timeout_s: float, max_redirects: int, max_bytes: int,
+         secret_names: frozenset[str] = frozenset()) -> Answer:
+    """Send ``method`` ``url`` with ``headers`` and body ``content``, within ``timeout_s``
+    seconds in all (every hop and the body). A redirect (301, 302, 303, 307, 308 with a
+    Location) is followed up to ``max_redirects`` times: 303, and 301/302 after a POST,
+    become a GET without a body (as browsers and httpx do); the headers named in
+    ``secret_names`` (lowercase) are dropped when the redirect leaves the origin.
+
+    Raises guard.Refused (an address the guard refuses), PermanentFailure (a bad URL, or
+    more than ``max_redirects`` redirects), guard.Unresolvable, TimedOut and
+    httpx.TransportError (connection errors, timeouts: worth a retry).
+    """
+    deadline = time.monotonic() + timeout_s
+    headers = {"Accept-Encoding": "identity", **headers}  # no decompression bomb
+    parsed, host, port = target(url)
+    for hop in range(max_redirects + 1):
+        address = guard.check(host, port)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimedOut(f"no answer within {timeout_s:g} s")
+        with httpx.Client(transport=PinnedTransport(host, port, address), trust_env=False,
+                          follow_redirects=False, timeout=left) as client, \
+                client.stream(method, parsed, headers=headers, content=content) as response:
+            location = response.headers.get("location")
+            if response.status_code not in REDIRECTS or not location:
+                body, truncated = read(response, max_bytes, deadline, timeout_s)
+                return Answer(response.status_code, response.headers, body, truncated,
+                              str(parsed), hop)
+            if hop == max_redirects:
+                raise PermanentFailure(f"more than {max_redirects} redirects "
+                                       f"(HTTP_MAX_REDIRECTS); the last to {location}")
+            following, host, port = target(parsed.join(location))
+            if response.status_code == 303 or (response.status_code in (301, 302)
+                                               and method == "POST"):
+                method, content = ("HEAD" if method == "HEAD" else "GET"), None
+                headers = {k: v for k, v in headers.items()
+                           if k.lower() not in ("content-type", "content-length")}
+            if (following.scheme, following.host, following.port) != (
+                    parsed.scheme, parsed.host, parsed.port):
+                headers = {k: v for k, v in headers.items() if k.lower() not in secret_names}
+            parsed = following
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def read(response: httpx.Response, max_bytes: int, deadline: float,
+         timeout_s: float) -> tuple[bytes, bool]:
+    """The first ``max_bytes`` of ``response``'s body and whether there was more; stops
+    reading (and the connection closes) as soon as the cap is passed. Raises TimedOut past
+    ``deadline`` (time.monotonic())."""
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > max_bytes:
+            return bytes(body[:max_bytes]), True
+        if time.monotonic() > deadline:
+            raise TimedOut(f"the body did not arrive within {timeout_s:g} s")
+    return bytes(body), False

@@ -1,0 +1,156 @@
+"""Creating http jobs: the payload is checked at creation (a 400 naming the field, nothing
+stored) and its secret headers are stored encrypted (docs/http-handler.md)."""
+
+import io
+import json
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+from django.test import override_settings
+
+from jobs import services
+from jobs.exceptions import InvalidJob
+from jobs.models import Job
+from runs.models import Run
+from runs.outbound import secrets
+from runs.outbound.payload import http_payload
+from tests.test_tenant_bounds import production_handlers
+
+pytestmark = pytest.mark.django_db
+RUN_AT = "2030-01-01T09:00:00Z"
+URL = "https://hooks.example.com/x"
+
+BAD = [
+    ({"url": "ftp://example.com/"}, "payload.url", "only http and https"),
+    ({"url": "file:///etc/passwd"}, "payload.url", "only http and https"),
+    ({"url": "gopher://127.0.0.1:6379/_FLUSHALL"}, "payload.url", "only http and https"),
+    ({"url": "http://user:pw@example.com/"}, "payload.url", "credentials"),
+    ({"url": "https:///nohost"}, "payload.url", "host"),
+    ({}, "payload.url", "URL"),
+    ({"url": URL, "method": "TRACE"}, "payload.method", "one of"),
+    ({"url": URL, "headers": {"X-A": "1\r\nX-Injected: 1"}}, "payload.headers", "CR, LF"),
+    ({"url": URL, "headers": {"Bad Name": "1"}}, "payload.headers", "header name"),
+    ({"url": URL, "headers": {"Host": "internal"}}, "payload.headers", "set by the client"),
+    ({"url": URL, "headers": ["X-A"]}, "payload.headers", "object"),
+    ({"url": URL, "timeout_s": 61}, "payload.timeout_s", "at most 60"),
+    ({"url": URL, "timeout_s": 0}, "payload.timeout_s", "above 0"),
+    ({"url": URL, "json": {}, "body": "x"}, "payload.body", "not both"),
+    ({"url": URL, "body": {"a": 1}}, "payload.body", "text"),
+    ({"url": URL, "success_statuses": [200, 700]}, "payload.success_statuses", "100-599"),
+    ({"url": URL, "response_headers": ["Set-Cookie"]}, "payload.response_headers", "never"),
+    ({"url": URL, "encrypted_headers": {"Authorization": "forged"}},
+     "payload.encrypted_headers", "SECRET_KEY"),
+    ({"url": URL, "colour": "red"}, "payload", "unknown keys"),
+]
+
+
+@pytest.mark.parametrize("payload, field, reason", BAD, ids=[f"{f}-{i}" for i, (_, f, _) in
+                                                             enumerate(BAD)])
+def test_a_bad_http_payload_is_a_400_naming_the_field(api, payload, field, reason):
+    response = api.post("/api/jobs/", {"handler": "http", "run_at": RUN_AT,
+                                       "payload": payload}, format="json")
+
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    assert field in errors, errors
+    assert reason.lower() in " ".join(errors[field]).lower(), errors
+    assert Job.objects.count() == Run.objects.count() == 0
+
+
+def test_the_payload_timeout_must_fit_in_the_jobs_timeout(api):
+    response = api.post("/api/jobs/", {"handler": "http", "run_at": RUN_AT, "timeout_s": 5,
+                                       "payload": {"url": URL, "timeout_s": 10}}, format="json")
+
+    assert response.status_code == 400
+    assert "at most 5" in " ".join(response.json()["payload.timeout_s"])
+
+
+@override_settings(SCHEDULER={"HTTP_MAX_TIMEOUT_S": 120})
+def test_the_handlers_timeout_cap_is_a_tunable(api):
+    response = api.post("/api/jobs/", {"handler": "http", "run_at": RUN_AT,
+                                       "payload": {"url": URL, "timeout_s": 90}}, format="json")
+    assert response.status_code == 201, response.content
+
+
+def test_the_python_api_validates_too():
+    with pytest.raises(InvalidJob) as bad:
+        services.create_job("http", {"url": "ftp://x/"}, delay_s=60)
+    assert "payload.url" in bad.value.errors
+    with pytest.raises(InvalidJob) as helper:
+        http_payload("http://x/", method="BREW")
+    assert set(helper.value.errors) == {"payload.method"}
+
+
+def test_secret_headers_are_stored_encrypted(api):
+    response = api.post("/api/jobs/", {"handler": "http", "run_at": RUN_AT, "payload": {
+        "url": URL, "method": "POST", "json": {"a": 1},
+        "headers": {"Authorization": "Bearer s3cret-1", "X-Sig": "s3cret-2",
+                    "Cookie": "id=s3cret-3", "X-Api-Key": "s3cret-4", "X-Plain": "plain"},
+        "secret_headers": ["X-Sig"]}}, format="json")
+    assert response.status_code == 201, response.content
+
+    job = Job.objects.get()
+    assert job.payload["headers"] == {"X-Plain": "plain"}
+    assert set(job.payload["encrypted_headers"]) == {"Authorization", "X-Sig", "Cookie",
+                                                    "X-Api-Key"}
+    assert secrets.decrypt(job.payload["encrypted_headers"]["X-Sig"]) == "s3cret-2"
+    with connection.cursor() as cursor:  # what the database holds, not what Django shows
+        cursor.execute("SELECT payload::text FROM jobs_job WHERE id = %s", [job.pk])
+        raw = cursor.fetchone()[0]
+    assert "s3cret" not in raw
+
+
+def test_a_stored_payload_validates_again_unchanged():
+    payload = http_payload(URL, headers={"Authorization": "Bearer x"}, json=[1])
+    job = services.create_job("http", payload, delay_s=60)
+
+    assert job.payload == payload
+    services.update_job(job.pk, {"name": "renamed"})
+    assert Job.objects.get(pk=job.pk).payload == payload
+
+
+def test_the_http_handler_is_registered_in_production():
+    assert "http" in production_handlers()
+
+
+def test_a_payload_sealed_with_another_key_fails_unless_that_key_is_a_fallback():
+    payload = http_payload(URL, headers={"Authorization": "Bearer x"})
+    old_key, new_key = settings.SECRET_KEY, "a-new-key-0123456789-abcdefghijklmnopqrstuvwxyz"
+    with override_settings(SECRET_KEY=new_key):
+        with pytest.raises(InvalidJob, match="encrypted_headers"):
+            services.create_job("http", payload, delay_s=60)
+    with override_settings(SECRET_KEY=new_key, SECRET_KEY_FALLBACKS=[old_key]):
+        job = services.create_job("http", payload, delay_s=60)
+        token = job.payload["encrypted_headers"]["Authorization"]
+        rotated = secrets.rotate(token)
+    with override_settings(SECRET_KEY=new_key):  # the old key gone from the fallbacks
+        assert secrets.decrypt(rotated) == "Bearer x"
+        with pytest.raises(secrets.Undecryptable):
+            secrets.decrypt(token)
+
+
+def test_rotatehttpsecrets_reencrypts_under_the_new_key():
+    job = services.create_job("http", http_payload(URL, headers={"X-Api-Key": "k"}),
+                              delay_s=60)
+    old_key, new_key = settings.SECRET_KEY, "a-new-key-0123456789-abcdefghijklmnopqrstuvwxyz"
+    with override_settings(SECRET_KEY=new_key, SECRET_KEY_FALLBACKS=[old_key]):
+        out = io.StringIO()
+        call_command("rotatehttpsecrets", stdout=out)
+    assert "re-encrypted the secret headers of 1 http jobs" in out.getvalue()
+    with override_settings(SECRET_KEY=new_key):
+        token = Job.objects.get(pk=job.pk).payload["encrypted_headers"]["X-Api-Key"]
+        assert secrets.decrypt(token) == "k"
+
+
+def test_a_payload_edited_in_the_admin_is_stored_with_its_secrets_encrypted(admin_client):
+    job = services.create_job("http", {"url": URL}, delay_s=600)
+    edited = {"url": URL, "headers": {"Authorization": "Bearer adm1n-s3cret"}}
+    admin_client.post(f"/admin/jobs/job/{job.pk}/change/", {
+        "name": "hook", "payload": json.dumps(edited), "priority": "5", "timeout_s": "60",
+        "max_attempts": "4", "_save": "Save"})
+
+    stored = Job.objects.get(pk=job.pk).payload
+    assert stored["headers"] == {} and "adm1n" not in json.dumps(stored)
+    assert secrets.decrypt(stored["encrypted_headers"]["Authorization"]) == "Bearer adm1n-s3cret"
