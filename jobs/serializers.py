@@ -22,6 +22,7 @@ from jobs.lifecycle import SHOWN_STATUSES, shown_status
 from jobs.models import Job, MisfirePolicy
 from jobs.registry import creatable_handler_names
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
+from runs.outbound.payload import redacted
 
 # Service-layer field names -> the API's.
 FIELD_ALIASES = {"cron": "schedule", "max_attempts": "max_retries"}
@@ -113,6 +114,14 @@ class ShownStatusField(serializers.ChoiceField):
         return shown_status(instance)
 
 
+class PayloadField(serializers.JSONField):
+    """A job's payload (from the whole job, ``source="*"``); an http job's encrypted
+    headers show as "(encrypted)" (docs/http-handler.md, "Secrets")."""
+
+    def to_representation(self, job):
+        return redacted(job.payload) if job.handler == "http" else job.payload
+
+
 class NextRunField(serializers.DateTimeField):
     """``next_run_at``, null unless the job is active: a paused job's stored value is the
     occurrence it was due at when paused, in the past once the pause lasts, and resume
@@ -142,6 +151,7 @@ class JobSerializer(serializers.ModelSerializer):
         choices=SHOWN_STATUSES, read_only=True,
         help_text="active, paused or cancelled; finished: a one-off job with no run left "
                   "to run (docs/api.md, \"Job status\")")
+    payload = PayloadField(source="*", read_only=True)
     next_run_at = NextRunField(
         read_only=True, allow_null=True,
         help_text="the next cron occurrence the scheduler will run; null for a one-off, "

@@ -20,6 +20,7 @@ from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
+from runs.outbound.payload import keep_sealed
 from runs.types import RunRef
 
 
@@ -314,6 +315,8 @@ def _merged_spec(job: Job, changes: dict) -> dict:
                     misfire_policy=schedule.misfire_policy, max_lag_s=schedule.max_lag_s,
                     jitter_s=schedule.jitter_s)
     spec.update(changes)
+    if job.handler == "http" and "payload" in changes:  # docs/http-handler.md, "Secrets"
+        spec["payload"] = keep_sealed(changes["payload"], job.payload)
     return spec
 
 

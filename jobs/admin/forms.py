@@ -9,6 +9,7 @@ from jobs.exceptions import InvalidJob
 from jobs.models import Job, MisfirePolicy
 from jobs.registry import creatable_handler_names
 from jobs.validation import validate_job
+from runs.outbound.payload import redacted
 
 EDITABLE = ("name", "payload", "priority", "timeout_s", "max_attempts")
 # A cron job's schedule, named as services.update_job names it.
@@ -127,6 +128,8 @@ class JobChangeForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if self.instance.handler == "http":  # a "(encrypted)" sent back keeps the secret
+            self.initial["payload"] = redacted(self.instance.payload)
         schedule = self.instance.schedule if self.instance.schedule_id else None
         if schedule is None:
             for name in SCHEDULE_FIELDS:

@@ -13,6 +13,7 @@ cron expression or timezone recomputes ``next_run_at``. Jobs are never deleted h
 cancel keeps their history.
 """
 
+import json
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
@@ -48,6 +49,7 @@ from runs.admin_helpers import (
     with_timing,
 )
 from runs.models import PENDING_STATES, TERMINAL_STATES, Run
+from runs.outbound.payload import redacted
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 RECENT_RUNS = 20
@@ -198,10 +200,22 @@ class JobAdmin(admin.ModelAdmin):
     def get_fieldsets(self, request, obj=None):
         if obj is None:
             return self.add_fieldsets
-        if obj.schedule_id is None:
-            return self.fieldsets
-        return [self.cron_when if name == "When" else (name, options)
-                for name, options in self.fieldsets]
+        fieldsets = self.fieldsets
+        if obj.schedule_id is not None:
+            fieldsets = [self.cron_when if name == "When" else (name, options)
+                         for name, options in fieldsets]
+        if not self.has_change_permission(request, obj):
+            # Read-only pages show a model field's raw value: an http job's encrypted
+            # headers must go through shown_payload instead (docs/http-handler.md).
+            fieldsets = [(name, {**options, "fields": [
+                "shown_payload" if field == "payload" else field
+                for field in options["fields"]]}) for name, options in fieldsets]
+        return fieldsets
+
+    @admin.display(description="payload")
+    def shown_payload(self, job):
+        payload = redacted(job.payload) if job.handler == "http" else job.payload
+        return json.dumps(payload, indent=2, ensure_ascii=False)
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.readonly_fields

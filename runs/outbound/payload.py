@@ -26,6 +26,7 @@ FORBIDDEN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "c
 TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")  # RFC 9110 field-name
 URL_MAX, HEADERS_MAX, VALUE_MAX = 2048, 50, 8192
 DEFAULT_TIMEOUT_S = 10.0
+REDACTED = "(encrypted)"  # what the API and the admin show for an encrypted header
 KEYS = {"url", "method", "headers", "secret_headers", "encrypted_headers", "json", "body",
         "timeout_s", "success_statuses", "response_headers"}
 
@@ -192,8 +193,22 @@ def http_payload(url: str, *, method: str | None = None, json=None, body: str | 
 
 def redacted(payload: dict) -> dict:
     """``payload`` for display (API, admin): each encrypted header's value replaced by
-    ``"(encrypted)"``, so not even the ciphertext leaves the database."""
+    REDACTED, so not even the ciphertext leaves the database."""
     if not isinstance(payload, dict) or not isinstance(payload.get("encrypted_headers"), dict):
         return payload
     return {**payload, "encrypted_headers": {
-        name: "(encrypted)" for name in payload["encrypted_headers"]}}
+        name: REDACTED for name in payload["encrypted_headers"]}}
+
+
+def keep_sealed(changed, stored: dict):
+    """A changed payload as a client sends it back after reading the redacted one: each
+    encrypted header whose value is REDACTED keeps ``stored``'s token of that name (so a
+    PATCH or an admin edit need not repeat the secrets); other values are left for
+    normalize() to check."""
+    sealed = changed.get("encrypted_headers") if isinstance(changed, dict) else None
+    if not isinstance(sealed, dict) or not isinstance(stored, dict):
+        return changed
+    old = stored.get("encrypted_headers") or {}
+    return {**changed, "encrypted_headers": {
+        name: old.get(name, value) if value == REDACTED else value
+        for name, value in sealed.items()}}

@@ -1,0 +1,92 @@
+"""An http job's secret headers never leave the database in the clear, nor as their
+ciphertext: the REST API and the admin show "(encrypted)", and sending that back (PATCH,
+the admin's form) keeps the stored secret (docs/http-handler.md, "Secrets")."""
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+
+from jobs import services
+from jobs.models import Job
+from runs.outbound import secrets
+from runs.outbound.payload import http_payload
+
+pytestmark = pytest.mark.django_db
+URL = "https://hooks.example.com/x"
+SECRET = "Bearer s3cret-t0ken"
+
+
+def http_job(owner=None) -> Job:
+    payload = http_payload(URL, headers={"Authorization": SECRET, "X-Plain": "p"})
+    return services.create_job("http", payload, owner=owner, delay_s=600)
+
+
+def token_of(job: Job) -> str:
+    return Job.objects.get(pk=job.pk).payload["encrypted_headers"]["Authorization"]
+
+
+def test_the_api_shows_encrypted_headers_redacted(api, alice):
+    job = http_job(owner=alice)
+    token = token_of(job)
+
+    for body in (api.get(f"/api/jobs/{job.pk}/").content, api.get("/api/jobs/").content):
+        text = body.decode()
+        assert "s3cret" not in text and token not in text
+        assert '"encrypted_headers":{"Authorization":"(encrypted)"}' in text.replace(" ", "")
+
+
+def test_a_patch_sending_back_the_redacted_payload_keeps_the_secret(api, alice):
+    job = http_job(owner=alice)
+    shown = api.get(f"/api/jobs/{job.pk}/").json()["payload"]
+    shown["headers"]["X-Plain"] = "changed"
+
+    response = api.patch(f"/api/jobs/{job.pk}/", {"payload": shown}, format="json")
+
+    assert response.status_code == 200, response.content
+    stored = Job.objects.get(pk=job.pk).payload
+    assert stored["headers"] == {"X-Plain": "changed"}
+    assert secrets.decrypt(stored["encrypted_headers"]["Authorization"]) == SECRET
+
+
+def test_a_patch_with_a_new_secret_replaces_it(api, alice):
+    job = http_job(owner=alice)
+    response = api.patch(f"/api/jobs/{job.pk}/", {"payload": {
+        "url": URL, "headers": {"Authorization": "Bearer new"}}}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert secrets.decrypt(token_of(job)) == "Bearer new"
+    assert "new" not in response.content.decode()
+
+
+def test_the_admins_change_page_shows_no_secret_and_a_save_keeps_it(admin_client):
+    job = http_job()
+    token = token_of(job)
+    url = f"/admin/jobs/job/{job.pk}/change/"
+
+    page = admin_client.get(url).content.decode()
+    assert "s3cret" not in page and token not in page and "(encrypted)" in page
+
+    edited = {"url": URL, "headers": {"X-Plain": "q"},
+              "encrypted_headers": {"Authorization": "(encrypted)"}}
+    response = admin_client.post(url, {"name": "hook", "payload": json.dumps(edited),
+                                       "priority": "5", "timeout_s": "60",
+                                       "max_attempts": "4", "_save": "Save"})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    stored = Job.objects.get(pk=job.pk).payload
+    assert stored["headers"] == {"X-Plain": "q"}
+    assert secrets.decrypt(stored["encrypted_headers"]["Authorization"]) == SECRET
+
+
+def test_a_view_only_admin_page_shows_no_secret(client):
+    user = get_user_model().objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(user)
+    job = http_job()
+    token = token_of(job)
+
+    page = client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+
+    assert "X-Plain" in page  # the payload is shown...
+    assert "s3cret" not in page and token not in page  # ...without its secrets
