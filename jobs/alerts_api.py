@@ -21,6 +21,7 @@ from jobs.api import COMMON, FIELD_ERRORS
 from jobs.models import Job
 from runs.alerts.models import AlertPolicy, new_secret
 from runs.alerts.policy import FIELDS, merge
+from runs.outbound.payload import url_problem
 
 
 def _switch(help_text: str) -> serializers.BooleanField:
@@ -51,6 +52,13 @@ class OwnerAlertsSerializer(JobAlertsSerializer):
     webhook_secret = serializers.CharField(read_only=True)
     rotate_secret = serializers.BooleanField(write_only=True, required=False,
                                              help_text="true: a new webhook secret")
+
+    def validate_webhook_url(self, value: str) -> str:
+        # Webhooks are runs of the http handler: its URL rule (http or https, a host, no
+        # credentials) applies now, not at the first delivery (docs/http-handler.md).
+        if value and (problem := url_problem(value)):
+            raise serializers.ValidationError(problem)
+        return value
 
 
 def _effective(owner_row, job_row) -> dict:

@@ -154,3 +154,13 @@ def test_a_payload_edited_in_the_admin_is_stored_with_its_secrets_encrypted(admi
     stored = Job.objects.get(pk=job.pk).payload
     assert stored["headers"] == {} and "adm1n" not in json.dumps(stored)
     assert secrets.decrypt(stored["encrypted_headers"]["Authorization"]) == "Bearer adm1n-s3cret"
+
+
+@pytest.mark.parametrize("url, reason", [("ftp://hooks.example.com/", "only http and https"),
+                                         ("https://u:p@hooks.example.com/", "credentials")])
+def test_an_alert_webhook_url_keeps_the_http_handlers_url_rule(api, url, reason):
+    response = api.put("/api/alerts/", {"webhook_url": url}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert reason in " ".join(response.json()["webhook_url"])
+    assert api.put("/api/alerts/", {"webhook_url": URL}, format="json").status_code == 200
