@@ -104,6 +104,8 @@ def _settle(job: Job, now: datetime, catch_up: str, using: str) -> None:
                    f"{_iso(now)}); resumed with catch_up={catch_up}"))
     if new_times:
         _create_runs(job, new_times, using)
+    # Held runs that now run late on purpose are catch-up runs too.
+    runs.filter(pk__in=[pk for t, pk in held.items() if t in chosen]).update(catch_up=True)
     Job.objects.using(using).filter(pk=job.pk).update(
         status=Job.Status.ACTIVE, paused_at=None, next_run_at=next_run_at, updated_at=now)
 
@@ -134,14 +136,15 @@ def _cron_times(job: Job, start: datetime, now: datetime):
 
 
 def _create_runs(job: Job, times: list[datetime], using: str) -> None:
-    """Runs of ``job`` at ``times`` (scheduled_at), as the scheduler makes them: run_at is
-    scheduled_at plus the job's jitter. An existing run at one of the times is kept."""
+    """Catch-up runs of ``job`` at ``times`` (scheduled_at), as the scheduler makes them:
+    run_at is scheduled_at plus the job's jitter. An existing run at one of the times is
+    kept."""
     jitter = cron.jitter_offset(job.pk, job.schedule.jitter_s) if job.schedule else 0.0
     shard = shard_of(job.shard_source, conf.get("SHARDS"))
     Run.objects.using(using).bulk_create(
         [Run(job=job, scheduled_at=t, run_at=t + seconds(jitter), queue=job.queue,
              shard=shard, priority=job.priority, max_attempts=job.max_attempts,
-             jitter_s=jitter) for t in times],
+             jitter_s=jitter, catch_up=True) for t in times],
         ignore_conflicts=True)
 
 

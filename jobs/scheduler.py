@@ -47,7 +47,8 @@ def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 10
     Occurrences run from ``job.next_run_at`` to ``horizon`` (now + lookahead). Those older
     than ``now - MISFIRE_GRACE_S`` are missed: older than ``max_lag_s`` they are dropped
     whatever the policy; otherwise ``run_all`` keeps each, ``run_once`` keeps only the
-    latest, ``skip`` keeps none. At most ``limit`` are produced per call; the rest follow
+    latest, or none when an occurrence within the grace is already due (it is the one
+    run), ``skip`` keeps none. At most ``limit`` are produced per call; the rest follow
     on the next tick. ``grace_s`` defaults to MISFIRE_GRACE_S; ``skipped``, when given,
     gets the missed occurrences the policy dropped (for the owner's misfire alert,
     docs/alerts.md; those older than max lag are not even enumerated). Returns
@@ -74,7 +75,9 @@ def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 10
     on_time = [t for t in found if t >= missed_before]
     kept = missed
     if schedule.misfire_policy == MisfirePolicy.RUN_ONCE:
-        kept = missed[-1:]
+        # One run, not two: an occurrence already due but within the grace stands for
+        # the missed ones too (docs/cron.md, "Misfire policies").
+        kept = [] if any(t <= now for t in on_time) else missed[-1:]
     elif schedule.misfire_policy == MisfirePolicy.SKIP:
         kept = []
     if skipped is not None:
@@ -164,7 +167,7 @@ class Scheduler(Daemon):
                 advances.append((job.pk, job.next_run_at, next_run_at))
             if misfires:
                 raise_alerts(AlertKind.MISFIRE, misfires, now, self.using)
-            refs = self._insert_runs(rows, now)
+            refs = self._insert_runs(rows, now, now - seconds(grace_s))
             self._advance(advances)
             broker.push_after_commit(refs)
         run_ids = [ref.id for ref in refs]
@@ -172,14 +175,17 @@ class Scheduler(Daemon):
             self.log.debug("materialised %d runs for %d jobs", len(run_ids), len(jobs))
         return len(run_ids), len(jobs) == batch
 
-    def _insert_runs(self, rows, now: datetime) -> list[RunRef]:
+    def _insert_runs(self, rows, now: datetime, missed_before: datetime) -> list[RunRef]:
         """Insert a run per ``(job, scheduled_at, shard)`` row unless it exists; returns
         the new runs. Jitter delays the start, never the occurrence: scheduled_at stays
-        the cron time (the run's identity), run_at = scheduled_at + jitter."""
+        the cron time (the run's identity), run_at = scheduled_at + jitter. A run for an
+        occurrence older than ``missed_before`` (missed, kept by the misfire policy) is a
+        catch-up run (docs/cron.md, "Catch-up runs")."""
         planned = []
         for job, when, shard in rows:
             jitter = cron.jitter_offset(job.pk, job.schedule.jitter_s)
-            planned.append((job, when, when + seconds(jitter), shard, jitter))
+            planned.append((job, when, when + seconds(jitter), shard, jitter,
+                            when < missed_before))
         connection = connections[self.using]
         if connection.vendor == "postgresql":
             return self._insert_runs_pg(connection, planned, now)
@@ -187,18 +193,18 @@ class Scheduler(Daemon):
         table = Run._meta.db_table
         ids: list[int] = []
         columns = ("job_id, scheduled_at, run_at, state, queue, shard, priority, attempt, "
-                   "max_attempts, worker_id, created_at, error, jitter_s")
+                   "max_attempts, worker_id, created_at, error, jitter_s, catch_up")
         created = ops.adapt_datetimefield_value(now)
         with connection.cursor() as cursor:
             for start in range(0, len(planned), INSERT_CHUNK):
                 chunk = planned[start:start + INSERT_CHUNK]
                 params = []
-                for job, when, start_at, shard, jitter in chunk:
+                for job, when, start_at, shard, jitter, catch_up in chunk:
                     params += [job.pk, ops.adapt_datetimefield_value(when),
                                ops.adapt_datetimefield_value(start_at), "scheduled",
                                job.queue, shard, job.priority, 0, job.max_attempts, "",
-                               created, "", jitter]
-                values = ",".join(["(" + ",".join(["%s"] * 13) + ")"] * len(chunk))
+                               created, "", jitter, catch_up]
+                values = ",".join(["(" + ",".join(["%s"] * 14) + ")"] * len(chunk))
                 cursor.execute(
                     f"INSERT INTO {table} ({columns}) VALUES {values} "
                     f"ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING id",
@@ -218,18 +224,19 @@ class Scheduler(Daemon):
                 chunk = planned[start:start + UNNEST_CHUNK]
                 columns = list(zip(*[
                     (job.pk, when, start_at, job.queue, shard, job.priority,
-                     job.max_attempts, jitter)
-                    for job, when, start_at, shard, jitter in chunk], strict=True))
+                     job.max_attempts, jitter, catch_up)
+                    for job, when, start_at, shard, jitter, catch_up in chunk], strict=True))
                 cursor.execute(
                     f"INSERT INTO {Run._meta.db_table} (job_id, scheduled_at, run_at, state, "
                     "queue, shard, priority, attempt, max_attempts, worker_id, created_at, "
-                    "error, jitter_s) "
+                    "error, jitter_s, catch_up) "
                     "SELECT job_id, scheduled_at, run_at, 'scheduled', queue, shard, "
-                    "priority, 0, max_attempts, '', %s, '', jitter_s "
+                    "priority, 0, max_attempts, '', %s, '', jitter_s, catch_up "
                     "FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[], "
-                    "%s::text[], %s::int[], %s::int[], %s::int[], %s::float8[]) "
+                    "%s::text[], %s::int[], %s::int[], %s::int[], %s::float8[], "
+                    "%s::boolean[]) "
                     "AS t(job_id, scheduled_at, run_at, queue, shard, priority, "
-                    "max_attempts, jitter_s) "
+                    "max_attempts, jitter_s, catch_up) "
                     "ON CONFLICT (job_id, scheduled_at) DO NOTHING "
                     "RETURNING id, job_id, queue, shard, priority, run_at",
                     [now, *(list(column) for column in columns)],

@@ -343,3 +343,47 @@ def admin_link(obj, text=None) -> str:
     opts = obj._meta
     url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
     return format_html('<a href="{}">{}</a>', url, text if text is not None else obj)
+
+
+LOG_LINES_ON_RUN_PAGE = 2000  # more than this: the run page links to the log search
+
+
+class RunIdFilter(InputFilter):
+    title = "run id"
+    parameter_name = "run"
+    lookup = "run_id"
+    placeholder = "e.g. 345"
+
+
+def error_summary(error: str, width: int = 160) -> str:
+    """The line of an error that says what went wrong: a traceback's last line (the
+    exception and its message), else the first line; cut to ``width`` characters."""
+    lines = [line.strip() for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """No add, change or delete through forms; what changes, changes by actions."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_operate_permission(self, request) -> bool:
+        """May run the actions on runs (requeue, cancel, discard): ``runs.change_run``."""
+        return request.user.has_perm("runs.change_run")
+
+
+def with_attempt_timing(queryset):
+    """Attempts with ``duration`` (finished minus started) annotated, in number order."""
+    return queryset.annotate(duration=ExpressionWrapper(
+        F("finished_at") - F("started_at"), output_field=DurationField(),
+    )).order_by("number")

@@ -68,7 +68,9 @@ class SchedulerCollector(Collector):
         oldest = stats.oldest_due(using, now)
         finished = stats.finished_counts(using, since)
         lag, _ = stats.lags(using, since)
-        pairs = sorted(set(depth or {}) | set(oldest) | set(finished) | set(lag))
+        catch_ups = stats.catch_ups(using, since)
+        pairs = sorted(set(depth or {}) | set(oldest) | set(finished) | set(lag)
+                       | set(catch_ups))
 
         if depth is not None:
             families = {
@@ -109,23 +111,31 @@ class SchedulerCollector(Collector):
 
         lag_s = GaugeMetricFamily(
             "scheduler_queue_lag_seconds",
-            f"Seconds from run_at to start of the runs started in the last {stats.WINDOW_S} s "
-            f"(quantile 0.5, 0.99, 1 = max); absent when none started.",
+            f"Seconds from run_at to start of the runs started in the last {stats.WINDOW_S} s, "
+            f"catch-up runs left out (quantile 0.5, 0.99, 1 = max); absent when none "
+            f"started.",
             labels=[*SHARD, "quantile"])
         started = GaugeMetricFamily(
             "scheduler_queue_started_runs",
             f"Runs started in the last {stats.WINDOW_S} s that are running or finished "
-            f"(the lag sample).", labels=SHARD)
+            f"(the lag sample: catch-up runs left out).", labels=SHARD)
+        catch_up = GaugeMetricFamily(
+            "scheduler_queue_started_catch_up_runs",
+            f"Catch-up runs (for occurrences missed while the scheduler was down or held by "
+            f"a pause) started in the last {stats.WINDOW_S} s; not in the lag.",
+            labels=SHARD)
         for pair in pairs:
             labels = [pair[0], str(pair[1])]
             sample = lag.get(pair)
             started.add_metric(labels, sample.count if sample else 0)
+            catch_up.add_metric(labels, catch_ups.get(pair, 0))
             if sample:
                 lag_s.add_metric([*labels, "0.5"], sample.p50_s)
                 lag_s.add_metric([*labels, "0.99"], sample.p99_s)
                 lag_s.add_metric([*labels, "1"], sample.max_s)
         yield lag_s
         yield started
+        yield catch_up
 
         serving, slots = stats.worker_slots(using)
         workers = GaugeMetricFamily(

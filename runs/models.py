@@ -68,6 +68,10 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     result = models.JSONField(null=True, blank=True)
+    # A catch-up run: made late on purpose for an occurrence missed while the scheduler
+    # was down (misfire policy) or held by a pause (resume's catch_up). Its lateness is
+    # not the system's lag, so lag figures leave it out (docs/cron.md, "Catch-up runs").
+    catch_up = models.BooleanField(default=False, db_default=False)
 
     objects = RunQuerySet.as_manager()
 

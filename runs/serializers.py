@@ -21,7 +21,9 @@ class AttemptSerializer(serializers.ModelSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     """A run with its attempts. ``attempt`` counts attempts started; ``lag_s`` is the
-    seconds from ``scheduled_at`` to the first attempt's start (null before it)."""
+    seconds from ``scheduled_at`` to the first attempt's start (null before it);
+    ``catch_up`` is true for a run made late on purpose, for an occurrence missed while
+    the scheduler was down or held by a pause (docs/cron.md, "Catch-up runs")."""
 
     handler = serializers.CharField(source="job.handler", read_only=True)
     attempts = AttemptSerializer(many=True, read_only=True)
@@ -31,7 +33,8 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "job", "handler", "scheduled_at", "run_at", "state", "queue",
                   "priority", "attempt", "max_attempts", "worker_id", "lease_expires_at",
-                  "started_at", "finished_at", "lag_s", "error", "result", "attempts"]
+                  "started_at", "finished_at", "lag_s", "catch_up", "error", "result",
+                  "attempts"]
         read_only_fields = fields
 
     def get_lag_s(self, run) -> float | None:

@@ -4,7 +4,8 @@
 Per (queue, shard): ``ready``/``delayed``/``leased`` depth in the broker, the age of the
 oldest run that is due and not started, throughput (runs that reached a final state per
 second over the last ``WINDOW_S`` seconds, by final state) and lag (seconds from ``run_at``
-to ``started_at`` of the runs started in the last ``WINDOW_S`` seconds). Per queue: the
+to ``started_at`` of the runs started in the last ``WINDOW_S`` seconds, catch-up runs left
+out and counted apart: docs/cron.md, "Catch-up runs"). Per queue: the
 same, plus live workers and their slots. Every time is on the database clock.
 
 Depth comes from ``Broker.shard_depth()``, the broker's own per-shard reading; everything
@@ -162,16 +163,26 @@ def _started_since(using: str, since: datetime):
     )
 
 
+def catch_ups(using: str, since: datetime) -> dict[QueueShard, int]:
+    """Catch-up runs started at or after ``since``, per (queue, shard): the runs ``lags``
+    leaves out (docs/cron.md, "Catch-up runs")."""
+    rows = (_started_since(using, since).filter(catch_up=True).values("queue", "shard")
+            .annotate(n=Count("pk")).order_by())
+    return {(r["queue"], r["shard"]): r["n"] for r in rows}
+
+
 def lags(using: str, since: datetime, in_database: bool | None = None,
          ) -> tuple[dict[QueueShard, Lag], dict[str, Lag]]:
-    """Lag of the runs started at or after ``since``: per (queue, shard) and per queue
+    """Lag of the runs started at or after ``since``, catch-up runs left out (their
+    lateness is on purpose: ``catch_ups`` counts them): per (queue, shard) and per queue
     (percentiles do not add up, so the queue's are computed over all its runs).
     ``in_database``: percentiles by PostgreSQL (default there) or in Python (SQLite)."""
     if in_database is None:
         in_database = connections[using].vendor == "postgresql"
     if in_database:
         return _lags_postgresql(using, since)
-    rows = _started_since(using, since).values_list("queue", "shard", "started_at", "run_at")
+    rows = (_started_since(using, since).filter(catch_up=False)
+            .values_list("queue", "shard", "started_at", "run_at"))
     by_shard: dict[QueueShard, list[float]] = defaultdict(list)
     by_queue: dict[str, list[float]] = defaultdict(list)
     for queue, shard, started_at, run_at in rows:
@@ -183,7 +194,8 @@ def lags(using: str, since: datetime, in_database: bool | None = None,
 
 
 def _lags_postgresql(using: str, since: datetime):
-    window = _started_since(using, since).values("queue", "shard", "started_at", "run_at")
+    window = (_started_since(using, since).filter(catch_up=False)
+              .values("queue", "shard", "started_at", "run_at"))
     sql, params = window.query.sql_with_params()
     # GROUPING SETS gives the shards' and the queues' percentiles in one pass over the window.
     query = f"""

@@ -60,7 +60,7 @@ def check_series(figures, now, m2, m1):
     assert figures["succeeded_per_s"][i1] == round(4 / 60, 3)
     assert figures["dead_per_s"][i1] == round(1 / 60, 3)
     assert figures["lag_p50_s"][i1] is None and figures["started_per_s"][i1] == 0
-    assert figures["totals"] == {"started": 5, "succeeded": 4, "dead": 1}
+    assert figures["totals"] == {"started": 5, "catch_up": 0, "succeeded": 4, "dead": 1}
 
 
 def test_percentile_interpolates_like_percentile_cont():

@@ -7,8 +7,9 @@ metrics agree. Throughput and lag over the last hour are bucketed per minute:
   for the minute still under way, whose runs only count in the totals);
 * succeeded / dead per second: runs that reached that state in that minute;
 * lag p50 / p99: ``started_at - scheduled_at`` of runs started in that minute on their
-  first attempt (a retry's start is backoff by design, not lag). Jitter, when a schedule
-  has it, is part of the lag, as docs/admin.md defines lag.
+  first attempt (a retry's start is backoff by design, not lag), catch-up runs left out
+  (late on purpose; counted apart in the totals: docs/cron.md, "Catch-up runs"). Jitter,
+  when a schedule has it, is part of the lag, as docs/admin.md defines lag.
 
 Percentiles are interpolated like PostgreSQL's ``percentile_cont``: computed in the
 database there, in Python on SQLite (the embedded default, meant for modest load).
@@ -63,7 +64,7 @@ def _started_in_window(using: str, since: datetime):
 
 
 def _lag_by_minute(using: str, since: datetime, in_database: bool) -> dict:
-    first_attempts = _started_in_window(using, since).filter(attempt=1)
+    first_attempts = _started_in_window(using, since).filter(attempt=1, catch_up=False)
     if in_database:
         lag = F("started_at") - F("scheduled_at")
         rows = (first_attempts.annotate(minute=TruncMinute("started_at")).values("minute")
@@ -136,6 +137,7 @@ def series(using: str = "default", now: datetime | None = None,
         out["lag_p99_s"].append(rounded(p99))
     out["totals"] = {
         "started": sum(started.values()),
+        "catch_up": _started_in_window(using, since).filter(catch_up=True).count(),
         "succeeded": sum(r["succeeded"] for r in ended.values()),
         "dead": sum(r["dead"] for r in ended.values()),
     }
@@ -202,6 +204,7 @@ def snapshot(using: str = "default") -> dict:
         "dead_letter": Run.objects.using(using).filter(state=RunState.DEAD).count(),
         "live_workers": len(live),
         "started_last_hour": window["started"],
+        "catch_up_last_hour": window["catch_up"],
         "succeeded_last_hour": window["succeeded"],
         "dead_last_hour": window["dead"],
     }
