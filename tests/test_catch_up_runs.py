@@ -116,6 +116,7 @@ def test_catch_up_lateness_is_not_lag_and_is_counted_apart(admin_client):
     assert samples[("scheduler_queue_lag_seconds", at("default", 0, quantile="1"))] == 3.0
     assert samples[("scheduler_queue_started_catch_up_runs", at("default", 0))] == 1
     assert samples[("scheduler_queue_started_runs", at("default", 0))] == 3
+    assert samples[("scheduler_start_lag_seconds_gcount", (("queue", "default"),))] == 3
 
     figures = series("default")
     assert max(v for v in figures["lag_p99_s"] if v is not None) < 10
