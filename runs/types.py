@@ -58,6 +58,9 @@ class Outcome:
     took_s: float | None = None
     fate: str = ""
     retry: float | bool | None = None
+    # What the worker ran (``job_id``, ``handler``, …: runs/worker/pool.py's InFlight.task),
+    # for the outcome's log line; None when the outcome did not come from a child.
+    task: dict | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from runs.alerts import late, webhook
 from runs.alerts.deliver import deliver
 from runs.alerts.models import AlertChannelState, AlertEvent, AlertKind, AlertPolicy
 from runs.alerts.policy import WEBHOOK_HANDLER
+from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.models import Run, RunState
 from runs.outcomes import counts
@@ -96,6 +97,26 @@ def test_a_run_that_dies_tells_its_owner_once_by_email_with_signals_and_a_line(
     assert "RuntimeError: the upstream said no" in email.body
     assert webhook_jobs(owner) == []  # no webhook URL: no webhook
     assert ("default", "dead", 1) in counts("default")  # flushed when the worker stopped
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+def test_the_outcome_line_names_job_and_handler_when_the_lease_did_not_bring_them(
+        caplog, monkeypatch):
+    monkeypatch.setenv("SCHEDULER_BROKER", "database")
+    # The database broker on SQLite leases without the task (the worker reads it apart).
+    olga = User.objects.db_manager("sqlite").create_user("olga", email="o@example.com")
+    [run] = make_runs("sqlite", 1, handler="tests.alerts_fail", max_attempts=1, owner=olga)
+    get_broker("sqlite", name="database").push(run_refs(Run.objects.using("sqlite")
+                                                        .filter(pk=run.pk)))
+    with caplog.at_level(logging.INFO, logger="scheduler.runs"):
+        Worker(["default"], concurrency=1, burst=True, using="sqlite").serve()
+
+    lines = [r for r in caplog.records if r.name == "scheduler.runs"]
+    assert [(r.job_id, r.handler, r.attempt, r.state) for r in lines] == [
+        (run.job_id, "tests.alerts_fail", 1, "dead")]
+    assert lines[0].getMessage().startswith(
+        f"run {run.pk} failed, dead (job {run.job_id}, handler tests.alerts_fail, "
+        f"attempt 1 in ")
 
 
 def test_500_deaths_at_once_send_one_digest_per_channel(db, owner):

@@ -98,14 +98,18 @@ class Acks:
             self.log.warning("worker: outcome of run %s cannot be stored (%s); recording "
                              "a failure instead", outcome.lease.run_id, exc)
             failure = Outcome(lease=outcome.lease, outcome=AttemptOutcome.FAILED,
-                              error=f"the attempt's outcome could not be stored: {exc}")
-            return self.broker.complete([failure])[0]
+                              error=f"the attempt's outcome could not be stored: {exc}",
+                              took_s=outcome.took_s, task=outcome.task)
+            applied = self.broker.complete([failure])[0]
+            outcome.outcome, outcome.error, outcome.fate = (failure.outcome, failure.error,
+                                                            failure.fate)
+            return applied
 
 
 
 def report_outcome(outcome: Outcome) -> None:
     """The log line, signals and count of an acked outcome (runs/outcomes.py)."""
-    task = outcome.lease.task or {}
+    task = outcome.task or outcome.lease.task or {}
     report(run_id=outcome.lease.run_id, job_id=task.get("job_id"),
            handler=task.get("handler"), attempt=outcome.lease.attempt,
            outcome=outcome.outcome, duration_s=outcome.took_s, error=outcome.error,

@@ -86,6 +86,7 @@ class Supervision:
             lease=current.lease,
             outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
             result=result, error=error, logs=logs, took_s=took, retry=retry,
+            task=current.task,
         ))
         self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
         slot.queued.popleft()
@@ -119,6 +120,7 @@ class Supervision:
             lease=current.lease, outcome=AttemptOutcome.CRASHED,
             error=f"the worker's child process died (exit code {code}) while running the run",
             logs=self.streamed_logs(current), took_s=time.monotonic() - current.began,
+            task=current.task,
         ))
         self.log.warning("worker: child running run %s died (exit code %s); restarting it",
                          current.lease.run_id, code)
@@ -143,6 +145,7 @@ class Supervision:
                     lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
                     error=f"timed out after {current.timeout_s} s; the handler was cut off",
                     logs=self.streamed_logs(current), took_s=now - current.began,
+                    task=current.task,
                 ))
                 self.requeue(self.restart(slot))
 
