@@ -31,8 +31,8 @@ LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 def lag_buckets(using: str, since: datetime, in_database: bool | None = None,
                 ) -> dict[str, tuple[list[int], float, int]]:
     """Per queue, the runs started since ``since``, catch-up runs left out: ``(cumulative
-    count per LAG_BUCKETS bound, sum of lags in seconds, count)``. ``in_database``: one grouped query
-    (default on PostgreSQL) or in Python (SQLite, modest load)."""
+    count per LAG_BUCKETS bound, sum of lags in seconds, count)``. ``in_database``: one
+    grouped query (default on PostgreSQL) or in Python (SQLite, modest load)."""
     # Catch-up runs are late on purpose: not lag (docs/cron.md, "Catch-up runs").
     started = Run.objects.using(using).filter(
         Q(state=RunState.RUNNING) | Q(state__in=TERMINAL_STATES, finished_at__gte=since),
