@@ -3,12 +3,14 @@
 Routes: /status/<code> answers that status (body "status <code>"); /flaky/<n> answers 503
 to its first n requests, then 200; /retry-after/<value> answers 503 with that
 Retry-After; /big/<bytes> answers that many bytes of "x"; /redirect?to=<url> answers 302
-to it; /echo answers 200 with the request's method, headers and body as JSON. Every
-request is recorded in ``server.requests`` as (method, path, headers dict, body bytes).
+to it (/redirect303: 303); /echo answers 200 with the request's method, headers and body
+as JSON; /slow/<seconds> answers 200 after that long. Every request is recorded in
+``server.requests`` as (method, path, headers dict, body bytes).
 """
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -49,10 +51,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.answer(200, b"done", {"Content-Type": "text/plain"})
         elif route[0] == "retry-after":
             self.answer(503, b"later", {"Retry-After": route[1].replace("%20", " ")})
+        elif route[0] == "slow":  # headers only after that many seconds
+            time.sleep(float(route[1]))
+            self.answer(200, b"late")
         elif route[0] == "big":
             self.answer(200, b"x" * int(route[1]), {"Content-Type": "text/plain"})
-        elif route[0] == "redirect":
-            self.answer(302, b"", {"Location": parse_qs(parts.query)["to"][0]})
+        elif route[0] in ("redirect", "redirect303"):
+            status = 303 if route[0] == "redirect303" else 302
+            self.answer(status, b"", {"Location": parse_qs(parts.query)["to"][0]})
         elif route[0] == "echo":
             self.answer(200, json.dumps({"method": self.command, "headers": dict(self.headers),
                                          "body": body.decode()}).encode(),

@@ -87,6 +87,12 @@ def test_a_connection_error_raises_for_a_retry(server):
 
 
 @LOOPBACK
+def test_a_timeout_raises_for_a_retry(server):
+    with pytest.raises(HttpError, match="ReadTimeout"):
+        call(f"{server.url}/slow/3", timeout_s=0.3)
+
+
+@LOOPBACK
 def test_retry_after_sets_the_delay_up_to_the_cap(server):
     with pytest.raises(RetryAfter) as asked:
         call(f"{server.url}/retry-after/120")
@@ -128,6 +134,23 @@ def test_the_body_excerpt_is_capped_and_reading_stops(server):
 
 
 @LOOPBACK
+def test_a_redirect_to_another_scheme_is_refused_without_retry(server):
+    with pytest.raises(PermanentFailure, match="scheme 'file'"):
+        call(f"{server.url}/redirect?to=file:///etc/passwd")
+    with pytest.raises(PermanentFailure, match="refused: "):
+        call(f"{server.url}/redirect?to=http://%5B::1")  # a garbled Location
+
+
+@LOOPBACK
+def test_a_303_turns_a_post_into_a_get_without_its_body(server):
+    result = call(f"{server.url}/redirect303?to={server.url}/echo", json={"a": 1})
+
+    import json
+    assert json.loads(result["body"])["method"] == "GET"
+    assert json.loads(result["body"])["body"] == ""
+
+
+@LOOPBACK
 def test_redirects_are_followed_up_to_the_cap(server):
     target = f"{server.url}/status/200"
     once = f"{server.url}/redirect?to={target}"
@@ -164,9 +187,12 @@ def test_loopback_is_refused_unless_allowlisted(server):
         assert call(f"http://localhost:{port}/status/200")["status"] == 200
 
 
-def test_the_metadata_address_is_refused_unless_allowlisted():
+def test_the_metadata_address_is_refused_unless_allowlisted(monkeypatch):
     with pytest.raises(guard.Refused, match="169.254.169.254, which is link-local"):
         call("http://169.254.169.254/latest/meta-data/")
+    monkeypatch.setattr(guard, "resolver", lambda host, port: ["169.254.169.254"])
+    with pytest.raises(guard.Refused, match="metadata.test resolves to 169.254.169.254"):
+        call("http://metadata.test/latest/meta-data/")
     with override_settings(SCHEDULER={"HTTP_ALLOWLIST": "169.254.169.254"}):
         assert guard.check("169.254.169.254", 80) == "169.254.169.254"
 

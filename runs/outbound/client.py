@@ -7,6 +7,7 @@ Every outbound request the project makes goes through ``send``.
 """
 
 import time
+from contextlib import closing
 from dataclasses import dataclass
 
 import httpx
@@ -16,6 +17,7 @@ from runs.outbound import guard
 from runs.outbound.transport import PinnedTransport
 
 SCHEMES = {"http": 80, "https": 443}
+DEFAULT_HEADERS = {"User-Agent": "django-job-scheduler (http handler)", "Accept": "*/*"}
 REDIRECTS = {301, 302, 303, 307, 308}
 
 
@@ -40,7 +42,10 @@ class Answer:
 def target(url: str | httpx.URL) -> tuple[httpx.URL, str, int]:
     """``url`` parsed, with the host and port to connect to. Raises PermanentFailure for a
     scheme other than http/https, a URL without a host, or user info in the URL."""
-    parsed = httpx.URL(url)
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:  # e.g. a redirect's garbled Location
+        raise PermanentFailure(f"refused: not a valid URL: {exc}") from None
     if parsed.scheme not in SCHEMES:
         raise PermanentFailure(f"refused: scheme {parsed.scheme!r} (only http and https)")
     if not parsed.host:
@@ -61,19 +66,26 @@ def send(method: str, url: str, *, headers: dict[str, str], content: bytes | Non
 
     Raises guard.Refused (an address the guard refuses), PermanentFailure (a bad URL, or
     more than ``max_redirects`` redirects), guard.Unresolvable, TimedOut and
-    httpx.TransportError (connection errors, timeouts: worth a retry).
+    httpx.RequestError (connection errors, timeouts, a body that does not decode: worth
+    a retry).
     """
     deadline = time.monotonic() + timeout_s
-    headers = {"Accept-Encoding": "identity", **headers}  # no decompression bomb
+    if not any(name.lower() == "accept-encoding" for name in headers):
+        headers = {"Accept-Encoding": "identity", **headers}  # no decompression bomb
     parsed, host, port = target(url)
     for hop in range(max_redirects + 1):
         address = guard.check(host, port)
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimedOut(f"no answer within {timeout_s:g} s")
-        with httpx.Client(transport=PinnedTransport(host, port, address), trust_env=False,
-                          follow_redirects=False, timeout=left) as client, \
-                client.stream(method, parsed, headers=headers, content=content) as response:
+        request = httpx.Request(method, parsed, headers={**DEFAULT_HEADERS, **headers},
+                                content=content,
+                                extensions={"timeout": httpx.Timeout(left).as_dict()})
+        # The transport alone, not an httpx.Client: a client parses every redirect's
+        # Location itself (a garbled one raising a protocol error) even when it follows
+        # none, and would add cookies from one hop to the next.
+        with PinnedTransport(host, port, address) as transport, \
+                closing(transport.handle_request(request)) as response:
             location = response.headers.get("location")
             if response.status_code not in REDIRECTS or not location:
                 body, truncated = read(response, max_bytes, deadline, timeout_s)
@@ -82,7 +94,11 @@ def send(method: str, url: str, *, headers: dict[str, str], content: bytes | Non
             if hop == max_redirects:
                 raise PermanentFailure(f"more than {max_redirects} redirects "
                                        f"(HTTP_MAX_REDIRECTS); the last to {location}")
-            following, host, port = target(parsed.join(location))
+            try:
+                joined = parsed.join(location)
+            except httpx.InvalidURL as exc:
+                raise PermanentFailure(f"refused: redirect to {location!r}: {exc}") from None
+            following, host, port = target(joined)
             if response.status_code == 303 or (response.status_code in (301, 302)
                                                and method == "POST"):
                 method, content = ("HEAD" if method == "HEAD" else "GET"), None

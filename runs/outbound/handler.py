@@ -102,7 +102,7 @@ def http(ctx, payload: dict) -> dict:
             payload["method"], payload["url"], headers=headers, content=content,
             timeout_s=payload["timeout_s"], max_redirects=conf.get("HTTP_MAX_REDIRECTS"),
             max_bytes=conf.get("HTTP_BODY_EXCERPT_BYTES"), secret_names=frozenset(marked))
-    except (httpx.TransportError, client.TimedOut, guard.Unresolvable) as exc:
+    except (httpx.RequestError, client.TimedOut, guard.Unresolvable) as exc:
         ctx.logger.warning("http %s %s: %s", payload["method"], payload["url"], exc)
         raise HttpError(
             f"{payload['method']} {payload['url']}: {type(exc).__name__}: {exc}") from exc
