@@ -3,6 +3,7 @@ burst sends a bounded digest, misfire skips and late starts are alerted on when 
 signals and the outcome line come after the commit. Real PostgreSQL and Redis,
 in-process workers and dispatcher steps."""
 
+import json
 import logging
 from datetime import timedelta
 
@@ -10,6 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core import mail
 from django.db.models import F
+from django.test import override_settings
 
 from jobs import services
 from jobs.models import Job, MisfirePolicy
@@ -18,7 +20,13 @@ from jobs.scheduler import Scheduler
 from runs import signals
 from runs.alerts import late, webhook
 from runs.alerts.deliver import deliver
-from runs.alerts.models import AlertChannelState, AlertEvent, AlertKind, AlertPolicy
+from runs.alerts.models import (
+    AlertChannelState,
+    AlertEvent,
+    AlertKind,
+    AlertPolicy,
+    new_secret,
+)
 from runs.alerts.policy import WEBHOOK_HANDLER
 from runs.brokers import get_broker
 from runs.clock import db_now
@@ -26,6 +34,7 @@ from runs.models import Run, RunState
 from runs.outcomes import counts
 from runs.transitions import expire_leases, run_refs
 from runs.worker import Worker
+from tests import http_server
 from tests.conftest import make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -287,3 +296,47 @@ def test_a_webhook_delivery_that_dies_is_told_by_email_only(db, owner):
 
     event = AlertEvent.objects.get(job=job)
     assert (event.email_pending, event.webhook_pending) == (True, False)
+
+
+@override_settings(SCHEDULER={"HTTP_ALLOWLIST": "127.0.0.1"})
+def test_a_run_that_dies_sends_one_email_and_one_webhook_that_verifies(rb, owner):
+    server = http_server.start()
+    try:
+        policy = AlertPolicy.objects.create(owner=owner, webhook_url=f"{server.url}/echo")
+        [run] = make_runs("default", 1, handler="tests.alerts_fail", max_attempts=1,
+                          owner=owner)
+        rb.push(run_refs(Run.objects.filter(pk=run.pk)))
+        Worker(["default"], concurrency=1, burst=True).serve()
+        assert deliver() == 2
+        Worker(["default"], concurrency=1, burst=True).serve()  # the webhook's run
+        assert deliver() == 0
+    finally:
+        http_server.stop(server)
+
+    assert len(mail.outbox) == 1
+    [(method, path, headers, body)] = server.requests
+    assert (method, path) == ("POST", "/echo")
+    headers = {name.lower(): value for name, value in headers.items()}
+    assert webhook.verify(policy.webhook_secret, body, headers["x-scheduler-signature"])
+    assert not webhook.verify(new_secret(), body, headers["x-scheduler-signature"])
+    message = json.loads(body)
+    assert (message["type"], message["total"]) == ("alert", 1)
+    assert message["alerts"][0]["run_id"] == run.pk
+    [delivery] = Run.objects.filter(job__in=webhook_jobs(owner))
+    assert delivery.state == RunState.SUCCEEDED
+    assert delivery.result["status"] == 200
+
+
+def test_a_private_webhook_address_is_refused_by_the_guard(rb, owner):
+    server = http_server.start()
+    try:
+        AlertPolicy.objects.create(owner=owner, email=False, webhook_url=f"{server.url}/echo")
+        kill(make_runs("default", 1, handler="tests.alerts_fail", owner=owner))
+        deliver()
+        Worker(["default"], concurrency=1, burst=True).serve()
+    finally:
+        http_server.stop(server)
+
+    assert server.requests == []
+    [delivery] = Run.objects.filter(job__in=webhook_jobs(owner))
+    assert "HTTP_ALLOWLIST" in delivery.error

@@ -18,6 +18,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 
 from jobs import conf
+from jobs.exceptions import InvalidJob
 from runs.alerts import webhook
 from runs.alerts.models import AlertChannelState, AlertEvent, Channel
 from runs.alerts.policy import effective
@@ -119,6 +120,10 @@ def send(channel: str, owner_id: int, message: dict, delivery: str, now,
     if not policy.webhook_url:
         return True
     message = {key: value for key, value in message.items() if key != "text"}
-    webhook.enqueue(owner_id, policy.webhook_url, policy.webhook_secret, message, delivery,
-                    now, using)
+    try:
+        webhook.enqueue(owner_id, policy.webhook_url, policy.webhook_secret, message,
+                        delivery, now, using)
+    except InvalidJob as exc:  # a URL stored before the API checked it: it never will go
+        log.warning("alerts: webhook of owner %s cannot be sent (%s); %d alerts dropped",
+                    owner_id, exc, message["total"])
     return True

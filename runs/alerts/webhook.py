@@ -21,12 +21,14 @@ from runs.alerts.policy import WEBHOOK_HANDLER, WEBHOOK_JOB_PREFIX
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.models import Run
+from runs.outbound.payload import http_payload
 from runs.types import RunRef
 
 SIGNATURE_HEADER = "X-Scheduler-Signature"
 TIMESTAMP_HEADER = "X-Scheduler-Timestamp"
 DELIVERY_HEADER = "X-Scheduler-Delivery"
 TOLERANCE_S = 600  # the age of ``t`` receivers accept: well over a delivery's retries
+TIMEOUT_S = 10.0  # seconds a receiver has to answer one attempt
 
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
@@ -54,15 +56,15 @@ def verify(secret: str, body: bytes, header: str, now: float | None = None,
 
 def delivery_payload(url: str, secret: str, message: dict, delivery: str) -> dict:
     """The ``http`` handler's payload that POSTs ``message`` (a JSON-able dict) to
-    ``url``, signed now with ``secret``; ``delivery`` names it (X-Scheduler-Delivery)."""
+    ``url``, signed now with ``secret``; ``delivery`` names it (X-Scheduler-Delivery).
+    The body is sent as the raw text signed (``body``, not ``json``: a re-serialisation
+    could change the bytes). Raises InvalidJob when ``url`` breaks the handler's URL rule."""
     body = json.dumps(message, sort_keys=True, separators=(",", ":"))
     timestamp = int(time.time())
-    return {
-        "method": "POST", "url": url, "body": body,
-        "headers": {"Content-Type": "application/json",
-                    SIGNATURE_HEADER: sign(secret, body.encode(), timestamp),
-                    TIMESTAMP_HEADER: str(timestamp), DELIVERY_HEADER: delivery},
-    }
+    return http_payload(url, method="POST", body=body, timeout_s=TIMEOUT_S, headers={
+        "Content-Type": "application/json", "User-Agent": "job-scheduler-webhook",
+        SIGNATURE_HEADER: sign(secret, body.encode(), timestamp),
+        TIMESTAMP_HEADER: str(timestamp), DELIVERY_HEADER: delivery})
 
 
 def enqueue(owner_id: int, url: str, secret: str, message: dict, delivery: str,
@@ -74,7 +76,8 @@ def enqueue(owner_id: int, url: str, secret: str, message: dict, delivery: str,
     job = Job.objects.using(using).create(
         name=f"{WEBHOOK_JOB_PREFIX}{delivery}", owner_id=owner_id, handler=WEBHOOK_HANDLER,
         payload=delivery_payload(url, secret, message, delivery), queue=queue,
-        run_at=now, max_attempts=conf.get("ALERT_WEBHOOK_ATTEMPTS"), timeout_s=30)
+        run_at=now, max_attempts=conf.get("ALERT_WEBHOOK_ATTEMPTS"),
+        timeout_s=int(TIMEOUT_S) * 3)
     run = Run.objects.using(using).create(
         job=job, scheduled_at=now, run_at=now, queue=queue,
         shard=shard_of(job.shard_source, conf.get("SHARDS")), priority=job.priority,
