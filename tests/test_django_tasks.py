@@ -206,3 +206,20 @@ def test_enqueue_in_a_transaction_is_pushed_and_signalled_only_after_commit(task
         assert waiting(tasks) == 1
     finally:
         task_enqueued.disconnect(receiver)
+
+
+def test_a_dead_task_requeued_from_the_dead_letter_runs_again(tasks):
+    """The admin's and the API's requeue (runs.services.requeue) works on a task's run:
+    its result becomes READY again and keeps the errors of the attempts before."""
+    from runs import services
+
+    result = t.fail.enqueue("again")
+    drain(tasks, result)
+    assert result.status == TaskResultStatus.FAILED
+
+    assert services.requeue([int(result.id)], using=tasks.using) == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.READY and len(result.errors) == 3
+    drain(tasks, result)
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == len(result.worker_ids) == 6

@@ -165,3 +165,26 @@ def test_the_admins_add_job_form_does_not_offer_django_task():
     from jobs.admin.forms import JobCreateForm
 
     assert "django_task" not in dict(JobCreateForm().fields["handler"].choices)
+
+
+def tasks_owned_by(settings, username: str) -> None:
+    settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+                                  "OPTIONS": {"OWNER": username}}}
+
+
+def test_with_an_owner_the_runs_are_its_and_its_bounds_apply(settings, alice):
+    tasks_owned_by(settings, "alice")
+    job = Run.objects.select_related("job").get(pk=int(t.noop.enqueue().id)).job
+    assert job.owner_id == alice.pk
+
+    # OWNER_HIGHEST_PRIORITY (3) bounds an owner's jobs: Django's 100 is our 0.
+    with pytest.raises(InvalidTask, match="priority"):
+        t.noop.using(priority=100).enqueue()
+    assert Run.objects.count() == 1
+
+
+def test_an_unknown_owner_is_refused_naming_it(settings):
+    tasks_owned_by(settings, "nobody")
+    with pytest.raises(InvalidTask, match="'nobody'"):
+        t.noop.enqueue()
+    assert not Job.objects.exists()
