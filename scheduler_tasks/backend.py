@@ -150,13 +150,12 @@ class SchedulerBackend(BaseTaskBackend):
         when = ({"run_at": task.run_after} if task.run_after is not None
                 else {"delay_s": 0})  # delay 0: now on the database's clock
         try:
-            with transaction.atomic(using=self.using):
-                job = services.create_job(HANDLER, payload, owner=self.owner(),
-                                          using=self.using, **when, **self.job_options(task))
-                run_id, created = (Run.objects.using(self.using).filter(job_id=job.pk)
-                                   .values_list("pk", "created_at").get())
+            job = services.create_job(HANDLER, payload, owner=self.owner(), using=self.using,
+                                      **when, **self.job_options(task))
         except InvalidJob as exc:
             raise InvalidTask(f"The scheduler refused the task: {exc}") from exc
+        run_id, created = (Run.objects.using(self.using).filter(job_id=job.pk)
+                           .values_list("pk", "created_at").get())
         object.__setattr__(result, "id", str(run_id))
         object.__setattr__(result, "enqueued_at", created)
         # Sent once the run is really enqueued: a rolled-back enqueue sends nothing.

@@ -19,6 +19,18 @@ from django.utils.json import normalize_json
 from jobs.registry import handler
 from scheduler_tasks.results import HANDLER, load_task
 
+# module path -> (Task, the sender of its signals): a child runs the same few tasks many
+# times, and a module-level object never changes within a process.
+_loaded: dict[str, tuple] = {}
+
+
+def _load(path) -> tuple:
+    entry = _loaded.get(path) if isinstance(path, str) else None
+    if entry is None:
+        task = load_task(path)
+        entry = _loaded[path] = (task, type(task.get_backend()))
+    return entry
+
 
 def attempt_result(task, ctx, payload: dict) -> TaskResult:
     """The TaskResult the signals of one attempt carry: what the worker knows without a
@@ -47,14 +59,13 @@ def django_task(ctx, payload):
     ``payload["kwargs"]``; returns its value through Django's normalize_json (TypeError
     for a value JSON cannot hold). Raises scheduler_tasks.exceptions.NotATask or
     ImportError for a path that is not a module-level Task."""
-    task = load_task(payload.get("task"))
+    task, sender = _load(payload.get("task"))
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
     if task.takes_context:
         result = context_result(task, ctx)
         args = [TaskContext(task_result=result), *args]
     else:
         result = attempt_result(task, ctx, payload)
-    sender = type(task.get_backend())
     task_started.send(sender=sender, task_result=result)
     try:
         value = normalize_json(task.call(*args, **kwargs))

@@ -4,6 +4,7 @@ enqueue, the Task it names, and the TaskResult built from the run and its attemp
 
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.base import Task, TaskError
+from django.tasks.exceptions import InvalidTask
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
@@ -36,12 +37,24 @@ FAILED_OUTCOMES = {
 
 def payload_of(task: Task, args: list, kwargs: dict) -> dict:
     """The job payload recorded at enqueue: the task's module path (what the worker
-    imports), the arguments, and the Django fields TaskResult.task gives back."""
-    return {
-        "task": task.module_path, "args": args, "kwargs": kwargs,
-        "priority": task.priority, "queue_name": task.queue_name,
-        "run_after": task.run_after.isoformat() if task.run_after else None,
-    }
+    imports), the arguments, and the Django fields TaskResult.task gives back where they
+    differ from the module-level task's (``task`` must be one, or a ``.using()`` copy of
+    one); raises InvalidTask when the task is not the module-level Task its path names,
+    which the worker would refuse."""
+    payload = {"task": task.module_path, "args": args, "kwargs": kwargs}
+    # Only what differs from the module-level task: the worker reads the payload of
+    # every run, so a no-op task's run costs its size (BENCHMARKS.md, "django.tasks").
+    try:
+        declared = load_task(task.module_path)
+    except (ImportError, NotATask) as exc:
+        raise InvalidTask(f"A worker could not run this task: {exc}") from None
+    if task.priority != declared.priority:
+        payload["priority"] = task.priority
+    if task.queue_name != declared.queue_name:
+        payload["queue_name"] = task.queue_name
+    if task.run_after is not None:
+        payload["run_after"] = task.run_after.isoformat()
+    return payload
 
 
 def load_task(path: str) -> Task:

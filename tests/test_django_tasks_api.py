@@ -188,3 +188,11 @@ def test_an_unknown_owner_is_refused_naming_it(settings):
     with pytest.raises(InvalidTask, match="'nobody'"):
         t.noop.enqueue()
     assert not Job.objects.exists()
+
+
+def test_a_task_the_worker_would_refuse_is_refused_at_enqueue():
+    """A Task object whose path names something else (here the plain function itself)."""
+    stray = SchedulerTask(func=t.plain_function)
+    with pytest.raises(InvalidTask, match="not a module-level django.tasks Task"):
+        stray.enqueue()
+    assert not Job.objects.exists()

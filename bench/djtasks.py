@@ -1,0 +1,87 @@
+"""W2 through Django's task framework: 20,000 no-op ``@task`` calls enqueued one by one
+with ``.enqueue()`` (scheduler_tasks.backend.SchedulerBackend), then drained by the same
+daemons as bench/ours.py's W2 (``runworker --concurrency 2`` and a dispatcher), on the
+same clock: from the worker's launch until every run succeeded (BENCHMARKS.md,
+"django.tasks").
+
+    .venv/bin/python bench/djtasks.py W2 [--n N] [--quick]
+
+Resources: PostgreSQL database ``bench_djtasks``, Redis db 6 under the key prefix
+``benchdjt`` (bench/ours.py's reset deletes only that prefix's keys). The last stdout line
+is the result, as bench/run.py's adapter contract says.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("BENCH_OURS_DB", "bench_djtasks")
+os.environ.setdefault("BENCH_OURS_PREFIX", "benchdjt")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+import ours  # noqa: E402
+
+
+def enqueue(n: int) -> float:
+    """Enqueue ``n`` no-op tasks one ``.enqueue()`` each; returns seconds."""
+    from bench_tasks import noop
+
+    began = time.perf_counter()
+    for i in range(n):
+        noop.enqueue(i)
+    elapsed = time.perf_counter() - began
+    ours.analyze()
+    return elapsed
+
+
+def w2(args) -> None:
+    """As bench/ours.py's w2, the load made by ``.enqueue()`` instead of create_jobs."""
+    n = args.n or (2000 if args.quick else 20_000)
+    ours.reset()
+    daemons = ours.Daemons(args.log_dir)
+    try:
+        daemons.start("dispatcher", "rundispatcher")
+        if not ours.wait_dispatcher_ready():
+            raise SystemExit("W2: the dispatcher took no shard within 30 s")
+        enqueue_s = enqueue(n)
+        began = time.monotonic()
+        daemons.start("worker", *ours.WORKER_ARGS)
+        done = common.wait_until(lambda: ours.count_succeeded() >= n, args.timeout, 0.05)
+        wall = time.monotonic() - began
+    finally:
+        daemons.stop()
+    if not done:
+        common.emit_json({"workload": "W2", "failed": f"only {ours.count_succeeded()} of "
+                          f"{n} succeeded within {args.timeout} s", "figure": None})
+        return
+    drain_s = float(ours.scalar("SELECT EXTRACT(EPOCH FROM max(finished_at) - "
+                                "min(started_at)) FROM runs_run"))
+    details = {"n": n, "wall_s": round(wall, 3), "enqueue_s": round(enqueue_s, 3),
+               "enqueue_per_s": round(n / enqueue_s, 1), "drain_s": round(drain_s, 3),
+               "drain_runs_per_s": round(n / drain_s, 1),
+               "commands": daemons.describe(), "versions": ours.versions(),
+               "setup": "django.tasks .enqueue() one by one, then the Redis broker and 2 "
+                        "child processes of one runworker; the clock includes the "
+                        "worker's start"}
+    ours.emit_result("W2", round(n / wall, 1), "jobs/s", details)
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--daemon":
+        ours.main()
+        return
+    parser = common.base_parser("W2 through django.tasks (bench/djtasks.py).")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args()
+    args.log_dir = Path("/tmp/bench-djtasks-logs")
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    common.install_signal_handlers()
+    ours._ensure_database()
+    ours._setup_django()
+    w2(args)
+
+
+if __name__ == "__main__":
+    main()
