@@ -7,7 +7,8 @@ django.tasks layer. One system at a time, each in its own virtualenv (bench/run.
 
     .venv/bin/python bench/djtasks_w2.py [--quick] [--only djtasks,ours,djtasksdb,vtasks]
 
-Writes bench/results/djtasks-<YYYY-MM-DD>.json.
+Writes bench/results/djtasks-<YYYY-MM-DD>.json (the figures of systems not run this time
+are kept from an earlier run of the same day).
 """
 
 import argparse
@@ -54,8 +55,11 @@ def main() -> None:
         common.log(f"[djtasks_w2] {system}: {results[system].get('figure')} "
                    f"{results[system].get('unit', '')}")
     out = BENCH / "results" / f"djtasks-{time.strftime('%Y-%m-%d')}.json"
+    # A run of some systems keeps the other systems' figures of the same day.
+    earlier = json.loads(out.read_text()) if out.exists() else {"results": {}}
     out.write_text(json.dumps({"quick": args.quick, "hardware": common.hardware(),
-                               "notes": notes, "results": results}, indent=2) + "\n")
+                               "notes": notes, "results": {**earlier["results"], **results}},
+                              indent=2) + "\n")
     print(json.dumps({s: r.get("figure") for s, r in results.items()}))
 
 
