@@ -132,7 +132,7 @@ def test_every_markdown_file_a_doc_names_is_in_the_repository(doc):
 OUTSIDE = re.compile("|".join([r"\.\./shared", r"\bshared/", "DESIGN" + r"\.md",
                                "STYLE" + r"\.md", "/tmp/" + "coord", r"\bresearch/",
                                r"\b[Ii]ssues? #?\d"]))
-SKIP_DIRS = {".venv", ".git", "node_modules", "__pycache__", ".pytest_cache", "data"}
+SKIP_DIRS = {".venv", ".venvs", ".git", "node_modules", "__pycache__", ".pytest_cache", "data"}
 
 
 def repository_texts():
