@@ -290,7 +290,8 @@ def check_update(job: Job, changes: dict, using: str = "default") -> dict:
         raise InvalidJob({field: "cannot be changed" for field in sorted(unknown)})
     clean = validate_job(_merged_spec(job, changes))
     bounds = tenants.bounds_of(job.owner_id, using)
-    if bounds is not None and (problems := tenants.field_problems(changes, bounds)):
+    if bounds is not None and (problems := tenants.field_problems(
+            {"handler": job.handler, **changes}, bounds)):
         raise InvalidJob(problems)
     return clean
 

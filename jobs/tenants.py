@@ -104,6 +104,12 @@ def field_problems(spec: dict, bounds: Bounds) -> dict[str, str]:
     if longest and _plain_int(timeout) and timeout > longest:
         errors["timeout_s"] = (f"must be at most {longest}: this owner's longest timeout "
                                f"(max_timeout_s) is {longest} s")
+    payload = spec.get("payload")
+    asked = payload.get("timeout_s") if isinstance(payload, dict) else None
+    if (spec.get("handler") == "http" and longest and isinstance(asked, int | float)
+            and not isinstance(asked, bool) and asked > longest):  # docs/http-handler.md
+        errors["payload.timeout_s"] = (f"must be at most {longest}: this owner's longest "
+                                       f"timeout (max_timeout_s) is {longest} s")
     attempts, most = spec.get("max_attempts"), bounds.max_attempts
     if most and _plain_int(attempts) and attempts > most:
         errors["max_attempts"] = (f"at most {most} attempts, first try included: this "

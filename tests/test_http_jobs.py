@@ -164,3 +164,12 @@ def test_an_alert_webhook_url_keeps_the_http_handlers_url_rule(api, url, reason)
     assert response.status_code == 400, response.content
     assert reason in " ".join(response.json()["webhook_url"])
     assert api.put("/api/alerts/", {"webhook_url": URL}, format="json").status_code == 200
+
+
+@override_settings(SCHEDULER={"OWNER_MAX_TIMEOUT_S": 20})
+def test_the_payload_timeout_keeps_within_the_owners_longest_timeout(api):
+    body = {"handler": "http", "run_at": RUN_AT, "payload": {"url": URL, "timeout_s": 30}}
+    response = api.post("/api/jobs/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert "this owner's longest timeout" in " ".join(response.json()["payload.timeout_s"])
+
