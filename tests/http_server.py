@@ -14,6 +14,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from django.test import override_settings
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -84,3 +86,16 @@ def stop(server: ThreadingHTTPServer) -> None:
     """Stop serving and close the listening socket."""
     server.shutdown()
     server.server_close()
+
+
+def serving():
+    """A started server for one test, stopped after it: ``server =
+    pytest.fixture(http_server.serving)`` in a test module makes it the ``server``
+    fixture."""
+    server = start()
+    yield server
+    stop(server)
+
+
+# The tests' server listens on loopback, which the SSRF guard refuses unless allowlisted.
+LOOPBACK = override_settings(SCHEDULER={"HTTP_ALLOWLIST": "127.0.0.1"})

@@ -20,14 +20,8 @@ from runs.outbound.payload import http_payload
 from runs.outbound.transport import PinnedBackend
 from tests import http_server
 
-LOOPBACK = override_settings(SCHEDULER={"HTTP_ALLOWLIST": "127.0.0.1"})
-
-
-@pytest.fixture
-def server():
-    server = http_server.start()
-    yield server
-    http_server.stop(server)
+LOOPBACK = http_server.LOOPBACK
+server = pytest.fixture(http_server.serving)
 
 
 def ctx() -> RunContext:

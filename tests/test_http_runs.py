@@ -22,14 +22,8 @@ from tests.conftest import daemon_env, flush_redis, start_daemon, stop, wait_unt
 from tests.test_broker_contract import lease_one
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
-LOOPBACK = override_settings(SCHEDULER={"HTTP_ALLOWLIST": "127.0.0.1"})
-
-
-@pytest.fixture
-def server():
-    server = http_server.start()
-    yield server
-    http_server.stop(server)
+LOOPBACK = http_server.LOOPBACK
+server = pytest.fixture(http_server.serving)
 
 
 def attempt_once(broker, url: str, max_attempts: int = 4, **options):
