@@ -34,9 +34,22 @@ def formatter() -> dict:
     return {"format": LINE}
 
 
+def run_outcomes_level(scheduler_level: str) -> str:
+    """The level of ``scheduler.runs``, the worker's line per run outcome: as the other
+    scheduler loggers, or WARNING (deaths only) with LOG_RUN_OUTCOMES=false. Each line
+    costs the worker's main loop about 60 us (docs/alerts.md, "Logs")."""
+    value = os.environ.get("LOG_RUN_OUTCOMES", "true").strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off", ""):
+        raise ImproperlyConfigured(f"LOG_RUN_OUTCOMES must be true or false, not {value!r}")
+    if value in ("false", "0", "no", "off"):
+        return "WARNING"
+    return scheduler_level
+
+
 def django_logging(scheduler_level: str) -> dict:
     """settings.LOGGING: Django's warnings and the scheduler's loggers (``scheduler.*``
-    at ``scheduler_level``) to the console."""
+    at ``scheduler_level``; ``scheduler.runs`` as run_outcomes_level says) to the
+    console."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -49,6 +62,7 @@ def django_logging(scheduler_level: str) -> dict:
             "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
             "scheduler": {"handlers": ["console"], "level": scheduler_level,
                           "propagate": False},
+            "scheduler.runs": {"level": run_outcomes_level(scheduler_level)},
         },
     }
 

@@ -88,3 +88,16 @@ def test_gunicorn_takes_the_configuration(monkeypatch, value):
     finally:
         from django.conf import settings
         logging.config.dictConfig(settings.LOGGING)
+
+
+@pytest.mark.parametrize("value, level", [("", "INFO"), ("true", "INFO"),
+                                          ("false", "WARNING"), ("off", "WARNING")])
+def test_log_run_outcomes_false_keeps_only_the_deaths(monkeypatch, value, level):
+    monkeypatch.setenv("LOG_RUN_OUTCOMES", value)
+    assert django_logging("INFO")["loggers"]["scheduler.runs"]["level"] == level
+
+
+def test_log_run_outcomes_refuses_a_typo(monkeypatch):
+    monkeypatch.setenv("LOG_RUN_OUTCOMES", "flase")
+    with pytest.raises(ImproperlyConfigured, match="LOG_RUN_OUTCOMES must be true or false"):
+        django_logging("INFO")
