@@ -61,10 +61,11 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from jobs import conf, services  # noqa: E402
+from jobs import services  # noqa: E402
 from jobs.models import Job  # noqa: E402
 from jobs.tokens import create_token  # noqa: E402
 from runs.models import Run  # noqa: E402
+from scheduler_core import conf  # noqa: E402
 
 CRONS = [f"{m} * * * *" for m in range(60)]
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo"]

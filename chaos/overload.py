@@ -8,7 +8,7 @@ import urllib.request
 
 from chaos.cluster import free_port
 from chaos.load import create_one_off
-from chaos.scenarios import Scenario, Session, Size
+from chaos.session import Scenario, Session, Size
 from jobs.tokens import create_token
 
 REQUEST_TIMEOUT_S = 10.0

@@ -26,9 +26,8 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
-from jobs import conf, services, tenants
+from jobs import services, tenants
 from jobs.access import OwnerOrModelPermission, may_view_all
-from jobs.exceptions import BrokerUnavailable, InvalidJob, SchedulerError
 from jobs.filters import JOB_ORDERING, JobFilter
 from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.idempotency import idempotent
@@ -52,6 +51,8 @@ from jobs.tenants import QuotaExceeded
 from jobs.throttling import IsAuthenticatedOrThrottled
 from runs.brokers import get_broker
 from runs.serializers import RunSerializer
+from scheduler_core import conf
+from scheduler_core.exceptions import BrokerUnavailable, InvalidJob, SchedulerError
 
 log = logging.getLogger("scheduler.health")
 
@@ -140,7 +141,7 @@ class JobPagination(PageNumberPagination):
 class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                  viewsets.GenericViewSet):
     """/api/jobs/: list, create, retrieve, partial update, cancel (DELETE), pause, resume,
-    trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (runs/api.py)."""
+    trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (jobs/runs_api.py)."""
 
     serializer_class = JobSerializer
     pagination_class = JobPagination

@@ -6,6 +6,6 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs and schedules"
 
     def ready(self) -> None:
-        from jobs.registry import autodiscover
+        from scheduler_core.registry import autodiscover
 
         autodiscover()

@@ -1,36 +1,13 @@
 """Query filters of GET /api/jobs/ (django-filter); ordering is DRF's OrderingFilter on
 JOB_ORDERING."""
 
-from datetime import UTC
-
 import django_filters as filters
-from django import forms
-from django_filters.fields import IsoDateTimeField
 
 from jobs.lifecycle import SHOWN_STATUSES
 from jobs.models import Job
+from runs.filters import UtcIsoDateTimeFilter
 
 JOB_ORDERING = ("id", "name", "priority", "status", "created_at", "updated_at", "next_run_at")
-
-
-class UtcIsoDateTimeField(IsoDateTimeField):
-    """ISO 8601, converted to UTC here: PostgreSQL refuses offsets beyond +-15:59 that
-    Python accepts, and a time whose UTC equivalent leaves years 1-9999 is refused."""
-
-    def to_python(self, value):
-        parsed = super().to_python(value)
-        if parsed is None:
-            return None
-        try:
-            return parsed.astimezone(UTC)
-        except OverflowError:
-            raise forms.ValidationError("is outside the years 1-9999 in UTC") from None
-
-
-class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
-    """An IsoDateTimeFilter whose value reaches the database in UTC (see the field)."""
-
-    field_class = UtcIsoDateTimeField
 
 
 class JobFilter(filters.FilterSet):

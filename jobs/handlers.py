@@ -16,9 +16,9 @@ import logging
 import time
 import zlib
 
-from jobs import conf
-from jobs.registry import handler
 from runs.outbound.handler import http
+from scheduler_core import conf
+from scheduler_core.registry import handler
 
 log = logging.getLogger(__name__)
 

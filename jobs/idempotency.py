@@ -26,8 +26,8 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
-from jobs import conf
 from jobs.models import IdempotencyKey
+from scheduler_core import conf
 
 HEADER = "Idempotency-Key"
 REPLAY_HEADER = "Idempotent-Replayed"

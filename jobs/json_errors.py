@@ -13,8 +13,8 @@ import json
 from django.conf import settings
 from django.http import JsonResponse
 
-from jobs import conf
 from jobs.parsers import content_length
+from scheduler_core import conf
 
 PREFIX = "/api/"
 JSON_TYPES = ("application/json", "application/problem+json")

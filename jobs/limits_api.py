@@ -18,10 +18,10 @@ from rest_framework.views import APIView
 
 from jobs.access import may_change_all, may_view_all, perm
 from jobs.api import COMMON, FIELD_ERRORS
-from jobs.exceptions import SchedulerError
 from jobs.models import QUEUE_RE, Job, OwnerPolicy
 from jobs.tenants import POLICY_FIELDS, bounds_from, set_owner_policy
 from runs.models import PENDING_STATES, Run, RunState
+from scheduler_core.exceptions import SchedulerError
 
 
 def _bound(field: str, meaning: str) -> serializers.IntegerField:

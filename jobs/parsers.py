@@ -15,7 +15,7 @@ from rest_framework import renderers, status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import BaseParser, JSONParser
 
-from jobs import conf
+from scheduler_core import conf
 
 
 class RequestTooLarge(APIException):

@@ -24,8 +24,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from jobs import conf, cron
-from jobs.exceptions import InvalidJob
+from jobs import cron
 from jobs.models import Job
 from jobs.scheduler import plan_occurrences
 from runs.brokers import get_broker
@@ -33,6 +32,8 @@ from runs.brokers.keys import shard_of
 from runs.clock import db_now, seconds
 from runs.models import PENDING_STATES, Run, RunState
 from runs.transitions import run_refs
+from scheduler_core import conf
+from scheduler_core.exceptions import InvalidJob
 
 CATCH_UP = ("skip", "latest", "all")
 ONE_US = timedelta(microseconds=1)

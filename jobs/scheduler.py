@@ -17,9 +17,8 @@ from django.db import connections, transaction
 from django.db.models import Case, F, When
 from django.dispatch import Signal
 
-from jobs import conf, cron
+from jobs import cron
 from jobs.models import Job, MisfirePolicy
-from jobs.partitions import PartitionLeases
 from runs.alerts.models import AlertKind
 from runs.alerts.policy import raise_alerts
 from runs.brokers import get_broker
@@ -27,8 +26,10 @@ from runs.brokers.keys import shard_of
 from runs.clock import db_now, seconds
 from runs.daemon import Daemon
 from runs.models import Run
+from runs.partitions import PartitionLeases
 from runs.transitions import run_refs
 from runs.types import RunRef
+from scheduler_core import conf
 
 INSERT_CHUNK = 500
 UNNEST_CHUNK = 5000

@@ -15,14 +15,15 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from jobs import conf, cron
+from jobs import cron
 from jobs.cron import MAX_JITTER_S
-from jobs.exceptions import InvalidJob
 from jobs.lifecycle import SHOWN_STATUSES, shown_status
 from jobs.models import Job, MisfirePolicy
-from jobs.registry import creatable_handler_names
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
 from runs.outbound.payload import redacted
+from scheduler_core import conf
+from scheduler_core.exceptions import InvalidJob
+from scheduler_core.registry import creatable_handler_names
 
 # Service-layer field names -> the API's.
 FIELD_ALIASES = {"cron": "schedule", "max_attempts": "max_retries"}

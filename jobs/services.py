@@ -11,9 +11,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import conf, cron, pausing, tenants
+from jobs import cron, pausing, tenants
 from jobs.bulk_insert import insert_rows
-from jobs.exceptions import InvalidJob, SchedulerError
 from jobs.models import Job, Schedule
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
@@ -22,6 +21,8 @@ from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
 from runs.outbound.payload import keep_sealed
 from runs.types import RunRef
+from scheduler_core import conf
+from scheduler_core.exceptions import InvalidJob, SchedulerError
 
 
 class InvalidJobs(InvalidJob):

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from django.db import connections, transaction
 
-from jobs import conf
-from jobs.exceptions import SchedulerError
 from jobs.models import QUEUE_RE, Job, OwnerPolicy
-from runs.limits import sync_owner_limits
 from runs.models import PENDING_STATES, Run
+from runs.services import sync_owner_limits
+from scheduler_core import conf
+from scheduler_core.exceptions import SchedulerError
 
 SHARED_QUEUE = "default"
 MAX_INT = 2**31 - 1  # PositiveIntegerField's range

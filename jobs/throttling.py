@@ -20,7 +20,7 @@ from rest_framework.exceptions import Throttled
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.throttling import AnonRateThrottle, BaseThrottle
 
-from jobs import conf
+from scheduler_core import conf
 
 log = logging.getLogger("scheduler.api")
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
-from jobs import conf, cron
-from jobs.exceptions import InvalidJob
+from jobs import cron
 from jobs.models import QUEUE_RE, MisfirePolicy
-from jobs.registry import get_handler
 from runs.outbound import payload as http_payload
+from scheduler_core import conf
+from scheduler_core.exceptions import InvalidJob
+from scheduler_core.registry import get_handler
 
 NAME_MAX = 200
 EARLIEST_YEAR, LATEST_YEAR = 1970, 9998  # what every clock, score and driver here can hold

@@ -17,7 +17,6 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import format_html
 
-from jobs import conf
 from runs.admin_helpers import (
     LOG_LINES_ON_RUN_PAGE,
     JobIdFilter,
@@ -33,6 +32,7 @@ from runs.admin_helpers import (
 )
 from runs.clock import db_now
 from runs.models import Attempt, LogLine, Run, RunState, WorkerProcess
+from scheduler_core import conf
 
 
 @admin.register(Attempt)

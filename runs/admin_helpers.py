@@ -20,9 +20,9 @@ from django.utils.html import format_html
 from django.utils.text import capfirst
 from redis.exceptions import RedisError
 
-from jobs.exceptions import SchedulerError
 from runs.brokers import get_broker
 from runs.models import Attempt
+from scheduler_core.exceptions import SchedulerError
 
 CONFIRM_FIELD = "confirm"
 CONFIRM_LIST_MAX = 100  # objects listed on a confirmation page; the rest are counted

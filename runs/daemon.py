@@ -18,9 +18,9 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 
-from jobs.exceptions import BrokerUnavailable, SchedulerError
 from runs import policy
 from runs.brokers import get_broker
+from scheduler_core.exceptions import BrokerUnavailable, SchedulerError
 
 TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError)
 HOUSEKEEP_INTERVAL_S = 1.0

@@ -3,8 +3,8 @@ message and a non-zero exit, signal handlers, and the serve loop."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.exceptions import SchedulerError
-from scheduler_project.startup import refuse_insecure_start
+from scheduler_core.exceptions import SchedulerError
+from scheduler_core.startup import refuse_insecure_start
 
 
 class DaemonCommand(BaseCommand):

@@ -4,7 +4,7 @@ once the owner has room, and reconciles the database with the broker so that a R
 FLUSHALL or restart loses nothing (docs/architecture.md, "Daemons").
 
 Dispatchers split the SHARDS shards of every queue between them by lease (runs.models.
-ShardLease, the same protocol as the schedulers' partitions, jobs/partitions.py): each
+ShardLease, the same protocol as the schedulers' partitions, runs/partitions.py): each
 holds about ``SHARDS / live dispatchers`` of them, renews them every third of
 SHARD_LEASE_TTL_S, and a dead dispatcher's shards are taken over once its leases expire,
 within one TTL. Ownership only spreads the work: promote is atomic (one Lua call, or SKIP
@@ -17,8 +17,6 @@ import socket
 import time
 import uuid
 
-from jobs import conf
-from jobs.partitions import PartitionLeases
 from runs import retention
 from runs.alerts import late
 from runs.alerts.deliver import deliver
@@ -27,6 +25,8 @@ from runs.daemon import Daemon
 from runs.limits import owner_limits
 from runs.models import ShardLease
 from runs.outcomes import flush_counts
+from runs.partitions import PartitionLeases
+from scheduler_core import conf
 
 # Reaping looks for leases that expired, which takes LEASE_TTL_S (60 s by default) to
 # happen: once a second is soon enough. Every DISPATCH_INTERVAL_S (0.1 s) it was half of an

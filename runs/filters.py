@@ -5,15 +5,36 @@ inclusive, ``*_before`` exclusive.
 """
 
 import logging
+from datetime import UTC
 
 import django_filters as filters
 from django import forms
+from django_filters.fields import IsoDateTimeField
 
-from jobs.filters import UtcIsoDateTimeFilter
 from runs.models import LogLine, Run, RunState
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
           "error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """ISO 8601, converted to UTC here: PostgreSQL refuses offsets beyond +-15:59 that
+    Python accepts, and a time whose UTC equivalent leaves years 1-9999 is refused."""
+
+    def to_python(self, value):
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError("is outside the years 1-9999 in UTC") from None
+
+
+class UtcIsoDateTimeFilter(filters.IsoDateTimeFilter):
+    """An IsoDateTimeFilter whose value reaches the database in UTC (see the field)."""
+
+    field_class = UtcIsoDateTimeField
 
 
 class RunFilter(filters.FilterSet):

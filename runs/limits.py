@@ -3,10 +3,7 @@
 jobs.tenants.set_owner_policy, which syncs them to the broker at once; dispatchers also
 re-sync them at every reconcile, which repairs a lost Redis."""
 
-from django.db import transaction
-
-from jobs.models import OwnerPolicy
-from runs.brokers import get_broker
+from scheduler_core.models import OwnerPolicy
 
 
 def owner_limits(using: str = "default") -> dict[int, int]:
@@ -16,11 +13,3 @@ def owner_limits(using: str = "default") -> dict[int, int]:
         OwnerPolicy.objects.using(using).filter(max_running__isnull=False)
         .values_list("owner_id", "max_running")
     )
-
-
-def sync_owner_limits(using: str = "default") -> None:
-    """Make the broker enforce the owner limits stored now (after the transaction commits
-    if one is open). A broker outage is logged: the dispatcher's next reconcile syncs."""
-    broker = get_broker(using)
-    transaction.on_commit(
-        lambda: broker._after_commit(broker.sync_limits, owner_limits(using)), using=using)

@@ -22,12 +22,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from jobs import conf, ownership
-from jobs.exceptions import BrokerUnavailable
-from runs import stats
+from runs import ownership, stats
 from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.metrics_health import HealthCollector
+from scheduler_core import conf
+from scheduler_core.exceptions import BrokerUnavailable
 
 log = logging.getLogger("scheduler.metrics")
 

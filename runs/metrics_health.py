@@ -16,12 +16,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from jobs import conf
-from jobs.models import SchedulerPartition
 from runs import stats
 from runs.clock import db_now
 from runs.models import TERMINAL_STATES, Run, RunState, ShardLease
 from runs.outcomes import counts
+from scheduler_core import conf
+from scheduler_core.models import SchedulerPartition
 
 # Upper bounds (seconds) of the start-lag buckets: invariant 4 says about a second, so
 # the fine buckets sit below it (docs/architecture.md, "Invariants").

@@ -18,10 +18,10 @@ from datetime import datetime
 
 from django.db import connections, transaction
 
-from jobs.models import Job
 from runs.clock import db_now, seconds
 from runs.models import Attempt, LogLine, Run, RunState
 from runs.transitions import in_shards
+from scheduler_core.models import Job
 
 PRUNABLE_STATES = (RunState.SUCCEEDED, RunState.CANCELLED)
 

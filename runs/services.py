@@ -7,6 +7,7 @@ from django.db.models import F
 
 from runs.brokers import get_broker
 from runs.clock import db_now
+from runs.limits import owner_limits
 from runs.models import PENDING_STATES, Run, RunState
 from runs.transitions import run_refs
 
@@ -64,3 +65,11 @@ def discard(run_ids, using: str = "default") -> int:
         return Run.objects.using(using).filter(pk__in=list(run_ids), state=RunState.DEAD).update(
             state=RunState.CANCELLED, finished_at=db_now(using)
         )
+
+
+def sync_owner_limits(using: str = "default") -> None:
+    """Make the broker enforce the owner limits stored now (after the transaction commits
+    if one is open). A broker outage is logged: the dispatcher's next reconcile syncs."""
+    broker = get_broker(using)
+    transaction.on_commit(
+        lambda: broker._after_commit(broker.sync_limits, owner_limits(using)), using=using)

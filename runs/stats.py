@@ -21,8 +21,6 @@ from datetime import datetime, timedelta
 from django.db import connections
 from django.db.models import Count, Min, Q
 
-from jobs import conf
-from jobs.models import Job
 from runs.brokers import get_broker
 from runs.brokers.base import Broker
 from runs.clock import db_now
@@ -33,6 +31,8 @@ from runs.models import (
     RunState,
     WorkerProcess,
 )
+from scheduler_core import conf
+from scheduler_core.models import Job
 
 WINDOW_S = 60
 """Seconds of history behind throughput and lag."""

@@ -14,8 +14,6 @@ from datetime import datetime
 from django.db import connections, transaction
 from django.db.models import F, Q
 
-from jobs import conf
-from jobs.models import Job
 from runs.alerts.policy import alert_dead
 from runs.clock import backoff_s, db_now, from_us, seconds
 from runs.models import (
@@ -28,6 +26,8 @@ from runs.models import (
 )
 from runs.outcomes import after_reap
 from runs.types import Lease, Outcome, RunRef
+from scheduler_core import conf
+from scheduler_core.models import Job
 
 LOG_MESSAGE_MAX = 10_000
 ERROR_MAX = 100_000

@@ -9,7 +9,7 @@ from rest_framework.routers import DefaultRouter
 from jobs.alerts_api import JobAlertsView, OwnerAlertsView
 from jobs.api import JobViewSet
 from jobs.limits_api import LimitsView
-from runs.api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
+from jobs.runs_api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 
 
 class Router(DefaultRouter):

@@ -6,7 +6,7 @@ REDIS_URL     unset: the database broker serves the queue
 SCHEDULER_BROKER  "redis" or "database"; overrides the choice REDIS_URL implies
 SECRET_KEY, DEBUG, ALLOWED_HOSTS, and the HTTPS knobs (cookies, HSTS, SSL redirect,
 CSRF_TRUSTED_ORIGINS, SECURE_PROXY_SSL_HEADER): docs/security.md gives each one's default
-SCHEDULER_*   tunables, see jobs/conf.py for each one, its unit and default
+SCHEDULER_*   tunables, see scheduler_core/conf.py for each one, its unit and default
 """
 
 import os
@@ -16,16 +16,16 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from jobs.conf import flag
+from scheduler_core.conf import flag
+from scheduler_core.startup import DEV_SECRET_KEY, proxy_ssl_header
 from scheduler_project.logging_config import django_logging
-from scheduler_project.startup import DEV_SECRET_KEY, proxy_ssl_header
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def env_bool(name: str, default: bool) -> bool:
-    """A true/false environment variable (jobs.conf.flag's spellings); ``default`` when
-    unset. Raises ImproperlyConfigured naming the variable for any other value, so that a
+    """A true/false environment variable (scheduler_core.conf.flag's spellings); ``default``
+    when unset. Raises ImproperlyConfigured naming the variable for any other value, so that a
     typo in a security setting is not silently read as false."""
     value = os.environ.get(name)
     if value is None:
@@ -46,7 +46,7 @@ def env_list(name: str, default: str = "") -> list[str]:
 # settings do).
 DEBUG = env_bool("DEBUG", False)
 # Only so that manage.py works in a fresh clone: with DEBUG off the web server and the
-# daemons refuse to start on it (scheduler_project/startup.py).
+# daemons refuse to start on it (scheduler_core/startup.py).
 SECRET_KEY = os.environ.get("SECRET_KEY") or DEV_SECRET_KEY
 # Earlier keys, comma-separated, still accepted after SECRET_KEY changed: Django's rotation
 # (sessions, signatures), and the http handler's encrypted headers (docs/http-handler.md).
@@ -236,9 +236,10 @@ WHITENOISE_AUTOREFRESH = DEBUG
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
 # The REST API (docs/api.md). Its caps and the per-owner throttle rate are SCHEDULER_*
-# tunables (jobs/conf.py: MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S, MAX_RETRIES, API_THROTTLE_RATE,
-# API_MAX_BODY_BYTES, API_BULK_MAX_BODY_BYTES, API_BULK_MAX_JOBS, IDEMPOTENCY_TTL_S), read
-# per request so that they can be changed from the environment or override_settings.
+# tunables (scheduler_core/conf.py: MAX_PAYLOAD_BYTES, MAX_TIMEOUT_S, MAX_RETRIES,
+# API_THROTTLE_RATE, API_MAX_BODY_BYTES, API_BULK_MAX_BODY_BYTES, API_BULK_MAX_JOBS,
+# IDEMPOTENCY_TTL_S), read per request so that they can be changed from the environment or
+# override_settings.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "jobs.tokens.TokenAuthentication",

@@ -20,9 +20,9 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 
 from jobs import services
-from jobs.exceptions import InvalidJob
 from jobs.models import MisfirePolicy
 from runs.models import Attempt, Run
+from scheduler_core.exceptions import InvalidJob
 from scheduler_tasks import periodic, results
 
 HANDLER = results.HANDLER

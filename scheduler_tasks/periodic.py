@@ -16,9 +16,10 @@ from django.db import connections, transaction
 from django.tasks.exceptions import InvalidTask
 from django.utils.module_loading import autodiscover_modules
 
-from jobs import conf, cron, services
+from jobs import cron, services
 from jobs.models import Job
 from jobs.validation import validate_job
+from scheduler_core import conf
 from scheduler_tasks.results import HANDLER, load_task, payload_of
 
 log = logging.getLogger("scheduler_tasks.periodic")

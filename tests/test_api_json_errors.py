@@ -11,7 +11,7 @@ from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
 from jobs.models import Job
-from runs.api import QueueView
+from jobs.runs_api import QueueView
 
 pytestmark = pytest.mark.django_db
 

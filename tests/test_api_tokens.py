@@ -16,8 +16,8 @@ from django.db import connection
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
-from jobs import conf
 from jobs.throttling import parse_rate
+from scheduler_core import conf
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs import cron, services
-from jobs.exceptions import InvalidJob
 from jobs.models import Job
 from jobs.scheduler import Scheduler, plan_occurrences
 from runs.brokers import get_broker
@@ -15,6 +14,7 @@ from runs.brokers.keys import member
 from runs.clock import db_now
 from runs.models import Run
 from runs.transitions import run_refs
+from scheduler_core.exceptions import InvalidJob
 from tests.conftest import flush_redis
 
 BROKERS = ["redis", "database"]  # both on PostgreSQL

@@ -2,9 +2,9 @@
 ``manage.py`` command and REST endpoint that README.md or docs/*.md names exists, every
 document they name is in the repository, and nothing in the repository points outside it.
 
-The truth is derived, not listed: settings from jobs/conf.py's DEFAULTS, Django's settings,
-the environment variables and constants the code reads, and the Procfile; commands from
-Django's command registry; endpoints from the URL resolver.
+The truth is derived, not listed: settings from scheduler_core/conf.py's DEFAULTS,
+Django's settings, the environment variables and constants the code reads, and the
+Procfile; commands from Django's command registry; endpoints from the URL resolver.
 """
 
 import ast
@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.management import get_commands
 from django.urls import Resolver404, resolve
 
-from jobs import conf
+from scheduler_core import conf
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -75,7 +75,7 @@ def test_every_scheduler_setting_a_doc_names_exists(doc):
     named = set(re.findall(r"\bSCHEDULER_[A-Z0-9_]*[A-Z0-9]\b", doc.read_text()))
 
     assert named - {f"SCHEDULER_{name}" for name in conf.DEFAULTS} == set(), (
-        f"{doc.name} names settings jobs/conf.py does not have")
+        f"{doc.name} names settings scheduler_core/conf.py does not have")
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_ids(DOCS))

@@ -12,12 +12,12 @@ import httpcore
 import pytest
 from django.test import override_settings
 
-from jobs.exceptions import PermanentFailure, RetryAfter
 from runs.context import RunContext
 from runs.outbound import guard
 from runs.outbound.handler import HttpError, http, retry_after_s
 from runs.outbound.payload import http_payload
 from runs.outbound.transport import PinnedBackend
+from scheduler_core.exceptions import PermanentFailure, RetryAfter
 from tests import http_server
 
 LOOPBACK = http_server.LOOPBACK

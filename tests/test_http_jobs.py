@@ -11,11 +11,11 @@ from django.db import connection
 from django.test import override_settings
 
 from jobs import services
-from jobs.exceptions import InvalidJob
 from jobs.models import Job
 from runs.models import Run
 from runs.outbound import secrets
 from runs.outbound.payload import http_payload
+from scheduler_core.exceptions import InvalidJob
 from tests.test_tenant_bounds import production_handlers
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
-from jobs import conf, services
+from jobs import services
 from jobs.cron import normalize
 from jobs.crontab import parse_file
 from jobs.management.commands.loaddemo import DEMO_CRONTAB, START_IN_S
@@ -20,6 +20,7 @@ from jobs.models import Job, Schedule
 from jobs.scheduler import Scheduler
 from runs.clock import db_now
 from runs.models import Run
+from scheduler_core import conf
 
 CRONTABS = Path(__file__).resolve().parent / "data" / "crontabs"  # README.md there: sources
 CORPUS = sorted(p.name for p in CRONTABS.glob("*.crontab"))

@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
-from jobs import conf
 from jobs.throttling import parse_rate
+from scheduler_core import conf
 
 pytestmark = pytest.mark.django_db
 STRONG = "correct horse battery staple"

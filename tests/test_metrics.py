@@ -10,7 +10,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs.exceptions import BrokerUnavailable
 from jobs.models import Job
 from jobs.tenants import set_owner_policy
 from runs import metrics, stats
@@ -19,6 +18,7 @@ from runs.brokers.redis import RedisBroker
 from runs.clock import db_now
 from runs.models import Run, RunState, WorkerProcess
 from runs.transitions import run_refs
+from scheduler_core.exceptions import BrokerUnavailable
 from tests.conftest import flush_redis, make_runs
 from tests.test_api_helpers import client_for, one_off, user_with
 

@@ -7,12 +7,12 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import User
 
-from jobs import conf
 from jobs.models import SchedulerPartition
 from runs.clock import db_now
 from runs.metrics_health import LAG_BUCKETS, lag_buckets
 from runs.models import RunState, ShardLease, WorkerProcess
 from runs.outcomes import _counts, flush_counts
+from scheduler_core import conf
 from tests.test_metrics import finished_and_running, job_on, ran, scrape
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,5 +1,5 @@
 """Ownership changes of scheduler partitions and dispatcher shards leave a trace
-(jobs/ownership.py, docs/architecture.md "Ownership changes"): the winner logs INFO, the
+(runs/ownership.py, docs/architecture.md "Ownership changes"): the winner logs INFO, the
 loser WARNING when it notices; each change is counted for /metrics and kept in a bounded
 history the dashboard shows."""
 
@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from jobs import ownership
 from jobs.models import LeaseChangeCount, LeaseMember, LeaseTenure, SchedulerPartition
-from jobs.partitions import PartitionLeases
+from runs import ownership
 from runs.clock import db_now
 from runs.models import ShardLease
+from runs.partitions import PartitionLeases
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

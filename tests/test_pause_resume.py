@@ -11,12 +11,12 @@ from datetime import timedelta
 import pytest
 
 from jobs import services
-from jobs.exceptions import InvalidJob
 from jobs.models import Job, Schedule
 from jobs.scheduler import Scheduler
 from runs.clock import db_now
 from runs.models import Run, RunState
 from runs.transitions import run_refs
+from scheduler_core.exceptions import InvalidJob
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from jobs import services
-from jobs.exceptions import InvalidJob, SchedulerError
 from jobs.models import Job
 from runs.models import Run
+from scheduler_core.exceptions import InvalidJob, SchedulerError
 
 pytestmark = pytest.mark.django_db
 

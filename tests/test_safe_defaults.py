@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from runs.daemon import Daemon
-from scheduler_project.startup import DEV_SECRET_KEY, InsecureStart, insecure_settings
+from scheduler_core.startup import DEV_SECRET_KEY, InsecureStart, insecure_settings
 from tests.conftest import ROOT
 
 # Every variable settings.py reads for these defaults; each test starts with none set.

@@ -17,11 +17,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs import services
-from jobs.exceptions import InvalidJob
 from jobs.models import Job
 from jobs.tenants import QuotaExceeded, set_owner_policy
 from runs.models import Run
 from runs.transitions import run_refs
+from scheduler_core.exceptions import InvalidJob
 from tests.conftest import ROOT
 from tests.test_api_helpers import client_for, one_off
 

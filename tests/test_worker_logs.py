@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from jobs import conf
 from jobs.registry import handler
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.transitions import run_refs
 from runs.worker import Worker
+from scheduler_core import conf
 from tests.conftest import make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)

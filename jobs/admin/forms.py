@@ -5,11 +5,11 @@ from django import forms
 from django.utils import timezone
 
 from jobs import services, tenants
-from jobs.exceptions import InvalidJob
 from jobs.models import Job, MisfirePolicy
-from jobs.registry import creatable_handler_names
 from jobs.validation import validate_job
 from runs.outbound.payload import redacted
+from scheduler_core.exceptions import InvalidJob
+from scheduler_core.registry import creatable_handler_names
 
 EDITABLE = ("name", "payload", "priority", "timeout_s", "max_attempts")
 # A cron job's schedule, named as services.update_job names it.

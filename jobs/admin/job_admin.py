@@ -36,7 +36,6 @@ from django.utils.html import format_html
 from jobs import cron, services
 from jobs.admin.forms import JobChangeForm, JobCreateForm
 from jobs.admin.list_filters import HandlerFilter, KindFilter, StatusFilter
-from jobs.exceptions import InvalidJob, SchedulerError
 from jobs.lifecycle import shown_status, with_shown_status
 from jobs.models import Job
 from runs.admin_helpers import (
@@ -50,6 +49,7 @@ from runs.admin_helpers import (
 )
 from runs.models import PENDING_STATES, TERMINAL_STATES, Run
 from runs.outbound.payload import redacted
+from scheduler_core.exceptions import InvalidJob, SchedulerError
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 RECENT_RUNS = 20

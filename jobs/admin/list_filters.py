@@ -3,7 +3,7 @@
 from django.contrib import admin
 
 from jobs.lifecycle import SHOWN_STATUSES, with_shown_status
-from jobs.registry import handler_names
+from scheduler_core.registry import handler_names
 
 
 class StatusFilter(admin.SimpleListFilter):

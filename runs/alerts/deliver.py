@@ -17,12 +17,12 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
 
-from jobs import conf
-from jobs.exceptions import InvalidJob
 from runs.alerts import webhook
 from runs.alerts.models import AlertChannelState, AlertEvent, Channel
 from runs.alerts.policy import effective
 from runs.clock import db_now, seconds
+from scheduler_core import conf
+from scheduler_core.exceptions import InvalidJob
 
 log = logging.getLogger("scheduler.alerts")
 

@@ -15,14 +15,14 @@ import hmac
 import json
 import time
 
-from jobs import conf
-from jobs.models import Job
 from runs.alerts.policy import WEBHOOK_HANDLER, WEBHOOK_JOB_PREFIX
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.models import Run
 from runs.outbound.payload import http_payload
 from runs.types import RunRef
+from scheduler_core import conf
+from scheduler_core.models import Job
 
 SIGNATURE_HEADER = "X-Scheduler-Signature"
 TIMESTAMP_HEADER = "X-Scheduler-Timestamp"

@@ -1,8 +1,8 @@
 """Broker selection: ``get_broker()`` returns the configured broker for a database alias
 (``SCHEDULER_BROKER``, or redis when REDIS_URL is set, else database)."""
 
-from jobs import conf
 from runs.brokers.base import Broker
+from scheduler_core import conf
 
 _instances: dict[tuple[str, str], Broker] = {}
 

@@ -26,11 +26,11 @@ from contextlib import nullcontext
 
 from django.db import DatabaseError, transaction
 
-from jobs import conf
-from jobs.exceptions import BrokerUnavailable
 from runs import transitions
 from runs.models import PENDING_STATES, Run
 from runs.types import Lease, Outcome, QueueDepth, RunRef, Slot
+from scheduler_core import conf
+from scheduler_core.exceptions import BrokerUnavailable
 
 log = logging.getLogger("scheduler.broker")
 

@@ -15,7 +15,6 @@ advisory lock on PostgreSQL, which serialises them, so the counts they check sta
 from django.db import connections, transaction
 from django.db.models import Count, F, Q
 
-from jobs import conf
 from runs import policy
 from runs.brokers.base import Broker
 from runs.clock import db_now
@@ -23,6 +22,7 @@ from runs.limits import owner_limits
 from runs.models import DELAYED_STATES, RateBucket, Run, RunState
 from runs.transitions import in_shards
 from runs.types import QueueDepth, RunRef, Slot
+from scheduler_core import conf
 
 CLAIM_LOCK = 0x5C4ED  # pg_advisory_xact_lock key serialising limited claims
 CANDIDATES_PER_SLOT = 4  # rows fetched per wanted run when owner limits may skip some

@@ -19,14 +19,14 @@ from pathlib import Path
 import redis
 from django.conf import settings
 
-from jobs import conf
-from jobs.exceptions import BrokerUnavailable
 from runs import policy
 from runs.brokers.base import Broker
 from runs.brokers.keys import Keys, member
 from runs.clock import to_ms
 from runs.models import DELAYED_STATES, Run, RunState
 from runs.types import Lease, QueueDepth, RunRef, Slot
+from scheduler_core import conf
+from scheduler_core.exceptions import BrokerUnavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
 SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark")

@@ -26,11 +26,11 @@ from django.db.models import Aggregate, Count, DurationField, F, Q
 from django.db.models.functions import TruncMinute
 from django.urls import reverse
 
-from jobs import ownership
-from jobs.models import SchedulerPartition
+from runs import ownership
 from runs.clock import db_now
 from runs.models import Run, RunState
 from runs.stats import live_workers, percentile, queue_stats
+from scheduler_core.models import SchedulerPartition
 
 WINDOW_MINUTES = 60
 OWNERSHIP_ROWS = 30  # newest partition and shard tenures the dashboard lists
@@ -191,7 +191,7 @@ def partitions(using: str = "default", now: datetime | None = None) -> list[dict
 def snapshot(using: str = "default") -> dict:
     """Everything the dashboard shows, JSON-able: ``now`` (database clock), ``totals``,
     ``queues`` (runs/stats.py), ``series`` (last hour per minute), ``workers``,
-    ``partitions``, ``ownership`` (the newest OWNERSHIP_ROWS tenures, jobs/ownership.py)."""
+    ``partitions``, ``ownership`` (the newest OWNERSHIP_ROWS tenures, runs/ownership.py)."""
     now = db_now(using)
     queues = [q.as_dict() for q in queue_stats(using)]
     chart = series(using, now=now)

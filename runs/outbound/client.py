@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from jobs.exceptions import PermanentFailure
 from runs.outbound import guard
 from runs.outbound.transport import PinnedTransport
+from scheduler_core.exceptions import PermanentFailure
 
 SCHEMES = {"http": 80, "https": 443}
 DEFAULT_HEADERS = {"User-Agent": "django-job-scheduler (http handler)", "Accept": "*/*"}

@@ -11,8 +11,8 @@ import ipaddress
 import socket
 from collections.abc import Callable
 
-from jobs import conf
-from jobs.exceptions import PermanentFailure
+from scheduler_core import conf
+from scheduler_core.exceptions import PermanentFailure
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -16,10 +16,10 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from jobs import conf
-from jobs.exceptions import PermanentFailure, RetryAfter
 from runs.outbound import client, guard, secrets
 from runs.outbound.payload import SECRET_HEADERS, normalize
+from scheduler_core import conf
+from scheduler_core.exceptions import PermanentFailure, RetryAfter
 
 # httpx logs every request at INFO ("HTTP Request: ..."), which a worker's child stores on
 # the attempt: the handler logs its own line, so one is enough. httpcore's DEBUG lines

@@ -11,9 +11,9 @@ import re
 
 import httpx
 
-from jobs import conf
-from jobs.exceptions import InvalidJob
 from runs.outbound import secrets
+from scheduler_core import conf
+from scheduler_core.exceptions import InvalidJob
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # Stored encrypted whatever the job says, and never kept from a response.

@@ -18,10 +18,10 @@ import time
 import traceback
 from datetime import UTC, datetime
 
-from jobs.exceptions import PermanentFailure, RetryAfter
 from runs.clock import from_us
 from runs.context import RunContext
 from runs.worker.wire import message_sender
+from scheduler_core.exceptions import PermanentFailure, RetryAfter
 
 PR_SET_PDEATHSIG = 1
 HEARTBEAT_MIN_INTERVAL_S = 1.0
@@ -133,7 +133,7 @@ def _die_with_parent() -> None:
 def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     """Run one task's handler (``task`` as the worker sent it: see runs/worker/wire.py);
     returns the ``("done", ...)`` message."""
-    from jobs.registry import get_handler
+    from scheduler_core.registry import get_handler
 
     began = time.monotonic()
     capture.reset(task["run_id"])
@@ -212,7 +212,7 @@ def child_main(conn, control, lock) -> None:
     # decides whether the run finishes or is released, and kills children itself.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from jobs import conf
+    from scheduler_core import conf
 
     send = message_sender(conn)
     capture = CaptureHandler(conf.get("MAX_LOG_LINES"), lock=send.lock)

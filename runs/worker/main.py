@@ -22,7 +22,6 @@ from concurrent.futures import Future
 
 from django.db import connections
 
-from jobs import conf
 from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.daemon import Daemon
@@ -35,6 +34,7 @@ from runs.worker.lease_ahead import LEASES_IN_FLIGHT, LeaseAhead, Leased
 from runs.worker.pool import InFlight, Slot
 from runs.worker.shutdown import Shutdown
 from runs.worker.supervise import Supervision
+from scheduler_core import conf
 
 
 class Worker(LeaseAhead, Acks, Supervision, Shutdown, Daemon):

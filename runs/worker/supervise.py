@@ -8,12 +8,12 @@ import time
 from collections import deque
 from multiprocessing.connection import wait
 
-from jobs import conf
 from runs.daemon import TRANSIENT
 from runs.models import AttemptOutcome
 from runs.types import Outcome
 from runs.worker.child import dropped_note
 from runs.worker.pool import STALL_S, InFlight, Slot
+from scheduler_core import conf
 
 
 class Supervision:

@@ -18,10 +18,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from jobs import cron, crontab
-from jobs.exceptions import InvalidJob
-from jobs.registry import get_handler, handler_names
 from jobs.services import InvalidJobs, create_jobs
 from jobs.validation import validate_job
+from scheduler_core.exceptions import InvalidJob
+from scheduler_core.registry import get_handler, handler_names
 
 NAME_WIDTH = 40
 # next_run_at is itself the first run, so the table lists from just before it.

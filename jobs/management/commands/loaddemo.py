@@ -14,12 +14,13 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import conf, cron, crontab
+from jobs import cron, crontab
 from jobs.models import Job
 from jobs.services import InvalidJobs, create_job, create_jobs
 from jobs.tokens import create_token
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
+from scheduler_core import conf
 
 DEMO_CRONTAB = Path(__file__).resolve().parents[2] / "demo.crontab"
 ENDED = {RunState.SUCCEEDED: "succeeded", RunState.DEAD: "died (dead letter)",

@@ -17,8 +17,8 @@ import honcho.manager
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import conf
-from scheduler_project.startup import refuse_insecure_start
+from scheduler_core import conf
+from scheduler_core.startup import refuse_insecure_start
 
 # Beyond the worker's grace: its release of unfinished runs and the children's exit.
 STOP_MARGIN_S = 10.0

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import conf
 from runs import retention
+from scheduler_core import conf
 
 
 class Command(BaseCommand):

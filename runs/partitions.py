@@ -6,7 +6,7 @@ scheduler's partitions are free once its leases expire (PARTITION_TTL_S) and the
 take them. Ownership only spreads the work: correctness never depends on it, because
 claims are fenced (``WHERE next_run_at = old``) and runs are unique per occurrence.
 Changes of ownership are logged, counted and kept in a bounded history
-(jobs/ownership.py).
+(runs/ownership.py).
 """
 
 import math
@@ -14,9 +14,9 @@ import math
 from django.db import transaction
 from django.db.models import Q
 
-from jobs import ownership
-from jobs.models import LeaseMember, SchedulerPartition
+from runs import ownership
 from runs.clock import db_now, seconds
+from scheduler_core.models import LeaseMember, SchedulerPartition
 
 
 class PartitionLeases:

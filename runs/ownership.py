@@ -2,7 +2,7 @@
 shard, from when to when, and how it changed hands (docs/architecture.md, "Ownership
 changes").
 
-PartitionLeases.refresh (jobs/partitions.py) works out what changed in each refresh and
+PartitionLeases.refresh (runs/partitions.py) works out what changed in each refresh and
 calls ``record`` in its transaction, which
 
 * logs it: INFO by the winner (it took free leases, took over expired ones from another
@@ -22,7 +22,7 @@ from datetime import datetime
 
 from django.db.models import F
 
-from jobs.models import LeaseChangeCount, LeaseTenure
+from scheduler_core.models import LeaseChangeCount, LeaseTenure
 
 log = logging.getLogger("scheduler.ownership")
 

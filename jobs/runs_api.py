@@ -22,7 +22,6 @@ from rest_framework.views import APIView
 
 from jobs.access import OwnerOrModelPermission, may_view_all
 from jobs.api import COMMON, LISTED, Conflict, DetailSerializer
-from jobs.exceptions import BrokerUnavailable
 from jobs.models import Job
 from jobs.tenants import bounds_of
 from jobs.throttling import IsAuthenticatedOrThrottled
@@ -36,6 +35,7 @@ from runs.serializers import (
     RunSerializer,
 )
 from runs.stats import queue_stats
+from scheduler_core.exceptions import BrokerUnavailable
 
 RUN_ORDERING = ("scheduled_at", "created_at", "id")
 
