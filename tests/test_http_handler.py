@@ -188,7 +188,7 @@ def test_the_metadata_address_is_refused_unless_allowlisted(monkeypatch):
     with pytest.raises(guard.Refused, match="metadata.test resolves to 169.254.169.254"):
         call("http://metadata.test/latest/meta-data/")
     with override_settings(SCHEDULER={"HTTP_ALLOWLIST": "169.254.169.254"}):
-        assert guard.check("169.254.169.254", 80) == "169.254.169.254"
+        assert guard.check("169.254.169.254", 80) == ["169.254.169.254"]
 
 
 @pytest.mark.parametrize("address, reason", [
@@ -228,6 +228,15 @@ def test_the_address_checked_is_the_one_connected_to(server, monkeypatch):
     assert '"Host": "rebind.test:' in result["body"]  # the name, not the address
 
 
+@override_settings(SCHEDULER={"HTTP_ALLOWLIST": "127.0.0.0/8"})
+def test_each_checked_address_is_tried_in_turn(server, monkeypatch):
+    # 127.0.0.2 is loopback too, but nothing listens there: the second answer serves.
+    monkeypatch.setattr(guard, "resolver", lambda host, port: ["127.0.0.2", "127.0.0.1"])
+    port = server.server_address[1]
+
+    assert call(f"http://two.test:{port}/status/200")["status"] == 200
+
+
 @LOOPBACK
 def test_a_name_with_any_private_answer_is_refused(monkeypatch):
     monkeypatch.setattr(guard, "resolver", lambda host, port: ["8.8.8.8", "10.0.0.5"])
@@ -236,7 +245,7 @@ def test_a_name_with_any_private_answer_is_refused(monkeypatch):
 
 
 def test_the_pinned_backend_connects_nowhere_else():
-    backend = PinnedBackend("example.com", 443, "93.184.216.34")
+    backend = PinnedBackend("example.com", 443, ["93.184.216.34"])
     with pytest.raises(httpcore.ConnectError, match="not checked"):
         backend.connect_tcp("other.example", 443)
     with pytest.raises(httpcore.ConnectError, match="not checked"):

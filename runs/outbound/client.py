@@ -74,7 +74,7 @@ def send(method: str, url: str, *, headers: dict[str, str], content: bytes | Non
         headers = {"Accept-Encoding": "identity", **headers}  # no decompression bomb
     parsed, host, port = target(url)
     for hop in range(max_redirects + 1):
-        address = guard.check(host, port)
+        addresses = guard.check(host, port)
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimedOut(f"no answer within {timeout_s:g} s")
@@ -84,7 +84,7 @@ def send(method: str, url: str, *, headers: dict[str, str], content: bytes | Non
         # The transport alone, not an httpx.Client: a client parses every redirect's
         # Location itself (a garbled one raising a protocol error) even when it follows
         # none, and would add cookies from one hop to the next.
-        with PinnedTransport(host, port, address) as transport, \
+        with PinnedTransport(host, port, addresses) as transport, \
                 closing(transport.handle_request(request)) as response:
             location = response.headers.get("location")
             if response.status_code not in REDIRECTS or not location:

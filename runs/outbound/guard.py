@@ -2,8 +2,8 @@
 refused when any of its addresses is not public, unless the operator's allowlist
 (HTTP_ALLOWLIST) names the host or the address.
 
-``check(host, port)`` returns the address to connect to; transport.py then connects to
-that address and no other, so the DNS answer that was checked is the one used (no
+``check(host, port)`` returns the addresses to connect to; transport.py then connects to
+those addresses and no other, so the DNS answer that was checked is the one used (no
 rebinding window between the check and the connection).
 """
 
@@ -97,9 +97,9 @@ def literal(host: str) -> Address | None:
         return None
 
 
-def check(host: str, port: int) -> str:
+def check(host: str, port: int) -> list[str]:
     """Resolve ``host`` (once, through ``resolver``; an IP literal is not resolved) and
-    return the address to connect to: the first one. Raises Refused when any address is
+    return its addresses, to be tried in that order. Raises Refused when any address is
     not public and neither the host nor that address is on the allowlist (a name that
     resolves to one public and one private address is refused: the next lookup could
     pick either), Unresolvable when the name does not resolve."""
@@ -110,11 +110,11 @@ def check(host: str, port: int) -> str:
     if not addresses:
         raise Unresolvable(f"{host} resolves to no address")
     if host_allowed(host, names, suffixes):
-        return str(addresses[0])
+        return [str(a) for a in addresses]
     for address in addresses:
         reason = why_not_public(address)
         if reason and not any(address in network for network in networks
                               if network.version == address.version):
             raise Refused(f"refused: {host} resolves to {address}, which is {reason} "
                           "(not on HTTP_ALLOWLIST; docs/http-handler.md)")
-    return str(addresses[0])
+    return [str(a) for a in addresses]

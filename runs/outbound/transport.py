@@ -17,20 +17,28 @@ import httpx
 
 class PinnedBackend(httpcore.NetworkBackend):
     """httpcore's network backend for one (host, port): ``connect_tcp`` to that host
-    connects to ``address`` instead of resolving the name again; any other host or port
+    connects to the checked ``addresses`` instead of resolving the name again, trying
+    each in turn as socket.create_connection tries a name's addresses (an IPv6 answer
+    first on a host without IPv6 must not fail the request); any other host or port
     raises httpcore.ConnectError (nothing the guard did not check is reached)."""
 
-    def __init__(self, host: str, port: int, address: str):
-        self.host, self.port, self.address = host.lower(), port, address
+    def __init__(self, host: str, port: int, addresses: list[str]):
+        self.host, self.port, self.addresses = host.lower(), port, addresses
         self.backend = httpcore.SyncBackend()
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
         if (host.lower(), port) != (self.host, self.port):
             raise httpcore.ConnectError(
                 f"{host}:{port} was not checked by the SSRF guard (pinned: {self.host})")
-        return self.backend.connect_tcp(self.address, port, timeout=timeout,
-                                        local_address=local_address,
-                                        socket_options=socket_options)
+        failure = httpcore.ConnectError(f"{host} has no address to connect to")
+        for address in self.addresses:
+            try:
+                return self.backend.connect_tcp(address, port, timeout=timeout,
+                                                local_address=local_address,
+                                                socket_options=socket_options)
+            except httpcore.ConnectError as exc:  # a timeout is not retried elsewhere
+                failure = exc
+        raise failure
 
     def connect_unix_socket(self, path, timeout=None, socket_options=None):
         raise httpcore.ConnectError("unix sockets are not reachable through the http handler")
@@ -48,12 +56,12 @@ def ssl_context() -> ssl.SSLContext:
 
 class PinnedTransport(httpx.HTTPTransport):
     """httpx's transport with its connection pool on a PinnedBackend: every connection
-    goes to ``address`` for ``host``:``port``. No proxy from the environment (a proxy
-    would do its own resolution) and no retries of its own."""
+    goes to one of ``addresses`` for ``host``:``port``. No proxy from the environment (a
+    proxy would do its own resolution) and no retries of its own."""
 
-    def __init__(self, host: str, port: int, address: str):
+    def __init__(self, host: str, port: int, addresses: list[str]):
         super().__init__(verify=ssl_context(), trust_env=False)
         # HTTPTransport cannot be given a network backend; the httpcore pool it wraps can.
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context(), max_connections=1, retries=0,
-            network_backend=PinnedBackend(host, port, address))
+            network_backend=PinnedBackend(host, port, addresses))
