@@ -19,7 +19,7 @@ from datetime import datetime
 from django.db import connections, transaction
 
 from runs.clock import db_now, seconds
-from runs.models import Attempt, LogLine, Run, RunState
+from runs.models import AlertPolicy, Attempt, LogLine, Run, RunState
 from runs.transitions import in_shards
 from scheduler_core.models import Job
 
@@ -99,6 +99,10 @@ def prune(before: datetime, limit: int, using: str = "default",
                 pruned.jobs = _delete(
                     cursor, Job, "id IN ({ids}) AND schedule_id IS NULL AND NOT EXISTS "
                     "(SELECT 1 FROM {run} WHERE {run}.job_id = {table}.id)", one_off)
+                if pruned.jobs:  # the alert overrides of the jobs just deleted
+                    _delete(cursor, AlertPolicy, "job_id IN ({ids}) AND NOT EXISTS (SELECT 1 "
+                            f"FROM {Job._meta.db_table} AS j WHERE j.id = {{table}}.job_id)",
+                            one_off)
         return pruned
 
 

@@ -32,6 +32,7 @@ from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.models import Run, RunState
 from runs.outcomes import counts
+from runs.retention import prune
 from runs.transitions import expire_leases, run_refs
 from runs.worker import Worker
 from tests import http_server
@@ -340,3 +341,30 @@ def test_a_private_webhook_address_is_refused_by_the_guard(rb, owner):
     assert server.requests == []
     [delivery] = Run.objects.filter(job__in=webhook_jobs(owner))
     assert "HTTP_ALLOWLIST" in delivery.error
+
+
+def test_pruning_a_run_alerted_on_late_keeps_the_alert(db, owner):
+    AlertPolicy.objects.create(owner=owner, late_after_s=30)
+    [run] = make_runs("default", 1, owner=owner, delay_s=-60)
+    assert late.scan() == 1
+    long_ago = db_now() - timedelta(days=30)
+    Run.objects.filter(pk=run.pk).update(state=RunState.SUCCEEDED, finished_at=long_ago)
+
+    pruned = prune(db_now() - timedelta(days=1), 100)
+
+    assert (pruned.runs, pruned.jobs) == (1, 1)
+    [event] = AlertEvent.objects.all()
+    assert (event.run_id, event.job_id) == (run.pk, run.job_id)  # ids kept as numbers
+
+
+
+def test_pruning_a_one_off_job_drops_its_alert_overrides_only(db, owner):
+    [old, kept] = (make_runs("default", 1, owner=owner)[0] for _ in range(2))
+    AlertPolicy.objects.create(job_id=old.job_id, on_dead=False)
+    AlertPolicy.objects.create(job_id=kept.job_id, on_dead=False)
+    long_ago = db_now() - timedelta(days=30)
+    Run.objects.filter(pk=old.pk).update(state=RunState.SUCCEEDED, finished_at=long_ago)
+
+    assert prune(db_now() - timedelta(days=1), 100).jobs == 1
+
+    assert list(AlertPolicy.objects.values_list("job_id", flat=True)) == [kept.job_id]

@@ -38,8 +38,10 @@ class AlertPolicy(models.Model):
 
     owner = models.OneToOneField(settings.AUTH_USER_MODEL, null=True, blank=True,
                                  on_delete=models.CASCADE, related_name="alert_policy")
+    # No database constraint: the history prune deletes one-off jobs with plain
+    # statements (runs/retention.py), and removes their policies itself.
     job = models.OneToOneField("jobs.Job", null=True, blank=True, on_delete=models.CASCADE,
-                               related_name="alert_policy")
+                               related_name="alert_policy", db_constraint=False)
     email = models.BooleanField(null=True, blank=True,
                                 help_text="send alerts to the owner's email address")
     webhook = models.BooleanField(null=True, blank=True,
@@ -79,10 +81,12 @@ class AlertEvent(models.Model):
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                               related_name="+")
-    job = models.ForeignKey("jobs.Job", null=True, on_delete=models.SET_NULL,
-                            related_name="+", db_index=False)
-    run = models.ForeignKey("runs.Run", null=True, on_delete=models.SET_NULL,
-                            related_name="+", db_index=False)
+    # The ids stay when the history prune deletes the run or its one-off job with plain
+    # statements (runs/retention.py): no database constraint, nothing to cascade.
+    job = models.ForeignKey("jobs.Job", null=True, on_delete=models.DO_NOTHING,
+                            related_name="+", db_index=False, db_constraint=False)
+    run = models.ForeignKey("runs.Run", null=True, on_delete=models.DO_NOTHING,
+                            related_name="+", db_index=False, db_constraint=False)
     kind = models.CharField(max_length=16, choices=AlertKind.choices)
     detail = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
