@@ -90,3 +90,16 @@ def test_a_view_only_admin_page_shows_no_secret(client):
 
     assert "X-Plain" in page  # the payload is shown...
     assert "s3cret" not in page and token not in page  # ...without its secrets
+
+
+def test_bulk_creation_stores_secrets_encrypted_and_answers_them_redacted(api):
+    jobs = [{"handler": "http", "run_at": "2030-01-01T09:00:00Z",
+             "payload": {"url": URL, "headers": {"X-Api-Key": f"k3y-{i}"}}} for i in range(3)]
+    response = api.post("/api/jobs/bulk/", {"jobs": jobs}, format="json")
+
+    assert response.status_code == 201, response.content
+    assert "k3y" not in response.content.decode()
+    stored = [job.payload for job in Job.objects.order_by("pk")]
+    assert "k3y" not in json.dumps(stored)
+    assert [secrets.decrypt(p["encrypted_headers"]["X-Api-Key"]) for p in stored] == [
+        "k3y-0", "k3y-1", "k3y-2"]
