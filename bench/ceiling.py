@@ -20,7 +20,7 @@ per batch of B runs (default: what one lease call of our worker takes, see --bat
 4. PostgreSQL, ack (one transaction): ``UPDATE runs_run SET state='succeeded',
    finished_at, lease_expires_at=NULL, error='' FROM unnest(ids, attempts) WHERE id and
    attempt match AND state='running'`` and ``UPDATE runs_attempt SET finished_at,
-   outcome='succeeded'`` matched the same way (transitions.complete's fenced UPDATEs,
+   outcome='succeeded'`` matched the same way (completion.complete's fenced UPDATEs,
    batched).
 5. Redis, ack: ZREM of the ids from the leased set, pipelined (Broker._forget).
 

@@ -28,6 +28,12 @@ from rest_framework.response import Response
 
 from jobs import services, tenants
 from jobs.access import OwnerOrModelPermission, may_view_all
+from jobs.bulk_serializers import (
+    BulkCreatedSerializer,
+    BulkErrorSerializer,
+    BulkJobsSerializer,
+    FastItemParser,
+)
 from jobs.filters import JOB_ORDERING, JobFilter
 from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.idempotency import idempotent
@@ -35,10 +41,6 @@ from jobs.lifecycle import with_shown_status
 from jobs.models import Job
 from jobs.pausing import CATCH_UP
 from jobs.serializers import (
-    BulkCreatedSerializer,
-    BulkErrorSerializer,
-    BulkJobsSerializer,
-    FastItemParser,
     JobCreateSerializer,
     JobSerializer,
     JobUpdateSerializer,

@@ -5,6 +5,7 @@ A transition names the state (and, for leased runs, the attempt number) it expec
 WHERE clause, so a worker whose lease expired and whose run moved on cannot overwrite the
 newer attempt's outcome: its UPDATE matches no row and the caller learns the lease was
 stale. All functions take ``using``, the database alias, and run on the database clock.
+The ack, complete(), is runs/completion.py; it uses the fencing helpers here.
 """
 
 import json
@@ -20,12 +21,11 @@ from runs.models import (
     PENDING_STATES,
     Attempt,
     AttemptOutcome,
-    LogLine,
     Run,
     RunState,
 )
 from runs.outcomes import after_reap
-from runs.types import Lease, Outcome, RunRef
+from runs.types import Lease, RunRef
 from scheduler_core import conf
 from scheduler_core.models import Job
 
@@ -59,7 +59,7 @@ def run_refs(queryset) -> list[RunRef]:
     ]
 
 
-def _lease_match(leases: Iterable[Lease], run_field: str = "pk",
+def lease_match(leases: Iterable[Lease], run_field: str = "pk",
                  number_field: str = "attempt") -> Q:
     """Rows matching any of ``leases`` by (run, attempt number): runs by default, or
     attempts with ``run_field="run_id", number_field="number"``."""
@@ -170,12 +170,12 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
         FROM started s
         CROSS JOIN LATERAL (SELECT handler, payload, timeout_s FROM {job}
                             WHERE id = s.job_id OFFSET 0) AS j"""
-    return sql, [RunState.RUNNING, worker_id, ttl_s, _int_array(ids),
+    return sql, [RunState.RUNNING, worker_id, ttl_s, int_array(ids),
                  [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,
                  AttemptOutcome.RUNNING]
 
 
-def _int_array(values: list[int]) -> str:
+def int_array(values: list[int]) -> str:
     """``values`` as a PostgreSQL array literal, for a ``%s::bigint[]`` parameter: psycopg
     adapts a list element by element in Python, a cost paid per run on every lease and
     ack (BENCHMARKS.md)."""
@@ -185,13 +185,13 @@ def _int_array(values: list[int]) -> str:
 def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:
     """Push the expiry of every lease still held to now + ``ttl_s``; return those leases
     (with their new expiry). A lease missing from the result was lost (fencing). Two
-    statements whatever the number of leases (_held)."""
+    statements whatever the number of leases (held_runs)."""
     if not leases:
         return []
     with transaction.atomic(using=using):
         now = db_now(using)
         expires = now + seconds(ttl_s)
-        held = _held(leases, using)
+        held = held_runs(leases, using)
         Run.objects.using(using).filter(pk__in=[key[0] for key in held]).update(
             lease_expires_at=expires)
     return [
@@ -199,25 +199,6 @@ def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:
         for le in leases
         if (le.run_id, le.attempt) in held
     ]
-
-
-def _store_logs(attempt_ids: dict[tuple[int, int], int], outcomes: list[Outcome], using: str):
-    lines = []
-    for outcome in outcomes:
-        attempt_id = attempt_ids.get((outcome.lease.run_id, outcome.lease.attempt))
-        if attempt_id is None:
-            continue
-        for created_at, level, logger, message in outcome.logs:
-            lines.append(
-                LogLine(
-                    attempt_id=attempt_id,
-                    created_at=created_at,
-                    level=level,
-                    logger=storable(logger, 200),
-                    message=storable(message, LOG_MESSAGE_MAX),
-                )
-            )
-    LogLine.objects.using(using).bulk_create(lines, batch_size=500)
 
 
 def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: str,
@@ -284,136 +265,6 @@ def _cancel_for_cancelled_jobs(run_ids: list[int], now: datetime, using: str) ->
     return ids
 
 
-def _succeed(rows: list[tuple[int, int, object]], now: datetime, using: str) -> None:
-    """Mark runs ``succeeded`` with their results, and their attempts: ``rows`` are
-    ``(run id, attempt, result)`` of runs locked and known to be running under that
-    attempt (the UPDATE is fenced on it all the same). On PostgreSQL two statements serve
-    the whole batch (an ack per run cost two round trips each, BENCHMARKS.md); elsewhere
-    one UPDATE pair per run."""
-    if not rows:
-        return
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        runs, attempts = Run.objects.using(using), Attempt.objects.using(using)
-        for run_id, number, result in rows:
-            runs.filter(pk=run_id, attempt=number, state=RunState.RUNNING).update(
-                state=RunState.SUCCEEDED, finished_at=now, result=result,
-                lease_expires_at=None, error="",
-            )
-            attempts.filter(run_id=run_id, number=number).update(
-                finished_at=now, outcome=AttemptOutcome.SUCCEEDED, result=result
-            )
-        return
-    # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
-    values = [[r[0] for r in rows], [r[1] for r in rows],
-              [None if r[2] is None else json.dumps(r[2]) for r in rows]]
-    batch = "unnest(%s::bigint[], %s::int[], %s::text[]) AS v(id, number, result)"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Run._meta.db_table} AS r SET state = %s, finished_at = %s, "
-            f"result = v.result::jsonb, lease_expires_at = NULL, error = '' FROM {batch} "
-            f"WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s",
-            [RunState.SUCCEEDED, now, *values, RunState.RUNNING])
-        cursor.execute(
-            f"UPDATE {Attempt._meta.db_table} AS a SET finished_at = %s, outcome = %s, "
-            f"result = v.result::jsonb FROM {batch} "
-            f"WHERE a.run_id = v.id AND a.number = v.number",
-            [now, AttemptOutcome.SUCCEEDED, *values])
-
-
-def _succeed_only_pg(outcomes: list[Outcome], using: str) -> list[bool]:
-    """complete() of a batch of successes without log lines, in one statement (the common
-    case of a busy worker; an ack cost six round trips, BENCHMARKS.md): the runs' fenced
-    UPDATE, and the attempts of the runs it matched, on one database clock reading. A row
-    locked by a concurrent reap is re-checked against the fence after the lock is granted
-    (PostgreSQL's EvalPlanQual), as with the FOR UPDATE read of the general path."""
-    run, attempt = Run._meta.db_table, Attempt._meta.db_table
-    # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
-    results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
-    # Array literals, not lists (psycopg dumps a list element by element); with no result
-    # in the batch, no array at all: unnest pads the shorter arrays with NULL.
-    values = [_int_array([o.lease.run_id for o in outcomes]),
-              _int_array([o.lease.attempt for o in outcomes]),
-              results if any(r is not None for r in results) else None]
-    sql = f"""
-        WITH t AS (SELECT clock_timestamp() AS now),
-        v AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[])
-                            AS v(id, number, result)),
-        done AS (
-            UPDATE {run} AS r SET state = %s, finished_at = t.now, result = v.result::jsonb,
-                lease_expires_at = NULL, error = ''
-            FROM v, t
-            WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s
-            RETURNING r.id, r.attempt, r.finished_at, v.result
-        ),
-        attempts AS (
-            UPDATE {attempt} AS a SET finished_at = done.finished_at, outcome = %s,
-                result = done.result::jsonb
-            FROM done WHERE a.run_id = done.id AND a.number = done.attempt
-        )
-        SELECT id, attempt FROM done"""
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, [*values, RunState.SUCCEEDED, RunState.RUNNING,
-                             AttemptOutcome.SUCCEEDED])
-        applied = set(cursor.fetchall())
-    return [(o.lease.run_id, o.lease.attempt) in applied for o in outcomes]
-
-
-def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]]:
-    """Record the end of each attempt in ``outcomes`` in one transaction.
-
-    Success moves the run to ``succeeded`` with its result; any other outcome goes through
-    ``fail_runs`` (retry with backoff, or dead after max_attempts). Every change is fenced
-    on (run id, attempt, state running): a stale worker's outcome changes nothing, but its
-    log lines are still kept on its attempt. Returns ``(accepted, retried_ids)``:
-    ``accepted[i]`` tells whether ``outcomes[i]`` was applied.
-    """
-    if not outcomes:
-        return [], []
-    if one_statement(using) and all(
-            o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes):
-        return _succeed_only_pg(outcomes, using), []
-    accepted: list[bool] = []
-    with transaction.atomic(using=using):
-        now = db_now(using)
-        attempts = Attempt.objects.using(using)
-        live = _held([o.lease for o in outcomes], using, "max_attempts")
-        failed: dict[str, list] = {}
-        errors: dict[int, str] = {}
-        asked: dict[int, float | bool | None] = {}
-        retried: list[int] = []
-        succeeded: list[tuple[int, int, object]] = []
-        for o in outcomes:
-            key = (o.lease.run_id, o.lease.attempt)
-            ok = key in live
-            accepted.append(ok)
-            if not ok:
-                continue
-            if o.outcome == AttemptOutcome.SUCCEEDED:
-                succeeded.append((key[0], key[1], o.result))
-            else:
-                failed.setdefault(o.outcome, []).append((key[0], key[1], live[key][0]))
-                errors[key[0]] = o.error
-                asked[key[0]] = o.retry
-        _succeed(succeeded, now, using)
-        fates: dict[int, str] = {}
-        for outcome, rows in failed.items():
-            retried += fail_runs(rows, outcome, errors, now, using, fates, asked)
-        for o, ok in zip(outcomes, accepted, strict=True):
-            if ok:
-                o.fate = fates.get(o.lease.run_id, "succeeded")
-        if not any(o.logs for o in outcomes):
-            return accepted, retried
-        attempt_ids = {
-            (a[1], a[2]): a[0]
-            for a in attempts.filter(
-                _lease_match((o.lease for o in outcomes), "run_id", "number")
-            ).values_list("id", "run_id", "number")
-        }
-        _store_logs(attempt_ids, outcomes, using)
-    return accepted, retried
-
-
 def release(leases: list[Lease], using: str) -> list[int]:
     """Give leased runs back at once without counting the attempt (graceful shutdown).
 
@@ -421,14 +272,14 @@ def release(leases: list[Lease], using: str) -> list[int]:
     so the released attempt does not use up a retry. Returns the ids released.
     A fixed number of statements whatever the number of leases (a worker stopping
     releases up to its whole lease-ahead, 514 runs: two UPDATEs per run took 1.4 s): the
-    runs held under the lease's attempt are locked first (_held), so the fence holds for
+    runs held under the lease's attempt are locked first (held_runs), so the fence holds for
     the UPDATEs by id.
     """
     if not leases:
         return []
     with transaction.atomic(using=using):
         now = db_now(using)
-        held = _held(leases, using)
+        held = held_runs(leases, using)
         ids = [key[0] for key in held]
         Run.objects.using(using).filter(pk__in=ids).update(
             state=RunState.QUEUED, run_at=now, lease_expires_at=None,
@@ -443,7 +294,7 @@ def release(leases: list[Lease], using: str) -> list[int]:
     return [i for i in released if i not in gone]
 
 
-def _held(leases: list[Lease], using: str, *fields: str) -> dict[tuple[int, int], tuple]:
+def held_runs(leases: list[Lease], using: str, *fields: str) -> dict[tuple[int, int], tuple]:
     """The ``leases`` whose run is still running under that attempt, locked FOR UPDATE
     (call inside a transaction): (run id, attempt) -> the run's ``fields``. id IN (...)
     and the attempt compared here, in one query: an OR of (id AND attempt) pairs costs

@@ -54,7 +54,7 @@ class Outcome:
     error: str = ""
     logs: list[tuple] = field(default_factory=list)
     # Seconds the handler ran (None: not known); the run's state after the ack
-    # (succeeded, retrying, dead, cancelled), set by the ack itself (runs/transitions.py).
+    # (succeeded, retrying, dead, cancelled), set by the ack itself (runs/completion.py).
     took_s: float | None = None
     fate: str = ""
     retry: float | bool | None = None

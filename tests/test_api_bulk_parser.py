@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.exceptions import ValidationError
 
-from jobs.serializers import FastItemParser, JobCreateSerializer, iana_zones
+from jobs.bulk_serializers import FastItemParser
+from jobs.serializers import JobCreateSerializer, iana_zones
 
 pytestmark = pytest.mark.django_db
 

@@ -159,6 +159,16 @@ def test_no_cycle_between_packages():
     assert cycles(graph) == []
 
 
+def test_no_module_of_the_apps_is_over_400_lines():
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for name, path in source_files().items()
+        if package_of(name) in SIZE_CHECKED
+        and (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
 def test_the_graph_sees_imports_inside_functions_and_relative_ones():
     # The checks above are only as good as the graph: a deferred import and a relative
     # one must both be edges.

@@ -26,7 +26,7 @@ from contextlib import nullcontext
 
 from django.db import DatabaseError, transaction
 
-from runs import transitions
+from runs import completion, transitions
 from runs.models import PENDING_STATES, Run
 from runs.types import Lease, Outcome, QueueDepth, RunRef, Slot
 from scheduler_core import conf
@@ -213,7 +213,7 @@ class Broker(ABC):
     def complete(self, outcomes: list[Outcome]) -> list[bool]:
         """Ack attempts (success, failure, timeout, crash), fenced; returns per outcome
         whether it was applied (False: the lease was stale, nothing changed)."""
-        accepted, retried = transitions.complete(outcomes, self.using)
+        accepted, retried = completion.complete(outcomes, self.using)
         # A refused ack's run may be leased to another worker by now: its broker-side
         # lease (and the limit counters) are that worker's; a lapsed one is reaped.
         self._after_commit(self._forget, [_slot(o.lease) for o, ok

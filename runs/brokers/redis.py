@@ -2,31 +2,28 @@
 
 Per queue shard: ``delayed`` (score run_at), ``ready`` (score priority then run_at; equal
 scores leave in id order, the members being zero-padded ids, keys.member) and ``leased``
-(score lease expiry). Scripts live in ``lua/`` next to this file, each opening
-with its KEYS/ARGV, and run by EVALSHA, loaded again when Redis answers NOSCRIPT (after a
-restart or SCRIPT FLUSH): ``Pipe`` below, rather than redis-py's Script objects in a
-pipeline, which send SCRIPT EXISTS before every pipeline, a round trip per lease and per
-ack (BENCHMARKS.md). Redis errors are translated to BrokerUnavailable at this boundary.
+(score lease expiry). Scripts live in ``lua/`` next to this file, each opening with its
+KEYS/ARGV, and run by EVALSHA through runs/brokers/redis_wire.py, which also translates
+Redis errors to BrokerUnavailable; what the broker reports about its working set
+(reconcile, depths) is runs/brokers/redis_inspect.py.
 """
 
-import functools
-import hashlib
 import itertools
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import redis
 from django.conf import settings
 
 from runs import policy
 from runs.brokers.base import Broker
-from runs.brokers.keys import Keys, member
+from runs.brokers.keys import Keys
+from runs.brokers.redis_inspect import RedisInspection
+from runs.brokers.redis_wire import Pipe, redis_client, translate_errors
 from runs.clock import to_ms
 from runs.models import DELAYED_STATES, Run, RunState
-from runs.types import Lease, QueueDepth, RunRef, Slot
+from runs.types import Lease, RunRef, Slot
 from scheduler_core import conf
-from scheduler_core.exceptions import BrokerUnavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
 SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark")
@@ -35,63 +32,7 @@ PROMOTE_IN_LEASE = 1000  # most due runs a lease promotes per shard (as lease.lu
 UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
 
 
-def translate_errors(method):
-    """Re-raise redis connection errors as BrokerUnavailable (docs/architecture.md,
-    "Conventions in the code")."""
-
-    @functools.wraps(method)
-    def wrapper(*args, **kwargs):
-        try:
-            return method(*args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
-
-    return wrapper
-
-
-class Pipe:
-    """A non-transactional pipeline of Lua script calls by EVALSHA (and any other
-    commands, through ``pipe``). ``execute`` returns the replies in order; a call answered
-    NOSCRIPT is loaded and run again, so each script runs once per call."""
-
-    def __init__(self, client: redis.Redis, scripts: dict[str, str]):
-        self.client = client
-        self.scripts = scripts  # name -> Lua source
-        self.pipe = client.pipeline(transaction=False)
-        self.calls: dict[int, tuple[str, list, list]] = {}  # reply index -> call
-
-    def script(self, name: str, keys: list, args: list) -> None:
-        """Queue script ``name`` with ``keys`` and ``args``."""
-        self.calls[len(self.pipe)] = (name, keys, args)
-        self.pipe.evalsha(_sha(self.scripts[name]), len(keys), *keys, *args)
-
-    def execute(self) -> list:
-        """Send everything queued; raises the first error other than NOSCRIPT."""
-        replies = self.pipe.execute(raise_on_error=False)
-        for index, reply in enumerate(replies):
-            if isinstance(reply, redis.exceptions.NoScriptError) and index in self.calls:
-                name, keys, args = self.calls[index]
-                self.client.script_load(self.scripts[name])
-                replies[index] = self.client.evalsha(_sha(self.scripts[name]), len(keys),
-                                                     *keys, *args)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
-
-
-@functools.cache
-def _sha(source: str) -> str:
-    return hashlib.sha1(source.encode()).hexdigest()
-
-
-@functools.cache
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5,
-                                health_check_interval=30)
-
-
-class RedisBroker(Broker):
+class RedisBroker(RedisInspection, Broker):
     """The production broker. ``url`` defaults to settings.REDIS_URL."""
 
     name = "redis"
@@ -100,7 +41,7 @@ class RedisBroker(Broker):
     def __init__(self, using: str = "default", url: str | None = None):
         super().__init__(using)
         self.url = url or settings.REDIS_URL or "redis://127.0.0.1:6379/0"
-        self.client = _client(self.url)
+        self.client = redis_client(self.url)
         self.keys = Keys(conf.get("REDIS_PREFIX"))
         self.sources = {name: (LUA_DIR / f"{name}.lua").read_text() for name in SCRIPTS}
         self._rotation = itertools.count()
@@ -380,90 +321,3 @@ class RedisBroker(Broker):
                              self.keys.running], [limit, queue])
             ]
         return ids
-
-    @translate_errors
-    def missing(self, slots: list[Slot]) -> list[int]:
-        by_shard = defaultdict(list)
-        for run_id, queue, shard in slots:
-            by_shard[(queue, shard)].append(run_id)
-        lacking: list[int] = []
-        for (queue, shard), ids in by_shard.items():
-            pipe = self.client.pipeline(transaction=False)
-            members = [member(run_id) for run_id in ids]
-            pipe.zmscore(self.keys.delayed(queue, shard), members)
-            pipe.zmscore(self.keys.ready(queue, shard), members)
-            pipe.zmscore(self.keys.leased(queue, shard), ids)
-            pipe.hmget(self.keys.owners(queue, shard), ids)
-            delayed, ready, leased, owners = pipe.execute()
-            unseen = [
-                (run_id, owner)
-                for run_id, d, r, le, owner in zip(ids, delayed, ready, leased, owners,
-                                                   strict=True)
-                if d is None and r is None and le is None
-            ]
-            # A run set aside for its owner's limit sits in parked:<owner>.
-            prefix = self.keys.parked_prefix(queue, shard)
-            pipe = self.client.pipeline(transaction=False)
-            for run_id, owner in unseen:
-                if owner is None:
-                    pipe.echo("")
-                else:
-                    pipe.zscore(prefix + owner.decode(), member(run_id))
-            parked = pipe.execute()
-            lacking += [run_id for (run_id, owner), score in zip(unseen, parked, strict=True)
-                        if owner is None or score is None]
-        return lacking
-
-    def _alive_keys(self, shards: list[int] | None) -> list[str]:
-        numbers = range(self.shard_count()) if shards is None else shards
-        return [self.keys.alive(shard) for shard in numbers]
-
-    @translate_errors
-    def needs_reconcile(self, shards: list[int] | None = None) -> bool:
-        keys = self._alive_keys(shards)
-        return self.client.exists(*keys) < len(keys)
-
-    @translate_errors
-    def mark_reconciled(self, shards: list[int] | None = None) -> None:
-        self.client.mset(dict.fromkeys(self._alive_keys(shards), "1"))
-
-    @translate_errors
-    def depth(self) -> list[QueueDepth]:
-        totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        for queue, _shard, ready, delayed, leased in self.shard_depth():
-            for j, count in enumerate((ready, delayed, leased)):
-                totals[queue][j] += count
-        return [QueueDepth(q, *totals[q]) for q in sorted(totals)]
-
-    @translate_errors
-    def shard_depth(self) -> list[tuple[str, int, int, int, int]]:
-        """``(queue, shard, ready, delayed, leased)`` per queue shard; ready counts runs
-        parked for their owner's limit too (they are due, only held back)."""
-        pairs = self._queue_shards()
-        pipe = self.client.pipeline(transaction=False)
-        for queue, shard in pairs:
-            pipe.zcard(self.keys.ready(queue, shard))
-            pipe.zcard(self.keys.delayed(queue, shard))
-            pipe.zcard(self.keys.leased(queue, shard))
-            pipe.smembers(self.keys.parkedby(queue, shard))
-        counts = pipe.execute()
-        pipe = self.client.pipeline(transaction=False)
-        for i, (queue, shard) in enumerate(pairs):
-            for owner in counts[4 * i + 3]:
-                pipe.zcard(self.keys.parked_prefix(queue, shard) + owner.decode())
-        parked = iter(pipe.execute())
-        rows = []
-        for i, (queue, shard) in enumerate(pairs):
-            ready = counts[4 * i] + sum(next(parked) for _ in counts[4 * i + 3])
-            rows.append((queue, shard, ready, counts[4 * i + 1], counts[4 * i + 2]))
-        return rows
-
-    @translate_errors
-    def flush(self) -> None:
-        """Delete every key of this broker (tests and ``manage.py`` resets only)."""
-        keys = list(self.client.scan_iter(match=f"{self.keys.prefix}:*", count=1000))
-        for start in range(0, len(keys), 1000):
-            self.client.delete(*keys[start:start + 1000])
-
-
-

@@ -1,0 +1,100 @@
+"""What the Redis broker reports about its working set, for the dispatcher's reconcile and
+for operators: which runs it lacks, whether a shard lost its data, queue depths
+(docs/architecture.md, "Brokers"). A mixin of RedisBroker (runs/brokers/redis.py), whose
+client, keys and shard list it uses.
+"""
+
+from collections import defaultdict
+
+from runs.brokers.keys import member
+from runs.brokers.redis_wire import translate_errors
+from runs.types import QueueDepth, Slot
+
+
+class RedisInspection:
+    """missing, needs_reconcile and mark_reconciled (the reconcile's questions), depth and
+    shard_depth (the queues' sizes), flush (tests and resets)."""
+
+    @translate_errors
+    def missing(self, slots: list[Slot]) -> list[int]:
+        by_shard = defaultdict(list)
+        for run_id, queue, shard in slots:
+            by_shard[(queue, shard)].append(run_id)
+        lacking: list[int] = []
+        for (queue, shard), ids in by_shard.items():
+            pipe = self.client.pipeline(transaction=False)
+            members = [member(run_id) for run_id in ids]
+            pipe.zmscore(self.keys.delayed(queue, shard), members)
+            pipe.zmscore(self.keys.ready(queue, shard), members)
+            pipe.zmscore(self.keys.leased(queue, shard), ids)
+            pipe.hmget(self.keys.owners(queue, shard), ids)
+            delayed, ready, leased, owners = pipe.execute()
+            unseen = [
+                (run_id, owner)
+                for run_id, d, r, le, owner in zip(ids, delayed, ready, leased, owners,
+                                                   strict=True)
+                if d is None and r is None and le is None
+            ]
+            # A run set aside for its owner's limit sits in parked:<owner>.
+            prefix = self.keys.parked_prefix(queue, shard)
+            pipe = self.client.pipeline(transaction=False)
+            for run_id, owner in unseen:
+                if owner is None:
+                    pipe.echo("")
+                else:
+                    pipe.zscore(prefix + owner.decode(), member(run_id))
+            parked = pipe.execute()
+            lacking += [run_id for (run_id, owner), score in zip(unseen, parked, strict=True)
+                        if owner is None or score is None]
+        return lacking
+
+    def _alive_keys(self, shards: list[int] | None) -> list[str]:
+        numbers = range(self.shard_count()) if shards is None else shards
+        return [self.keys.alive(shard) for shard in numbers]
+
+    @translate_errors
+    def needs_reconcile(self, shards: list[int] | None = None) -> bool:
+        keys = self._alive_keys(shards)
+        return self.client.exists(*keys) < len(keys)
+
+    @translate_errors
+    def mark_reconciled(self, shards: list[int] | None = None) -> None:
+        self.client.mset(dict.fromkeys(self._alive_keys(shards), "1"))
+
+    @translate_errors
+    def depth(self) -> list[QueueDepth]:
+        totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for queue, _shard, ready, delayed, leased in self.shard_depth():
+            for j, count in enumerate((ready, delayed, leased)):
+                totals[queue][j] += count
+        return [QueueDepth(q, *totals[q]) for q in sorted(totals)]
+
+    @translate_errors
+    def shard_depth(self) -> list[tuple[str, int, int, int, int]]:
+        """``(queue, shard, ready, delayed, leased)`` per queue shard; ready counts runs
+        parked for their owner's limit too (they are due, only held back)."""
+        pairs = self._queue_shards()
+        pipe = self.client.pipeline(transaction=False)
+        for queue, shard in pairs:
+            pipe.zcard(self.keys.ready(queue, shard))
+            pipe.zcard(self.keys.delayed(queue, shard))
+            pipe.zcard(self.keys.leased(queue, shard))
+            pipe.smembers(self.keys.parkedby(queue, shard))
+        counts = pipe.execute()
+        pipe = self.client.pipeline(transaction=False)
+        for i, (queue, shard) in enumerate(pairs):
+            for owner in counts[4 * i + 3]:
+                pipe.zcard(self.keys.parked_prefix(queue, shard) + owner.decode())
+        parked = iter(pipe.execute())
+        rows = []
+        for i, (queue, shard) in enumerate(pairs):
+            ready = counts[4 * i] + sum(next(parked) for _ in counts[4 * i + 3])
+            rows.append((queue, shard, ready, counts[4 * i + 1], counts[4 * i + 2]))
+        return rows
+
+    @translate_errors
+    def flush(self) -> None:
+        """Delete every key of this broker (tests and ``manage.py`` resets only)."""
+        keys = list(self.client.scan_iter(match=f"{self.keys.prefix}:*", count=1000))
+        for start in range(0, len(keys), 1000):
+            self.client.delete(*keys[start:start + 1000])

@@ -1,0 +1,173 @@
+"""complete(): the end of attempts recorded in one transaction, the worker's ack
+(docs/architecture.md, "Run states and transitions"). Successes are one or two
+statements for the whole batch on PostgreSQL; failures go through transitions.fail_runs
+(retry with backoff, or the dead letter); log lines are kept on their attempt even when
+the outcome is refused as stale.
+"""
+
+import json
+from datetime import datetime
+
+from django.db import connections, transaction
+
+from runs.clock import db_now
+from runs.models import Attempt, AttemptOutcome, LogLine, Run, RunState
+from runs.transitions import (
+    LOG_MESSAGE_MAX,
+    fail_runs,
+    held_runs,
+    int_array,
+    lease_match,
+    one_statement,
+    storable,
+)
+from runs.types import Outcome
+
+
+def _store_logs(attempt_ids: dict[tuple[int, int], int], outcomes: list[Outcome], using: str):
+    lines = []
+    for outcome in outcomes:
+        attempt_id = attempt_ids.get((outcome.lease.run_id, outcome.lease.attempt))
+        if attempt_id is None:
+            continue
+        for created_at, level, logger, message in outcome.logs:
+            lines.append(
+                LogLine(
+                    attempt_id=attempt_id,
+                    created_at=created_at,
+                    level=level,
+                    logger=storable(logger, 200),
+                    message=storable(message, LOG_MESSAGE_MAX),
+                )
+            )
+    LogLine.objects.using(using).bulk_create(lines, batch_size=500)
+
+
+def _succeed(rows: list[tuple[int, int, object]], now: datetime, using: str) -> None:
+    """Mark runs ``succeeded`` with their results, and their attempts: ``rows`` are
+    ``(run id, attempt, result)`` of runs locked and known to be running under that
+    attempt (the UPDATE is fenced on it all the same). On PostgreSQL two statements serve
+    the whole batch (an ack per run cost two round trips each, BENCHMARKS.md); elsewhere
+    one UPDATE pair per run."""
+    if not rows:
+        return
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        runs, attempts = Run.objects.using(using), Attempt.objects.using(using)
+        for run_id, number, result in rows:
+            runs.filter(pk=run_id, attempt=number, state=RunState.RUNNING).update(
+                state=RunState.SUCCEEDED, finished_at=now, result=result,
+                lease_expires_at=None, error="",
+            )
+            attempts.filter(run_id=run_id, number=number).update(
+                finished_at=now, outcome=AttemptOutcome.SUCCEEDED, result=result
+            )
+        return
+    # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
+    values = [[r[0] for r in rows], [r[1] for r in rows],
+              [None if r[2] is None else json.dumps(r[2]) for r in rows]]
+    batch = "unnest(%s::bigint[], %s::int[], %s::text[]) AS v(id, number, result)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Run._meta.db_table} AS r SET state = %s, finished_at = %s, "
+            f"result = v.result::jsonb, lease_expires_at = NULL, error = '' FROM {batch} "
+            f"WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s",
+            [RunState.SUCCEEDED, now, *values, RunState.RUNNING])
+        cursor.execute(
+            f"UPDATE {Attempt._meta.db_table} AS a SET finished_at = %s, outcome = %s, "
+            f"result = v.result::jsonb FROM {batch} "
+            f"WHERE a.run_id = v.id AND a.number = v.number",
+            [now, AttemptOutcome.SUCCEEDED, *values])
+
+
+def _succeed_only_pg(outcomes: list[Outcome], using: str) -> list[bool]:
+    """complete() of a batch of successes without log lines, in one statement (the common
+    case of a busy worker; an ack cost six round trips, BENCHMARKS.md): the runs' fenced
+    UPDATE, and the attempts of the runs it matched, on one database clock reading. A row
+    locked by a concurrent reap is re-checked against the fence after the lock is granted
+    (PostgreSQL's EvalPlanQual), as with the FOR UPDATE read of the general path."""
+    run, attempt = Run._meta.db_table, Attempt._meta.db_table
+    # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
+    results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
+    # Array literals, not lists (psycopg dumps a list element by element); with no result
+    # in the batch, no array at all: unnest pads the shorter arrays with NULL.
+    values = [int_array([o.lease.run_id for o in outcomes]),
+              int_array([o.lease.attempt for o in outcomes]),
+              results if any(r is not None for r in results) else None]
+    sql = f"""
+        WITH t AS (SELECT clock_timestamp() AS now),
+        v AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[])
+                            AS v(id, number, result)),
+        done AS (
+            UPDATE {run} AS r SET state = %s, finished_at = t.now, result = v.result::jsonb,
+                lease_expires_at = NULL, error = ''
+            FROM v, t
+            WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s
+            RETURNING r.id, r.attempt, r.finished_at, v.result
+        ),
+        attempts AS (
+            UPDATE {attempt} AS a SET finished_at = done.finished_at, outcome = %s,
+                result = done.result::jsonb
+            FROM done WHERE a.run_id = done.id AND a.number = done.attempt
+        )
+        SELECT id, attempt FROM done"""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [*values, RunState.SUCCEEDED, RunState.RUNNING,
+                             AttemptOutcome.SUCCEEDED])
+        applied = set(cursor.fetchall())
+    return [(o.lease.run_id, o.lease.attempt) in applied for o in outcomes]
+
+
+def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]]:
+    """Record the end of each attempt in ``outcomes`` in one transaction.
+
+    Success moves the run to ``succeeded`` with its result; any other outcome goes through
+    ``fail_runs`` (retry with backoff, or dead after max_attempts). Every change is fenced
+    on (run id, attempt, state running): a stale worker's outcome changes nothing, but its
+    log lines are still kept on its attempt. Returns ``(accepted, retried_ids)``:
+    ``accepted[i]`` tells whether ``outcomes[i]`` was applied.
+    """
+    if not outcomes:
+        return [], []
+    if one_statement(using) and all(
+            o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes):
+        return _succeed_only_pg(outcomes, using), []
+    accepted: list[bool] = []
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        attempts = Attempt.objects.using(using)
+        live = held_runs([o.lease for o in outcomes], using, "max_attempts")
+        failed: dict[str, list] = {}
+        errors: dict[int, str] = {}
+        asked: dict[int, float | bool | None] = {}
+        retried: list[int] = []
+        succeeded: list[tuple[int, int, object]] = []
+        for o in outcomes:
+            key = (o.lease.run_id, o.lease.attempt)
+            ok = key in live
+            accepted.append(ok)
+            if not ok:
+                continue
+            if o.outcome == AttemptOutcome.SUCCEEDED:
+                succeeded.append((key[0], key[1], o.result))
+            else:
+                failed.setdefault(o.outcome, []).append((key[0], key[1], live[key][0]))
+                errors[key[0]] = o.error
+                asked[key[0]] = o.retry
+        _succeed(succeeded, now, using)
+        fates: dict[int, str] = {}
+        for outcome, rows in failed.items():
+            retried += fail_runs(rows, outcome, errors, now, using, fates, asked)
+        for o, ok in zip(outcomes, accepted, strict=True):
+            if ok:
+                o.fate = fates.get(o.lease.run_id, "succeeded")
+        if not any(o.logs for o in outcomes):
+            return accepted, retried
+        attempt_ids = {
+            (a[1], a[2]): a[0]
+            for a in attempts.filter(
+                lease_match((o.lease for o in outcomes), "run_id", "number")
+            ).values_list("id", "run_id", "number")
+        }
+        _store_logs(attempt_ids, outcomes, using)
+    return accepted, retried
