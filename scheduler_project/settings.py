@@ -286,5 +286,8 @@ MAILERS = {"default": {"BACKEND": EMAIL_BACKEND_PATH, "OPTIONS": {
     "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
     "use_tls": flag(os.environ.get("EMAIL_USE_TLS", "false")),
     "timeout": 10,
-} if EMAIL_BACKEND_PATH.endswith("smtp.EmailBackend") else {}}}
+} if EMAIL_BACKEND_PATH.endswith("smtp.EmailBackend") else {
+    # Django's file backend: one file per email in this folder (tests, staging).
+    "file_path": os.environ.get("EMAIL_FILE_PATH", "")
+} if EMAIL_BACKEND_PATH.endswith("filebased.EmailBackend") else {}}}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "scheduler@localhost")
