@@ -15,7 +15,7 @@ from jobs.models import Job
 from runs.models import TERMINAL_STATES, Run
 
 FINISHED = "finished"
-SHOWN_STATUSES = [*Job.Status.choices, (FINISHED, "finished")]
+SHOWN_STATUSES = [*Job.Status.choices, (FINISHED, "Finished")]
 
 
 def _unfinished_runs():
