@@ -191,10 +191,11 @@ class DeadRunAdmin(RunAdmin):
     requeue (fresh attempt budget) or discard them in bulk, after a confirmation page."""
 
     action_noun = ("dead run", "dead runs")
-    # The reason first after the job, and no scheduled time (the run page has it), so the
-    # reason fits a 1366 px window with the sidebar open (docs/admin.md, "Screen width").
+    # The reason first after the job; the scheduled time and the queue are on the run
+    # page (and the queue a filter), so the row fits a 1366 px window with the sidebar
+    # open (docs/admin.md, "Screen width").
     list_display = ("id", "job_link", "reason", "died_at", "attempts_display",
-                    "last_outcome", "queue")
+                    "last_outcome")
     list_filter = (QueueFilter, JobIdFilter, TimeRangeFilter.on("finished_at", "died"))
     search_fields = ("=id", "job__name", "job__handler", "error")
     search_help_text = "Run id, job name or handler, text of the error."
@@ -213,7 +214,7 @@ class DeadRunAdmin(RunAdmin):
 
     died_at = timestamp_column("finished_at", "died")
 
-    @admin.display(description="last attempt", ordering="last_outcome")
+    @admin.display(description="outcome", ordering="last_outcome")
     def last_outcome(self, run):
         return run.last_outcome or "-"
 

@@ -52,12 +52,18 @@ def test_run_once_after_downtime_makes_one_run_now_not_two():
     assert len(due_now(job)) == 1
 
 
-def test_resume_latest_of_a_run_once_job_makes_one_run_and_the_scheduler_adds_none():
+def minutely_job_paused_for(minutes: float) -> Job:
+    """A ``* * * * *`` run_once job paused ``minutes`` ago, the scheduler stopped then."""
     job = services.create_job("noop", cron_expr="* * * * *")
-    paused_at = db_now() - timedelta(minutes=10)
+    paused_at = db_now() - timedelta(minutes=minutes)
     Job.objects.filter(pk=job.pk).update(
         status=Job.Status.PAUSED, paused_at=paused_at,
         next_run_at=paused_at.replace(second=0, microsecond=0) + timedelta(minutes=1))
+    return job
+
+
+def test_resume_latest_of_a_run_once_job_makes_one_run_and_the_scheduler_adds_none():
+    job = minutely_job_paused_for(10)
 
     services.resume([job.pk], catch_up="latest")
     Scheduler(partitions=1).tick()
@@ -67,11 +73,7 @@ def test_resume_latest_of_a_run_once_job_makes_one_run_and_the_scheduler_adds_no
 
 
 def test_resume_skip_makes_no_run_now():
-    job = services.create_job("noop", cron_expr="* * * * *")
-    paused_at = db_now() - timedelta(minutes=10)
-    Job.objects.filter(pk=job.pk).update(
-        status=Job.Status.PAUSED, paused_at=paused_at,
-        next_run_at=paused_at.replace(second=0, microsecond=0) + timedelta(minutes=1))
+    job = minutely_job_paused_for(10)
 
     services.resume([job.pk])
     Scheduler(partitions=1).tick()

@@ -1,6 +1,7 @@
 """The admin's lists at a common laptop size (1366x768), with the navigation sidebar open
 as a new user first sees it (docs/admin.md, "Screen width"): the job list's status and
-last run columns and the dead letter's reason column are inside the window and uncut."""
+last run columns and the dead letter's reason column (and its whole row) are inside the
+window and uncut."""
 
 from io import StringIO
 
@@ -62,7 +63,8 @@ def test_the_job_list_shows_status_and_last_run_uncut(page):
 
 
 def test_the_dead_letter_shows_the_reason_uncut(page):
-    job = services.create_job("always_fails", name="charge card of customer 4711")
+    job = services.create_job("always_fails",
+                              name="demo: always fails (ends in the dead letter)")
     Run.objects.filter(job=job).update(state=RunState.DEAD, attempt=3, error=LONG_ERROR,
                                        started_at=timezone.now(), finished_at=timezone.now())
 
@@ -74,3 +76,4 @@ def test_the_dead_letter_shows_the_reason_uncut(page):
     assert reason.count() == 1
     fully_shown(page, "#result_list thead th[class*='column-reason']")
     fully_shown(page, "#result_list tbody td[class*='field-reason']")
+    fully_shown(page, "#result_list thead th:last-child")  # and the row does not scroll
