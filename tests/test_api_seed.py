@@ -53,7 +53,7 @@ def test_creating_a_one_off_job_creates_its_run(client):
 @pytest.mark.parametrize("body, field", [
     ({"handler": "nope", "run_at": "2030-01-01T00:00:00Z"}, "handler"),
     ({"handler": "noop", "run_at": "2030-01-01T00:00:00"}, "run_at"),
-    ({"handler": "noop"}, "schedule"),
+    ({"handler": "noop", "delay_s": 5, "run_at": "2030-01-01T00:00:00Z"}, "delay_s"),
     ({"handler": "noop", "schedule": "* * * * *", "run_at": "2030-01-01T00:00:00Z"},
      "schedule"),
     ({"handler": "noop", "schedule": "61 * * * *"}, "schedule"),
