@@ -19,7 +19,7 @@ import uuid
 
 from runs import retention
 from runs.alerts import late
-from runs.alerts.deliver import deliver
+from runs.alerts.deliver import deliver, prune_delivered
 from runs.brokers import get_broker
 from runs.daemon import Daemon
 from runs.limits import owner_limits
@@ -129,6 +129,7 @@ class Dispatcher(Daemon):
         if before is None:  # keep everything
             return 0
         pruned = retention.prune(before, PRUNE_BATCH, self.using, scope)
+        prune_delivered(self.using)
         self.prune_backlog = pruned.runs >= PRUNE_BATCH
         if pruned.runs:
             self.log.info("dispatcher: pruned %d runs finished over %s s ago (%d attempts, "

@@ -19,7 +19,7 @@ from jobs.registry import handler
 from jobs.scheduler import Scheduler
 from runs import signals
 from runs.alerts import late, webhook
-from runs.alerts.deliver import deliver
+from runs.alerts.deliver import deliver, prune_delivered
 from runs.alerts.models import (
     AlertChannelState,
     AlertEvent,
@@ -368,3 +368,17 @@ def test_pruning_a_one_off_job_drops_its_alert_overrides_only(db, owner):
     assert prune(db_now() - timedelta(days=1), 100).jobs == 1
 
     assert list(AlertPolicy.objects.values_list("job_id", flat=True)) == [kept.job_id]
+
+
+
+def test_delivered_alerts_are_pruned_with_the_history(db, owner):
+    kill(make_runs("default", 3, handler="tests.alerts_fail", owner=owner))
+    deliver()  # the three as one digest
+    kill(make_runs("default", 1, handler="tests.alerts_fail", owner=owner))
+    deliver()  # within the window: it waits
+    AlertEvent.objects.update(created_at=db_now() - timedelta(days=8))
+    assert AlertEvent.objects.filter(email_pending=True).count() == 1
+
+    assert prune_delivered() == 3
+    assert prune_delivered() == 0
+    assert AlertEvent.objects.filter(email_pending=True).count() == 1

@@ -7,6 +7,7 @@ what is pending goes at once, as one alert (one pending) or one digest (several:
 by kind and the first ALERT_DIGEST_RUNS runs); otherwise it waits for the window's end.
 So an owner gets at most one message per channel per window, however many runs die.
 Delivery is at least once: a crash after sending and before the commit sends again.
+Delivered alerts are kept as long as the history (``prune_delivered``).
 """
 
 import logging
@@ -27,6 +28,7 @@ from scheduler_core.exceptions import InvalidJob
 log = logging.getLogger("scheduler.alerts")
 
 MAX_OWNERS = 100  # owners served per channel per call; the rest at the next call
+PRUNE_BATCH = 1000  # delivered alerts deleted per call of prune_delivered
 
 
 def deliver(using: str = "default") -> int:
@@ -127,3 +129,17 @@ def send(channel: str, owner_id: int, message: dict, delivery: str, now,
         log.warning("alerts: webhook of owner %s cannot be sent (%s); %d alerts dropped",
                     owner_id, exc, message["total"])
     return True
+
+
+def prune_delivered(using: str = "default") -> int:
+    """Delete up to PRUNE_BATCH alerts delivered on every channel and raised more than
+    HISTORY_RETENTION_S ago (kept for ever when it is 0, like the history:
+    docs/retention.md); returns how many."""
+    keep_s = conf.get("HISTORY_RETENTION_S")
+    if not keep_s:
+        return 0
+    old = AlertEvent.objects.using(using).filter(
+        email_pending=False, webhook_pending=False,
+        created_at__lt=db_now(using) - seconds(keep_s))
+    ids = list(old.order_by("id").values_list("id", flat=True)[:PRUNE_BATCH])
+    return AlertEvent.objects.using(using).filter(pk__in=ids).delete()[0] if ids else 0
