@@ -88,9 +88,10 @@ def test_resume_with_catch_up_latest_runs_only_the_latest_held_occurrence(broker
     job, held, paused_at = paused_cron_job(broker)
 
     services.resume([job.pk], using=broker.using, catch_up="latest")
+    # Before the tick: in a minute's last seconds its lookahead advances next_run_at.
+    latest = interval_minutes(broker.using, job, paused_at)[-1]
     Scheduler(using=broker.using, partitions=1).tick()
 
-    latest = interval_minutes(broker.using, job, paused_at)[-1]
     assert [t for t in runnable(broker.using, job) if t <= latest] == [latest]
     assert leased_times(broker, job) == [latest]
     held.refresh_from_db(using=broker.using)
@@ -102,9 +103,9 @@ def test_resume_with_catch_up_all_runs_each_within_max_lag_once(broker):
 
     services.resume([job.pk], using=broker.using, catch_up="all")
     resumed_at = db_now(broker.using)
+    interval = interval_minutes(broker.using, job, paused_at)  # before the tick, as above
     Scheduler(using=broker.using, partitions=1).tick()
 
-    interval = interval_minutes(broker.using, job, paused_at)
     within = [t for t in interval if t >= resumed_at - timedelta(seconds=150)]
     assert 2 <= len(within) < len(interval)
     assert [t for t in runnable(broker.using, job) if t <= interval[-1]] == within
