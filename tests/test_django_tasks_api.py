@@ -196,3 +196,13 @@ def test_a_task_the_worker_would_refuse_is_refused_at_enqueue():
     with pytest.raises(InvalidTask, match="not a module-level django.tasks Task"):
         stray.enqueue()
     assert not Job.objects.exists()
+
+
+def test_get_result_equals_what_enqueue_returned():
+    """Django's suite checks ``get_result(result.id) == result`` of a backend that stores
+    results; so here, also for a task enqueued with other priority, queue and run_after."""
+    later = timezone.now() + timedelta(minutes=5)
+    for task in (t.add, t.add.using(priority=30, queue_name="mail", run_after=later)):
+        result = task.enqueue(1, b=2)
+        assert default_task_backend.get_result(result.id) == result
+        assert t.add.get_result(result.id).task == task
