@@ -182,7 +182,10 @@ class Daemons:
 
     def describe(self) -> dict:
         """The command lines, as a reader would type them."""
-        env = " ".join(f"{k}={v}" for k, v in ENV.items() if k != "DJANGO_SETTINGS_MODULE")
+        # The key is a throwaway made per run, but a key-shaped string has no place in
+        # the committed results.
+        shown = {**ENV, "SECRET_KEY": "<random>"}
+        env = " ".join(f"{k}={v}" for k, v in shown.items() if k != "DJANGO_SETTINGS_MODULE")
         return {name: f"{env} python manage.py {' '.join(cmd[cmd.index('--daemon') + 1:])}"
                 for name, cmd in self.commands.items()}
 
