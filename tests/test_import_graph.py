@@ -33,13 +33,14 @@ LAYERS = {
 
 
 def source_files() -> dict[str, Path]:
-    """Module name -> file, for every .py file of PACKAGES except migrations and
-    bench/peers."""
+    """Module name -> file, for every .py file of PACKAGES except migrations, bench/peers
+    and bench/.venvs (the peers' git-ignored virtualenvs, other projects' code)."""
     modules = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT)
-            if "migrations" in rel.parts or rel.parts[:2] == ("bench", "peers"):
+            if "migrations" in rel.parts or rel.parts[:2] in (("bench", "peers"),
+                                                              ("bench", ".venvs")):
                 continue
             parts = list(rel.with_suffix("").parts)
             if parts[-1] == "__init__":
