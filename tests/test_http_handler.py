@@ -163,7 +163,7 @@ def test_redirects_are_followed_up_to_the_cap(server):
                                      "http://10.0.0.1/", "http://[::1]:8/",
                                      "http://[::ffff:127.0.0.2]/", "http://0.0.0.0/"])
 def test_a_redirect_to_a_private_address_is_refused(server, private):
-    with pytest.raises(guard.Refused, match="not on HTTP_ALLOWLIST"):
+    with pytest.raises(guard.Refused, match="not on SCHEDULER_HTTP_ALLOWLIST"):
         call(f"{server.url}/redirect?to={private}")
     assert [r[1] for r in server.requests] == [f"/redirect?to={private}"]
 

@@ -116,5 +116,5 @@ def check(host: str, port: int) -> list[str]:
         if reason and not any(address in network for network in networks
                               if network.version == address.version):
             raise Refused(f"refused: {host} resolves to {address}, which is {reason} "
-                          "(not on HTTP_ALLOWLIST; docs/http-handler.md)")
+                          "(not on SCHEDULER_HTTP_ALLOWLIST; docs/http-handler.md)")
     return [str(a) for a in addresses]
