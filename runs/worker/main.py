@@ -36,9 +36,27 @@ from runs.worker.shutdown import Shutdown
 from runs.worker.supervise import Supervision
 from scheduler_core import conf
 
+# The child processes of a worker when neither --concurrency nor WORKER_CONCURRENCY says:
+# the Procfile's and runall's number too (docs/architecture.md, "runworker").
+DEFAULT_CONCURRENCY = 4
+
+
+def default_concurrency() -> int:
+    """A worker's child processes when ``--concurrency`` is not given: the environment's
+    ``WORKER_CONCURRENCY`` (the Procfile's variable), else DEFAULT_CONCURRENCY. Raises
+    ValueError when WORKER_CONCURRENCY is not a whole number."""
+    value = os.environ.get("WORKER_CONCURRENCY", "").strip()
+    if not value:
+        return DEFAULT_CONCURRENCY
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"WORKER_CONCURRENCY={value!r} is not a whole number") from None
+
 
 class Worker(LeaseAhead, Acks, Supervision, Shutdown, Daemon):
-    """Run leased runs of ``queues`` in ``concurrency`` child processes.
+    """Run leased runs of ``queues`` in ``concurrency`` child processes (None:
+    default_concurrency()).
 
     ``max_runs`` stops the worker after that many finished runs; ``burst`` stops it once
     nothing is ready and nothing is in flight (both make the daemon testable).
@@ -48,10 +66,13 @@ class Worker(LeaseAhead, Acks, Supervision, Shutdown, Daemon):
 
     name = "worker"
 
-    def __init__(self, queues: list[str], concurrency: int = 2, using: str = "default",
+    def __init__(self, queues: list[str], concurrency: int | None = None,
+                 using: str = "default",
                  max_runs: int | None = None, burst: bool = False,
                  grace_s: float | None = None, weights: dict[str, int] | None = None):
         super().__init__(using)
+        if concurrency is None:
+            concurrency = default_concurrency()
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.queues = queues

@@ -17,6 +17,7 @@ import honcho.manager
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.worker.main import DEFAULT_CONCURRENCY, default_concurrency
 from scheduler_core import conf
 from scheduler_core.startup import refuse_insecure_start
 
@@ -71,11 +72,18 @@ class Command(BaseCommand):
         parser.add_argument("--web", action="store_true", help="also serve the API and admin")
         parser.add_argument("--bind", default="127.0.0.1:8000", help="address for --web")
         parser.add_argument("--workers", type=int, default=1, help="worker processes")
-        parser.add_argument("--concurrency", type=int, default=4,
-                            help="child processes per worker")
+        parser.add_argument(
+            "--concurrency", type=int, default=None,
+            help="child processes per worker (default: runworker's, the environment's "
+                 f"WORKER_CONCURRENCY, else {DEFAULT_CONCURRENCY})")
         parser.add_argument("--queues", default="default")
 
     def handle(self, *args, web, bind, workers, concurrency, queues, **options):
+        if concurrency is None:
+            try:
+                concurrency = default_concurrency()
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
         if workers < 1 or concurrency < 1:
             raise CommandError("--workers and --concurrency must be at least 1")
         # Before any child starts: one message instead of each child failing in a loop.

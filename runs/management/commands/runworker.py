@@ -3,6 +3,7 @@ from django.core.management.base import CommandError
 from runs.daemon_command import DaemonCommand, run_daemon
 from runs.policy import parse_queue_weights
 from runs.worker import Worker
+from runs.worker.main import DEFAULT_CONCURRENCY, default_concurrency
 
 
 class Command(DaemonCommand):
@@ -13,8 +14,10 @@ class Command(DaemonCommand):
             "--queues", default="default",
             help='comma-separated queues to serve, in priority order ("default,reports"), '
                  'or with weights sharing lease capacity ("default:3,reports:1")')
-        parser.add_argument("--concurrency", type=int, default=2,
-                            help="child processes executing runs (default 2)")
+        parser.add_argument(
+            "--concurrency", type=int, default=None,
+            help="child processes executing runs (default: the environment's "
+                 f"WORKER_CONCURRENCY, else {DEFAULT_CONCURRENCY}, as in the Procfile)")
         parser.add_argument("--max-runs", type=int, default=None,
                             help="exit after this many finished runs")
         parser.add_argument("--burst", action="store_true",
@@ -27,6 +30,11 @@ class Command(DaemonCommand):
             weights = parse_queue_weights(queues)
         except ValueError as exc:
             raise CommandError(f"--queues: {exc}") from exc
+        if concurrency is None:
+            try:
+                concurrency = default_concurrency()
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
         weighted = ":" in queues
