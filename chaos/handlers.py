@@ -1,6 +1,7 @@
 """The handlers of the fault-injection app, registered only where it is installed (the
 test and chaos settings, scheduler_project/settings_chaos.py), never in a production
-deployment: ``busy_loop`` and ``suicide`` exist to occupy or kill a worker's child.
+deployment: ``busy_loop`` and ``suicide`` exist to occupy or kill a worker's child,
+``stubborn`` to ignore a cancel.
 
 ``chaos.work`` is the handler the fault-injection load runs (docs/reliability.md,
 "Execution log").
@@ -63,3 +64,16 @@ def busy_loop(ctx, payload):
 def suicide(ctx, payload):
     """Kill the process running it (tests a poison run)."""
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@handler("stubborn")
+def stubborn(ctx, payload):
+    """Sleep ``payload["seconds"]`` (float, default 8), logging and ignoring every cancel
+    (RunCancelled): its worker must kill it after CANCEL_GRACE_S."""
+    deadline = time.monotonic() + float(payload.get("seconds", 8))
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            time.sleep(min(left, 0.5))
+        except BaseException:  # noqa: BLE001 - what a badly written handler does
+            ctx.logger.info("ignoring the cancel")
+    ctx.logger.info("slept to the end")

@@ -137,8 +137,8 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise Conflict(f"run {run.pk}'s job is {run.job.status}; resume the job first")
         return Response(RunSerializer(self.get_queryset().get(pk=run.pk)).data)
 
-    @extend_schema(summary="Cancel a pending or running run (a running handler finishes, but "
-                           "its outcome is refused)",
+    @extend_schema(summary="Cancel a pending or running run (a running handler is stopped: "
+                           "signalled, then killed after CANCEL_GRACE_S)",
                    request=None, responses={200: RunSerializer, 409: DetailSerializer, **COMMON})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):

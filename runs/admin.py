@@ -177,8 +177,9 @@ class RunAdmin(ReadOnlyAdmin):
     def cancel_runs(self, request, queryset):
         return confirm_then(
             self, request, queryset, verb="cancel", done="cancelled",
-            explanation="Pending runs will not start. A running handler is not interrupted, "
-                        "but its outcome is refused: the run stays cancelled.",
+            explanation="Pending runs will not start. A running handler is stopped within "
+                        "seconds (killed if it does not stop) and its attempt recorded "
+                        "cancelled.",
             apply=services.cancel,
             skipped_reason="only pending or running runs can be cancelled",
             describe=lambda run: run.state,

@@ -3,12 +3,12 @@ on a run: docs/architecture.md, "Conventions in the code"): requeue dead or fail
 cancel runs, discard dead letters."""
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.limits import owner_limits
-from runs.models import PENDING_STATES, Run, RunState
+from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.transitions import run_refs
 
 REQUEUEABLE = (RunState.DEAD, RunState.CANCELLED)
@@ -47,13 +47,32 @@ def _requeue_rows(ids, now, using) -> int:
 
 
 def cancel(run_ids, using: str = "default") -> int:
-    """Cancel pending or running runs. A running handler is not interrupted, but its
-    worker's ack is refused (fencing), so the run keeps the outcome ``cancelled``.
-    Returns how many runs were cancelled."""
+    """Cancel pending or running runs. Returns how many runs were cancelled.
+
+    A running run's attempt is closed at once as ``cancelled`` with ``finished_at`` now
+    (so it never stays ``running``, whatever becomes of its worker), and its worker stops
+    the handler: it notices within ``CANCEL_CHECK_S``, signals the child and kills it
+    after ``CANCEL_GRACE_S`` (docs/architecture.md, "Cancelling a running run"). The
+    worker's own ack is then refused (fencing), but the log lines it sends are kept on the
+    attempt."""
     with transaction.atomic(using=using):
-        return Run.objects.using(using).filter(
-            pk__in=list(run_ids), state__in=[*PENDING_STATES, RunState.RUNNING]
-        ).update(state=RunState.CANCELLED, finished_at=db_now(using), lease_expires_at=None)
+        now = db_now(using)
+        # Locked first, so a run leased meanwhile is not cancelled with its attempt open.
+        rows = list(Run.objects.using(using).filter(
+            pk__in=list(run_ids), state__in=[*PENDING_STATES, RunState.RUNNING])
+            .select_for_update(of=("self",)).values_list("pk", "attempt", "state"))
+        count = Run.objects.using(using).filter(pk__in=[row[0] for row in rows]).update(
+            state=RunState.CANCELLED, finished_at=now, lease_expires_at=None)
+        running = [(pk, number) for pk, number, state in rows if state == RunState.RUNNING]
+        if running:
+            match = Q(pk__in=[])
+            for run_id, number in running:
+                match |= Q(run_id=run_id, number=number)
+            Attempt.objects.using(using).filter(
+                match, outcome=AttemptOutcome.RUNNING).update(
+                outcome=AttemptOutcome.CANCELLED, finished_at=now,
+                error="cancelled while running")
+        return count
 
 
 def discard(run_ids, using: str = "default") -> int:

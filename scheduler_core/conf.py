@@ -91,6 +91,12 @@ DEFAULTS: dict[str, Tunable] = {
     "RECONCILE_INTERVAL_S": Tunable(10.0, float, "seconds between DB -> broker reconciles"),
     "WORKER_POLL_S": Tunable(0.05, float, "seconds a worker with free slots waits when idle"),
     "WORKER_GRACE_S": Tunable(30.0, float, "seconds a SIGTERMed worker waits for in-flight runs"),
+    "CANCEL_CHECK_S": Tunable(
+        1.0, float, "seconds between a worker's checks whether a run it has been running "
+        "for that long was cancelled (docs/architecture.md, \"Cancelling a running run\")"),
+    "CANCEL_GRACE_S": Tunable(
+        10.0, float, "seconds a cancelled run's handler has to stop once signalled before "
+        "its child process is killed"),
     "RETRY_BACKOFF_BASE_S": Tunable(1.0, float, "first retry delay; doubles each attempt"),
     "RETRY_BACKOFF_CAP_S": Tunable(3600.0, float, "longest retry delay"),
     "DEFAULT_TIMEOUT_S": Tunable(300, int, "a job's timeout_s when none is given"),

@@ -27,7 +27,7 @@ from contextlib import nullcontext
 from django.db import DatabaseError, transaction
 
 from runs import completion, transitions
-from runs.models import PENDING_STATES, Run
+from runs.models import PENDING_STATES, Run, RunState
 from runs.types import Lease, Outcome, QueueDepth, RunRef, Slot
 from scheduler_core import conf
 from scheduler_core.exceptions import BrokerUnavailable
@@ -132,6 +132,16 @@ class Broker(ABC):
         Run.objects.using(self.using).exists()
 
     # --- shared operations --------------------------------------------------------------
+
+    def cancelled(self, leases: list[Lease]) -> set[int]:
+        """The ids of the runs of ``leases`` cancelled while held under that lease: their
+        worker stops the handler (docs/architecture.md, "Cancelling a running run"). One
+        read by primary key, on both brokers: the database holds the cancel."""
+        wanted = {(lease.run_id, lease.attempt) for lease in leases}
+        rows = Run.objects.using(self.using).filter(
+            pk__in=[key[0] for key in wanted], state=RunState.CANCELLED,
+        ).values_list("pk", "attempt")
+        return {row[0] for row in rows if tuple(row) in wanted}
 
     def lease(self, queues: list[str], n: int, worker_id: str,
               ttl_s: float | None = None, weights: dict[str, int] | None = None) -> list[Lease]:

@@ -85,7 +85,9 @@ class Acks:
                 continue
             self.finished += len(outcomes)
             for outcome, ok in zip(outcomes, accepted, strict=True):
-                if ok:
+                # A cancelled run's ack is refused by design, its handler stopped
+                # (runs/worker/cancels.py): reported (run_cancelled), not warned of.
+                if ok or outcome.outcome == AttemptOutcome.CANCELLED:
                     report_outcome(outcome)
                 else:
                     self.log.warning("worker: ack of run %s attempt %s refused: lease is "
@@ -106,6 +108,9 @@ class Acks:
             return applied
 
 
+# The run's state after an outcome with no fate of its own (a success, a cancel).
+_STATE_OF = {AttemptOutcome.SUCCEEDED: "succeeded", AttemptOutcome.CANCELLED: "cancelled"}
+
 
 def report_outcome(outcome: Outcome) -> None:
     """The log line, signals and count of an acked outcome (runs/outcomes.py)."""
@@ -113,6 +118,5 @@ def report_outcome(outcome: Outcome) -> None:
     report(run_id=outcome.lease.run_id, job_id=task.get("job_id"),
            handler=task.get("handler"), attempt=outcome.lease.attempt,
            outcome=outcome.outcome, duration_s=outcome.took_s, error=outcome.error,
-           state=outcome.fate or ("succeeded" if outcome.outcome == AttemptOutcome.SUCCEEDED
-                                  else "failed"),
+           state=outcome.fate or _STATE_OF.get(outcome.outcome, "failed"),
            queue=outcome.lease.queue, result=outcome.result)

@@ -34,6 +34,30 @@ INT_BITS_MAX = 14_000
 LOG_STREAM_S = 0.25
 
 
+class RunCancelled(BaseException):  # noqa: N818 - named like asyncio's CancelledError
+    """Raised inside a handler whose run was cancelled while it ran: its worker sent the
+    child SIGUSR1 (docs/architecture.md, "Cancelling a running run"). A BaseException, as
+    asyncio's CancelledError, so ``except Exception`` in handler code does not swallow it;
+    ``finally`` blocks and context managers still run. A handler that goes on anyway is
+    killed after CANCEL_GRACE_S."""
+
+
+# The seq of the task whose handler is executing (0: none). A cancel raises only while it
+# is set, so it can never land in the child's own code between runs.
+_executing = [0]
+
+
+def on_cancel_signal(control):
+    """The SIGUSR1 handler of a child: raise RunCancelled in the executing handler when
+    it is the task the worker asked to stop (``control[2]``, its seq: runs/worker/wire.py).
+    Takes no lock: it runs on the main thread, which may hold the control lock."""
+    def handler(signum, frame):
+        if _executing[0] and control[2] == _executing[0]:
+            _executing[0] = 0
+            raise RunCancelled("the run was cancelled while it ran")
+    return handler
+
+
 class CaptureHandler(logging.Handler):
     """Collects the records emitted in the child while a run executes, at most
     ``max_lines`` per attempt (then one line saying how many were dropped), so a handler
@@ -153,8 +177,11 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     )
     ok, result, error, retry = True, None, "", None
     try:
+        _executing[0] = task["seq"]
         result = get_handler(task["handler"])(ctx, json.loads(task["payload"]))
+        _executing[0] = 0
     except BaseException as exc:  # noqa: BLE001 - SystemExit from a handler is a failure too
+        _executing[0] = 0
         ok, error, retry = False, traceback.format_exc(), retry_asked(exc)
     if ok:
         problem = result_problem(result)
@@ -212,6 +239,7 @@ def child_main(conn, control, lock) -> None:
     # decides whether the run finishes or is released, and kills children itself.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, on_cancel_signal(control))
     from scheduler_core import conf
 
     send = message_sender(conn)

@@ -29,6 +29,7 @@ from runs.models import WorkerProcess
 from runs.outcomes import flush_counts
 from runs.types import Outcome
 from runs.worker.acks import Acks
+from runs.worker.cancels import Cancels
 from runs.worker.lanes import Lanes
 from runs.worker.lease_ahead import LEASES_IN_FLIGHT, LeaseAhead, Leased
 from runs.worker.pool import InFlight, Slot
@@ -54,7 +55,7 @@ def default_concurrency() -> int:
         raise ValueError(f"WORKER_CONCURRENCY={value!r} is not a whole number") from None
 
 
-class Worker(LeaseAhead, Acks, Supervision, Shutdown, Daemon):
+class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
     """Run leased runs of ``queues`` in ``concurrency`` child processes (None:
     default_concurrency()).
 
@@ -85,6 +86,9 @@ class Worker(LeaseAhead, Acks, Supervision, Shutdown, Daemon):
         self.broker = get_broker(using)
         self.poll_s = conf.get("WORKER_POLL_S")
         self.heartbeat_s = conf.heartbeat_interval()
+        self.cancel_check_s = conf.get("CANCEL_CHECK_S")
+        self.cancel_grace_s = conf.get("CANCEL_GRACE_S")
+        self.next_cancel_check = 0.0  # time.monotonic() of the next check_cancels
         self.slots: list[Slot] = []
         self.outcomes: list[Outcome] = []
         self.ahead: deque[Leased] = deque()
@@ -151,6 +155,7 @@ class Worker(LeaseAhead, Acks, Supervision, Shutdown, Daemon):
             self.release_ahead()
         self.lease_more()
         self.collect(self.wait_timeout())
+        self.check_cancels()
         self.enforce_deadlines()
         self.take_back_stalled()
         self.flush()

@@ -39,6 +39,9 @@ class InFlight:
     seq: int = 0  # the task's number in its child's stream (Slot.take_back)
     logs: list | None = None  # lines the child streamed while it ran (runs/worker/child.py)
     dropped: int = 0  # lines the cap dropped, as last streamed
+    # time.monotonic() by which a cancelled run's handler must have stopped (inf: the run
+    # is not being cancelled): its child is killed then (runs/worker/cancels.py).
+    cancel_deadline: float = float("inf")
 
 
 class Slot:
@@ -78,9 +81,10 @@ class Slot:
         parent, child = FORK.Pipe()
         # Shared with the child, new for each one (a child killed holding the lock takes
         # it along): [number of the task it last started, number up to which it must
-        # skip tasks], read and written under the lock (runs/worker/child.py, take_task).
+        # skip tasks], read and written under the lock (runs/worker/child.py, take_task);
+        # and the task whose handler is to stop (signal_cancel), read without it.
         self.lock = FORK.Lock()
-        self.control = FORK.RawArray("q", 2)
+        self.control = FORK.RawArray("q", 3)
         self.process = FORK.Process(target=child_main, args=(child, self.control, self.lock),
                                     daemon=True)
         self.process.start()
@@ -129,6 +133,13 @@ class Slot:
             if run is not head:  # begin_head took the head's size off already
                 self.waiting -= run.size
         return back
+
+    def signal_cancel(self, run: InFlight) -> None:
+        """Ask the child to stop ``run``'s handler (RunCancelled raised in it, if it is
+        still the one executing): its seq in ``control``, then SIGUSR1."""
+        self.control[2] = run.seq
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGUSR1)
 
     def kill(self) -> None:
         if self.process.is_alive():

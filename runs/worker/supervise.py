@@ -32,7 +32,9 @@ class Supervision:
             timeout = min(timeout, self.wake_at - time.monotonic())
         if busy:
             now = time.monotonic()
-            timeout = min(timeout, min(s.current.deadline for s in busy) - now)
+            timeout = min(timeout, min(min(s.current.deadline, s.current.cancel_deadline)
+                                       for s in busy) - now,
+                          self.next_cancel_check - now)
             stalls = [wait for s in busy
                       if len(s.queued) > 1 and (wait := s.current.began + STALL_S - now) > 0]
             timeout = min([timeout, *stalls])
@@ -82,12 +84,15 @@ class Supervision:
         if current.logs:
             logs = current.logs + logs
         took = finished - began
-        self.add_outcome(Outcome(
-            lease=current.lease,
-            outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
-            result=result, error=error, logs=logs, took_s=took, retry=retry,
-            task=current.task,
-        ))
+        if current.cancel_deadline != float("inf"):
+            self.add_outcome(self.cancelled_outcome(current, logs, "the handler stopped"))
+        else:
+            self.add_outcome(Outcome(
+                lease=current.lease,
+                outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
+                result=result, error=error, logs=logs, took_s=took, retry=retry,
+                task=current.task,
+            ))
         self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
         slot.queued.popleft()
         # The next run in the pipe started when this one finished (same monotonic clock).
@@ -116,6 +121,11 @@ class Supervision:
             return
         slot.process.join(1)
         code = slot.process.exitcode
+        if current.cancel_deadline != float("inf"):
+            self.add_outcome(self.cancelled_outcome(
+                current, self.streamed_logs(current), f"its process exited ({code})"))
+            self.requeue(self.restart(slot))
+            return
         self.add_outcome(Outcome(
             lease=current.lease, outcome=AttemptOutcome.CRASHED,
             error=f"the worker's child process died (exit code {code}) while running the run",
@@ -138,6 +148,8 @@ class Supervision:
             current = slot.current
             if not slot.process.is_alive():
                 self.child_died(slot)
+            elif now >= current.cancel_deadline:
+                self.cancel_expired(slot)
             elif now >= current.deadline:
                 self.log.warning("worker: run %s exceeded timeout_s=%s; cutting it off",
                                  current.lease.run_id, current.timeout_s)

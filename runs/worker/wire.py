@@ -20,8 +20,10 @@ shared by the processes of one host). The parent may send several tasks ahead; t
 runs them in order. ``seq`` numbers the tasks sent to one child, 1, 2, ...: the parent can
 take back the tasks waiting behind a run that has gone long (runs/worker/pool.py,
 Slot.take_back) through two integers it shares with the child under a lock, ``control``:
-[the seq of the task the child last started, the seq up to which it must skip tasks]. A
-skipped task gets no reply.
+[the seq of the task the child last started, the seq up to which it must skip tasks, the
+seq of the task whose handler is to stop]. A skipped task gets no reply. To stop a
+cancelled run's handler the parent sets the third and sends the child SIGUSR1
+(runs/worker/child.py, RunCancelled).
 
 Every message is framed as Connection.send_bytes frames it: a 4-byte big-endian length,
 then the pickle.

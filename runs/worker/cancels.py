@@ -1,0 +1,67 @@
+"""Stopping the handler of a run cancelled while it runs (docs/architecture.md,
+"Cancelling a running run").
+
+The cancel is in the database (runs/services.py, cancel: the run and its attempt become
+``cancelled``). Every CANCEL_CHECK_S the worker asks, in one read by primary key, whether
+any run it has been executing for at least that long was cancelled; short runs, the hot
+path, never cost a query. A cancelled run's child gets SIGUSR1 (RunCancelled is raised in
+the handler: runs/worker/child.py) and is killed if the handler has not returned
+CANCEL_GRACE_S later. Either way the worker sends the outcome ``cancelled`` with the run's
+log lines: its ack is refused (the run is no longer running) but the lines are kept on the
+attempt.
+"""
+
+import time
+
+from runs.daemon import TRANSIENT
+from runs.models import AttemptOutcome
+from runs.types import Outcome
+from runs.worker.pool import InFlight, Slot
+
+
+class Cancels:
+    """The worker's watch for cancelled runs: check_cancels each round, cancel_expired
+    with the deadlines. A mixin of runs/worker/main.py's Worker, whose attributes
+    (``broker``, ``cancel_check_s``, ``cancel_grace_s``, ``next_cancel_check``) it uses."""
+
+    def check_cancels(self) -> None:
+        """At most every ``cancel_check_s``: signal the children whose run, executing for
+        that long, was cancelled. A failed read is retried at the next check."""
+        now = time.monotonic()
+        if now < self.next_cancel_check:
+            return
+        self.next_cancel_check = now + self.cancel_check_s
+        long = [slot for slot in self.in_flight()
+                if slot.current.cancel_deadline == float("inf")
+                and now - slot.current.began >= self.cancel_check_s]
+        if not long:
+            return
+        try:
+            cancelled = self.broker.cancelled([slot.current.lease for slot in long])
+        except TRANSIENT as exc:
+            self.note_failure("cancel check", exc)
+            return
+        for slot in long:
+            run = slot.current
+            if run.lease.run_id in cancelled:
+                self.log.warning("worker: run %s was cancelled; stopping its handler "
+                                 "(killed if still running in %s s)",
+                                 run.lease.run_id, self.cancel_grace_s)
+                run.cancel_deadline = now + self.cancel_grace_s
+                slot.signal_cancel(run)
+
+    def cancelled_outcome(self, run: InFlight, logs: list, how: str) -> Outcome:
+        """The outcome a worker sends for cancelled ``run``; ``how`` says how the handler
+        ended."""
+        return Outcome(lease=run.lease, outcome=AttemptOutcome.CANCELLED,
+                       error=f"cancelled while running; {how}", logs=logs, task=run.task)
+
+    def cancel_expired(self, slot: Slot) -> None:
+        """``slot``'s cancelled run did not stop within the grace: kill its child."""
+        run = slot.current
+        self.log.warning("worker: cancelled run %s still running after %s s; killing its "
+                         "child", run.lease.run_id, self.cancel_grace_s)
+        self.add_outcome(self.cancelled_outcome(
+            run, self.streamed_logs(run),
+            f"the handler did not stop within {self.cancel_grace_s} s and was killed"))
+        self.requeue(self.restart(slot))
