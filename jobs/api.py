@@ -41,6 +41,7 @@ from jobs.lifecycle import with_shown_status
 from jobs.models import Job
 from jobs.pausing import CATCH_UP
 from jobs.serializers import (
+    CreatedJobSerializer,
     JobCreateSerializer,
     JobSerializer,
     JobUpdateSerializer,
@@ -125,8 +126,8 @@ class JobPagination(PageNumberPagination):
     create=extend_schema(
         summary="Create a job (one-off with run_at, or recurring with a cron schedule)",
         request=JobCreateSerializer, parameters=[IDEMPOTENCY],
-        responses={201: JobSerializer, 400: FIELD_ERRORS, 413: DetailSerializer,
-                   422: DetailSerializer, **COMMON},
+        responses={201: CreatedJobSerializer, 200: CreatedJobSerializer, 400: FIELD_ERRORS,
+                   413: DetailSerializer, 422: DetailSerializer, **COMMON},
         examples=[OpenApiExample("recurring", request_only=True, value={
             "name": "nightly report", "handler": "echo", "schedule": "30 2 * * *",
             "timezone": "Europe/Berlin", "payload": {"report": "sales"}}),
@@ -184,7 +185,10 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
             raise ValidationError(api_errors(exc.item_errors[0])) from exc
         except QuotaExceeded as exc:
             raise QuotaRefused(exc) from exc
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED,
+        # A unique key an earlier job holds answers that job, flagged, as Oban does
+        # (jobs/unique.py; docs/api.md, "Unique jobs").
+        return Response({**JobSerializer(job).data, "conflict": job.conflict},
+                        status=status.HTTP_200_OK if job.conflict else status.HTTP_201_CREATED,
                         headers={"Location": f"/api/jobs/{job.pk}/"})
 
     def partial_update(self, request, *args, **kwargs):
@@ -275,8 +279,9 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
                 "detail": f"{len(errors)} of {len(items)} jobs are invalid; nothing was stored",
                 "errors": [{"index": i, "errors": errors[i]} for i in sorted(errors)],
             }, status=status.HTTP_400_BAD_REQUEST)
-        return Response({"count": len(jobs), "ids": [job.pk for job in jobs]},
-                        status=status.HTTP_201_CREATED)
+        conflicts = [i for i, job in enumerate(jobs) if job.conflict]
+        return Response({"count": len(jobs) - len(conflicts), "ids": [job.pk for job in jobs],
+                         "conflicts": conflicts}, status=status.HTTP_201_CREATED)
 
     def _not_cancelled(self, verb: str) -> Job:
         job = self.get_object()

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from jobs import cron
 from jobs.cron import MAX_JITTER_S
 from jobs.models import MisfirePolicy
-from jobs.serializers import MAX_INT, JobCreateSerializer, iana_zones
+from jobs.serializers import MAX_INT, UNIQUE_FIELDS, JobCreateSerializer, iana_zones
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
 from scheduler_core import conf
 from scheduler_core.registry import creatable_handler_names
@@ -46,7 +46,7 @@ class FastItemParser:
                 "timezone": "UTC",
                 "misfire_policy": None, "max_lag_s": None, "jitter_s": None,
                 "queue": None, "shard_key": "", "priority": 5, "timeout_s": None,
-                "max_retries": None}
+                "max_retries": None, **dict.fromkeys(UNIQUE_FIELDS)}
         for key, value in item.items():
             if value is None and key not in ("handler", "name", "queue", "priority",
                                              "payload"):
@@ -58,6 +58,8 @@ class FastItemParser:
         return data if "handler" in data else None
 
     def _value(self, key, value):
+        if key in UNIQUE_FIELDS:
+            return None  # rare: the serializer parses them
         if key == "handler":
             return value if type(value) is str and value in self.handlers else None
         if key == "payload":
@@ -118,8 +120,12 @@ class BulkJobsSerializer(serializers.Serializer):
 class BulkCreatedSerializer(serializers.Serializer):
     """The answer to a bulk create: how many jobs, and their ids in request order."""
 
-    count = serializers.IntegerField()
-    ids = serializers.ListField(child=serializers.IntegerField())
+    count = serializers.IntegerField(help_text="jobs created")
+    ids = serializers.ListField(child=serializers.IntegerField(),
+                                help_text="one job per item: created, or a unique key's holder")
+    conflicts = serializers.ListField(child=serializers.IntegerField(),
+                                      help_text="items answered by the job holding their "
+                                                "unique_key")
 
 
 class BulkItemErrorSerializer(serializers.Serializer):

@@ -44,6 +44,8 @@ class IdempotencyKey(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["owner", "key"], name="idempotency_owner_key"),
         ]
+        # The retention's prune of expired keys (runs/retention.py) finds them by age.
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
 
     def __str__(self) -> str:
         return f"{self.owner_id}:{self.key}"

@@ -17,11 +17,14 @@ from jobs import cron
 from jobs.cron import MAX_JITTER_S
 from jobs.lifecycle import SHOWN_STATUSES, shown_status
 from jobs.models import Job, MisfirePolicy
+from jobs.unique import ALL_STATES, KEY_MAX
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
 from runs.outbound.payload import redacted
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.registry import creatable_handler_names
+
+UNIQUE_FIELDS = ("unique_key", "unique_period_s", "unique_states")
 
 # Service-layer field names -> the API's.
 FIELD_ALIASES = {"cron": "schedule", "max_attempts": "max_retries"}
@@ -161,7 +164,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "owner", "handler", "payload", "queue", "shard_key", "priority",
                   "status", "paused_at",
                   "run_at", "schedule", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
-                  "next_run_at", "timeout_s", "max_retries", "created_at", "updated_at"]
+                  "next_run_at", "timeout_s", "max_retries", "unique_key", "created_at",
+                  "updated_at"]
         read_only_fields = fields
 
     def get_max_retries(self, job) -> int:
@@ -261,6 +265,19 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     max_retries = serializers.IntegerField(
         required=False, allow_null=True, default=None, min_value=0,
         help_text="retries after the first attempt (at most MAX_RETRIES)")
+    unique_key = TextField(
+        max_length=KEY_MAX, required=False, allow_null=True, default=None,
+        help_text="while an earlier job of yours with this key counts, answer it (200, "
+                  "conflict true) instead of creating another (docs/api.md, Unique jobs)")
+    unique_period_s = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=MAX_INT,
+        help_text="the key counts this many seconds after the job's creation (default: "
+                  "no end)")
+    unique_states = serializers.ListField(
+        child=serializers.ChoiceField(choices=ALL_STATES), required=False, allow_null=True,
+        default=None, allow_empty=False,
+        help_text="run states in which a one-off job holds its key (default: scheduled, "
+                  "queued, running, retrying)")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -295,10 +312,21 @@ def to_spec(data: dict, defaults: dict | None = None) -> dict:
         "timeout_s": defaults["timeout_s"] if timeout_s is None else timeout_s,
         "max_attempts": defaults["max_attempts"] if max_retries is None else max_retries + 1,
     }
-    for optional in ("max_lag_s", "jitter_s"):
+    for optional in ("max_lag_s", "jitter_s", *UNIQUE_FIELDS):
         if data.get(optional) is not None:
             spec[optional] = data[optional]
     return spec
+
+
+class CreatedJobSerializer(JobSerializer):
+    """The answer to POST /api/jobs/: the job, and whether it is an earlier job holding
+    the unique_key given (200) rather than a new one (201)."""
+
+    conflict = serializers.BooleanField()
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "conflict"]
+        read_only_fields = fields
 
 
 class JobUpdateSerializer(StrictFieldsMixin, serializers.Serializer):

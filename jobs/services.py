@@ -8,10 +8,11 @@ commit first, then push).
 
 from datetime import datetime, timedelta
 
-from django.db import transaction
+import psycopg
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import cron, pausing, tenants
+from jobs import cron, pausing, tenants, unique
 from jobs.bulk_insert import insert_rows
 from jobs.models import Job, Schedule
 from jobs.validation import job_limits, moment_problem, validate_job
@@ -23,6 +24,9 @@ from runs.outbound.payload import keep_sealed
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
+
+# Creates retried when a concurrent create took a unique key first (jobs/unique.py).
+UNIQUE_RETRIES = 2
 
 
 class InvalidJobs(InvalidJob):
@@ -39,6 +43,7 @@ class InvalidJobs(InvalidJob):
 def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=None,
           timezone_name="UTC", queue=None, shard_key="", priority=5, timeout_s=None,
           max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
+          unique_key=None, unique_period_s=None, unique_states=None,
           using="default") -> dict:
     spec = {
         "name": name, "handler": handler, "payload": {} if payload is None else payload,
@@ -48,7 +53,8 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=N
         "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
         "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_attempts is None
         else max_attempts,
-        "misfire_policy": misfire_policy,
+        "misfire_policy": misfire_policy, "unique_key": unique_key,
+        "unique_period_s": unique_period_s, "unique_states": unique_states,
     }
     if max_lag_s is not None:
         spec["max_lag_s"] = max_lag_s
@@ -68,8 +74,11 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     the shard is hashed from; default the handler), ``priority`` (0-9, 0 most urgent,
     default 5), ``timeout_s`` (seconds),
     ``max_attempts`` (first try included); without ``run_at``, ``delay_s`` or ``cron_expr``
-    the job runs once now (docs/api.md, "Create"). With an ``owner``, its bounds apply (see
-    create_jobs). Raises InvalidJob naming each bad field, tenants.QuotaExceeded.
+    the job runs once now (docs/api.md, "Create"); ``unique_key`` with ``unique_period_s``
+    and ``unique_states`` (jobs/unique.py): when an earlier job holds the key, that job is
+    returned, with ``conflict`` True (a new job has it False). With an ``owner``, its
+    bounds apply (see create_jobs). Raises InvalidJob naming each bad field,
+    tenants.QuotaExceeded.
     """
     spec = _spec(handler, payload, using=using, **options)
     try:
@@ -103,7 +112,9 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
     With an ``owner`` (a user), its bounds apply (jobs/tenants.py; docs/isolation.md,
     "Tenant bounds"): a queue it was not given, a priority, timeout_s or max_attempts
     beyond its limits are field errors, and going over its jobs or pending runs quota
-    raises tenants.QuotaExceeded; without one, none do.
+    raises tenants.QuotaExceeded; without one, none do. A spec whose ``unique_key`` an
+    earlier job holds creates nothing: its place in the answer is that job, with
+    ``conflict`` True (jobs/unique.py; every job returned has ``conflict``).
     Built for ingest peaks (BENCHMARKS.md, "Ingest (W1)"): the caps are read once, each
     distinct (cron, timezone) pair's next occurrence is computed once, and on PostgreSQL
     the rows go in by COPY (see ``insert_rows``).
@@ -111,19 +122,36 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
     owner_id = owner.pk if owner is not None else None
     bounds = tenants.bounds_of(owner_id, using)
     cleaned = validate_specs(specs, bounds)
+    for retry in range(UNIQUE_RETRIES, -1, -1):
+        try:
+            return _insert(cleaned, owner, bounds, using)
+        except (IntegrityError, psycopg.IntegrityError):
+            # A concurrent create took one of these unique keys first (jobs/unique.py):
+            # the next try finds its job. Other constraint errors are not ours to retry.
+            if not retry or not any(s.get("unique_key") for s in cleaned):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _insert(cleaned: list[dict], owner, bounds, using: str) -> list[Job]:
+    """create_jobs' transaction, for validated specs (a savepoint when nested, so a
+    unique key taken meanwhile rolls back only this)."""
+    owner_id = owner.pk if owner is not None else None
     broker = get_broker(using)
     shards = conf.get("SHARDS")
     default_timeout, default_attempts = (conf.get("DEFAULT_TIMEOUT_S"),
                                          conf.get("DEFAULT_MAX_ATTEMPTS"))
     with transaction.atomic(using=using):
-        if bounds is not None:
-            tenants.check_quotas(bounds, len(cleaned),
-                                 sum(1 for s in cleaned if not s.get("cron")), using)
         now = db_now(using)
+        found = unique.conflicts(cleaned, owner_id, now, using)
+        new = [s for i, s in enumerate(cleaned) if i not in found]
+        if bounds is not None:
+            tenants.check_quotas(bounds, len(new), sum(1 for s in new if not s.get("cron")),
+                                 using)
         schedules = [
             Schedule(cron=s["cron"], timezone=s["timezone"], misfire_policy=s["misfire_policy"],
                      max_lag_s=s["max_lag_s"], jitter_s=s.get("jitter_s", 0))
-            for s in cleaned if s.get("cron")
+            for s in new if s.get("cron")
         ]
         insert_rows(Schedule, schedules, using)
         schedule_iter = iter(schedules)
@@ -132,7 +160,7 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
         cache_schedule = Job.schedule.field.set_cached_value
         next_runs: dict[tuple[str, str], datetime] = {}
         jobs = []
-        for s in cleaned:
+        for s in new:
             schedule = next(schedule_iter) if s.get("cron") else None
             next_run_at, run_at = None, None
             if schedule is None:
@@ -155,6 +183,8 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
                 timeout_s=s.get("timeout_s") or default_timeout,
                 max_attempts=s.get("max_attempts") or default_attempts,
             )
+            unique.stamp(job, s, now)
+            job.conflict = False
             job.schedule_id = schedule.pk if schedule is not None else None
             cache_owner(job, owner)
             cache_schedule(job, schedule)
@@ -170,7 +200,9 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
         broker.push_after_commit([
             RunRef(r.pk, r.queue, r.shard, r.priority, r.run_at, owner_id) for r in runs
         ])
-    return jobs
+    if not found:
+        return jobs
+    return unique.with_conflicts(len(cleaned), jobs, found)
 
 
 def _set_status(job_ids, from_states, to_state, using) -> list[int]:

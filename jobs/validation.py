@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
-from jobs import cron
+from jobs import cron, unique
 from jobs.models import QUEUE_RE, MisfirePolicy
 from runs.outbound import payload as http_payload
 from scheduler_core import conf
@@ -45,7 +45,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     (0-9), timeout_s (>= 1), max_attempts (>= 1), and at most one of ``run_at`` (aware
     datetime), ``delay_s`` (seconds from now, int or float) or ``cron`` (with optional
     timezone, misfire_policy, max_lag_s, jitter_s); none of them means now, which
-    services.create_jobs fills in from the database's clock (docs/api.md).
+    services.create_jobs fills in from the database's clock (docs/api.md); optional
+    unique_key, unique_period_s, unique_states (jobs/unique.py).
     ``limits`` are the caps of job_limits(), read afresh when omitted.
     Raises InvalidJob mapping each bad field to its reason.
     """
@@ -123,6 +124,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
         clean["jitter_s"] = jitter
     elif spec.get("jitter_s"):
         errors["jitter_s"] = "applies to cron schedules only; a one-off job runs at its run_at"
+    errors.update(unique.problems(spec))
     if errors:
         raise InvalidJob(errors)
     return clean

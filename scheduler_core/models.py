@@ -97,6 +97,14 @@ class Job(models.Model):
     # When the job was last paused (database clock); resume decides what happens to the
     # runs whose scheduled_at falls between this and the resume (jobs/pausing.py).
     paused_at = models.DateTimeField(null=True, blank=True)
+    # Unique jobs (jobs/unique.py, docs/api.md "Unique jobs"): the key as given; the lock
+    # ("<owner id or ->:<key>") while the job holds it, unique in the table, so the
+    # database refuses a second holder; the run states that count; the period's end.
+    unique_key = models.CharField(max_length=200, blank=True, default="")
+    unique_lock = models.CharField(max_length=255, null=True, blank=True, unique=True,
+                                   editable=False)
+    unique_states = models.CharField(max_length=100, blank=True, default="", editable=False)
+    unique_until = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
