@@ -120,22 +120,28 @@ class Dispatcher(Daemon):
 
     def prune_if_due(self, scope: list[int] | None) -> int:
         """Delete a batch of the history past HISTORY_RETENTION_S in this dispatcher's
-        shards (``scope``; None: all) when due; returns the runs deleted."""
+        shards (``scope``; None: all) and a batch of Idempotency-Key responses past
+        IDEMPOTENCY_TTL_S when due; returns the rows of both deleted."""
         if not (self.prune_backlog or time.monotonic() - self.last_prune >= PRUNE_INTERVAL_S):
             return 0
         self.last_prune = time.monotonic()
+        keys = retention.prune_idempotency_keys(PRUNE_BATCH, self.using)
+        if keys:
+            self.log.info("dispatcher: pruned %d Idempotency-Key responses past "
+                          "IDEMPOTENCY_TTL_S", keys)
+        self.prune_backlog = keys >= PRUNE_BATCH
         retention_s = conf.get("HISTORY_RETENTION_S")
         before = retention.cutoff(retention_s, self.using)
         if before is None:  # keep everything
-            return 0
+            return keys
         pruned = retention.prune(before, PRUNE_BATCH, self.using, scope)
         prune_delivered(self.using)
-        self.prune_backlog = pruned.runs >= PRUNE_BATCH
+        self.prune_backlog = self.prune_backlog or pruned.runs >= PRUNE_BATCH
         if pruned.runs:
             self.log.info("dispatcher: pruned %d runs finished over %s s ago (%d attempts, "
                           "%d log lines, %d one-off jobs)", pruned.runs, f"{retention_s:g}",
                           pruned.attempts, pruned.log_lines, pruned.jobs)
-        return pruned.runs
+        return pruned.runs + keys
 
     def shutdown(self) -> None:
         self.leases.release_all()

@@ -7,7 +7,8 @@ Celery expires results after a day, RQ after 500 s, django-q2 keeps the last 250
 successes, procrastinate ships a task that removes old jobs.
 
 What goes: runs ``succeeded`` or ``cancelled`` that finished before the cutoff, then the
-one-off jobs left with no run at all. What stays: dead runs (the dead letter, until an
+one-off jobs left with no run at all; and the stored Idempotency-Key responses past
+IDEMPOTENCY_TTL_S (prune_idempotency_keys). What stays: dead runs (the dead letter, until an
 operator requeues or discards them), runs not finished, and every cron job. The
 dispatcher prunes its own shards in batches (runs/dispatcher.py); ``manage.py
 prunehistory`` does it on demand.
@@ -21,7 +22,8 @@ from django.db import connections, transaction
 from runs.clock import db_now, seconds
 from runs.models import AlertPolicy, Attempt, LogLine, Run, RunState
 from runs.transitions import in_shards
-from scheduler_core.models import Job
+from scheduler_core import conf
+from scheduler_core.models import IdempotencyKey, Job
 
 PRUNABLE_STATES = (RunState.SUCCEEDED, RunState.CANCELLED)
 
@@ -104,6 +106,19 @@ def prune(before: datetime, limit: int, using: str = "default",
                             f"FROM {Job._meta.db_table} AS j WHERE j.id = {{table}}.job_id)",
                             one_off)
         return pruned
+
+
+def prune_idempotency_keys(limit: int, using: str = "default") -> int:
+    """Delete at most ``limit`` stored Idempotency-Key responses older than
+    IDEMPOTENCY_TTL_S, which are replayed no more (jobs/idempotency.py), oldest first;
+    returns how many went (fewer than ``limit``: none are left). Safe beside another
+    dispatcher doing the same: a row goes once."""
+    before = db_now(using) - seconds(conf.get("IDEMPOTENCY_TTL_S"))
+    ids = list(IdempotencyKey.objects.using(using).filter(created_at__lt=before)
+               .order_by("created_at").values_list("pk", flat=True)[:limit])
+    if not ids:
+        return 0
+    return IdempotencyKey.objects.using(using).filter(pk__in=ids).delete()[0]
 
 
 def _delete(cursor, model, where: str, ids: list[int]) -> int:

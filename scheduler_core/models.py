@@ -1,5 +1,6 @@
 """The jobs app's tables that runs/ reads too: jobs and schedules, owner policies and the
-partition leases (docs/architecture.md, "Vocabulary" and "Code layout and dependency
+partition leases, and the stored Idempotency-Key responses the retention prunes
+(docs/architecture.md, "Vocabulary" and "Code layout and dependency
 rule").
 
 They are defined here, below both apps, because runs never imports jobs; each keeps
@@ -296,3 +297,27 @@ class SchedulerPartition(models.Model):
 
     def __str__(self) -> str:
         return f"partition {self.number} -> {self.owner or '-'}"
+
+
+class IdempotencyKey(models.Model):
+    """The first response to a POST that carried an ``Idempotency-Key`` header, so a retried
+    request returns it instead of creating a second job (unique per owner and key)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    key = models.CharField(max_length=255)
+    method = models.CharField(max_length=10, default="POST")
+    path = models.CharField(max_length=255)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        app_label = "jobs"
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="idempotency_owner_key"),
+        ]
+        # The retention's prune of expired keys (runs/retention.py) finds them by age.
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}:{self.key}"

@@ -254,3 +254,29 @@ def test_a_discarded_dead_run_is_kept_for_the_retention_from_its_discard():
 def test_prunehistory_refuses_a_batch_out_of_range(batch):
     with pytest.raises(CommandError, match="--batch must be between 1 and 10000"):
         call_command("prunehistory", "--older-than", "60", "--batch", batch)
+
+
+
+def test_idempotency_keys_past_their_ttl_are_pruned_by_the_dispatcher_and_the_command():
+    """Stored Idempotency-Key responses are replayed for IDEMPOTENCY_TTL_S only; past it
+    the dispatcher's retention pass and prunehistory delete them."""
+    from django.contrib.auth.models import User
+
+    from jobs.models import IdempotencyKey
+
+    alice = User.objects.create_user("alice")
+    for key in ("a", "b", "fresh"):
+        IdempotencyKey.objects.create(owner=alice, key=key, path="/api/jobs/",
+                                      status_code=201, response={})
+    old = db_now("default") - timedelta(days=2)
+    IdempotencyKey.objects.filter(key="a").update(created_at=old)
+
+    flush_redis()
+    Dispatcher("default").round()
+    assert sorted(IdempotencyKey.objects.values_list("key", flat=True)) == ["b", "fresh"]
+
+    IdempotencyKey.objects.filter(key="b").update(created_at=old)
+    out = StringIO()
+    call_command("prunehistory", "--older-than", "60", stdout=out)
+    assert "and 1 Idempotency-Key responses" in out.getvalue()
+    assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["fresh"]
