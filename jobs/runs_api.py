@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, viewsets
+from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.filters import OrderingFilter
@@ -20,12 +20,13 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.access import OwnerOrModelPermission, may_view_all
-from jobs.api import COMMON, LISTED, Conflict, DetailSerializer
+from jobs.access import OwnerOrModelPermission, may_change_all, may_view_all
+from jobs.api import COMMON, FIELD_ERRORS, LISTED, Conflict, DetailSerializer
 from jobs.models import Job
+from jobs.serializers import StrictFieldsMixin
 from jobs.tenants import bounds_of
 from jobs.throttling import IsAuthenticatedOrThrottled
-from runs import services
+from runs import dead_letter, services
 from runs.filters import DeadLetterFilter, LogLineFilter, RunFilter
 from runs.models import PENDING_STATES, LogLine, Run, RunState
 from runs.serializers import (
@@ -167,6 +168,33 @@ class LogLineViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         return LogLine.objects.filter(attempt__run=run).select_related("attempt")
 
 
+class DeadLetterBulkSerializer(StrictFieldsMixin, serializers.Serializer):
+    """POST /api/dead-letter/requeue/ and /discard/: which dead runs (every field
+    optional; none given: the whole dead letter you may change), and whether only to
+    count them."""
+
+    queue = serializers.CharField(required=False, max_length=64)
+    job = serializers.IntegerField(required=False, min_value=1, help_text="a job id")
+    handler = serializers.CharField(required=False, max_length=200)
+    owner = serializers.CharField(required=False, max_length=150,
+                                  help_text="the username owning the runs' jobs")
+    older_than_s = serializers.FloatField(
+        required=False, min_value=0, max_value=1e9,
+        help_text="only runs dead for more than this many seconds")
+    dry_run = serializers.BooleanField(required=False, default=False,
+                                       help_text="count the runs; change nothing")
+
+
+class DeadLetterBulkResultSerializer(serializers.Serializer):
+    """What a bulk requeue or discard did: the dead runs the filter picked, and how many
+    were requeued (or discarded); 0 on a dry run."""
+
+    matched = serializers.IntegerField()
+    requeued = serializers.IntegerField(required=False)
+    discarded = serializers.IntegerField(required=False)
+    dry_run = serializers.BooleanField()
+
+
 @extend_schema_view(
     list=extend_schema(summary="Dead runs with the reason each died",
                        responses={200: DeadRunSerializer(many=True), **LISTED}),
@@ -176,7 +204,8 @@ class LogLineViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
     """/api/dead-letter/: runs whose attempts are exhausted. Retry one with
-    POST /api/runs/{id}/retry/."""
+    POST /api/runs/{id}/retry/; requeue or discard many by filter with
+    POST /api/dead-letter/requeue/ and /discard/ (runs/dead_letter.py)."""
 
     serializer_class = DeadRunSerializer
     pagination_class = DeadCursor
@@ -189,6 +218,40 @@ class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
             return Run.objects.none()
         return (visible_runs(self.request).dead().select_related("job")
                 .prefetch_related("attempts"))
+
+    @extend_schema(summary="Requeue the dead runs a filter picks, with a fresh attempt budget",
+                   request=DeadLetterBulkSerializer,
+                   responses={200: DeadLetterBulkResultSerializer, 400: FIELD_ERRORS,
+                              **COMMON})
+    @action(detail=False, methods=["post"])
+    def requeue(self, request):
+        return self._bulk(request, "requeue")
+
+    @extend_schema(summary="Discard the dead runs a filter picks (they become cancelled)",
+                   request=DeadLetterBulkSerializer,
+                   responses={200: DeadLetterBulkResultSerializer, 400: FIELD_ERRORS,
+                              **COMMON})
+    @action(detail=False, methods=["post"])
+    def discard(self, request):
+        return self._bulk(request, "discard")
+
+    def _bulk(self, request, verb: str) -> Response:
+        """Apply ``verb`` to the dead runs the body's filter picks among those the user
+        may change: their own, or every owner's with runs.change_run."""
+        incoming = DeadLetterBulkSerializer(data=request.data or {})
+        incoming.is_valid(raise_exception=True)
+        data = dict(incoming.validated_data)
+        dry_run = data.pop("dry_run")
+        runs = Run.objects.all()
+        if not may_change_all(request.user, Run):
+            runs = runs.filter(job__owner=request.user)
+        picked = dead_letter.DeadFilter(**data).select(runs)
+        if dry_run:
+            matched, changed = picked.count(), 0
+        else:
+            matched, changed = dead_letter.apply(verb, picked)
+        return Response({"matched": matched, dead_letter.DONE[verb]: changed,
+                         "dry_run": dry_run})
 
 
 class QueueView(APIView):
