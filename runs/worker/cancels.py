@@ -13,6 +13,8 @@ attempt.
 
 import time
 
+from django.db import connections
+
 from runs.daemon import TRANSIENT
 from runs.models import AttemptOutcome
 from runs.types import Outcome
@@ -39,7 +41,10 @@ class Cancels:
         try:
             cancelled = self.broker.cancelled([slot.current.lease for slot in long])
         except TRANSIENT as exc:
+            # The round goes on (outcomes to collect, deadlines to keep); a broken
+            # connection is replaced before the next query, as serve() does after a round.
             self.note_failure("cancel check", exc)
+            connections[self.using].close_if_unusable_or_obsolete()
             return
         for slot in long:
             run = slot.current

@@ -21,6 +21,7 @@ from jobs import cron, crontab
 from jobs.services import InvalidJobs, create_jobs
 from jobs.validation import validate_job
 from scheduler_core.exceptions import InvalidJob
+from scheduler_core.progress import progress
 from scheduler_core.registry import get_handler, handler_names
 
 NAME_WIDTH = 40
@@ -49,6 +50,7 @@ def next_three(expression: str, tz: str, after: datetime) -> str:
 
 
 class Command(BaseCommand):
+    step = staticmethod(lambda n=1: None)  # the progress bar's advance, while importing
     help = ("Create one cron job of handler NAME per schedule line of a crontab file; "
             "nothing is created if any line is bad, unless --skip-invalid.")
 
@@ -79,6 +81,12 @@ class Command(BaseCommand):
         user = self.owner(owner)
         parsed = crontab.parse_file(
             path, system={"auto": None, "user": False, "system": True}[crontab_format])
+        # Three passes over the lines: validate, create, the table's next runs.
+        with progress(self.stdout, f"importing {path.name}", 3 * len(parsed.entries)) as step:
+            self.step = step
+            self.import_lines(path, parsed, handler, user, dry_run, skip_invalid)
+
+    def import_lines(self, path, parsed, handler, user, dry_run, skip_invalid) -> None:
         entries, errors = self.validate(parsed, handler)
         for line_number, reason in errors:
             self.stderr.write(f"{path}:{line_number}: {reason}")
@@ -99,9 +107,12 @@ class Command(BaseCommand):
                 jobs = create_jobs(specs, owner=user)
             except InvalidJobs as exc:  # validated above; only a concurrent change gets here
                 raise CommandError(f"nothing created: {exc.errors}") from exc
-            rows = [(e, job.pk, next_three(job.schedule.cron, job.schedule.timezone,
-                                           job.next_run_at - JUST_BEFORE))
-                    for e, job in zip(entries, jobs, strict=True)]
+            self.step(len(entries))
+            rows = []
+            for e, job in zip(entries, jobs, strict=True):
+                rows.append((e, job.pk, next_three(job.schedule.cron, job.schedule.timezone,
+                                                   job.next_run_at - JUST_BEFORE)))
+                self.step(1)
         self.table(rows)
         skipped = f"; skipped {len(errors)} bad lines" if errors else ""
         owned = f" owned by {user.get_username()}" if user else ""
@@ -133,6 +144,7 @@ class Command(BaseCommand):
             except InvalidJob as exc:
                 errors.append((entry.line_number,
                                "; ".join(f"{k}: {v}" for k, v in exc.errors.items())))
+            self.step(1)
         return good, sorted(errors)
 
     def table(self, rows) -> None:

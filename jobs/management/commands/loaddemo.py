@@ -21,6 +21,7 @@ from jobs.tokens import create_token
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
 from scheduler_core import conf
+from scheduler_core.progress import progress
 
 DEMO_CRONTAB = Path(__file__).resolve().parents[2] / "demo.crontab"
 ENDED = {RunState.SUCCEEDED: "succeeded", RunState.DEAD: "died (dead letter)",
@@ -103,14 +104,18 @@ class Command(BaseCommand):
                 raise CommandError(f"{path}: no such crontab file")
         system = {"auto": None, "user": False, "system": True}[crontab_format]
         specs, skipped = [], 0
-        for path in paths:
-            label = "jobs/demo.crontab" if path == DEMO_CRONTAB else str(path)
-            parsed = crontab.parse_file(path, system=system)
-            for error in parsed.errors:
-                self.stderr.write(f"{label}:{error.line_number}: skipped: {error.reason}")
-            skipped += len(parsed.errors)
-            specs += [job_spec(e, f"{label}:{e.line_number}") for e in parsed.entries]
-        jobs = self.create(specs, user)
+        # Steps: each file read, then the jobs created.
+        with progress(self.stdout, "loading the demo", len(paths) + 1) as step:
+            for path in paths:
+                label = "jobs/demo.crontab" if path == DEMO_CRONTAB else str(path)
+                parsed = crontab.parse_file(path, system=system)
+                for error in parsed.errors:
+                    self.stderr.write(f"{label}:{error.line_number}: skipped: {error.reason}")
+                skipped += len(parsed.errors)
+                specs += [job_spec(e, f"{label}:{e.line_number}") for e in parsed.entries]
+                step(1)
+            jobs = self.create(specs, user)
+            step(1)
         cron_count = len(jobs)
         if not crontabs:
             jobs += [create_job(handler, payload, owner=user, delay_s=start_in, name=name,

@@ -3,8 +3,8 @@ command line (runs/dead_letter.py; docs/api.md, "Dead letter")."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.progress import progress
 from runs import dead_letter
+from scheduler_core.progress import progress
 
 
 class Command(BaseCommand):

@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runs import retention
 from scheduler_core import conf
+from scheduler_core.progress import progress
 
 
 class Command(BaseCommand):
@@ -42,11 +43,20 @@ class Command(BaseCommand):
                               f"would be deleted (dry run)")
             return
         total = retention.Pruned()
-        while True:
-            pruned = retention.prune(before, batch)
-            total.add(pruned)
-            if pruned.runs < batch:
+        # No total: counting what would go costs as much as a dry run.
+        with progress(self.stdout, "pruning runs") as advance:
+            while True:
+                pruned = retention.prune(before, batch)
+                total.add(pruned)
+                advance(pruned.runs)
+                if pruned.runs < batch:
+                    break
+        keys = 0
+        while (gone := retention.prune_idempotency_keys(batch)) > 0:
+            keys += gone
+            if gone < batch:
                 break
         self.stdout.write(f"Deleted {total.runs} runs finished before "
                           f"{before:%Y-%m-%d %H:%M:%S} UTC, {total.attempts} attempts, "
-                          f"{total.log_lines} log lines and {total.jobs} one-off jobs.")
+                          f"{total.log_lines} log lines and {total.jobs} one-off jobs, "
+                          f"and {keys} Idempotency-Key responses past IDEMPOTENCY_TTL_S.")
