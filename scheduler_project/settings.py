@@ -2,7 +2,8 @@
 environment (docs/architecture.md, "Configuration").
 
 DATABASE_URL  default sqlite:///db.sqlite3 (the embedded default)
-REDIS_URL     unset: the database broker serves the queue
+REDIS_URL     unset: the database broker serves the queue; redis+cluster://host:port/ a
+              Redis Cluster (docs/isolation.md, "Redis Cluster")
 SCHEDULER_BROKER  "redis" or "database"; overrides the choice REDIS_URL implies
 SECRET_KEY, DEBUG, ALLOWED_HOSTS, and the HTTPS knobs (cookies, HSTS, SSL redirect,
 CSRF_TRUSTED_ORIGINS, SECURE_PROXY_SSL_HEADER): docs/security.md gives each one's default
@@ -204,7 +205,9 @@ TASKS = {
 }
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
-if REDIS_URL:
+# django-redis has no Redis Cluster client: with a redis+cluster:// URL the throttle counts
+# stay per process (Django's memory cache), as without Redis (docs/isolation.md).
+if REDIS_URL and not REDIS_URL.startswith("redis+cluster://"):
     CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",

@@ -30,7 +30,7 @@ def clean_redis():
 def redis_limits() -> dict[str, int]:
     broker = get_broker()
     client = redis.Redis.from_url(settings.REDIS_URL)
-    return {k.decode(): int(v) for k, v in client.hgetall(broker.keys.limits).items()}
+    return {k.decode(): int(v) for k, v in client.hgetall(broker.keys.limits("")).items()}
 
 
 def test_an_owner_reads_its_own_limits(api, alice, settings):

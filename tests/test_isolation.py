@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from jobs.models import OwnerPolicy
 from runs.brokers.keys import shard_of
@@ -75,17 +76,33 @@ def test_an_explicit_shard_key_overrides_the_handler(settings, db):
     assert keyed.runs.get().shard == shard_of("tenant-42", 64)
 
 
-def test_every_redis_key_of_a_shard_carries_the_shard_hash_tag(settings, broker):
+def test_every_redis_key_a_script_touches_is_named_by_keys_py_in_one_slot(settings, broker):
+    """Scripts build no key names (a Redis Cluster refuses keys a script was not given
+    in KEYS, or keys of two slots): after a push, a lease that parks, and an unpark,
+    every key in Redis but the Python-only queue set and alive marks is one keys.py
+    names for that queue shard; on a cluster they share one slot, on a single Redis the
+    shard's keys carry its {queue:shard} tag (docs/isolation.md, "Redis Cluster")."""
     if broker.name != "redis":
         pytest.skip("Redis key layout")
     settings.SCHEDULER = {"SHARDS": 4, "OWNER_CONCURRENCY": 1}
     alice = user(broker, "alice")
     queue_runs(broker, 3, shard=2, owner=alice)
     broker.lease(["default"], 3, "w1")  # one leased, two parked for alice's limit
-    keys = [k.decode() for k in broker.client.scan_iter(match=f"{broker.keys.prefix}:*{{*")]
-    shard_keys = [k for k in keys if "{limits}" not in k]
-    assert {k.split("}")[0] for k in shard_keys} == {f"{broker.keys.prefix}:{{default:2"}
-    assert any(k.endswith(f":parked:{alice.pk}") for k in shard_keys)
+    broker.unpark()
+    k = broker.keys
+    shard = {k.delayed("default", 2), k.ready("default", 2), k.leased("default", 2),
+             k.owners("default", 2), k.fair("default", 2), k.parkedby("default", 2),
+             k.parked("default", 2), k.parkedrun("default", 2)}
+    queue = {k.running("default"), k.limits("default"), k.bucket("default"),
+             k.queue_fair("default")}
+    keys = {key.decode() for key in broker.client.scan_iter(match=f"{k.prefix}:*")}
+    scripted = keys - {k.queues, k.limits("")} - {k.alive(s) for s in range(4)}
+    assert scripted <= shard | queue
+    assert k.parked("default", 2) in keys
+    if k.cluster:
+        assert len({key_slot(key.encode()) for key in shard | queue}) == 1
+    else:
+        assert {key.split("}")[0] for key in shard} == {f"{k.prefix}:{{default:2"}
 
 
 def test_workers_lease_across_shards_without_favouring_shard_0(settings, broker):

@@ -1,9 +1,12 @@
-"""Every Redis key the broker uses, built in one place (docs/architecture.md, "Conventions
-in the code").
+"""Every Redis key the broker uses, built in one place (docs/architecture.md, "Brokers";
+docs/isolation.md, "Redis Cluster").
 
-The keys of one queue shard share the hash tag ``{<queue>:<shard>}``, so they sit in one
-slot; the limit keys share ``{limits}``, another slot, which is why Redis Cluster is not
-supported (docs/architecture.md, "Brokers"; docs/isolation.md, "Redis Cluster").
+Two layouts, one set of scripts. On a single Redis the keys of one queue shard share the
+hash tag ``{<queue>:<shard>}`` and the limit keys are global (``{limits}``), so an owner's
+limit counts its runs in every queue. On a Redis Cluster every key a script touches must
+sit in one slot, so all keys of a queue (its shards and its limit keys) share the tag
+``{<queue>}``, as BullMQ does, and limits are kept per queue. Lua scripts never build key
+names: every key they touch comes in KEYS, from here.
 """
 
 import zlib
@@ -19,7 +22,7 @@ MEMBER_DIGITS = 19  # a bigint's digits
 
 
 def member(run_id: int | str) -> str:
-    """The member of run ``run_id`` in the waiting sets (delayed, ready, parked): its id
+    """The member of run ``run_id`` in the waiting sets (delayed, ready): its id
     zero-padded to MEMBER_DIGITS, so runs of equal score leave in id (creation) order, not
     in the lexicographic order of their ids (docs/architecture.md, "Brokers"). The leased
     set and the owners hash use the plain id. The Lua scripts pad the same way."""
@@ -27,13 +30,22 @@ def member(run_id: int | str) -> str:
 
 
 class Keys:
-    """Key templates under ``prefix`` (default ``sched``)."""
+    """Key templates under ``prefix`` (default ``sched``); ``cluster``: the Redis Cluster
+    layout (every key of a queue in the queue's slot) instead of the single-Redis one."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, cluster: bool = False):
         self.prefix = prefix
+        self.cluster = cluster
 
     def _tagged(self, queue: str, shard: int, name: str) -> str:
+        if self.cluster:
+            return f"{self.prefix}:{{{queue}}}:{shard}:{name}"
         return f"{self.prefix}:{{{queue}:{shard}}}:{name}"
+
+    def _limit(self, queue: str, name: str) -> str:
+        if self.cluster:
+            return f"{self.prefix}:{{{queue}}}:{name}"
+        return f"{self.prefix}:{{limits}}:{name}"
 
     def delayed(self, queue: str, shard: int) -> str:
         return self._tagged(queue, shard, "delayed")
@@ -56,9 +68,15 @@ class Keys:
         """SET of owners with runs parked in this shard because they were at their limit."""
         return self._tagged(queue, shard, "parkedby")
 
-    def parked_prefix(self, queue: str, shard: int) -> str:
-        """Prefix of ``parked:<owner>`` ZSETs (same hash tag, built inside the scripts)."""
-        return self._tagged(queue, shard, "parked:")
+    def parked(self, queue: str, shard: int) -> str:
+        """ZSET of the runs parked in this shard, all of score 0, member
+        ``<owner>|<ready score, 16 digits>|<padded id>``: an owner's runs are one
+        lexicographic range, in their ready order (ZRANGEBYLEX, unpark.lua)."""
+        return self._tagged(queue, shard, "parked")
+
+    def parkedrun(self, queue: str, shard: int) -> str:
+        """HASH run id -> its member in ``parked`` (push.lua takes a parked run back)."""
+        return self._tagged(queue, shard, "parkedrun")
 
     def shard_keys(self, queue: str, shard: int) -> list[str]:
         """``[delayed, ready, leased]`` of one queue shard."""
@@ -69,25 +87,26 @@ class Keys:
         """SET of ``"<queue>:<shard>"`` members: every queue shard ever pushed to."""
         return f"{self.prefix}:queues"
 
-    @property
-    def running(self) -> str:
-        """HASH ``o:<owner>`` / ``q:<queue>`` -> runs leased now, over all shards. The
-        limit keys share the ``{limits}`` tag; on Redis Cluster they sit in another slot
-        than a shard's keys, so limits need a single Redis (docs/scaling.md)."""
-        return f"{self.prefix}:{{limits}}:running"
+    def running(self, queue: str) -> str:
+        """HASH ``o:<owner>`` / ``q:<queue>`` -> runs leased now: over every queue on a
+        single Redis, over ``queue``'s shards on a cluster (docs/isolation.md)."""
+        return self._limit(queue, "running")
 
-    @property
-    def limits(self) -> str:
-        """HASH ``o:<owner>`` -> that owner's concurrency limit (synced from OwnerPolicy)."""
-        return f"{self.prefix}:{{limits}}:owners"
+    def limits(self, queue: str = "") -> str:
+        """HASH ``o:<owner>`` -> that owner's concurrency limit (synced from OwnerPolicy):
+        one on a single Redis, a copy in each queue's slot on a cluster. ``queue`` ""
+        on a cluster: the untagged master copy new queues are filled from."""
+        if self.cluster and not queue:
+            return f"{self.prefix}:limits"
+        return self._limit(queue, "owners")
 
     def queue_fair(self, queue: str) -> str:
         """HASH of the stride state of ``queue``'s priority classes across its shards."""
-        return f"{self.prefix}:{{limits}}:fair:{queue}"
+        return self._limit(queue, f"fair:{queue}")
 
     def bucket(self, queue: str) -> str:
         """HASH ``tokens``, ``ts`` (ms): the token bucket of ``queue``'s rate limit."""
-        return f"{self.prefix}:{{limits}}:rate:{queue}"
+        return self._limit(queue, f"rate:{queue}")
 
     def alive(self, shard: int) -> str:
         """Written after each reconcile of ``shard``; its absence means Redis lost the

@@ -19,20 +19,20 @@ from runs import policy
 from runs.brokers.base import Broker
 from runs.brokers.keys import Keys
 from runs.brokers.redis_inspect import RedisInspection
-from runs.brokers.redis_wire import Pipe, redis_client, translate_errors
+from runs.brokers.redis_limits import RedisLimits
+from runs.brokers.redis_wire import Pipe, is_cluster_url, redis_client, translate_errors
 from runs.clock import to_ms
 from runs.models import DELAYED_STATES, Run, RunState
 from runs.types import Lease, RunRef, Slot
 from scheduler_core import conf
 
 LUA_DIR = Path(__file__).parent / "lua"
-SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark")
+SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark", "limits")
 PUSH_CHUNK = 1000
 PROMOTE_IN_LEASE = 1000  # most due runs a lease promotes per shard (as lease.lua does)
-UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
 
 
-class RedisBroker(RedisInspection, Broker):
+class RedisBroker(RedisInspection, RedisLimits, Broker):
     """The production broker. ``url`` defaults to settings.REDIS_URL."""
 
     name = "redis"
@@ -42,11 +42,12 @@ class RedisBroker(RedisInspection, Broker):
         super().__init__(using)
         self.url = url or settings.REDIS_URL or "redis://127.0.0.1:6379/0"
         self.client = redis_client(self.url)
-        self.keys = Keys(conf.get("REDIS_PREFIX"))
+        self.keys = Keys(conf.get("REDIS_PREFIX"), cluster=is_cluster_url(self.url))
         self.sources = {name: (LUA_DIR / f"{name}.lua").read_text() for name in SCRIPTS}
         self._rotation = itertools.count()
         self._known: list[tuple[str, int]] = []
         self._known_at = float("-inf")
+        self._limited: set[str] = set()  # cluster: queues whose limits hash is filled
 
     def _pipe(self) -> Pipe:
         return Pipe(self.client, self.sources)
@@ -84,13 +85,16 @@ class RedisBroker(RedisInspection, Broker):
         by_shard: dict[tuple[str, int], list[RunRef]] = defaultdict(list)
         for ref in runs:
             by_shard[(ref.queue, ref.shard)].append(ref)
+        if self.keys.cluster:
+            self._limits_for_new_queues({queue for queue, _shard in by_shard})
         pipe = self._pipe()
         for (queue, shard), refs in by_shard.items():
             pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
             keys = [*self.keys.shard_keys(queue, shard), self.keys.owners(queue, shard),
-                    self.keys.running]
+                    self.keys.running(queue), self.keys.parked(queue, shard),
+                    self.keys.parkedrun(queue, shard)]
             for start in range(0, len(refs), PUSH_CHUNK):
-                args = [queue, self.keys.parked_prefix(queue, shard)]
+                args = [queue]
                 for ref in refs[start:start + PUSH_CHUNK]:
                     args += [ref.id, to_ms(ref.run_at), ref.priority,
                              "" if ref.owner is None else ref.owner]
@@ -233,11 +237,12 @@ class RedisBroker(RedisInspection, Broker):
                 "lease",
                 [self.keys.ready(queue, shard), self.keys.leased(queue, shard),
                  self.keys.owners(queue, shard), self.keys.fair(queue, shard),
-                 self.keys.parkedby(queue, shard), self.keys.running,
-                 self.keys.limits, self.keys.bucket(queue),
-                 self.keys.delayed(queue, shard)],
+                 self.keys.parkedby(queue, shard), self.keys.running(queue),
+                 self.keys.limits(queue), self.keys.bucket(queue),
+                 self.keys.delayed(queue, shard), self.keys.parked(queue, shard),
+                 self.keys.parkedrun(queue, shard)],
                 [n, ttl_ms, queue, owner_default, limits.max_running, limits.rate,
-                 limits.burst, park_budget, self.keys.parked_prefix(queue, shard),
+                 limits.burst, park_budget,
                  *[x for c in classes for x in (c.lo, c.hi, c.weight)]])
         return [[int(i) for i in ids] for ids in pipe.execute()]
 
@@ -251,46 +256,12 @@ class RedisBroker(RedisInspection, Broker):
         pipe = self._pipe()
         for (queue, shard), ids in by_shard.items():
             pipe.script("forget", [self.keys.leased(queue, shard),
-                                   self.keys.owners(queue, shard), self.keys.running],
+                                   self.keys.owners(queue, shard),
+                                   self.keys.running(queue)],
                         [queue, *ids])
         # A finished run may make room for its owner's parked runs in this shard.
         self._unpark_into(pipe, list(by_shard))
         pipe.execute()
-
-    def _unpark_into(self, pipe, pairs: list[tuple[str, int]]) -> None:
-        owner_default = conf.get("OWNER_CONCURRENCY")
-        for queue, shard in pairs:
-            pipe.script("unpark", [self.keys.ready(queue, shard),
-                                   self.keys.parkedby(queue, shard), self.keys.running,
-                                   self.keys.limits],
-                        [owner_default, self.keys.parked_prefix(queue, shard), UNPARK_CAP])
-
-    @translate_errors
-    def unpark(self, shards: list[int] | None = None) -> int:
-        """Move parked runs of owners that have room again back to ready, in ``shards``
-        (default: all). The dispatcher calls this every round for its shards, so a raised
-        or removed limit takes effect within a round. Returns how many moved."""
-        pairs = [(q, s) for q, s in self._queue_shards() if self._owns(shards, s)]
-        if not pairs:
-            return 0
-        pipe = self._pipe()
-        self._unpark_into(pipe, pairs)
-        return sum(int(m) for m in pipe.execute())
-
-    @translate_errors
-    def sync_limits(self, limits: dict[int, int]) -> None:
-        """Replace the per-owner limits Redis enforces with ``limits`` (owner id ->
-        most running runs, positive), atomically."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self.keys.limits)
-        if limits:
-            pipe.hset(self.keys.limits, mapping={f"o:{o}": n for o, n in limits.items()})
-        pipe.execute()
-
-    @translate_errors
-    def running_counts(self) -> dict[str, int]:
-        """Runs leased now, cluster-wide: ``{"o:<owner>": n, "q:<queue>": n}``."""
-        return {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.running).items()}
 
     @translate_errors
     def _extend(self, leases: list[Lease], ttl_s: float) -> None:
@@ -318,6 +289,6 @@ class RedisBroker(RedisInspection, Broker):
                 int(i)
                 for i in self._script(
                     "reap", [self.keys.leased(queue, shard), self.keys.owners(queue, shard),
-                             self.keys.running], [limit, queue])
+                             self.keys.running(queue)], [limit, queue])
             ]
         return ids

@@ -27,25 +27,14 @@ class RedisInspection:
             pipe.zmscore(self.keys.delayed(queue, shard), members)
             pipe.zmscore(self.keys.ready(queue, shard), members)
             pipe.zmscore(self.keys.leased(queue, shard), ids)
-            pipe.hmget(self.keys.owners(queue, shard), ids)
-            delayed, ready, leased, owners = pipe.execute()
-            unseen = [
-                (run_id, owner)
-                for run_id, d, r, le, owner in zip(ids, delayed, ready, leased, owners,
-                                                   strict=True)
-                if d is None and r is None and le is None
+            pipe.hmget(self.keys.parkedrun(queue, shard), ids)
+            delayed, ready, leased, parked = pipe.execute()
+            # A run set aside for its owner's limit is in parked (and parkedrun).
+            lacking += [
+                run_id
+                for run_id, d, r, le, p in zip(ids, delayed, ready, leased, parked, strict=True)
+                if d is None and r is None and le is None and p is None
             ]
-            # A run set aside for its owner's limit sits in parked:<owner>.
-            prefix = self.keys.parked_prefix(queue, shard)
-            pipe = self.client.pipeline(transaction=False)
-            for run_id, owner in unseen:
-                if owner is None:
-                    pipe.echo("")
-                else:
-                    pipe.zscore(prefix + owner.decode(), member(run_id))
-            parked = pipe.execute()
-            lacking += [run_id for (run_id, owner), score in zip(unseen, parked, strict=True)
-                        if owner is None or score is None]
         return lacking
 
     def _alive_keys(self, shards: list[int] | None) -> list[str]:
@@ -59,7 +48,10 @@ class RedisInspection:
 
     @translate_errors
     def mark_reconciled(self, shards: list[int] | None = None) -> None:
-        self.client.mset(dict.fromkeys(self._alive_keys(shards), "1"))
+        pipe = self.client.pipeline(transaction=False)  # one SET each: they span slots
+        for key in self._alive_keys(shards):
+            pipe.set(key, "1")
+        pipe.execute()
 
     @translate_errors
     def depth(self) -> list[QueueDepth]:
@@ -79,22 +71,14 @@ class RedisInspection:
             pipe.zcard(self.keys.ready(queue, shard))
             pipe.zcard(self.keys.delayed(queue, shard))
             pipe.zcard(self.keys.leased(queue, shard))
-            pipe.smembers(self.keys.parkedby(queue, shard))
+            pipe.zcard(self.keys.parked(queue, shard))
         counts = pipe.execute()
-        pipe = self.client.pipeline(transaction=False)
-        for i, (queue, shard) in enumerate(pairs):
-            for owner in counts[4 * i + 3]:
-                pipe.zcard(self.keys.parked_prefix(queue, shard) + owner.decode())
-        parked = iter(pipe.execute())
-        rows = []
-        for i, (queue, shard) in enumerate(pairs):
-            ready = counts[4 * i] + sum(next(parked) for _ in counts[4 * i + 3])
-            rows.append((queue, shard, ready, counts[4 * i + 1], counts[4 * i + 2]))
-        return rows
+        return [(queue, shard, counts[4 * i] + counts[4 * i + 3], counts[4 * i + 1],
+                 counts[4 * i + 2]) for i, (queue, shard) in enumerate(pairs)]
 
     @translate_errors
     def flush(self) -> None:
         """Delete every key of this broker (tests and ``manage.py`` resets only)."""
         keys = list(self.client.scan_iter(match=f"{self.keys.prefix}:*", count=1000))
         for start in range(0, len(keys), 1000):
-            self.client.delete(*keys[start:start + 1000])
+            self.client.delete(*keys[start:start + 1000])  # split by slot on a cluster

@@ -2,23 +2,26 @@
 -- workers never receive the same run. Applies the isolation policy (runs/policy.py):
 --   * priority classes share leases by stride scheduling (weights; an empty class's share
 --     goes to the others, and it banks no credit while empty); strict order inside a class;
---   * per-owner limits (cluster-wide): a run whose owner is at its limit is parked in
---     parked:<owner> (same hash tag) instead of blocking the runs behind it; unpark.lua puts
---     it back when the owner has room;
---   * per-queue concurrency limit and token-bucket rate limit (cluster-wide).
+--   * per-owner limits (over every queue on a single Redis, per queue on a Redis Cluster:
+--     docs/isolation.md): a run whose owner is at its limit is parked (KEYS[10]) instead
+--     of blocking the runs behind it; unpark.lua puts it back when the owner has room;
+--   * per-queue concurrency limit and token-bucket rate limit (over all its shards).
+-- Every key comes in KEYS, all in one slot on a Redis Cluster (runs/brokers/keys.py).
 -- KEYS[1]  ready    ZSET  score priority * 2^42 + run_at_ms
 -- KEYS[2]  leased   ZSET  score lease expiry ms (Redis TIME + ttl)
 -- KEYS[3]  owners   HASH  run id -> owner id (set by push.lua)
 -- KEYS[4]  fair     HASH  p<i> -> pass of class i, vt -> virtual time of the last lease
 -- KEYS[5]  parkedby SET   owners with runs parked in this shard
--- KEYS[6]  running  HASH  o:<owner> / q:<queue> -> runs leased now (all shards)
+-- KEYS[6]  running  HASH  o:<owner> / q:<queue> -> runs leased now (keys.py)
 -- KEYS[7]  limits   HASH  o:<owner> -> that owner's limit (synced from the database)
 -- KEYS[8]  bucket   HASH  tokens, ts: the queue's rate-limit bucket
 -- KEYS[9]  delayed  ZSET  score run_at_ms * 10 + priority (promote.lua's)
+-- KEYS[10] parked   ZSET  score 0, member <owner>|<ready score, 16 digits>|<padded id>
+-- KEYS[11] parkedrun HASH run id -> its member in parked
 -- ARGV[1] n  ARGV[2] ttl ms  ARGV[3] queue  ARGV[4] default owner limit (0: none)
 -- ARGV[5] queue limit (0: none)  ARGV[6] rate per s (0: none)  ARGV[7] burst
--- ARGV[8] most runs to park in this call  ARGV[9] parked key prefix
--- ARGV[10..] class triples: lowest priority, highest priority, weight
+-- ARGV[8] most runs to park in this call
+-- ARGV[9..] class triples: lowest priority, highest priority, weight
 -- Runs of this shard that fell due since the dispatcher's last round are promoted first
 -- (at most PROMOTE_CAP), so a run starts within one worker poll of its time rather than
 -- one dispatcher round plus one poll; the dispatcher still promotes shards no worker polls.
@@ -67,7 +70,7 @@ end
 local classes = {}
 local fair = {}
 local ready = 0
-for i = 10, #ARGV, 3 do
+for i = 9, #ARGV, 3 do
   local lo = tonumber(ARGV[i]) * SPAN
   local hi = string.format('(%.0f', (tonumber(ARGV[i + 1]) + 1) * SPAN)
   local c = {lo = lo, hi = hi, stride = 1 / tonumber(ARGV[i + 2])}
@@ -157,7 +160,9 @@ while #picked < n and not stop do
           stop = true
           break
         end
-        redis.call('ZADD', ARGV[9] .. owner, score, members[j])
+        local entry = owner .. '|' .. string.format('%016.0f', tonumber(score)) .. '|' .. members[j]
+        redis.call('ZADD', KEYS[10], 0, entry)
+        redis.call('HSET', KEYS[11], id, entry)
         redis.call('SADD', KEYS[5], owner)
         parked = parked + 1
       else

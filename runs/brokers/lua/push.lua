@@ -4,11 +4,13 @@
 --                     by time within a priority, then by id)
 -- KEYS[3]  leased  ZSET  member run id, score lease expiry ms
 -- KEYS[4]  owners  HASH  run id -> owner id (for per-owner limits, lease.lua)
--- KEYS[5]  running HASH  o:<owner> / q:<queue> -> runs leased now (all shards)
--- ARGV[1]  queue   ARGV[2] parked key prefix (parked:<owner> follows)
--- ARGV[3..] quadruples: run id, run_at (ms since epoch), priority (0-9), owner id ('' none)
+-- KEYS[5]  running HASH  o:<owner> / q:<queue> -> runs leased now (keys.py)
+-- KEYS[6]  parked  ZSET  runs held back by their owner's limit (lease.lua)
+-- KEYS[7]  parkedrun HASH  run id -> its member in parked
+-- ARGV[1]  queue
+-- ARGV[2..] quadruples: run id, run_at (ms since epoch), priority (0-9), owner id ('' none)
 -- A run due now (Redis TIME) goes straight to ready, otherwise to delayed; it is removed
--- from the other sets (and from its owner's parked set), so pushing twice never leaves
+-- from the other sets (and from the parked set), so pushing twice never leaves
 -- two copies; a lease it still had is forgotten and uncounted.
 -- Returns {ready_count, delayed_count}.
 -- Waiting sets (delayed, ready, parked) hold each run id zero-padded to 19 digits, so
@@ -19,7 +21,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ready, delayed = 0, 0
 local unleased = 0
-for i = 3, #ARGV, 4 do
+for i = 2, #ARGV, 4 do
   local id, at, prio, owner = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
   if redis.call('ZREM', KEYS[3], id) == 1 then
     unleased = unleased + 1
@@ -29,8 +31,12 @@ for i = 3, #ARGV, 4 do
     end
   end
   local m = member(id)
+  local parked = redis.call('HGET', KEYS[7], id)
+  if parked then
+    redis.call('ZREM', KEYS[6], parked)
+    redis.call('HDEL', KEYS[7], id)
+  end
   if owner ~= '' then
-    redis.call('ZREM', ARGV[2] .. owner, m)
     redis.call('HSET', KEYS[4], id, owner)
   else
     redis.call('HDEL', KEYS[4], id)

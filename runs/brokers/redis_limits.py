@@ -1,0 +1,87 @@
+"""The Redis broker's owner-limit bookkeeping: parked runs back to ready, the owner limits
+synced from the database, the running counts (docs/isolation.md, "Concurrency limits" and
+"Redis Cluster"). A mixin of RedisBroker, which gives it ``client``, ``keys``, ``_pipe``,
+``_queue_shards`` and ``_owns``.
+"""
+
+from collections import defaultdict
+
+from runs.brokers.redis_wire import translate_errors
+from scheduler_core import conf
+
+UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
+
+
+class RedisLimits:
+    """Owner limits on Redis: one set of hashes on a single Redis, a copy per queue on a
+    cluster (``keys.Keys``)."""
+
+    def _unpark_into(self, pipe, pairs: list[tuple[str, int]]) -> None:
+        owner_default = conf.get("OWNER_CONCURRENCY")
+        for queue, shard in pairs:
+            pipe.script("unpark", [self.keys.ready(queue, shard),
+                                   self.keys.parkedby(queue, shard), self.keys.running(queue),
+                                   self.keys.limits(queue), self.keys.parked(queue, shard),
+                                   self.keys.parkedrun(queue, shard)],
+                        [owner_default, UNPARK_CAP])
+
+    @translate_errors
+    def unpark(self, shards: list[int] | None = None) -> int:
+        """Move parked runs of owners that have room again back to ready, in ``shards``
+        (default: all). The dispatcher calls this every round for its shards, so a raised
+        or removed limit takes effect within a round. Returns how many moved."""
+        pairs = [(q, s) for q, s in self._queue_shards() if self._owns(shards, s)]
+        if not pairs:
+            return 0
+        pipe = self._pipe()
+        self._unpark_into(pipe, pairs)
+        return sum(int(m) for m in pipe.execute())
+
+    @translate_errors
+    def sync_limits(self, limits: dict[int, int]) -> None:
+        """Replace the per-owner limits Redis enforces with ``limits`` (owner id ->
+        most running runs, positive), atomically per hash: the one hash on a single Redis;
+        on a cluster the master copy and each known queue's copy."""
+        args = [x for owner, n in limits.items() for x in (f"o:{owner}", n)]
+        hashes = {self.keys.limits("")}
+        if self.keys.cluster:
+            hashes |= {self.keys.limits(queue) for queue, _shard in self._queue_shards()}
+        pipe = self._pipe()
+        for key in sorted(hashes):
+            pipe.script("limits", [key], args)
+        pipe.execute()
+
+    def _limits_for_new_queues(self, queues: set[str]) -> None:
+        """Cluster: give each queue in ``queues`` not yet in the queues set a copy of the
+        master limits before its first push, so its first leases see the owners' limits
+        (dispatchers' reconciles and policy changes sync every known queue)."""
+        if queues <= self._limited:
+            return
+        known = {queue for queue, _shard in self._queue_shards()}
+        self._limited |= known
+        new = sorted(queues - known)
+        if not new:
+            return
+        master = self.client.hgetall(self.keys.limits(""))
+        args = [x for field, n in master.items() for x in (field, n)]
+        pipe = self._pipe()
+        for queue in new:
+            pipe.script("limits", [self.keys.limits(queue)], args)
+        pipe.execute()
+        self._limited |= set(new)
+
+    @translate_errors
+    def running_counts(self) -> dict[str, int]:
+        """Runs leased now: ``{"o:<owner>": n, "q:<queue>": n}``, each owner's summed
+        over its queues on a cluster."""
+        names = ({queue for queue, _shard in self._queue_shards()} if self.keys.cluster
+                 else {""})
+        pipe = self.client.pipeline(transaction=False)
+        for queue in sorted(names):
+            pipe.hgetall(self.keys.running(queue))
+        counts: dict[str, int] = defaultdict(int)
+        for reply in pipe.execute():
+            for field, value in reply.items():
+                counts[field.decode()] += int(value)
+        return dict(counts)
+
