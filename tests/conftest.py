@@ -4,42 +4,101 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import redis
 from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
 from jobs.models import Job
+from runs import brokers
 from runs.brokers import get_broker
+from runs.brokers.redis_client import client_for
 from runs.models import Run
 
 ROOT = Path(__file__).resolve().parent.parent
-BROKER_PAIRS = ["redis", "database-postgresql", "database-sqlite"]
+# pair -> (broker name, database alias, Redis: "single", "cluster" or None)
+PAIRS = {
+    "redis": ("redis", "default", "single"),
+    "database-postgresql": ("database", "default", None),
+    "database-sqlite": ("database", "sqlite", None),
+    "redis_cluster-postgresql": ("redis", "default", "cluster"),
+}
+BROKER_PAIRS = list(PAIRS)
 ALL_DATABASES = ["default", "sqlite"]
 
 
 def flush_redis() -> None:
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    """Delete this run's keys (its prefix) from settings.REDIS_URL: the test Redis, or,
+    in the cluster pair, every node of the cluster."""
+    client = client_for(settings.REDIS_URL)
     prefix = os.environ["SCHEDULER_REDIS_PREFIX"]
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
-        client.delete(*keys)
+        client.delete(*keys)  # split by slot on a cluster
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url():
+    """The URL of the test Redis Cluster: TEST_REDIS_CLUSTER_URL (scripts/test starts one),
+    else a 3-master, 3-replica cluster this session starts on free ports and stops at its
+    end, so the cluster pair never silently skips."""
+    url = os.environ.get("TEST_REDIS_CLUSTER_URL")
+    if url:
+        yield url
+        return
+    from chaos.redis_cluster import RedisCluster
+
+    cluster = RedisCluster().start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+@contextmanager
+def redis_at(settings, url: str | None):
+    """For the block, settings.REDIS_URL is ``url`` (None: unchanged) and get_broker()
+    makes new brokers, so the code under test and daemon_env's daemons reach it."""
+    saved = dict(brokers._instances)
+    if url:
+        settings.REDIS_URL = url
+        brokers._instances.clear()
+    try:
+        yield
+    finally:
+        brokers._instances.clear()
+        brokers._instances.update(saved)
 
 
 @pytest.fixture(params=BROKER_PAIRS)
-def broker(request, transactional_db, django_db_setup):
+def broker(request, transactional_db, django_db_setup, settings):
     """Each broker/database pair of the contract: redis on PostgreSQL, the database broker
-    on PostgreSQL, the database broker on SQLite. Data is committed (transactional), so
-    separate processes see it."""
-    flush_redis()
-    name, _, vendor = request.param.partition("-")
-    alias = "sqlite" if vendor == "sqlite" else "default"
-    yield get_broker(alias, name=name)
-    flush_redis()
+    on PostgreSQL, the database broker on SQLite, redis on a Redis Cluster with PostgreSQL.
+    Data is committed (transactional), so separate processes see it. In the cluster pair
+    settings.REDIS_URL is the cluster's for the test (redis_at)."""
+    name, alias, kind = PAIRS[request.param]
+    url = request.getfixturevalue("redis_cluster_url") if kind == "cluster" else None
+    with redis_at(settings, url):
+        flush_redis()
+        chosen = get_broker(alias, name=name)
+        yield chosen
+        flush_redis()
+
+
+@pytest.fixture(params=["redis", "redis_cluster"])
+def redis_kind(request, settings):
+    """Each kind of Redis the broker runs on: the test Redis, then the Redis Cluster, with
+    settings.REDIS_URL pointing at it for the test (redis_at). Yields "redis" or
+    "redis_cluster"."""
+    url = request.getfixturevalue("redis_cluster_url") if request.param != "redis" else None
+    with redis_at(settings, url):
+        flush_redis()
+        yield request.param
+        flush_redis()
 
 
 @pytest.fixture
@@ -66,7 +125,8 @@ def database_url(alias: str) -> str:
 
 def daemon_env(broker_name: str = "redis", alias: str = "default", **tunables) -> dict:
     """Environment for a ``manage.py`` daemon subprocess that works on the test database
-    and test Redis. ``tunables`` become SCHEDULER_<NAME> variables."""
+    and settings.REDIS_URL (the cluster's in the cluster pair). ``tunables`` become
+    SCHEDULER_<NAME> variables."""
     env = dict(os.environ)
     env.update({
         "DJANGO_SETTINGS_MODULE": "scheduler_project.settings_chaos",

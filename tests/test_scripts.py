@@ -27,7 +27,8 @@ def fresh_env(**extra) -> dict:
     """This process's environment without the test servers it was given, as on a fresh
     machine, plus ``extra``."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("TEST_DATABASE_URL", "TEST_REDIS_URL", "SCHEDULER_REDIS_PREFIX")}
+           if k not in ("TEST_DATABASE_URL", "TEST_REDIS_URL", "TEST_REDIS_CLUSTER_URL",
+                        "SCHEDULER_REDIS_PREFIX")}
     env.update(extra)
     return env
 
@@ -38,9 +39,13 @@ def listening(port: int) -> bool:
 
 
 def servers_of(output: str) -> tuple[list[int], Path]:
-    """The loopback ports of the servers a run said it started, and their folder."""
+    """The loopback ports of the servers a run said it started (PostgreSQL, Redis, the
+    Redis Cluster's seed node), and their folder."""
     ports = [int(p) for p in re.findall(r" on 127\.0\.0\.1:(\d+)$", output, re.MULTILINE)]
     assert len(ports) == 2, output
+    ports += [int(p) for p in re.findall(r" at redis\+cluster://127\.0\.0\.1:(\d+)/$", output,
+                                         re.MULTILINE)]
+    assert len(ports) == 3, output
     return ports, Path(re.search(r"data and logs in (\S+) ", output)[1])
 
 
@@ -130,7 +135,7 @@ def interrupted_run(send) -> tuple[int, str]:
         output += proc.stdout.read().decode()
         proc.wait(120)
 
-    assert "stopped and removed postgres redis" in output
+    assert "stopped and removed postgres redis redis_cluster" in output
     assert not any(listening(port) for port in ports), output
     assert not workdir.exists()
     return proc.returncode, output
