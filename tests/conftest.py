@@ -16,7 +16,7 @@ from django.utils import timezone
 from jobs.models import Job
 from runs import brokers
 from runs.brokers import get_broker
-from runs.brokers.redis_client import client_for
+from runs.brokers.redis_wire import redis_client
 from runs.models import Run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ ALL_DATABASES = ["default", "sqlite"]
 def flush_redis() -> None:
     """Delete this run's keys (its prefix) from settings.REDIS_URL: the test Redis, or,
     in the cluster pair, every node of the cluster."""
-    client = client_for(settings.REDIS_URL)
+    client = redis_client(settings.REDIS_URL)
     prefix = os.environ["SCHEDULER_REDIS_PREFIX"]
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:

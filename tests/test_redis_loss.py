@@ -5,7 +5,7 @@ import redis
 from django.conf import settings
 
 from jobs import services
-from runs.brokers.redis_client import client_for
+from runs.brokers.redis_wire import redis_client
 from runs.models import Run
 from tests.conftest import daemon_env, start_daemon, stop, wait_until
 
@@ -31,7 +31,7 @@ def test_flushall_mid_load_loses_no_run(tmp_path, redis_kind):
         # leaves any other user of this Redis alone (chaos/ flushes a private server).
         # The test cluster is private: FLUSHALL on every master.
         if redis_kind == "redis_cluster":
-            client_for(settings.REDIS_URL).flushall()
+            redis_client(settings.REDIS_URL).flushall()
         else:
             redis.Redis.from_url(settings.REDIS_URL).flushdb()
         flushed_with_pending = Run.objects.exclude(state="succeeded").count()
