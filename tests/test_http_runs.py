@@ -31,7 +31,7 @@ def attempt_once(broker, url: str, max_attempts: int = 4, **options):
     child reported; returns the run and its attempt afterwards."""
     payload = http_payload(url, **options)
     run, lease = lease_one(broker, handler="http", payload=payload, max_attempts=max_attempts)
-    task = {"run_id": lease.run_id, "job_id": run.job_id, "attempt": lease.attempt,
+    task = {"run_id": lease.run_id, "job_id": run.job_id, "attempt": lease.attempt, "seq": 1,
             "scheduled_at": to_us(run.scheduled_at), "deadline": to_us(lease.expires_at),
             "handler": "http", "payload": json.dumps(payload)}
     capture, root = CaptureHandler(), logging.getLogger()
