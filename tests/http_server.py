@@ -4,10 +4,13 @@ Routes: /status/<code> answers that status (body "status <code>"); /flaky/<n> an
 to its first n requests, then 200; /retry-after/<value> answers 503 with that
 Retry-After; /big/<bytes> answers that many bytes of "x"; /redirect?to=<url> answers 302
 to it (/redirect303: 303); /echo answers 200 with the request's method, headers and body
-as JSON; /slow/<seconds> answers 200 after that long. Every request is recorded in
+as JSON; /slow/<seconds> answers 200 after that long; /bomb/<MiB> answers that many MiB
+of zeros as gzip(gzip(...)) with ``Content-Encoding: gzip, gzip`` (a decompression bomb:
+``server.bomb`` holds the bytes sent). Every request is recorded in
 ``server.requests`` as (method, path, headers dict, body bytes).
 """
 
+import gzip
 import json
 import threading
 import time
@@ -56,6 +59,12 @@ class Handler(BaseHTTPRequestHandler):
         elif route[0] == "slow":  # headers only after that many seconds
             time.sleep(float(route[1]))
             self.answer(200, b"late")
+        elif route[0] == "bomb":
+            with server.lock:
+                if getattr(server, "bomb", None) is None:
+                    server.bomb = gzip.compress(gzip.compress(bytes(int(route[1]) << 20)))
+            self.answer(200, server.bomb, {"Content-Type": "text/plain",
+                                           "Content-Encoding": "gzip, gzip"})
         elif route[0] == "big":
             self.answer(200, b"x" * int(route[1]), {"Content-Type": "text/plain"})
         elif route[0] in ("redirect", "redirect303"):
@@ -76,7 +85,7 @@ def start() -> ThreadingHTTPServer:
     is its base URL. Call ``stop(server)`` at the end."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    server.requests, server.lock = [], threading.Lock()
+    server.requests, server.lock, server.bomb = [], threading.Lock(), None
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server

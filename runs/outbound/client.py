@@ -1,11 +1,13 @@
 """One outbound HTTP request through the SSRF guard (docs/http-handler.md): redirects are
 followed by hand, at most HTTP_MAX_REDIRECTS, each hop's host checked by guard.check and
 connected to through a transport pinned to the checked address; the body is streamed
-and reading stops at the excerpt cap.
+as it came on the wire (never inflated) and reading stops at the excerpt cap; a watchdog
+cuts the connection when the request as a whole outlives its timeout.
 
 Every outbound request the project makes goes through ``send``.
 """
 
+import threading
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -28,8 +30,9 @@ class TimedOut(Exception):
 @dataclass
 class Answer:
     """The final response of ``send``: status code, headers, the first ``max_bytes`` of
-    the body (``truncated`` when there was more), the URL that answered and how many
-    redirects led there."""
+    the body as it came on the wire (``truncated`` when there was more; never inflated,
+    ``encoding`` names its Content-Encoding, "identity" when none), the URL that
+    answered and how many redirects led there."""
 
     status: int
     headers: httpx.Headers
@@ -37,6 +40,7 @@ class Answer:
     truncated: bool
     url: str
     redirects: int
+    encoding: str = "identity"
 
 
 def target(url: str | httpx.URL) -> tuple[httpx.URL, str, int]:
@@ -66,10 +70,27 @@ def send(method: str, url: str, *, headers: dict[str, str], content: bytes | Non
 
     Raises guard.Refused (an address the guard refuses), PermanentFailure (a bad URL, or
     more than ``max_redirects`` redirects), guard.Unresolvable, TimedOut and
-    httpx.RequestError (connection errors, timeouts, a body that does not decode: worth
-    a retry).
+    httpx.RequestError (connection errors, timeouts: worth a retry).
     """
     deadline = time.monotonic() + timeout_s
+    try:
+        return _send(method, url, headers, content, timeout_s, deadline, max_redirects,
+                     max_bytes, secret_names)
+    except httpx.TransportError:
+        # httpcore's timeouts bound each read, not the whole request (headers sent one
+        # line at a time restart them): past the deadline the watchdog has cut the
+        # connection, and the error the cut caused is a timeout.
+        if time.monotonic() >= deadline:
+            raise TimedOut(_late(timeout_s)) from None
+        raise
+
+
+def _late(timeout_s: float) -> str:
+    return f"no complete answer within {timeout_s:g} s (the payload's timeout_s)"
+
+
+def _send(method, url, headers, content, timeout_s, deadline, max_redirects, max_bytes,
+          secret_names) -> Answer:
     if not any(name.lower() == "accept-encoding" for name in headers):
         headers = {"Accept-Encoding": "identity", **headers}  # no decompression bomb
     parsed, host, port = target(url)
@@ -77,47 +98,58 @@ def send(method: str, url: str, *, headers: dict[str, str], content: bytes | Non
         addresses = guard.check(host, port)
         left = deadline - time.monotonic()
         if left <= 0:
-            raise TimedOut(f"no answer within {timeout_s:g} s")
+            raise TimedOut(_late(timeout_s))
         request = httpx.Request(method, parsed, headers={**DEFAULT_HEADERS, **headers},
                                 content=content,
                                 extensions={"timeout": httpx.Timeout(left).as_dict()})
         # The transport alone, not an httpx.Client: a client parses every redirect's
         # Location itself (a garbled one raising a protocol error) even when it follows
         # none, and would add cookies from one hop to the next.
-        with PinnedTransport(host, port, addresses) as transport, \
-                closing(transport.handle_request(request)) as response:
-            location = response.headers.get("location")
-            if response.status_code not in REDIRECTS or not location:
-                body, truncated = read(response, max_bytes, deadline, timeout_s)
-                return Answer(response.status_code, response.headers, body, truncated,
-                              str(parsed), hop)
-            if hop == max_redirects:
-                raise PermanentFailure(f"more than {max_redirects} redirects "
-                                       f"(HTTP_MAX_REDIRECTS); the last to {location}")
-            try:
-                joined = parsed.join(location)
-            except httpx.InvalidURL as exc:
-                raise PermanentFailure(f"refused: redirect to {location!r}: {exc}") from None
-            following, host, port = target(joined)
-            if response.status_code == 303 or (response.status_code in (301, 302)
-                                               and method == "POST"):
-                method, content = ("HEAD" if method == "HEAD" else "GET"), None
-                headers = {k: v for k, v in headers.items()
-                           if k.lower() not in ("content-type", "content-length")}
-            if (following.scheme, following.host, following.port) != (
-                    parsed.scheme, parsed.host, parsed.port):
-                headers = {k: v for k, v in headers.items() if k.lower() not in secret_names}
-            parsed = following
+        transport = PinnedTransport(host, port, addresses)
+        watchdog = threading.Timer(left, transport.cut)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with transport, closing(transport.handle_request(request)) as response:
+                location = response.headers.get("location")
+                if response.status_code not in REDIRECTS or not location:
+                    body, truncated = read(response, max_bytes, deadline, timeout_s)
+                    return Answer(response.status_code, response.headers, body, truncated,
+                                  str(parsed), hop,
+                                  response.headers.get("content-encoding", "identity"))
+        finally:
+            watchdog.cancel()
+        if hop == max_redirects:
+            raise PermanentFailure(f"more than {max_redirects} redirects "
+                                   f"(HTTP_MAX_REDIRECTS); the last to {location}")
+        try:
+            joined = parsed.join(location)
+        except httpx.InvalidURL as exc:
+            raise PermanentFailure(f"refused: redirect to {location!r}: {exc}") from None
+        following, host, port = target(joined)
+        if response.status_code == 303 or (response.status_code in (301, 302)
+                                           and method == "POST"):
+            method, content = ("HEAD" if method == "HEAD" else "GET"), None
+            headers = {k: v for k, v in headers.items()
+                       if k.lower() not in ("content-type", "content-length")}
+        if (following.scheme, following.host, following.port) != (
+                parsed.scheme, parsed.host, parsed.port):
+            headers = {k: v for k, v in headers.items() if k.lower() not in secret_names}
+        parsed = following
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def read(response: httpx.Response, max_bytes: int, deadline: float,
          timeout_s: float) -> tuple[bytes, bool]:
-    """The first ``max_bytes`` of ``response``'s body and whether there was more; stops
-    reading (and the connection closes) as soon as the cap is passed. Raises TimedOut past
-    ``deadline`` (time.monotonic())."""
+    """The first ``max_bytes`` of ``response``'s body as it came on the wire and whether
+    there was more; stops reading (and the connection closes) as soon as the cap is
+    passed. Raises TimedOut past ``deadline`` (time.monotonic()).
+
+    The raw bytes, not iter_bytes(): that inflates whatever Content-Encoding the server
+    sends (whatever Accept-Encoding asked), each chunk in full before any cap can apply,
+    so 1 KB of gzip(gzip(zeros)) became 512 MiB (docs/http-handler.md, "Result")."""
     body = bytearray()
-    for chunk in response.iter_bytes():
+    for chunk in response.iter_raw():
         body += chunk
         if len(body) > max_bytes:
             return bytes(body[:max_bytes]), True

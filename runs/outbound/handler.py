@@ -63,6 +63,7 @@ def result_of(answer: client.Answer, kept: list[str], elapsed_ms: int) -> dict:
         "headers": {name: answer.headers[name] for name in kept if name in answer.headers},
         "body": excerpt(answer),
         "body_truncated": answer.truncated,
+        "body_encoding": answer.encoding,
         "url": answer.url,
         "redirects": answer.redirects,
         "elapsed_ms": elapsed_ms,
