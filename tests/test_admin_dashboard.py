@@ -170,6 +170,24 @@ def test_the_dashboard_is_for_staff_only(client):
 
 
 @pytest.mark.django_db
+def test_staff_without_the_run_view_permission_see_no_dashboard(client):
+    """Every owner's queues, jobs and running runs are on it: the run pages' permission."""
+    from django.contrib.auth.models import Permission
+
+    staff = get_user_model().objects.create_user("staff", password="pw", is_staff=True)
+    Job.objects.create(name="secret-job", handler="noop", run_at=timezone.now())
+    client.force_login(staff)
+    assert client.get("/admin/dashboard/").status_code == 403
+    response = client.get("/admin/dashboard/data.json")
+    assert response.status_code == 403 and "runs.view_run" in response.json()["detail"]
+
+    staff.user_permissions.add(Permission.objects.get(codename="view_run"))
+    client.force_login(get_user_model().objects.get(pk=staff.pk))
+    assert client.get("/admin/dashboard/").status_code == 200
+    assert client.get("/admin/dashboard/data.json").status_code == 200
+
+
+@pytest.mark.django_db
 def test_the_dashboard_is_linked_from_the_admin_index_and_serves_json(admin_client):
     assert 'href="/admin/dashboard/"' in admin_client.get("/admin/").content.decode()
 

@@ -76,6 +76,29 @@ def test_the_admin_add_form_shows_a_new_token_once(admin_client):
     assert key.encode() not in admin_client.get("/admin/knox/authtoken/").content
 
 
+def test_only_a_superuser_makes_a_token_for_another_user_in_the_admin(client):
+    """knox.add_authtoken alone made a superuser's token, and with it superuser API power."""
+    from tests.test_api_helpers import user_with
+
+    root = User.objects.create_superuser("root", password="pw")
+    clerk = user_with("clerk", "knox.add_authtoken", "knox.view_authtoken", is_staff=True)
+    client.force_login(clerk)
+
+    assert f'value="{clerk.pk}"' in client.get("/admin/knox/authtoken/add/").content.decode()
+    refused = client.post("/admin/knox/authtoken/add/", {"user": root.pk, "expiry": ""},
+                          follow=True)
+    assert refused.status_code == 200 and not AuthToken.objects.filter(user=root).exists()
+    assert "only a superuser makes a token for another user" in refused.content.decode()
+    assert not [m for m in refused.context["messages"] if m.message.startswith("TOKEN ")]
+
+    response = client.post("/admin/knox/authtoken/add/", {"user": clerk.pk, "expiry": ""},
+                           follow=True)
+    (key,) = [m.message.removeprefix("TOKEN ") for m in response.context["messages"]
+              if m.message.startswith("TOKEN ")]
+    assert AuthToken.objects.filter(user=clerk).count() == 1
+    assert api_with(key).put("/api/limits/", {}, format="json").status_code == 403
+
+
 def test_drfs_plaintext_tokens_are_hashed_by_the_migration_and_keep_working():
     alice = User.objects.create_user("alice")
     key = "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"  # a DRF token: 40 hex characters
