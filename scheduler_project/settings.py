@@ -102,6 +102,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A NUL in an admin query string would reach PostgreSQL and fail the page with a 500.
+    "scheduler_project.nul_guard.AdminNulGuardMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes' docs require: it turns a locked-out login into the lockout answer.

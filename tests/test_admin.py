@@ -489,3 +489,39 @@ def test_log_lines_are_searchable_across_runs_by_text_level_and_time(admin_clien
     assert messages_for(f"created_at__lt={until}&level=40") == {"invoice 18 bounced"}
     assert messages_for(f"job={job_b.pk}") == {"invoice 19 slow", "cache warm"}
     assert messages_for("q=nothing-like-this") == set()
+
+
+def filter_params(model_admin, request) -> set[str]:
+    """Every query parameter the change list's filters (and search) of ``model_admin``
+    read."""
+    from django.contrib import admin as django_admin
+
+    changelist = model_admin.get_changelist_instance(request)
+    names = {"q", "o"}
+    for spec in changelist.filter_specs:
+        names |= set(spec.expected_parameters())
+    assert isinstance(model_admin, django_admin.ModelAdmin)
+    return names
+
+
+def test_a_nul_character_in_any_filter_of_any_list_is_a_400_not_a_500(admin_client, rf):
+    """PostgreSQL text cannot hold NUL: it failed the page with a DataError."""
+    from django.contrib import admin as django_admin
+
+    one_off()
+    admin_client.get("/admin/")  # loads the URL configuration, which registers every page
+    checked = set()
+    for model, model_admin in list(django_admin.site._registry.items()):
+        url = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+        request = rf.get(url)
+        request.user = admin_client.get(url).wsgi_request.user
+        for name in filter_params(model_admin, request):
+            response = admin_client.get(url, {name: "a\x00b"})
+            assert response.status_code == 400, (url, name)
+            assert name in response.content.decode()
+            checked.add((url, name))
+    assert {("/admin/jobs/job/", "handler"), ("/admin/runs/run/", "state__exact"),
+            ("/admin/runs/run/", "job"), ("/admin/runs/deadrun/", "job")} <= checked
+    # The queue filters list the broker's queues; with none known they are not shown.
+    for url in ("/admin/jobs/job/", "/admin/runs/run/", "/admin/runs/deadrun/"):
+        assert admin_client.get(url, {"queue": "\x00"}).status_code == 400
