@@ -103,3 +103,53 @@ def test_bulk_creation_stores_secrets_encrypted_and_answers_them_redacted(api):
     assert "k3y" not in json.dumps(stored)
     assert [secrets.decrypt(p["encrypted_headers"]["X-Api-Key"]) for p in stored] == [
         "k3y-0", "k3y-1", "k3y-2"]
+
+
+def test_a_patch_moving_the_url_to_another_origin_must_give_the_secret_again(api, alice):
+    job = http_job(owner=alice)
+    token = token_of(job)
+    for url in ("https://attacker.example.net/echo", "http://hooks.example.com/x",
+                "https://hooks.example.com:8443/x"):
+        response = api.patch(f"/api/jobs/{job.pk}/", {"payload": {
+            "url": url, "encrypted_headers": {"Authorization": "(encrypted)"}}}, format="json")
+
+        assert response.status_code == 400, (url, response.content)
+        assert "Authorization" in response.json()["payload.encrypted_headers"][0]
+        stored = Job.objects.get(pk=job.pk).payload
+        assert stored["url"] == URL and stored["encrypted_headers"]["Authorization"] == token
+
+
+def test_a_patch_to_another_origin_with_the_secret_given_again_is_stored(api, alice):
+    job = http_job(owner=alice)
+    response = api.patch(f"/api/jobs/{job.pk}/", {"payload": {
+        "url": "https://elsewhere.example.net/y",
+        "headers": {"Authorization": "Bearer other"}}}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert secrets.decrypt(token_of(job)) == "Bearer other"
+
+
+def test_a_patch_keeping_the_origin_keeps_the_secret_on_a_new_path(api, alice):
+    job = http_job(owner=alice)
+    response = api.patch(f"/api/jobs/{job.pk}/", {"payload": {
+        "url": "https://HOOKS.example.com:443/other?q=1",
+        "encrypted_headers": {"Authorization": "(encrypted)"}}}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert secrets.decrypt(token_of(job)) == SECRET
+
+
+def test_the_admin_refuses_to_move_a_stored_secret_to_another_origin(admin_client):
+    job = http_job()
+    token = token_of(job)
+    edited = {"url": "http://attacker.example.net/echo",
+              "encrypted_headers": {"Authorization": "(encrypted)"}}
+
+    response = admin_client.post(f"/admin/jobs/job/{job.pk}/change/", {
+        "name": "hook", "payload": json.dumps(edited), "priority": "5", "timeout_s": "60",
+        "max_attempts": "4", "_save": "Save"})
+
+    assert response.status_code == 200  # the form again, with the error
+    assert "origin" in response.content.decode() and token not in response.content.decode()
+    stored = Job.objects.get(pk=job.pk).payload
+    assert stored["url"] == URL and stored["encrypted_headers"]["Authorization"] == token

@@ -200,15 +200,34 @@ def redacted(payload: dict) -> dict:
         name: REDACTED for name in payload["encrypted_headers"]}}
 
 
+def origin(url) -> tuple | None:
+    """(scheme, host, port) of ``url``, the port filled in from the scheme; None when
+    ``url`` is not a URL the handler could call."""
+    if url_problem(url):
+        return None
+    parsed = httpx.URL(url)
+    return parsed.scheme, parsed.host, parsed.port or {"http": 80, "https": 443}[parsed.scheme]
+
+
 def keep_sealed(changed, stored: dict):
     """A changed payload as a client sends it back after reading the redacted one: each
     encrypted header whose value is REDACTED keeps ``stored``'s token of that name (so a
     PATCH or an admin edit need not repeat the secrets); other values are left for
-    normalize() to check."""
+    normalize() to check.
+
+    A stored secret is kept only while the URL's origin (scheme, host, port) is the
+    stored one: anyone allowed to change the job could otherwise point it at their own
+    server and have the secret sent there. Raises InvalidJob naming each such header,
+    whose value must then be given again (docs/http-handler.md, "Secrets")."""
     sealed = changed.get("encrypted_headers") if isinstance(changed, dict) else None
     if not isinstance(sealed, dict) or not isinstance(stored, dict):
         return changed
     old = stored.get("encrypted_headers") or {}
+    kept = [name for name, value in sealed.items() if value == REDACTED and name in old]
+    if kept and (origin(changed.get("url")) or ()) != origin(stored.get("url")):
+        raise InvalidJob({"payload.encrypted_headers": (
+            f"{', '.join(kept)}: the URL's origin (scheme, host, port) changed, so the "
+            "stored secret is not kept; give its value again in payload.headers")})
     return {**changed, "encrypted_headers": {
         name: old.get(name, value) if value == REDACTED else value
         for name, value in sealed.items()}}
