@@ -161,9 +161,11 @@ class Cluster:
     """The daemons of one scenario, sharing one database, one private Redis and one
     execution log. ``extra_env`` is added to every daemon's environment."""
 
-    def __init__(self, workdir: Path, using: str = "default", extra_env: dict | None = None):
+    def __init__(self, workdir: Path, using: str = "default", extra_env: dict | None = None,
+                 redis_server=None):
         self.workdir = workdir
-        self.redis = RedisServer(workdir)
+        # A RedisServer, or anything with its url, start() and stop() (a Redis Cluster).
+        self.redis = redis_server or RedisServer(workdir)
         self.exec_log = workdir / "exec.log"
         self.daemons: dict[str, Daemon] = {}
         self.base_env = dict(os.environ)

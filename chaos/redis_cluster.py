@@ -101,11 +101,15 @@ class RedisCluster:
         """Wait until every running node says ``cluster_state:ok`` and knows every node."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            live = [p for p, proc in self.nodes.items() if proc.poll() is None]
-            if all("cluster_state:ok" in _cli(p, "cluster", "info") for p in live):
+            if self.cluster_ok():
                 return
             time.sleep(0.1)
         raise RedisClusterError(f"the cluster did not reach cluster_state:ok in {timeout} s")
+
+    def cluster_ok(self) -> bool:
+        """Whether every running node says ``cluster_state:ok``."""
+        live = [p for p, proc in self.nodes.items() if proc.poll() is None]
+        return all("cluster_state:ok" in _cli(p, "cluster", "info") for p in live)
 
     def masters(self) -> list[int]:
         """Ports of the nodes serving slots now, as a live node sees it."""
@@ -117,11 +121,6 @@ class RedisCluster:
                               if "master" in line.split()[2] and "fail" not in line.split()[2]
                               and len(line.split()) > 8)
         return []
-
-    def flushall(self) -> None:
-        """FLUSHALL on every master (tests: empty the whole cluster)."""
-        for port in self.masters():
-            _cli(port, "flushall")
 
     def stop(self) -> None:
         """Stop every node and, if this object made it, remove the folder."""

@@ -1,4 +1,5 @@
-"""The nine fault scenarios (overload's in chaos/overload.py) and the driver they share
+"""The ten fault scenarios (overload's in chaos/overload.py, cluster-failover's in
+chaos/failover.py) and the driver they share
 (docs/reliability.md, "Scenarios"); what a scenario is built from is chaos/session.py.
 
 Every scenario goes through the same phases: a private Redis; cron jobs; the daemons;
@@ -22,6 +23,7 @@ from pathlib import Path
 from django.db import connections
 
 from chaos.cluster import Cluster, Daemon, broker_of
+from chaos.failover import ClusterFailover
 from chaos.invariants import Result, check
 from chaos.load import (
     create_cron,
@@ -369,13 +371,14 @@ class RollingDeploy(Scenario):
 
 # The order docs/reliability.md lists them in; these names are the command's contract.
 SCENARIO_NAMES = ["worker-kill", "control-plane-kill", "redis-loss", "postgres-restart",
-                  "stale-worker", "hung-and-poison", "clock-skew", "rolling-deploy", "overload"]
+                  "stale-worker", "hung-and-poison", "clock-skew", "rolling-deploy", "overload",
+                  "cluster-failover"]
 
 
 def get_scenario(name: str) -> Scenario:
     """A new instance of scenario ``name`` (one of SCENARIO_NAMES); KeyError otherwise."""
     classes = (WorkerKill, ControlPlaneKill, RedisLoss, PostgresRestart, StaleWorker,
-               HungAndPoison, ClockSkew, RollingDeploy, Overload)
+               HungAndPoison, ClockSkew, RollingDeploy, Overload, ClusterFailover)
     return {cls.name: cls for cls in classes}[name]()
 
 
@@ -396,7 +399,8 @@ def run_scenario(name: str, seed: int, *, short: bool = False, duration: float |
     result = Result(name, seed)
     began = time.monotonic()
     forget_previous()
-    s = Session(name, seed, size, Cluster(workdir), random.Random(seed), owner(), result, out,
+    cluster = Cluster(workdir, redis_server=scenario.redis_server(workdir))
+    s = Session(name, seed, size, cluster, random.Random(seed), owner(), result, out,
                 workdir, grace_s=scenario.grace_s)
     s.say(f"{name} seed {seed}: {size}; logs in {workdir}")
     try:

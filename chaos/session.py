@@ -140,6 +140,10 @@ class Scenario:
         for _ in range(s.size.workers):
             s.add_worker()
 
+    def redis_server(self, workdir: Path):
+        """The Redis the daemons use: None, a private redis-server (chaos/cluster.py)."""
+        return None
+
     def payload(self, rng: random.Random) -> dict:
         return {"seconds": work_seconds(rng)}
 

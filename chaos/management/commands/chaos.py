@@ -19,7 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=None,
                             help="seconds of the fault window (default: per scenario)")
         parser.add_argument("--short", action="store_true",
-                            help="the small CI version (all nine in under 5 minutes)")
+                            help="the small CI version (each well under a minute)")
         parser.add_argument("--json", type=Path, default=None,
                             help="merge the figures into this JSON file "
                                  "(docs/reliability.json)")
