@@ -4,10 +4,11 @@ and is visible in the API and admin like any run).
 
 Signature: ``X-Scheduler-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256>`` where the HMAC
 is keyed with the owner's webhook secret over ``"<t>." + body`` (the raw bytes as sent),
-as Stripe and Svix sign; ``X-Scheduler-Timestamp`` repeats ``t`` and
-``X-Scheduler-Delivery`` names the delivery (receivers drop an id seen before). A
-receiver refuses a ``t`` older than its tolerance (``TOLERANCE_S``): a copied request
-cannot be replayed later.
+as Stripe and Svix sign; ``X-Scheduler-Timestamp`` repeats ``t``. The body's
+``delivery`` names the delivery, under the signature (receivers drop an id seen before);
+``X-Scheduler-Delivery`` repeats it for logs, unsigned, so it is no ground for
+de-duplication. A receiver refuses a ``t`` older than its tolerance (``TOLERANCE_S``): a
+copied request cannot be replayed later, nor within it under a new delivery id.
 """
 
 import hashlib
@@ -56,10 +57,11 @@ def verify(secret: str, body: bytes, header: str, now: float | None = None,
 
 def delivery_payload(url: str, secret: str, message: dict, delivery: str) -> dict:
     """The ``http`` handler's payload that POSTs ``message`` (a JSON-able dict) to
-    ``url``, signed now with ``secret``; ``delivery`` names it (X-Scheduler-Delivery).
-    The body is sent as the raw text signed (``body``, not ``json``: a re-serialisation
-    could change the bytes). Raises InvalidJob when ``url`` breaks the handler's URL rule."""
-    body = json.dumps(message, sort_keys=True, separators=(",", ":"))
+    ``url``, signed now with ``secret``; ``delivery`` names it: the body's ``delivery``
+    key, signed, and the X-Scheduler-Delivery header. The body is sent as the raw text
+    signed (``body``, not ``json``: a re-serialisation could change the bytes). Raises
+    InvalidJob when ``url`` breaks the handler's URL rule."""
+    body = json.dumps({**message, "delivery": delivery}, sort_keys=True, separators=(",", ":"))
     timestamp = int(time.time())
     return http_payload(url, method="POST", body=body, timeout_s=TIMEOUT_S, headers={
         "Content-Type": "application/json", "User-Agent": "job-scheduler-webhook",
