@@ -20,6 +20,7 @@ from jobs.models import Job
 from runs.models import PENDING_STATES, Run, RunState
 
 KEY_MAX = 200
+PERIOD_MAX = 2_147_483_647  # seconds; the REST field's bound (PostgreSQL integer)
 DEFAULT_STATES = tuple(PENDING_STATES) + (RunState.RUNNING,)
 ALL_STATES = tuple(RunState.values)
 
@@ -31,7 +32,7 @@ def lock_of(owner_id: int | None, key: str) -> str:
 
 def problems(spec: dict) -> dict[str, str]:
     """Field errors of a spec's ``unique_key`` (text, at most KEY_MAX characters),
-    ``unique_period_s`` (whole seconds >= 1, or None: no end) and ``unique_states``
+    ``unique_period_s`` (whole seconds, 1 to PERIOD_MAX, or None: no end) and ``unique_states``
     (run states, at least one; None: DEFAULT_STATES); the last two need a key."""
     errors = {}
     key = spec.get("unique_key")
@@ -40,8 +41,8 @@ def problems(spec: dict) -> dict[str, str]:
         errors["unique_key"] = f"must be text of 1 to {KEY_MAX} characters"
     period = spec.get("unique_period_s")
     if period is not None and (isinstance(period, bool) or not isinstance(period, int)
-                               or period < 1):
-        errors["unique_period_s"] = "must be a whole number of seconds, at least 1"
+                               or not 1 <= period <= PERIOD_MAX):
+        errors["unique_period_s"] = f"must be a whole number of seconds, 1 to {PERIOD_MAX}"
     states = spec.get("unique_states")
     if states is not None and (not isinstance(states, list | tuple) or not states
                                or any(s not in ALL_STATES for s in states)):

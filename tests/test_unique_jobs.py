@@ -13,6 +13,7 @@ from django.utils import timezone
 from jobs import services
 from jobs.models import Job
 from runs.models import Run, RunState
+from scheduler_core.exceptions import InvalidJob
 from tests.test_api_helpers import client_for
 
 pytestmark = pytest.mark.django_db
@@ -125,3 +126,11 @@ def test_racing_creates_make_one_job():
     assert not errors, errors
     assert Job.objects.filter(unique_key="race").count() == 1
     assert set(answers) == {Job.objects.get(unique_key="race").pk}
+
+
+def test_a_period_past_the_rest_bound_is_a_field_error_through_python_too(api):
+    # The REST field stops at a PostgreSQL integer; the Python API overflowed the date.
+    with pytest.raises(InvalidJob) as exc:
+        services.create_job("noop", unique_key="k", unique_period_s=10**12)
+    assert set(exc.value.errors) == {"unique_period_s"}
+    assert Job.objects.count() == 0
