@@ -5,13 +5,17 @@ this only picks the runs and applies it in batches."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from itertools import batched
 
 from runs import services
 from runs.clock import db_now, seconds
-from runs.models import Run
+from runs.models import Run, RunState
 
-ACTIONS = {"requeue": services.requeue, "discard": services.discard}
+# Requeue only what is still dead when its row is locked: a run discarded (cancelled)
+# after the filter listed it stays discarded, whoever discarded it.
+ACTIONS = {"requeue": partial(services.requeue, states=(RunState.DEAD,)),
+           "discard": services.discard}
 DONE = {"requeue": "requeued", "discard": "discarded"}
 BATCH = 500  # runs per transaction: a bulk over the whole dead letter never holds it all
 

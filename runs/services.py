@@ -14,15 +14,16 @@ from runs.transitions import run_refs
 REQUEUEABLE = (RunState.DEAD, RunState.CANCELLED)
 
 
-def requeue(run_ids, using: str = "default") -> int:
+def requeue(run_ids, using: str = "default", states=REQUEUEABLE) -> int:
     """Send dead (or cancelled) runs back to the queue now with a fresh attempt budget:
     the run may make its job's ``max_attempts`` more attempts (attempt numbers keep
-    counting up, so old acks stay fenced out). Runs of a job that is not active are left
-    alone. Returns how many runs were requeued."""
+    counting up, so old acks stay fenced out). Runs of a job that is not active, and runs
+    no longer in one of ``states`` (a subset of REQUEUEABLE) when their row is locked, are
+    left alone. Returns how many runs were requeued."""
     broker = get_broker(using)
     with transaction.atomic(using=using):
         runs = Run.objects.using(using).filter(
-            pk__in=list(run_ids), state__in=REQUEUEABLE, job__status="active"
+            pk__in=list(run_ids), state__in=states, job__status="active"
         )
         ids = list(runs.select_for_update(of=("self",)).values_list("pk", flat=True))
         _requeue_rows(ids, db_now(using), using)

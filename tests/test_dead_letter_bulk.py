@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from runs import dead_letter, services
 from runs.models import Run, RunState
 from tests.test_api_helpers import client_for, finished_run, one_off, user_with
 
@@ -85,3 +86,23 @@ def test_the_command_counts_requeues_and_discards_by_filter(dead):
 
     with pytest.raises(CommandError, match="--older-than"):
         call_command("deadletter", "discard", "--older-than", "-5")
+
+    with pytest.raises(CommandError, match="--queue must not contain a NUL"):
+        call_command("deadletter", "count", "--queue", "a\x00b")
+
+
+def test_a_bulk_requeue_leaves_a_run_discarded_after_it_was_listed_discarded(
+        dead, monkeypatch):
+    # One run per batch, and between the batches someone discards the next run: the
+    # requeue must not bring a discarded (cancelled) run back to life.
+    monkeypatch.setattr(dead_letter, "BATCH", 1)
+    picked = dead_letter.DeadFilter(handler="noop", owner="alice").select()
+    later = dead["noop2"]  # the higher id, so the second batch
+
+    def discard_the_later(n):
+        services.discard([later.pk])
+
+    matched, requeued = dead_letter.apply("requeue", picked, advance=discard_the_later)
+    assert (matched, requeued) == (2, 1)
+    assert states(dead)["noop1"] == RunState.SCHEDULED
+    assert states(dead)["noop2"] == RunState.CANCELLED

@@ -26,6 +26,10 @@ class Command(BaseCommand):
                **options):
         if older_than is not None and not 0 <= older_than <= 1e9:
             raise CommandError(f"--older-than must be 0 to 1e9 seconds, not {older_than}")
+        for option, value in (("--queue", queue), ("--handler", handler), ("--owner", owner)):
+            # PostgreSQL text cannot hold NUL: the query would fail with a DataError.
+            if value is not None and "\x00" in value:
+                raise CommandError(f"{option} must not contain a NUL character")
         chosen = dead_letter.DeadFilter(queue=queue, job=job, handler=handler, owner=owner,
                                         older_than_s=older_than)
         runs = chosen.select()
