@@ -24,6 +24,7 @@ from runs.outbound.payload import keep_sealed
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
+from scheduler_core.registry import creatable_handler_names
 
 # Creates retried when a concurrent create took a unique key first (jobs/unique.py).
 UNIQUE_RETRIES = 2
@@ -317,10 +318,16 @@ def check_update(job: Job, changes: dict, using: str = "default") -> dict:
     """The rules ``update_job`` applies to ``changes`` (a dict as it takes) of ``job``
     (with its schedule), without writing anything: only UPDATABLE fields, the merged job
     valid as a new job, the owner's bounds. Returns the merged job's cleaned spec; raises
-    InvalidJob naming each bad field. The admin's change form checks with it."""
+    InvalidJob naming each bad field. The admin's change form checks with it. The payload
+    of a job of an internal handler (``django_task``) is code's alone: clients may not
+    create such jobs, so they may not rewrite one either (docs/security.md, "Tenants and
+    limits")."""
     unknown = set(changes) - UPDATABLE
     if unknown:
         raise InvalidJob({field: "cannot be changed" for field in sorted(unknown)})
+    if "payload" in changes and job.handler not in creatable_handler_names():
+        raise InvalidJob({"payload": f"cannot be changed on a {job.handler} job: code "
+                                     "enqueued it, and its payload names what runs"})
     clean = validate_job(_merged_spec(job, changes))
     bounds = tenants.bounds_of(job.owner_id, using)
     if bounds is not None and (problems := tenants.field_problems(

@@ -13,6 +13,7 @@ from jobs import services
 from jobs.models import Job
 from runs.context import RunContext
 from runs.models import Run
+from scheduler_core.exceptions import InvalidJob
 from scheduler_tasks.backend import SchedulerTask, scheduler_priority
 from scheduler_tasks.exceptions import NotATask
 from scheduler_tasks.handlers import django_task
@@ -206,3 +207,20 @@ def test_get_result_equals_what_enqueue_returned():
         result = task.enqueue(1, b=2)
         assert default_task_backend.get_result(result.id) == result
         assert t.add.get_result(result.id).task == task
+
+
+def test_an_owner_cannot_point_its_task_run_at_another_task(settings, alice, api):
+    """The REST API and the admin do not create django_task jobs; editing the payload of
+    one that code enqueued for the user would run any task with any arguments all the same."""
+    tasks_owned_by(settings, "alice")
+    result = t.noop.using(run_after=timezone.now() + timedelta(hours=1)).enqueue()
+    job = Run.objects.select_related("job").get(pk=int(result.id)).job
+    other = {"task": "tests.djtasks_tasks.record", "args": ["stolen"], "kwargs": {}}
+
+    patched = api.patch(f"/api/jobs/{job.pk}/", {"payload": other}, format="json")
+    assert patched.status_code == 400 and set(patched.json()) == {"payload"}, patched.json()
+    with pytest.raises(InvalidJob, match="payload"):
+        services.check_update(job, {"payload": other})
+    assert Job.objects.get(pk=job.pk).payload["task"] == "tests.djtasks_tasks.noop"
+    # The other fields stay editable.
+    assert api.patch(f"/api/jobs/{job.pk}/", {"name": "n"}, format="json").status_code == 200
