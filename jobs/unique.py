@@ -61,7 +61,9 @@ def stamp(job: Job, spec: dict, now: datetime) -> None:
         return
     job.unique_key = key
     job.unique_lock = lock_of(job.owner_id, key)
-    job.unique_states = ",".join(spec.get("unique_states") or DEFAULT_STATES)
+    # A set, in ALL_STATES order: a list repeating a state fits the column all the same.
+    chosen = set(spec.get("unique_states") or DEFAULT_STATES)
+    job.unique_states = ",".join(s for s in ALL_STATES if s in chosen)
     period = spec.get("unique_period_s")
     job.unique_until = now + timedelta(seconds=period) if period else None
 

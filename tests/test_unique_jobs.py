@@ -134,3 +134,19 @@ def test_a_period_past_the_rest_bound_is_a_field_error_through_python_too(api):
         services.create_job("noop", unique_key="k", unique_period_s=10**12)
     assert set(exc.value.errors) == {"unique_period_s"}
     assert Job.objects.count() == 0
+
+
+def test_a_state_given_many_times_counts_once(api):
+    # The states are stored joined in a 100-character column: repeats overflowed it (500).
+    base = {"handler": "noop", "run_at": "2030-01-01T00:00:00Z", "unique_key": "k"}
+    single = api.post("/api/jobs/", {**base, "unique_states": ["scheduled"] * 30},
+                      format="json")
+    assert single.status_code == 201, single.content
+    bulk = api.post("/api/jobs/bulk/", {"jobs": [{**base, "unique_key": "k2",
+                                                  "unique_states": ["queued", "scheduled"] * 20}]},
+                    format="json")
+    assert bulk.status_code == 201, bulk.content
+    assert sorted(Job.objects.values_list("unique_states", flat=True)) == [
+        "scheduled", "scheduled,queued"]
+    again = api.post("/api/jobs/", {**base, "unique_states": ["scheduled"]}, format="json")
+    assert again.status_code == 200 and again.json()["conflict"] is True
