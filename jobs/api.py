@@ -224,7 +224,9 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         job = self._not_cancelled("resumed")
-        incoming = ResumeSerializer(data=request.data or {})
+        # No ``or {}``: a body of [], null or false is a 400, not the default catch_up;
+        # an empty body is an empty object already.
+        incoming = ResumeSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         services.resume([job.pk], catch_up=incoming.validated_data["catch_up"])
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)

@@ -238,7 +238,9 @@ class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def _bulk(self, request, verb: str) -> Response:
         """Apply ``verb`` to the dead runs the body's filter picks among those the user
         may change: their own, or every owner's with runs.change_run."""
-        incoming = DeadLetterBulkSerializer(data=request.data or {})
+        # No ``or {}``: a body of [], null or false is a 400, not "no filter" (which is
+        # the whole dead letter); an empty body is an empty filter already.
+        incoming = DeadLetterBulkSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = dict(incoming.validated_data)
         dry_run = data.pop("dry_run")

@@ -274,6 +274,11 @@ def test_resume_refuses_a_bad_catch_up_naming_it_and_changes_nothing(api, alice)
 
     assert bad.status_code == 400 and "catch_up" in bad.json()
     assert unknown.status_code == 400 and "catchup" in unknown.json()
+    # A body that is not an object is no "default": it skipped (cancelled) the held run.
+    for body in ("[]", "null", "false"):
+        garbage = api.post(f"/api/jobs/{job.pk}/resume/", body,
+                           content_type="application/json")
+        assert garbage.status_code == 400, (body, garbage.content)
     assert Job.objects.get(pk=job.pk).status == "paused"
     assert Run.objects.get(job=job).state != RunState.CANCELLED
 

@@ -106,3 +106,17 @@ def test_a_bulk_requeue_leaves_a_run_discarded_after_it_was_listed_discarded(
     assert (matched, requeued) == (2, 1)
     assert states(dead)["noop1"] == RunState.SCHEDULED
     assert states(dead)["noop2"] == RunState.CANCELLED
+
+
+@pytest.mark.parametrize("body", ["[]", "null", "false", "0", '""'])
+def test_a_body_that_is_not_an_object_is_refused_and_changes_nothing(api, dead, body):
+    # Read as "no filter", such a body discarded the whole dead letter.
+    answer = api.post("/api/dead-letter/discard/", body, content_type="application/json")
+    assert answer.status_code == 400, answer.content
+    assert set(states(dead).values()) == {"dead"}
+
+
+def test_an_empty_body_is_the_whole_dead_letter_you_may_change(api, dead):
+    answer = api.post("/api/dead-letter/discard/")
+    assert answer.json() == {"matched": 3, "discarded": 3, "dry_run": False}
+    assert states(dead)["bob"] == "dead"
