@@ -382,3 +382,21 @@ def test_delivered_alerts_are_pruned_with_the_history(db, owner):
     assert prune_delivered() == 3
     assert prune_delivered() == 0
     assert AlertEvent.objects.filter(email_pending=True).count() == 1
+
+
+def test_catch_up_runs_are_late_on_purpose_and_not_alerted_late(db, owner):
+    # Resume's catch_up=all makes the runs of a paused interval, due minutes ago: they
+    # are left out of lag (docs/cron.md, "Catch-up runs"), so out of late alerts too.
+    AlertPolicy.objects.create(owner=owner, late_after_s=30)
+    job = services.create_job("noop", cron_expr="* * * * *", owner=owner)
+    paused_at = db_now() - timedelta(minutes=10)
+    Job.objects.filter(pk=job.pk).update(
+        status=Job.Status.PAUSED, paused_at=paused_at,
+        next_run_at=paused_at.replace(second=0, microsecond=0) + timedelta(minutes=1))
+    services.resume([job.pk], catch_up="all")
+    assert Run.objects.filter(job=job, catch_up=True).count() >= 8
+    [waiting] = make_runs("default", 1, owner=owner, delay_s=-60)
+
+    assert late.scan() == 1
+    [event] = AlertEvent.objects.all()
+    assert (event.kind, event.run_id) == (AlertKind.LATE, waiting.pk)

@@ -16,7 +16,7 @@ SCAN_LIMIT = 1000  # late runs alerted on per scan; the rest at the next
 
 def scan(using: str = "default") -> int:
     """Raise a late alert for each pending run of an active job past its threshold that
-    has none yet; returns how many were raised."""
+    has none yet, catch-up runs left out; returns how many were raised."""
     thresholds = list(AlertPolicy.objects.using(using).filter(late_after_s__gt=0)
                       .values_list("owner_id", "job_id", "late_after_s"))
     if not thresholds:
@@ -30,8 +30,10 @@ def scan(using: str = "default") -> int:
         alerted = AlertEvent.objects.using(using).filter(run_id=OuterRef("pk"),
                                                          kind=AlertKind.LATE)
         rows = list(
+            # Catch-up runs are late on purpose, as in the lag (docs/cron.md, "Catch-up
+            # runs"): a resume with catch_up would otherwise alert on each of them.
             Run.objects.using(using).filter(whose, state__in=PENDING_STATES,
-                                            job__status="active",
+                                            job__status="active", catch_up=False,
                                             run_at__lt=now - seconds(shortest))
             .filter(~Exists(alerted))
             .values_list("id", "job_id", "job__owner_id", "run_at")[:SCAN_LIMIT])
