@@ -228,7 +228,10 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         # an empty body is an empty object already.
         incoming = ResumeSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        services.resume([job.pk], catch_up=incoming.validated_data["catch_up"])
+        try:
+            services.resume([job.pk], catch_up=incoming.validated_data["catch_up"])
+        except QuotaExceeded as exc:  # the catch-up runs count (docs/cron.md)
+            raise QuotaRefused(exc) from exc
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(summary="Create one extra run of an active job now",

@@ -13,6 +13,14 @@ and the cron occurrences the scheduler did not materialise because the job was p
 * ``latest``: the latest one, if it is within the schedule's ``max_lag_s``.
 * ``all``: every one within ``max_lag_s``, oldest first.
 
+The catch-up runs resume creates count against the owner's pending-runs quota
+(``max_pending``, docs/isolation.md, "Tenant bounds"), as a trigger does: a resume whose
+catch-up would take an owner over it is refused with jobs.tenants.QuotaExceeded and
+changes nothing (every job of the call stays paused); resume with ``latest`` or ``skip``
+instead, or raise the quota. Held runs were already pending, so keeping them adds
+nothing, and the occurrences missed before the pause are the scheduler's, as unbounded
+as its cron runs.
+
 Scheduler downtime is not a pause: cron occurrences missed before the pause (the
 scheduler was behind) follow the schedule's misfire policy, and occurrences after the
 resume follow it too, as they always did (jobs/scheduler.py). Runs scheduled before the
@@ -24,7 +32,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from jobs import cron
+from jobs import cron, tenants
 from jobs.models import Job
 from jobs.scheduler import plan_occurrences
 from runs.brokers import get_broker
@@ -57,7 +65,9 @@ def resume(job_ids, catch_up: str = "skip", using: str = "default") -> int:
     says which runs scheduled inside the paused interval run (module docstring); the
     others that were held end ``cancelled``, with why in ``error``. Held runs scheduled
     outside the interval go back to the broker. Raises InvalidJob for an unknown
-    ``catch_up``, before anything changes. Returns how many jobs were resumed."""
+    ``catch_up``, before anything changes, and jobs.tenants.QuotaExceeded (nothing
+    changed) if the catch-up runs would take an owner over ``max_pending``. Returns how
+    many jobs were resumed."""
     if catch_up not in CATCH_UP:
         raise InvalidJob({"catch_up": f"must be one of {', '.join(CATCH_UP)}, "
                                       f"not {catch_up!r}"})
@@ -96,7 +106,11 @@ def _settle(job: Job, now: datetime, catch_up: str, using: str) -> None:
     if oldest is not None:
         candidates = [t for t in candidates if t >= oldest]
     chosen = {"skip": [], "latest": candidates[-1:], "all": candidates}[catch_up]
-    new_times += [t for t in chosen if t not in held]
+    caught_up = [t for t in chosen if t not in held]
+    bounds = tenants.bounds_of(job.owner_id, using)
+    if bounds is not None and caught_up:
+        tenants.check_quotas(bounds, 0, len(caught_up), using)
+    new_times += caught_up
     dropped = [pk for t, pk in held.items() if t not in chosen]
     if dropped:
         runs.filter(pk__in=dropped, state__in=PENDING_STATES).update(

@@ -21,10 +21,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.access import OwnerOrModelPermission, may_change_all, may_view_all
-from jobs.api import COMMON, FIELD_ERRORS, LISTED, Conflict, DetailSerializer
+from jobs.api import COMMON, FIELD_ERRORS, LISTED, Conflict, DetailSerializer, QuotaRefused
 from jobs.models import Job
 from jobs.serializers import StrictFieldsMixin
-from jobs.tenants import bounds_of
+from jobs.tenants import QuotaExceeded, bounds_of
 from jobs.throttling import IsAuthenticatedOrThrottled
 from runs import dead_letter, services
 from runs.filters import DeadLetterFilter, LogLineFilter, RunFilter
@@ -126,7 +126,11 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
         run = self.get_object()
-        if not services.requeue([run.pk]):
+        try:
+            requeued = services.requeue([run.pk], strict=True)
+        except QuotaExceeded as exc:
+            raise QuotaRefused(exc) from exc
+        if not requeued:
             # Read again: the run may have changed, or been pruned, since get_object.
             run = Run.objects.select_related("job").filter(pk=run.pk).first()
             if run is None:

@@ -8,77 +8,27 @@ Each bound is the owner's OwnerPolicy value, or the settings default when that i
 jobs without an owner have none. Cheap on the hot path: one read of the policy per
 request, and for a request that adds jobs or runs two counts that stop at the quota
 (COUNT over at most quota + 1 rows), whatever the number of jobs in the request.
+The Bounds and the quota checks themselves are runs/quotas.py's (the engine's requeue
+keeps to ``max_pending`` too), imported here so callers find them where they always did.
 """
 
-from dataclasses import dataclass
+from django.db import transaction
 
-from django.db import connections, transaction
-
-from jobs.models import QUEUE_RE, Job, OwnerPolicy
-from runs.models import PENDING_STATES, Run
+from jobs.models import QUEUE_RE, OwnerPolicy
+from runs.quotas import (  # noqa: F401 - the tenant rules' API, kept where callers import it
+    MAX_INT,
+    POLICY_FIELDS,
+    QUOTA_LOCK,
+    SHARED_QUEUE,
+    Bounds,
+    QuotaExceeded,
+    bounds_from,
+    bounds_of,
+    check_quotas,
+    fit_pending,
+)
 from runs.services import sync_owner_limits
-from scheduler_core import conf
 from scheduler_core.exceptions import SchedulerError
-
-SHARED_QUEUE = "default"
-MAX_INT = 2**31 - 1  # PositiveIntegerField's range
-# Field -> (lowest, highest) value a policy may hold, and the setting its null stands for.
-POLICY_FIELDS = {
-    "max_running": (1, MAX_INT, "OWNER_CONCURRENCY"),
-    "max_pending": (1, MAX_INT, "OWNER_MAX_PENDING"),
-    "max_jobs": (1, MAX_INT, "OWNER_MAX_JOBS"),
-    "highest_priority": (0, 9, "OWNER_HIGHEST_PRIORITY"),
-    "max_timeout_s": (1, MAX_INT, "OWNER_MAX_TIMEOUT_S"),
-    "max_attempts": (1, 32_767, "OWNER_MAX_ATTEMPTS"),
-}
-QUOTA_LOCK = 0x7175  # advisory lock class of the per-owner quota checks ("qu")
-
-
-class QuotaExceeded(SchedulerError):
-    """Storing the request would take an owner over a quota. ``limit`` names the policy
-    field (``max_jobs`` or ``max_pending``), ``value`` is the quota in force. Nothing was
-    stored."""
-
-    def __init__(self, limit: str, value: int, message: str):
-        self.limit, self.value = limit, value
-        super().__init__(message)
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The bounds in force for one owner. Counts and caps of 0 mean none;
-    ``highest_priority`` 0 allows every priority. ``queues`` are the queue names the
-    owner may use: the shared "default", its default queue and the queues it was given."""
-
-    owner_id: int
-    max_running: int
-    max_pending: int
-    max_jobs: int
-    highest_priority: int
-    max_timeout_s: int
-    max_attempts: int
-    queues: frozenset[str]
-    default_queue: str
-
-
-def bounds_from(owner_id: int, policy: OwnerPolicy | None) -> Bounds:
-    """The Bounds of ``owner_id`` given its policy row (None: it has none)."""
-    values = {}
-    for field, (_, _, setting) in POLICY_FIELDS.items():
-        own = getattr(policy, field) if policy is not None else None
-        values[field] = own if own is not None else conf.get(setting)
-    default_queue = (policy.default_queue if policy is not None else "") or SHARED_QUEUE
-    given = policy.queue_names if policy is not None else []
-    return Bounds(owner_id=owner_id, queues=frozenset([SHARED_QUEUE, default_queue, *given]),
-                  default_queue=default_queue, **values)
-
-
-def bounds_of(owner_id: int | None, using: str = "default") -> Bounds | None:
-    """The Bounds of ``owner_id`` (one query), or None for a job without an owner."""
-    if owner_id is None:
-        return None
-    policy = OwnerPolicy.objects.using(using).filter(owner_id=owner_id).first()
-    return bounds_from(owner_id, policy)
 
 
 def _plain_int(value) -> bool:
@@ -115,49 +65,6 @@ def field_problems(spec: dict, bounds: Bounds) -> dict[str, str]:
         errors["max_attempts"] = (f"at most {most} attempts, first try included: this "
                                   f"owner's max_attempts is {most}")
     return errors
-
-
-def _count_upto(queryset, cap: int) -> tuple[int, str]:
-    """``queryset.count()``, but reading at most ``cap + 1`` rows; with the count in words
-    ("more than <cap>" when it stopped there)."""
-    count = queryset.values("pk")[:cap + 1].count()
-    return count, (f"more than {cap}" if count > cap else str(count))
-
-
-def check_quotas(bounds: Bounds, new_jobs: int, new_runs: int, using: str = "default") -> None:
-    """Raise QuotaExceeded if ``new_jobs`` more jobs or ``new_runs`` more pending runs
-    would take the owner over ``max_jobs`` (its jobs that are not cancelled) or
-    ``max_pending`` (its runs scheduled, queued or retrying). Inside a transaction on
-    PostgreSQL it first takes a transaction-scoped advisory lock per owner, so that two
-    racing requests of one owner cannot both pass and overshoot the quota (SQLite
-    serialises writers anyway)."""
-    check_jobs = bool(bounds.max_jobs and new_jobs)
-    check_runs = bool(bounds.max_pending and new_runs)
-    if not (check_jobs or check_runs):
-        return
-    connection = connections[using]
-    if connection.vendor == "postgresql" and connection.in_atomic_block:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)",
-                           [QUOTA_LOCK, bounds.owner_id % MAX_INT])
-    if check_jobs:
-        cap = bounds.max_jobs
-        live = Job.objects.using(using).filter(
-            owner_id=bounds.owner_id, status__in=[Job.Status.ACTIVE, Job.Status.PAUSED])
-        have, words = _count_upto(live, cap)
-        if have + new_jobs > cap:
-            raise QuotaExceeded("max_jobs", cap, (
-                f"jobs quota: this owner may have at most {cap} jobs that are not "
-                f"cancelled (max_jobs); it has {words} and this request adds {new_jobs}"))
-    if check_runs:
-        cap = bounds.max_pending
-        pending = Run.objects.using(using).filter(job__owner_id=bounds.owner_id,
-                                                  state__in=PENDING_STATES)
-        have, words = _count_upto(pending, cap)
-        if have + new_runs > cap:
-            raise QuotaExceeded("max_pending", cap, (
-                f"pending runs quota: this owner may have at most {cap} runs waiting to "
-                f"run (max_pending); it has {words} and this request adds {new_runs}"))
 
 
 def clean_policy(values: dict) -> dict:

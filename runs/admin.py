@@ -166,9 +166,11 @@ class RunAdmin(ReadOnlyAdmin):
             self, request, queryset, verb="requeue", done="requeued",
             explanation="Each run goes back to the queue now with a fresh attempt budget "
                         "(its job's max attempts). Only dead or cancelled runs of active "
-                        "jobs are requeued.",
+                        "jobs are requeued, as many as their owner's pending-runs quota "
+                        "(max_pending) leaves room for.",
             apply=services.requeue,
-            skipped_reason="only dead or cancelled runs of active jobs can be requeued",
+            skipped_reason=("only dead or cancelled runs of active jobs can be requeued, "
+                            "within their owner's pending-runs quota (max_pending)"),
             describe=lambda run: run.state,
         )
 
@@ -238,9 +240,11 @@ class DeadRunAdmin(RunAdmin):
             self, request, queryset, verb="requeue", done="requeued",
             explanation="Each run goes back to the queue now with a fresh attempt budget "
                         "(its job's max attempts); its earlier attempts and logs are kept. "
-                        "Runs of paused or cancelled jobs are left in the dead letter.",
+                        "Runs of paused or cancelled jobs, and those over their owner's "
+                        "pending-runs quota (max_pending), are left in the dead letter.",
             apply=services.requeue,
-            skipped_reason="their job is paused or cancelled (resume it first)",
+            skipped_reason=("their job is paused or cancelled (resume it first), or their "
+                            "owner's pending-runs quota (max_pending) is reached"),
             describe=lambda run: error_summary(run.error, 120),
         ))
 

@@ -54,7 +54,8 @@ def apply(action: str, runs, using: str = "default",
     """Apply ``action`` ("requeue" or "discard", raises KeyError for another) to the runs
     of queryset ``runs``, BATCH at a time, calling ``advance(n)`` after each batch of
     ``n``. Returns (runs matched, runs changed): a run may have left the dead letter
-    meanwhile, and requeue leaves the runs of a job not active alone."""
+    meanwhile, and requeue leaves alone the runs of a job not active and those over their
+    owner's pending-runs quota (runs/services.py)."""
     verb = ACTIONS[action]
     ids = list(runs.order_by("pk").values_list("pk", flat=True))
     changed = 0

@@ -9,23 +9,32 @@ from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.limits import owner_limits
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
+from runs.quotas import fit_pending
 from runs.transitions import run_refs
 
 REQUEUEABLE = (RunState.DEAD, RunState.CANCELLED)
 
 
-def requeue(run_ids, using: str = "default", states=REQUEUEABLE) -> int:
+def requeue(run_ids, using: str = "default", states=REQUEUEABLE,
+            strict: bool = False) -> int:
     """Send dead (or cancelled) runs back to the queue now with a fresh attempt budget:
     the run may make its job's ``max_attempts`` more attempts (attempt numbers keep
     counting up, so old acks stay fenced out). Runs of a job that is not active, and runs
     no longer in one of ``states`` (a subset of REQUEUEABLE) when their row is locked, are
-    left alone. Returns how many runs were requeued."""
+    left alone, and so are the runs that would take their owner over its pending-runs
+    quota (``max_pending``, runs/quotas.py's fit_pending: lowest ids first), as a trigger
+    would be refused (docs/isolation.md, "Tenant bounds"). With ``strict``, such a run
+    raises runs.quotas.QuotaExceeded instead and nothing is requeued. Returns how many
+    runs were requeued."""
     broker = get_broker(using)
     with transaction.atomic(using=using):
         runs = Run.objects.using(using).filter(
             pk__in=list(run_ids), state__in=states, job__status="active"
         )
-        ids = list(runs.select_for_update(of=("self",)).values_list("pk", flat=True))
+        owned = list(runs.select_for_update(of=("self",)).values_list("pk", "job__owner_id"))
+        ids, refused = fit_pending(owned, using)
+        if refused is not None and strict:
+            raise refused
         _requeue_rows(ids, db_now(using), using)
         broker.push_after_commit(run_refs(Run.objects.using(using).filter(pk__in=ids)))
     return len(ids)

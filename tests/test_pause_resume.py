@@ -168,3 +168,35 @@ def test_an_unknown_catch_up_is_refused_and_changes_nothing(broker):
     assert Job.objects.using(broker.using).get(pk=job.pk).status == "paused"
     held.refresh_from_db(using=broker.using)
     assert held.state == state
+
+
+def test_catch_up_runs_count_against_the_owners_pending_quota(api, alice, admin_client):
+    """Three paused * * * * * jobs resumed with catch_up=all took an owner with
+    max_pending=2 to 8 pending runs. Refused now, naming the quota, with nothing changed."""
+    from jobs.tenants import set_owner_policy
+    from runs.brokers import get_broker
+    from runs.models import PENDING_STATES
+
+    broker = get_broker("default")
+    jobs = [paused_cron_job(broker)[0] for _ in range(3)]
+    Job.objects.filter(pk__in=[job.pk for job in jobs]).update(owner=alice)
+    set_owner_policy(alice, max_pending=4)
+    pending = Run.objects.filter(job__owner=alice, state__in=PENDING_STATES)
+    before = sorted(pending.values_list("pk", flat=True))
+    assert len(before) == 3  # the held runs
+
+    for job in jobs:
+        refused = api.post(f"/api/jobs/{job.pk}/resume/", {"catch_up": "all"}, format="json")
+        assert refused.status_code == 403
+        assert (refused.json()["limit"], refused.json()["value"]) == ("max_pending", 4)
+        assert Job.objects.get(pk=job.pk).status == "paused"
+    page = admin_client.post("/admin/jobs/job/", {
+        "action": "resume_jobs_all", "_selected_action": [str(job.pk) for job in jobs]},
+        follow=True)
+    assert "Nothing was resumed" in page.content.decode()
+    assert sorted(pending.values_list("pk", flat=True)) == before
+    assert not Job.objects.filter(owner=alice).exclude(status="paused").exists()
+
+    assert api.post(f"/api/jobs/{jobs[0].pk}/resume/", {"catch_up": "latest"},
+                    format="json").status_code == 200
+    assert pending.count() <= 4

@@ -9,17 +9,19 @@ import os
 import subprocess
 import sys
 import tomllib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from io import StringIO
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs import services
 from jobs.models import Job
 from jobs.tenants import QuotaExceeded, set_owner_policy
-from runs.models import Run
+from runs.models import PENDING_STATES, Run, RunState
 from runs.transitions import run_refs
 from scheduler_core.exceptions import InvalidJob
 from tests.conftest import ROOT
@@ -183,3 +185,60 @@ def test_bounds_cost_the_same_queries_for_ten_jobs_as_for_a_thousand(alice):
             services.create_jobs(specs, owner=alice)
         counts.append(len(queries))
     assert counts[0] == counts[1]
+
+
+def test_retrying_cancelled_runs_cannot_take_an_owner_over_its_pending_quota(api, alice):
+    """Trigger to the quota, cancel, trigger again, then retry the cancelled: pending 6 of 3."""
+    set_owner_policy(alice, max_pending=3)
+    job = api.post("/api/jobs/", {"handler": "echo", "schedule": "@daily"}, format="json")
+    trigger = f"/api/jobs/{job.json()['id']}/trigger/"
+    first = [api.post(trigger).json()["id"] for _ in range(3)]
+    assert api.post(trigger).status_code == 403
+    for run_id in first:
+        assert api.post(f"/api/runs/{run_id}/cancel/").status_code == 200
+    assert [api.post(trigger).status_code for _ in range(3)] == [201] * 3
+
+    refused = api.post(f"/api/runs/{first[0]}/retry/")
+
+    assert refused.status_code == 403
+    assert (refused.json()["limit"], refused.json()["value"]) == ("max_pending", 3)
+    assert "at most 3 runs waiting" in refused.json()["detail"]
+    assert Run.objects.filter(state__in=PENDING_STATES).count() == 3
+    assert Run.objects.get(pk=first[0]).state == RunState.CANCELLED
+
+
+def dead_runs(owner, count: int) -> list[Run]:
+    job = one_off(owner)
+    Run.objects.filter(job=job).delete()
+    now = datetime.now(UTC)
+    return [Run.objects.create(job=job, scheduled_at=now - timedelta(seconds=i), run_at=now,
+                               finished_at=now, state=RunState.DEAD, attempt=1,
+                               max_attempts=1)
+            for i in range(count)]
+
+
+def test_bulk_requeues_of_the_dead_letter_stop_at_the_pending_quota(api, alice, admin_client):
+    """Every other way back to the queue (REST bulk, manage.py deadletter, the admin's
+    actions) requeues only as many runs as the owner's max_pending leaves room for."""
+    set_owner_policy(alice, max_pending=4)
+    dead = dead_runs(alice, 8)
+    pending = Run.objects.filter(state__in=PENDING_STATES)
+
+    bulk = api.post("/api/dead-letter/requeue/", {}, format="json").json()
+    assert (bulk["matched"], bulk["requeued"]) == (8, 4) and pending.count() == 4
+
+    Run.objects.filter(pk__in=[r.pk for r in dead]).update(state=RunState.DEAD)
+    set_owner_policy(alice, max_pending=5)
+    out = StringIO()
+    call_command("deadletter", "requeue", stdout=out)
+    assert pending.count() == 5 and "pending-runs quota" in out.getvalue()
+
+    Run.objects.filter(pk__in=[r.pk for r in dead]).update(state=RunState.DEAD)
+    set_owner_policy(alice, max_pending=6)
+    for url, action in (("/admin/runs/deadrun/", "requeue_dead"),
+                        ("/admin/runs/run/", "requeue_runs")):
+        page = admin_client.post(url, {"action": action, "confirm": "yes",
+                                       "_selected_action": [str(r.pk) for r in dead]},
+                                 follow=True)
+        assert "max_pending" in page.content.decode()
+        assert pending.count() == 6

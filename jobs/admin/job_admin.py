@@ -38,6 +38,7 @@ from jobs.admin.forms import JobChangeForm, JobCreateForm
 from jobs.admin.list_filters import HandlerFilter, KindFilter, StatusFilter
 from jobs.lifecycle import shown_status, with_shown_status
 from jobs.models import Job
+from jobs.tenants import QuotaExceeded
 from runs.admin_helpers import (
     QueueFilter,
     confirm_then,
@@ -298,8 +299,13 @@ class JobAdmin(admin.ModelAdmin):
 
     def _resume(self, request, queryset, catch_up: str) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        report_count(self, request, services.resume(ids, catch_up=catch_up), len(ids),
-                     "resumed", "only paused jobs can be resumed")
+        try:
+            resumed = services.resume(ids, catch_up=catch_up)
+        except QuotaExceeded as exc:  # the catch-up runs count (docs/cron.md)
+            self.message_user(request, f"Nothing was resumed: {exc}", messages.ERROR)
+            return
+        report_count(self, request, resumed, len(ids), "resumed",
+                     "only paused jobs can be resumed")
 
     @admin.action(description="Trigger selected jobs now (one extra run each)",
                   permissions=["change"], location=BOTH)

@@ -44,6 +44,7 @@ class Command(BaseCommand):
         skipped = matched - changed
         note = ""
         if skipped:
-            note = (f"; {skipped} left alone (no longer dead, or their job is not active: "
-                    "resume it first)")
+            note = (f"; {skipped} left alone (no longer dead, their job is not active: "
+                    "resume it first, or their owner's pending-runs quota max_pending is "
+                    "reached)")
         self.stdout.write(f"{changed} of {matched} dead runs {dead_letter.DONE[action]}{note}.")
