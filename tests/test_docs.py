@@ -129,7 +129,9 @@ def test_every_markdown_file_a_doc_names_is_in_the_repository(doc):
     assert missing == [], f"{doc.name} names documents the repository lacks"
 
 
-OUTSIDE = re.compile("|".join([r"\.\./shared", r"\bshared/", "DESIGN" + r"\.md",
+# Spelt in pieces so that the pattern itself is not a reference the check (or a grep for
+# one) finds.
+OUTSIDE = re.compile("|".join([r"\.\./" + "shared", r"\bshared" + "/", "DESIGN" + r"\.md",
                                "STYLE" + r"\.md", "/tmp/" + "coord", r"\bresearch/",
                                r"\b[Ii]ssues? #?\d"]))
 SKIP_DIRS = {".venv", ".venvs", ".git", "node_modules", "__pycache__", ".pytest_cache", "data"}
