@@ -34,6 +34,10 @@ DATABASES = {
              ".sqlite3"),
 }
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# A plain Redis for the tests' own bookkeeping (signals a worker's child noted, run
+# order): it stays the single test Redis while the cluster pair points REDIS_URL at the
+# Redis Cluster (tests/conftest.py, redis_at).
+SCRATCH_REDIS_URL = REDIS_URL
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 WHITENOISE_AUTOREFRESH = True
 # The Django cache (throttle counts) is per process in tests, whatever REDIS_URL the shell

@@ -20,12 +20,20 @@ def signals_key() -> str:
     return f"{os.environ['SCHEDULER_REDIS_PREFIX']}:djtasks:signals"
 
 
+def scratch() -> redis.Redis | None:
+    """The plain test Redis the tests keep their notes in (SCRATCH_REDIS_URL of the test
+    settings, never the cluster the cluster pair points REDIS_URL at); None in a daemon
+    started with other settings, whose signals no test reads."""
+    url = getattr(settings, "SCRATCH_REDIS_URL", None)
+    return redis.Redis.from_url(url) if url else None
+
+
 def note_signal(sender, task_result, signal, **kwargs):
     """Record ``started|finished <id> <status>`` in Redis: the worker's children send
     these signals, in another process than the test."""
     name = "started" if signal is task_started else "finished"
-    redis.Redis.from_url(settings.REDIS_URL).rpush(
-        signals_key(), f"{name} {task_result.id} {task_result.status}")
+    if (client := scratch()) is not None:
+        client.rpush(signals_key(), f"{name} {task_result.id} {task_result.status}")
 
 
 task_started.connect(note_signal, dispatch_uid="tests.djtasks.started")
@@ -71,7 +79,7 @@ def fail_twice(context, label):
 @task
 def record(label):
     """Append ``label`` to a Redis list: the order tasks ran in."""
-    redis.Redis.from_url(settings.REDIS_URL).rpush(order_key(), label)
+    scratch().rpush(order_key(), label)
     return label
 
 

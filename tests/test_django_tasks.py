@@ -83,7 +83,7 @@ def test_task_started_and_finished_are_sent_in_the_worker(tasks):
     import redis
     from django.conf import settings
 
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    client = redis.Redis.from_url(settings.SCRATCH_REDIS_URL)
     client.delete(t.signals_key())
     ok, bad = t.noop.enqueue(), t.fail.enqueue("x")
     drain(tasks, ok, bad)
@@ -175,7 +175,7 @@ def test_larger_priorities_run_first(tasks, settings):
     import redis
 
     settings.SCHEDULER = {**settings.SCHEDULER, "PRIORITY_CLASSES": ""}
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    client = redis.Redis.from_url(settings.SCRATCH_REDIS_URL)
     client.delete(t.order_key())
     results = [t.record.using(priority=p).enqueue(f"p{p}") for p in (-100, -30, 0, 30, 100)]
     drain(tasks, *results, concurrency=1)
