@@ -103,7 +103,7 @@ def test_a_class_whose_last_run_waits_on_its_owner_does_not_hold_back_the_others
     prefix = os.environ["SCHEDULER_REDIS_PREFIX"]
     keys = [f"{prefix}:{{t}}:{name}"
             for name in ("ready", "leased", "owners", "fair", "parkedby", "running",
-                         "limits", "bucket", "delayed")]
+                         "limits", "bucket", "delayed", "parked", "parkedrun")]
     span = 4398046511104
     client = rb.client
     client.zadd(keys[0], {"1": 0 * span + 1000, "2": 5 * span + 1000})
@@ -111,11 +111,11 @@ def test_a_class_whose_last_run_waits_on_its_owner_does_not_hold_back_the_others
     client.hset(keys[6], mapping={"o:7": 1})  # ... whose limit is 1 ...
     client.hset(keys[5], mapping={"o:7": 1})  # ... and who has one running
     client.hset(keys[3], mapping={"p1": 1, "p2": 2, "vt": 3})
-    args = [10, 60000, "q", 0, 0, 0, 0, 0, keys[0] + ":parked:", 0, 4, 1, 5, 9, 1]
+    args = [10, 60000, "q", 0, 0, 0, 0, 0, 0, 4, 1, 5, 9, 1]
     lease = rb.sources["lease"]
 
-    first = client.eval(lease, 9, *keys, *args)
-    second = client.eval(lease, 9, *keys, *args)
+    first = client.eval(lease, len(keys), *keys, *args)
+    second = client.eval(lease, len(keys), *keys, *args)
 
     assert first == []
     assert [int(i) for i in second] == [2]
