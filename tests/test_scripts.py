@@ -99,8 +99,10 @@ def test_browser_tests_are_skipped_with_the_reason_when_chromium_is_missing():
 
 
 @pytest.mark.slow
-def test_a_run_starts_its_own_servers_and_leaves_none_behind():
-    proc = subprocess.run([SCRIPT, "--quick", *PROBE], env=fresh_env(), cwd=ROOT,
+def test_a_run_starts_its_own_servers_and_leaves_none_behind(tmp_path):
+    said = tmp_path / "tmpdir"
+    proc = subprocess.run([SCRIPT, "--quick", "-p", "tests.probe_tmpdir", *PROBE],
+                          env=fresh_env(PROBE_TMPDIR_OUT=str(said)), cwd=ROOT,
                           capture_output=True, text=True, timeout=280)
     output = proc.stdout + proc.stderr
 
@@ -109,6 +111,8 @@ def test_a_run_starts_its_own_servers_and_leaves_none_behind():
     ports, workdir = servers_of(output)
     assert not any(listening(port) for port in ports), output
     assert not workdir.exists()
+    # The tests' temporary files (the fault scenarios' logs, say) were in that folder too.
+    assert Path(said.read_text()).is_relative_to(workdir), output
     prefix = re.search(r"key prefix (\S+);", output)[1]
     assert not list(ROOT.glob(f"test-broker-{prefix}.sqlite3*"))
 
