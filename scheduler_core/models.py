@@ -182,7 +182,7 @@ class LeaseTenure(models.Model):
     LeaseMember): from ``started_at`` to ``ended_at`` (null: still held) and how it ended:
     ``released`` (clean stop), ``rebalanced`` (given back for a fair share) or
     ``expired`` (the lease ran out; ``taken_by`` is who took it next, blank if the holder
-    took it back itself). A bounded history (jobs/ownership.py, docs/architecture.md)."""
+    took it back itself). A bounded history (runs/ownership.py, docs/architecture.md)."""
 
     group = models.CharField(max_length=64)
     number = models.PositiveIntegerField()
@@ -203,7 +203,7 @@ class LeaseTenure(models.Model):
 
 class LeaseChangeCount(models.Model):
     """How many ownership changes of ``event`` lease ``group`` has seen since the table
-    was created: the Prometheus counters of /metrics (jobs/ownership.py)."""
+    was created: the Prometheus counters of /metrics (runs/ownership.py)."""
 
     group = models.CharField(max_length=64)
     event = models.CharField(max_length=16)
