@@ -16,11 +16,13 @@ import subprocess
 import sys
 import time
 
+# BENCH_PG_PORT / BENCH_REDIS_PORT: servers of its own for a bench run beside another one
+# (two developers' benchmarks on one machine would otherwise empty each other's data).
 PG_HOST = "127.0.0.1"
-PG_PORT = 5432
+PG_PORT = int(os.environ.get("BENCH_PG_PORT", "5432"))
 PG_USER = "postgres"
 REDIS_HOST = "127.0.0.1"
-REDIS_PORT = 6379
+REDIS_PORT = int(os.environ.get("BENCH_REDIS_PORT", "6379"))
 # Environment our scheduler's bench processes run with: the demo handlers (noop, sleep)
 # on, and no per-owner bounds (docs/isolation.md, "Tenant bounds"): a benchmark measures
 # throughput for one trusted owner, not what an ordinary tenant may take.

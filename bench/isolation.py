@@ -38,8 +38,8 @@ import common  # noqa: E402
 
 DBNAME = "bench_isolation"
 ENV = {
-    "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DBNAME}",
-    "REDIS_URL": "redis://127.0.0.1:6379/7",
+    "DATABASE_URL": common.pg_url(DBNAME),
+    "REDIS_URL": f"redis://{common.REDIS_HOST}:{common.REDIS_PORT}/7",
     "SCHEDULER_REDIS_PREFIX": "iso",
     "DEBUG": "false",
     # With DEBUG off the daemons refuse the development key (docs/security.md).

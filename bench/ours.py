@@ -45,8 +45,8 @@ if "bench" not in DBNAME:
 REDIS_DB = 6
 PREFIX = os.environ.get("BENCH_OURS_PREFIX", "bench")
 ENV = {
-    "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DBNAME}",
-    "REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
+    "DATABASE_URL": common.pg_url(DBNAME),
+    "REDIS_URL": f"redis://{common.REDIS_HOST}:{common.REDIS_PORT}/{REDIS_DB}",
     "SCHEDULER_REDIS_PREFIX": PREFIX,
     # DEBUG keeps every SQL query in memory: a daemon would slow down and grow.
     "DEBUG": "false",
