@@ -115,17 +115,19 @@ class RedisServer:
 
 
 @contextmanager
-def broker_of(server: "RedisServer"):
+def broker_of(server: "RedisServer", tunables: dict | None = None):
     """Within the block, this process's broker (the pushes ``create_jobs`` makes after
     commit) is the private Redis ``server`` with the daemons' key prefix, never the Redis
-    of settings. Broker instances are cached per process by ``runs.brokers.get_broker``,
-    so the cache is emptied on the way in and restored on the way out."""
+    of settings; ``tunables`` (SCHEDULER keys, e.g. {"SHARDS": 8}) are set as the
+    scenario's daemons have them. Broker instances are cached per process by
+    ``runs.brokers.get_broker``, so the cache is emptied on the way in and restored on the
+    way out."""
     from runs import brokers
 
     saved = dict(brokers._instances)
     brokers._instances.clear()
     scheduler = {**(getattr(settings, "SCHEDULER", None) or {}), "BROKER": "redis",
-                 "REDIS_PREFIX": CHAOS_TUNABLES["REDIS_PREFIX"]}
+                 "REDIS_PREFIX": CHAOS_TUNABLES["REDIS_PREFIX"], **(tunables or {})}
     try:
         with override_settings(REDIS_URL=server.url, SCHEDULER=scheduler):
             yield

@@ -83,6 +83,7 @@ class Result:
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    figures: dict = field(default_factory=dict)  # a scenario's own JSON keys
 
     @property
     def lost(self) -> int:
@@ -128,6 +129,7 @@ class Result:
             "faults": self.faults, "lost": self.lost, "duplicate_runs": self.duplicate_runs,
             "duplicate_executions": self.duplicate_executions,
             "max_lateness_s": round(self.max_lateness_s, 3), "recovery_s": self.recovery_s,
+            **self.figures,
         }
 
 

@@ -96,13 +96,14 @@ def create_one_off(rng: random.Random, count: int, window_s: float, *,
                    start_in_s: float | None = None,
                    handler: str = "chaos.work", payload_fn=None, timeout_s: int = 60,
                    max_attempts: int = CRON_MAX_ATTEMPTS, using: str = "default",
-                   name: str = "chaos one-off") -> list[int]:
+                   name: str = "chaos one-off", shard_keys: int = 0) -> list[int]:
     """Create ``count`` one-off jobs whose run_at is spread uniformly over
     [now + start_in_s, now + start_in_s + window_s] (database clock, seconds), in bulk
     transactions of BULK_CHUNK. ``start_in_s`` defaults to the time a chunk takes to
     store (about 1 ms per job, plus a second), so no run is already late when committed.
     ``payload_fn(rng)`` builds each payload (default: ``{"seconds": work_seconds(rng)}``).
-    Returns the job ids."""
+    ``shard_keys`` > 0 gives each job one of that many shard keys at random (its runs then
+    spread over the queue's shards). Returns the job ids."""
     payload_fn = payload_fn or (lambda r: {"seconds": work_seconds(r)})
     user = owner(using)
     ids: list[int] = []
@@ -113,27 +114,34 @@ def create_one_off(rng: random.Random, count: int, window_s: float, *,
         specs = [
             {"name": name, "handler": handler, "payload": payload_fn(rng),
              "run_at": base + timedelta(seconds=rng.uniform(0, window_s)),
-             "timeout_s": timeout_s, "max_attempts": max_attempts}
+             "timeout_s": timeout_s, "max_attempts": max_attempts,
+             **_shard_key(rng, shard_keys)}
             for _ in range(chunk)
         ]
         ids += [job.pk for job in services.create_jobs(specs, owner=user, using=using)]
     return ids
 
 
-def create_cron(rng: random.Random, count: int, using: str = "default") -> dict[int, datetime]:
+def _shard_key(rng: random.Random, shard_keys: int) -> dict:
+    # Drawn only when asked for, so the other scenarios' seeds make the load they made.
+    return {"shard_key": f"k{rng.randrange(shard_keys)}"} if shard_keys else {}
+
+
+def create_cron(rng: random.Random, count: int, using: str = "default",
+                shard_keys: int = 0) -> dict[int, datetime]:
     """Create ``count`` cron jobs ``* * * * *`` with misfire policy run_all (every missed
     minute is caught up, so every occurrence is checkable) and CRON_MAX_ATTEMPTS attempts.
 
     Their first ``next_run_at`` is moved back to the start of the current minute: that
     occurrence is then due at once, so even a scenario shorter than a minute checks one
-    occurrence per cron job (docs/reliability.md, "Cron"). Returns job id -> first
-    next_run_at."""
+    occurrence per cron job (docs/reliability.md, "Cron"). ``shard_keys`` as in
+    create_one_off. Returns job id -> first next_run_at."""
     user = owner(using)
     specs = [
         {"name": "chaos cron", "handler": "chaos.work",
          "payload": {"seconds": work_seconds(rng)}, "cron": "* * * * *", "timezone": "UTC",
          "misfire_policy": "run_all", "max_lag_s": 3600, "timeout_s": 60,
-         "max_attempts": CRON_MAX_ATTEMPTS}
+         "max_attempts": CRON_MAX_ATTEMPTS, **_shard_key(rng, shard_keys)}
         for _ in range(count)
     ]
     ids = []

@@ -1,7 +1,9 @@
 """What every fault scenario is built from (docs/reliability.md, "Scenarios"): its size,
 the state of one run of it (Session: the cluster, the clock of the fault window, the
 faults injected) and the base class whose hooks a scenario overrides (Scenario).
-chaos/scenarios.py holds the scenarios and the driver; chaos/overload.py one more.
+chaos/scenarios.py names the scenarios and drives them; each lives in a module of its
+concern (chaos/kills.py, outages.py, poison.py, skew.py, overload.py, failover.py,
+many_daemons.py).
 """
 
 import random
@@ -131,6 +133,12 @@ class Scenario:
     schedulers = 1
     dispatchers = 1
     grace_s = WORKER_GRACE_S
+    # Tunables (docs/architecture.md's SCHEDULER_* names without the prefix) this scenario
+    # sets beyond CHAOS_TUNABLES, for the daemons and the harness's own pushes alike.
+    tunables: dict = {}
+    # > 0: every job gets one of this many shard keys at random, so a queue's runs spread
+    # over its shards (0: the shard is the handler's, one shard for all the load).
+    shard_keys = 0
 
     def start_daemons(self, s: Session) -> None:
         for i in range(self.schedulers):
@@ -150,7 +158,8 @@ class Scenario:
     def create_load(self, s: Session) -> None:
         """One-off jobs spread over the first 80% of the fault window, so the last faults
         still find work and the tail drains soon after."""
-        create_one_off(s.rng, s.size.one_off, s.size.duration_s * 0.8, payload_fn=self.payload)
+        create_one_off(s.rng, s.size.one_off, s.size.duration_s * 0.8, payload_fn=self.payload,
+                       shard_keys=self.shard_keys)
 
     def inject(self, s: Session) -> None:
         s.until_deadline()
