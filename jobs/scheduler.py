@@ -38,6 +38,11 @@ UNNEST_CHUNK = 5000
 # alias): what the code declares as recurring (the periodic django.tasks of
 # scheduler_tasks) is brought in line with each deploy here, without jobs importing it.
 scheduler_starting = Signal()
+# Sent at the end of every tick with ``scheduler`` (this Scheduler), ``partitions`` (the
+# partition numbers it holds now, of ``total``) and ``using``: apps above jobs do their
+# own per-partition work under the same leases (workflows/: cron workflow runs and the
+# workflow reconcile), without jobs importing them.
+scheduler_tick = Signal()
 
 
 def plan_occurrences(job: Job, now: datetime, horizon: datetime, limit: int = 1000,
@@ -130,6 +135,10 @@ class Scheduler(Daemon):
             created += count
             if not more or self.stopping:
                 break
+        if self.leases.owned and not self.stopping:
+            scheduler_tick.send(sender=type(self), scheduler=self,
+                                partitions=list(self.leases.owned), total=self.leases.total,
+                                using=self.using)
         return created
 
     def materialize(self, partitions: list[int]) -> tuple[int, bool]:

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from django.db import connections, transaction
 
+from runs import hooks
 from runs.clock import db_now
 from runs.models import Attempt, AttemptOutcome, LogLine, Run, RunState
 from runs.transitions import (
@@ -118,6 +119,17 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> list[bool]:
     return [(o.lease.run_id, o.lease.attempt) in applied for o in outcomes]
 
 
+def _refuse_results(outcomes: list[Outcome], watched: set[int]) -> None:
+    """A watched run's success whose result a listener refuses (a workflow node's result
+    over WORKFLOW_MAX_RESULT_BYTES) becomes a failed attempt that sends the run to the
+    dead letter: a retry would return the same result."""
+    for o in outcomes:
+        if o.outcome == AttemptOutcome.SUCCEEDED and o.lease.run_id in watched:
+            reason = hooks.refuse_result(o.lease.run_id, o.result)
+            if reason:
+                o.outcome, o.result, o.error, o.retry = AttemptOutcome.FAILED, None, reason, False
+
+
 def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]]:
     """Record the end of each attempt in ``outcomes`` in one transaction.
 
@@ -129,7 +141,13 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
     """
     if not outcomes:
         return [], []
-    if one_statement(using) and all(
+    # Runs an app above the engine follows (a workflow's nodes: runs/hooks.py) are acked
+    # in a transaction that tells it, so what it does (the downstream runs) commits with
+    # the ack. Known before the ack: a run is watched from its creation on.
+    watched = hooks.watched([o.lease.run_id for o in outcomes], using)
+    if watched:
+        _refuse_results(outcomes, watched)
+    elif one_statement(using) and all(
             o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes):
         return _succeed_only_pg(outcomes, using), []
     accepted: list[bool] = []
@@ -155,6 +173,8 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
                 errors[key[0]] = o.error
                 asked[key[0]] = o.retry
         _succeed(succeeded, now, using)
+        hooks.notify(hooks.SUCCEEDED, [r[0] for r in succeeded if r[0] in watched], now,
+                     using)
         fates: dict[int, str] = {}
         for outcome, rows in failed.items():
             retried += fail_runs(rows, outcome, errors, now, using, fates, asked)

@@ -4,6 +4,8 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from runs import hooks
+
 
 @dataclass
 class RunContext:
@@ -13,7 +15,9 @@ class RunContext:
     ``deadline`` (when the attempt is cut off, ``timeout_s`` after it started) are aware
     UTC datetimes. ``logger`` lines, and any other logging in the handler's process while
     it runs, are stored on the attempt. ``heartbeat()`` tells the worker the handler is
-    making progress; the worker extends the lease at once.
+    making progress; the worker extends the lease at once. ``upstream`` is, for the run
+    of a workflow's node, its upstream nodes' results by node name (read on first use;
+    docs/workflows.md, "Results"), and an empty mapping for any other run.
     """
 
     run_id: int
@@ -24,8 +28,18 @@ class RunContext:
     handler: str
     logger: logging.Logger
     _beat: object = field(default=None, repr=False)
+    using: str = "default"  # the database alias of the worker running the handler
+    _upstream: object = field(default=None, repr=False)
 
     def heartbeat(self) -> None:
         """Extend this attempt's lease now (cheap; the worker rate-limits it)."""
         if self._beat is not None:
             self._beat()
+
+    @property
+    def upstream(self):
+        """The results of this run's upstream workflow nodes, by node name (a read-only
+        mapping, read from the database once, on first use); empty outside a workflow."""
+        if self._upstream is None:
+            self._upstream = hooks.context_value("upstream", self, {})
+        return self._upstream

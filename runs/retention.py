@@ -19,6 +19,7 @@ from datetime import datetime
 
 from django.db import connections, transaction
 
+from runs import hooks
 from runs.clock import db_now, seconds
 from runs.models import AlertPolicy, Attempt, LogLine, Run, RunState
 from runs.transitions import in_shards
@@ -98,9 +99,14 @@ def prune(before: datetime, limit: int, using: str = "default",
                 attempts=_delete(cursor, Attempt, "run_id IN ({ids})", run_ids),
                 runs=_delete(cursor, Run, "id IN ({ids})", run_ids))
             if one_off:
+                # Jobs something else still points at (a workflow's node: runs/hooks.py)
+                # stay, with no run left.
+                kept = "".join(f" AND NOT EXISTS (SELECT 1 FROM {table} AS k WHERE "
+                               f"k.{column} = {{table}}.id)"
+                               for table, column in hooks.job_keepers())
                 pruned.jobs = _delete(
                     cursor, Job, "id IN ({ids}) AND schedule_id IS NULL AND NOT EXISTS "
-                    "(SELECT 1 FROM {run} WHERE {run}.job_id = {table}.id)", one_off)
+                    "(SELECT 1 FROM {run} WHERE {run}.job_id = {table}.id)" + kept, one_off)
                 if pruned.jobs:  # the alert overrides of the jobs just deleted
                     _delete(cursor, AlertPolicy, "job_id IN ({ids}) AND NOT EXISTS (SELECT 1 "
                             f"FROM {Job._meta.db_table} AS j WHERE j.id = {{table}}.job_id)",

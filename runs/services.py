@@ -5,6 +5,7 @@ cancel runs, discard dead letters."""
 from django.db import transaction
 from django.db.models import F, Q
 
+from runs import hooks
 from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.limits import owner_limits
@@ -35,7 +36,9 @@ def requeue(run_ids, using: str = "default", states=REQUEUEABLE,
         ids, refused = fit_pending(owned, using)
         if refused is not None and strict:
             raise refused
-        _requeue_rows(ids, db_now(using), using)
+        now = db_now(using)
+        _requeue_rows(ids, now, using)
+        hooks.notify(hooks.REQUEUED, ids, now, using)
         broker.push_after_commit(run_refs(Run.objects.using(using).filter(pk__in=ids)))
     return len(ids)
 
@@ -82,6 +85,7 @@ def cancel(run_ids, using: str = "default") -> int:
                 match, outcome=AttemptOutcome.RUNNING).update(
                 outcome=AttemptOutcome.CANCELLED, finished_at=now,
                 error="cancelled while running")
+        hooks.notify(hooks.CANCELLED, [row[0] for row in rows], now, using)
         return count
 
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from django.db import connections, transaction
 from django.db.models import F, Q
 
+from runs import hooks
 from runs.alerts.policy import alert_dead
 from runs.clock import backoff_s, db_now, from_us, seconds
 from runs.models import (
@@ -244,6 +245,7 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
             )
     if dead:
         alert_dead(dead, now, using)
+        hooks.notify(hooks.DEAD, [run_id for run_id, _, _ in dead], now, using)
     gone = _cancel_for_cancelled_jobs(retried, now, using)
     if fates is not None:
         fates.update({run_id: "dead" for run_id, _, _ in dead})

@@ -42,6 +42,10 @@ class RunCancelled(BaseException):  # noqa: N818 - named like asyncio's Cancelle
     killed after CANCEL_GRACE_S."""
 
 
+# The database alias of the worker this child belongs to (set in the worker before it
+# forks): a handler context's ``using``, where what it reads lazily comes from.
+WORKER_DATABASE = ["default"]
+
 # The seq of the task whose handler is executing (0: none). A cancel raises only while it
 # is set, so it can never land in the child's own code between runs.
 _executing = [0]
@@ -174,6 +178,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         scheduled_at=from_us(task["scheduled_at"]), deadline=from_us(task["deadline"]),
         handler=task["handler"],
         logger=logging.getLogger(f"jobs.run.{task['handler']}"), _beat=beat,
+        using=WORKER_DATABASE[0],
     )
     ok, result, error, retry = True, None, "", None
     try:

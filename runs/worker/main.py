@@ -28,6 +28,7 @@ from runs.daemon import Daemon
 from runs.models import WorkerProcess
 from runs.outcomes import flush_counts
 from runs.types import Outcome
+from runs.worker import child as child_process
 from runs.worker.acks import Acks
 from runs.worker.cancels import Cancels
 from runs.worker.lanes import Lanes
@@ -110,6 +111,8 @@ class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
     def serve(self, max_rounds: int | None = None) -> None:
         # Children must not inherit open database sockets.
         connections.close_all()
+        # What a child's handler context reads from, inherited at fork (ctx.using).
+        child_process.WORKER_DATABASE[0] = self.using
         self.slots = [Slot() for _ in range(self.concurrency)]
         self.lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
         self.register()

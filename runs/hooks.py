@@ -1,0 +1,108 @@
+"""Hooks the engine calls at a run's state changes, for apps above it to follow runs
+(workflows/: a node's run succeeding starts its downstream nodes). runs never imports
+those apps: they register a RunListener here when Django starts (AppConfig.ready), so
+the dependency still points one way (docs/architecture.md, "Code layout and dependency
+rule").
+
+Every notification is made inside the transaction that changes the runs, so what a
+listener writes commits or rolls back with the change itself (the downstream run is
+created in the ack's transaction). A listener's error is logged and rolled back to a
+savepoint, never the caller's change: the listener is expected to repair what it missed
+by a reconcile of its own (workflows/reconcile.py).
+"""
+
+import logging
+from collections.abc import Callable
+
+from django.db import transaction
+
+log = logging.getLogger("scheduler.hooks")
+
+SUCCEEDED, DEAD, REQUEUED, CANCELLED = "succeeded", "dead", "requeued", "cancelled"
+
+
+class RunListener:
+    """What an app implements to follow runs. ``watched`` tells which runs it follows
+    (one query; called outside a transaction by the ack, so it must only depend on rows
+    committed before the runs could be leased). ``refuse_result`` may refuse a watched
+    run's result at its ack (a reason: the attempt fails and the run goes to the dead
+    letter). ``changed`` is told of runs that reached ``event`` (SUCCEEDED, DEAD,
+    REQUEUED, CANCELLED) at ``now`` (database clock), inside the transaction."""
+
+    def watched(self, run_ids: list[int], using: str) -> set[int]:
+        return set()
+
+    def refuse_result(self, run_id: int, result) -> str | None:
+        return None
+
+    def changed(self, event: str, run_ids: list[int], now, using: str) -> None:
+        pass
+
+
+_listeners: list[RunListener] = []
+# One-off jobs the history retention must keep although no run is left: (table, column)
+# of rows pointing at jobs_job that need it (a workflow's node keeps its job).
+_job_keepers: list[tuple[str, str]] = []
+_context: dict[str, Callable] = {}
+
+
+def register(listener: RunListener) -> None:
+    """Add ``listener`` (once; registering the same object again does nothing)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def keep_jobs(table: str, column: str) -> None:
+    """Tell the history retention (runs/retention.py) to keep every one-off job whose id
+    is in ``table.column``, even when its last run was pruned."""
+    if (table, column) not in _job_keepers:
+        _job_keepers.append((table, column))
+
+
+def job_keepers() -> list[tuple[str, str]]:
+    return list(_job_keepers)
+
+
+def provide_context(name: str, factory: Callable) -> None:
+    """Make ``factory(ctx)`` the value of the handler context's attribute ``name``
+    (runs/context.py; ``upstream``: the results of a workflow node's upstreams)."""
+    _context[name] = factory
+
+
+def context_value(name: str, ctx, default):
+    factory = _context.get(name)
+    return default if factory is None else factory(ctx)
+
+
+def watched(run_ids: list[int], using: str) -> set[int]:
+    """The runs among ``run_ids`` some listener follows (no query without listeners)."""
+    if not _listeners or not run_ids:
+        return set()
+    found: set[int] = set()
+    for listener in _listeners:
+        found |= listener.watched(run_ids, using)
+    return found
+
+
+def refuse_result(run_id: int, result) -> str | None:
+    """Why a listener refuses a watched run's result, or None."""
+    for listener in _listeners:
+        reason = listener.refuse_result(run_id, result)
+        if reason:
+            return reason
+    return None
+
+
+def notify(event: str, run_ids: list[int], now, using: str) -> None:
+    """Tell every listener that ``run_ids`` reached ``event``; call inside the transaction
+    that changed them. Each listener runs in a savepoint: its error is logged and undone,
+    the caller's change stands."""
+    if not _listeners or not run_ids:
+        return
+    for listener in _listeners:
+        try:
+            with transaction.atomic(using=using):
+                listener.changed(event, run_ids, now, using)
+        except Exception:  # noqa: BLE001 - a listener must never undo an ack
+            log.exception("run listener %s failed on %s runs %s; its reconcile repairs it",
+                          type(listener).__name__, event, run_ids[:20])
