@@ -131,6 +131,15 @@ DEFAULTS: dict[str, Tunable] = {
     "ALERT_POLL_S": Tunable(1.0, float, "seconds between a dispatcher's alert deliveries"),
     "ALERT_WEBHOOK_ATTEMPTS": Tunable(5, int, "attempts of a webhook delivery run"),
     "ALERT_WEBHOOK_QUEUE": Tunable("default", str, "queue of the webhook delivery runs"),
+    # Workflows: jobs that wait for other jobs (docs/workflows.md).
+    "WORKFLOW_MAX_NODES": Tunable(1000, int, "most nodes one workflow may have"),
+    "WORKFLOW_MAX_EDGES": Tunable(5000, int, "most edges one workflow may have"),
+    "WORKFLOW_MAX_RESULT_BYTES": Tunable(
+        65_536, int, "largest result of a workflow node's run, in bytes of compact UTF-8 "
+        "JSON (64 KiB): a larger one fails the attempt and sends the run to the dead letter"),
+    "WORKFLOW_RECONCILE_S": Tunable(
+        5.0, float, "seconds between a scheduler's reconciles of its partitions' workflow "
+        "runs (nodes ready without a run, runs finished without their node knowing)"),
     # The built-in http handler and its SSRF guard (docs/http-handler.md).
     "HTTP_ALLOWLIST": Tunable(
         "", str, "comma-separated host names (exact, or .suffix for a domain and its "

@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "jobs",
     "runs",
     "scheduler_tasks",
+    "workflows",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,62 @@
+"""What a node's handler reads of its upstream nodes: ``ctx.upstream["extract"]`` is
+the result of node ``extract``'s run in the same workflow run (docs/workflows.md,
+"Results"). A django.tasks task node reads the same with ``upstream_of(context)``.
+
+The read happens in the worker's child, on first use only, so handlers that never look
+cost nothing. It goes through a connection of the child's own, opened on first use and
+kept for the child's life: a child is forked from a worker whose own connection it must
+never write to.
+"""
+
+import json
+import os
+from types import MappingProxyType
+
+from django.db import connections
+
+from runs.models import Run
+from workflows.models import NodeRun, WorkflowEdge, WorkflowNode
+
+_own: dict[tuple[int, str], object] = {}  # (process id, alias) -> its private connection
+
+
+def _connection(alias: str = "default"):
+    key = (os.getpid(), alias)
+    connection = _own.get(key)
+    if connection is None:
+        connection = _own[key] = connections.create_connection(alias)
+    return connection
+
+
+def upstream_results(run_id: int, alias: str = "default") -> MappingProxyType:
+    """The results of the upstream nodes of the node whose run is ``run_id``, by node
+    name (a read-only mapping; empty when the run is no workflow node's). One query."""
+    node_run, edge, node, run = (NodeRun._meta.db_table, WorkflowEdge._meta.db_table,
+                                 WorkflowNode._meta.db_table, Run._meta.db_table)
+    sql = (f"SELECT un.name, r.result FROM {node_run} d "
+           f"JOIN {edge} e ON e.downstream_id = d.node_id "
+           f"JOIN {node_run} u ON u.workflow_run_id = d.workflow_run_id "
+           f"AND u.node_id = e.upstream_id "
+           f"JOIN {node} un ON un.id = u.node_id "
+           f"LEFT JOIN {run} r ON r.id = u.run_id "
+           f"WHERE d.run_id = %s")
+    connection = _connection(alias)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run_id])
+        rows = cursor.fetchall()
+    # jsonb comes as text (Django's loader) or decoded, SQLite's as text.
+    return MappingProxyType({
+        name: json.loads(value) if isinstance(value, str | bytes) else value
+        for name, value in rows})
+
+
+def upstream_of(context) -> MappingProxyType:
+    """``ctx.upstream`` for a django.tasks task that ``takes_context``: the results of its
+    upstream nodes by name, from its TaskContext (whose result id is the run id)."""
+    result = context.task_result
+    return upstream_results(int(result.id), result.task.get_backend().using)
+
+
+def ctx_upstream(ctx) -> MappingProxyType:
+    """The value of ``ctx.upstream`` (runs/context.py) for handler context ``ctx``."""
+    return upstream_results(ctx.run_id, ctx.using)

@@ -1,0 +1,106 @@
+"""Cancel, pause and resume of a workflow run, and pause and resume of a workflow's
+schedule (docs/workflows.md, "Cancel and pause"). The REST API and the admin call these.
+
+A paused workflow run starts no new node: the runs it has already made go on and finish
+(as Airflow's paused DAGs let running tasks finish), and a node that becomes ready waits,
+pending, for the resume. A paused workflow starts no run on its schedule; its runs
+already started go on, and a resume starts from the next occurrence after it (the
+occurrences of the pause are skipped, as a job's resume does by default).
+"""
+
+from django.db import transaction
+
+from jobs import cron
+from runs import services as run_services
+from runs.clock import db_now
+from runs.models import Run
+from workflows.engine import finish_if_done, start_ready
+from workflows.models import (
+    LIVE_WORKFLOW_STATES,
+    NodeRun,
+    NodeState,
+    Workflow,
+    WorkflowRun,
+    WorkflowRunState,
+)
+
+
+def _pk(obj) -> int:
+    return obj.pk if hasattr(obj, "pk") else int(obj)
+
+
+def cancel_workflow_run(workflow_run, using: str = "default") -> bool:
+    """Cancel a running or paused workflow run (an instance or id): its pending nodes
+    become ``cancelled`` without running, the runs of its running nodes are cancelled
+    (runs/services.py's cancel: a handler executing is stopped), and the workflow run is
+    ``cancelled``. Returns False when it had already ended (nothing changes)."""
+    wr_id = _pk(workflow_run)
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        run_ids = list(NodeRun.objects.using(using)
+                       .filter(workflow_run_id=wr_id, state=NodeState.RUNNING)
+                       .values_list("run_id", flat=True))
+        # Runs first, then the workflow run: the order an ack takes them in (engine.py).
+        list(Run.objects.using(using).filter(pk__in=run_ids).order_by("pk")
+             .select_for_update().values_list("pk", flat=True))
+        changed = WorkflowRun.objects.using(using).filter(
+            pk=wr_id, state__in=LIVE_WORKFLOW_STATES).update(
+            state=WorkflowRunState.CANCELLED, finished_at=now,
+            error="cancelled while it ran")
+        if not changed:
+            return False
+        NodeRun.objects.using(using).filter(workflow_run_id=wr_id,
+                                            state=NodeState.PENDING).update(
+            state=NodeState.CANCELLED, finished_at=now, error="its workflow run was cancelled")
+        run_services.cancel(run_ids, using)
+    return True
+
+
+def pause_workflow_run(workflow_run, using: str = "default") -> bool:
+    """Pause a running workflow run: it starts no new node until resumed (its runs
+    already made finish). Returns False when it was not running."""
+    return bool(WorkflowRun.objects.using(using).filter(
+        pk=_pk(workflow_run), state=WorkflowRunState.RUNNING).update(
+        state=WorkflowRunState.PAUSED))
+
+
+def resume_workflow_run(workflow_run, using: str = "default") -> bool:
+    """Resume a paused workflow run: the nodes that became ready meanwhile start now, and
+    a run whose nodes all ended meanwhile ends. Returns False when it was not paused."""
+    wr_id = _pk(workflow_run)
+    with transaction.atomic(using=using):
+        changed = WorkflowRun.objects.using(using).filter(
+            pk=wr_id, state=WorkflowRunState.PAUSED).update(state=WorkflowRunState.RUNNING)
+        if not changed:
+            return False
+        now = db_now(using)
+        start_ready([wr_id], now, using)
+        finish_if_done([wr_id], now, using)
+    return True
+
+
+def pause_workflow(workflow, using: str = "default") -> bool:
+    """Pause an active workflow's schedule: no run starts on it until resumed (runs
+    already started go on; a trigger is refused meanwhile). Returns False when it was
+    not active."""
+    with transaction.atomic(using=using):
+        return bool(Workflow.objects.using(using).filter(
+            pk=_pk(workflow), status=Workflow.Status.ACTIVE).update(
+            status=Workflow.Status.PAUSED, paused_at=db_now(using)))
+
+
+def resume_workflow(workflow, using: str = "default") -> bool:
+    """Resume a paused workflow: its schedule goes on from the first occurrence after now
+    (the occurrences of the pause are skipped). Returns False when it was not paused."""
+    with transaction.atomic(using=using):
+        wf = (Workflow.objects.using(using).select_related("schedule")
+              .select_for_update(of=("self",)).filter(pk=_pk(workflow),
+                                                      status=Workflow.Status.PAUSED).first())
+        if wf is None:
+            return False
+        now = db_now(using)
+        wf.status, wf.paused_at = Workflow.Status.ACTIVE, None
+        if wf.schedule is not None:
+            wf.next_run_at = cron.next_after(wf.schedule.cron, wf.schedule.timezone, now)
+        wf.save(using=using, update_fields=["status", "paused_at", "next_run_at", "updated_at"])
+    return True

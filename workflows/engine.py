@@ -1,0 +1,214 @@
+"""The workflow engine's forward steps (docs/workflows.md, "The rules"): a node becomes a
+run once every upstream node's run in the same workflow run has succeeded, exactly once,
+and a workflow run ends once none of its nodes can progress.
+
+Exactly once, however the upstreams finish: the candidates are locked (FOR UPDATE, in id
+order, so two acks never wait on each other in a circle) before their upstreams are read,
+and that read is a statement of its own. Under PostgreSQL's READ COMMITTED, of two acks
+that finish a node's last two upstreams at once, the second to get the lock reads the
+first's committed success, so one of them sees the node ready; the one that does moves
+it ``pending -> running`` with a conditional UPDATE, and UNIQUE (workflow_run, node),
+UNIQUE (run_id) and the runs' UNIQUE (job, scheduled_at) hold whatever happens. SQLite
+serialises writers (BEGIN IMMEDIATE). Everything here runs inside the caller's
+transaction (the ack's, a start's, a reconcile's); runs reach the broker after commit.
+
+Lock order, everywhere: runs, then node runs, then the workflow run.
+"""
+
+from datetime import datetime
+
+from django.db import connections
+from django.db.models import Exists, OuterRef
+
+from jobs import cron
+from runs.brokers import get_broker
+from runs.brokers.keys import shard_of
+from runs.clock import seconds
+from runs.models import PENDING_STATES, Run
+from runs.transitions import int_array
+from runs.types import RunRef
+from scheduler_core import conf
+from workflows.models import (
+    LIVE_WORKFLOW_STATES,
+    NodeRun,
+    NodeState,
+    WorkflowEdge,
+    WorkflowRun,
+    WorkflowRunState,
+)
+
+
+def node_runs_of(run_ids: list[int], states, using: str) -> list[tuple[int, int, int]]:
+    """(node run id, workflow run id, node id) of the node runs in ``states`` whose run is
+    one of ``run_ids``."""
+    return list(NodeRun.objects.using(using).filter(run_id__in=run_ids, state__in=states)
+                .values_list("id", "workflow_run_id", "node_id"))
+
+
+def blocked_by_upstream():
+    """An Exists over a NodeRun row (OuterRef) that is true while one of its node's
+    upstream nodes has not succeeded in the same workflow run."""
+    return Exists(NodeRun.objects.filter(
+        workflow_run_id=OuterRef("workflow_run_id"),
+        node__downstream_edges__downstream_id=OuterRef("node_id"),
+    ).exclude(state=NodeState.SUCCEEDED))
+
+
+def start_ready(workflow_run_ids, now: datetime, using: str,
+                node_ids=None) -> list[int]:
+    """Make a run for every node of the running workflow runs ``workflow_run_ids`` that is
+    pending and whose upstreams have all succeeded (``node_ids``: consider only those
+    nodes; None: every node). Returns the node run ids started."""
+    candidates = NodeRun.objects.using(using).filter(
+        workflow_run_id__in=list(workflow_run_ids), state=NodeState.PENDING,
+        workflow_run__state=WorkflowRunState.RUNNING)
+    if node_ids is not None:
+        candidates = candidates.filter(node_id__in=list(node_ids))
+    locked = list(candidates.order_by("id").select_for_update(of=("self",))
+                  .values_list("id", flat=True))
+    if not locked:
+        return []
+    ready = list(
+        NodeRun.objects.using(using).filter(pk__in=locked, state=NodeState.PENDING)
+        .filter(~blocked_by_upstream())
+        .values_list("id", "workflow_run__workflow_id", "workflow_run__scheduled_at",
+                     "workflow_run__started_by", "workflow_run__workflow__schedule__jitter_s",
+                     "node__job_id", "node__job__queue", "node__job__priority",
+                     "node__job__max_attempts", "node__job__shard_key", "node__job__handler",
+                     "node__job__owner_id"))
+    if ready:
+        _make_runs(ready, now, using)
+    return [row[0] for row in ready]
+
+
+def _run_at(row, now: datetime) -> tuple[datetime, float]:
+    """When a ready node's run may start, and its jitter (s): now, but never before its
+    workflow run's ``scheduled_at`` plus, for a run its schedule started, the schedule's
+    jitter (the root runs of a workflow run made LOOKAHEAD_S ahead, or of one started
+    for a later time, wait for it in the broker, as a job's runs do)."""
+    _, workflow_id, scheduled_at, started_by, jitter_s, *_ = row
+    jitter = 0.0
+    if started_by == WorkflowRun.StartedBy.SCHEDULE and jitter_s:
+        jitter = cron.jitter_offset(workflow_id, jitter_s)
+    start = scheduled_at + seconds(jitter)
+    return (start, jitter) if start > now else (now, 0.0)
+
+
+def _make_runs(ready: list[tuple], now: datetime, using: str) -> None:
+    """Insert the runs of ``ready`` node runs (rows of start_ready) and point their node
+    runs at them. A run that exists already for (job, scheduled_at) is adopted rather than
+    duplicated (the runs' unique constraint), so a repeated start is harmless."""
+    shards = conf.get("SHARDS")
+    planned = {}
+    for row in ready:
+        (node_run_id, _, scheduled_at, _, _, job_id, queue, priority, max_attempts,
+         shard_key, handler, owner_id) = row
+        run_at, jitter = _run_at(row, now)
+        planned[(job_id, scheduled_at)] = (node_run_id, owner_id, Run(
+            job_id=job_id, scheduled_at=scheduled_at, run_at=run_at, jitter_s=jitter,
+            queue=queue, shard=shard_of(shard_key or handler, shards), priority=priority,
+            max_attempts=max_attempts))
+    runs = Run.objects.using(using)
+    runs.bulk_create([entry[2] for entry in planned.values()], batch_size=1000,
+                     ignore_conflicts=True)
+    found = runs.filter(job_id__in={key[0] for key in planned},
+                        scheduled_at__in={key[1] for key in planned}).values_list(
+        "id", "job_id", "scheduled_at", "queue", "shard", "priority", "run_at", "state")
+    pairs, refs = [], []
+    for run_id, job_id, scheduled_at, queue, shard, priority, run_at, state in found:
+        entry = planned.get((job_id, scheduled_at))
+        if entry is None:
+            continue
+        pairs.append((entry[0], run_id))
+        if state in PENDING_STATES:
+            refs.append(RunRef(run_id, queue, shard, priority, run_at, entry[1]))
+    _point_at_runs(pairs, now, using)
+    get_broker(using).push_after_commit(refs)
+
+
+def _point_at_runs(pairs: list[tuple[int, int]], now: datetime, using: str) -> None:
+    """Move each (node run id, run id) of ``pairs`` from pending to running with its run:
+    one statement on PostgreSQL, one per node run elsewhere."""
+    if not pairs:
+        return
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {NodeRun._meta.db_table} AS n SET state = %s, run_id = v.run, "
+                "ready_at = %s, error = '' FROM unnest(%s::bigint[], %s::bigint[]) "
+                "AS v(id, run) WHERE n.id = v.id AND n.state = %s",
+                [NodeState.RUNNING, now, int_array([p[0] for p in pairs]),
+                 int_array([p[1] for p in pairs]), NodeState.PENDING])
+        return
+    node_runs = NodeRun.objects.using(using)
+    for node_run_id, run_id in pairs:
+        node_runs.filter(pk=node_run_id, state=NodeState.PENDING).update(
+            state=NodeState.RUNNING, run_id=run_id, ready_at=now, error="")
+
+
+def downstream_of(node_ids, using: str) -> set[int]:
+    """The nodes that wait directly for any of ``node_ids``."""
+    return set(WorkflowEdge.objects.using(using).filter(upstream_id__in=list(node_ids))
+               .values_list("downstream_id", flat=True))
+
+
+def nodes_succeeded(run_ids: list[int], now: datetime, using: str) -> None:
+    """The runs ``run_ids`` succeeded (inside their ack's transaction): their node runs
+    succeed, the nodes downstream of them that are now ready get their runs, and each
+    workflow run concerned ends if nothing is left to run."""
+    rows = node_runs_of(run_ids, [NodeState.RUNNING], using)
+    if not rows:
+        return
+    NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows],
+                                        state=NodeState.RUNNING).update(
+        state=NodeState.SUCCEEDED, finished_at=now, error="")
+    workflow_runs = {r[1] for r in rows}
+    start_ready(workflow_runs, now, using, node_ids=downstream_of({r[2] for r in rows}, using))
+    finish_if_done(workflow_runs, now, using)
+
+
+def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
+    """End each live workflow run of ``workflow_run_ids`` none of whose nodes is pending or
+    running: ``succeeded`` if every node succeeded, else ``failed`` with the nodes that did
+    not succeed in ``error``. Returns the ids ended."""
+    ids = set(workflow_run_ids)
+    if not ids:
+        return []
+    live_nodes = set(NodeRun.objects.using(using).filter(
+        workflow_run_id__in=list(ids), state__in=[NodeState.PENDING, NodeState.RUNNING])
+        .values_list("workflow_run_id", flat=True).distinct())
+    done = ids - live_nodes
+    if not done:
+        return []
+    unsuccessful: dict[int, list[tuple[str, str]]] = {}
+    for wr_id, name, state in (NodeRun.objects.using(using)
+                               .filter(workflow_run_id__in=list(done))
+                               .exclude(state=NodeState.SUCCEEDED).order_by("id")
+                               .values_list("workflow_run_id", "node__name", "state")):
+        unsuccessful.setdefault(wr_id, []).append((name, state))
+    runs = WorkflowRun.objects.using(using).filter(state__in=LIVE_WORKFLOW_STATES)
+    ended = []
+    for wr_id in sorted(done):
+        failed = unsuccessful.get(wr_id)
+        if failed:
+            changed = runs.filter(pk=wr_id).update(
+                state=WorkflowRunState.FAILED, finished_at=now, error=failure_summary(failed))
+        else:
+            changed = runs.filter(pk=wr_id).update(
+                state=WorkflowRunState.SUCCEEDED, finished_at=now, error="")
+        if changed:
+            ended.append(wr_id)
+    return ended
+
+
+def failure_summary(failed: list[tuple[str, str]], shown: int = 10) -> str:
+    """``error`` of a failed workflow run: its nodes that did not succeed, by state."""
+    by_state: dict[str, list[str]] = {}
+    for name, state in failed:
+        by_state.setdefault(state, []).append(name)
+    parts = []
+    for state, names in by_state.items():
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        parts.append(f"{state}: {', '.join(repr(n) for n in names[:shown])}{more}")
+    return "nodes that did not succeed: " + "; ".join(parts)

@@ -1,0 +1,55 @@
+"""The workflow engine's place in the runs' state changes (runs/hooks.py): which runs are
+workflow nodes, the bound on a node's result, and what each change of a node's run does
+to its workflow run (docs/workflows.md, "Where the engine hooks in")."""
+
+import json
+
+from runs import hooks
+from scheduler_core import conf
+from workflows.engine import nodes_succeeded
+from workflows.failures import nodes_failed, nodes_requeued
+from workflows.models import NodeRun, NodeState
+
+
+def result_size_problem(result, cap: int | None = None) -> str | None:
+    """Why ``result`` is too big to be a node's result, or None: at most ``cap`` bytes
+    (default WORKFLOW_MAX_RESULT_BYTES) of compact UTF-8 JSON, because every downstream
+    node reads it (docs/workflows.md, "Results")."""
+    if result is None or isinstance(result, bool | int | float):
+        return None
+    cap = conf.get("WORKFLOW_MAX_RESULT_BYTES") if cap is None else cap
+    try:
+        size = len(json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode())
+    except (TypeError, ValueError, RecursionError):
+        return None  # not JSON at all: the worker's own check already failed the attempt
+    if size > cap:
+        return (f"the result of this workflow node is {size} bytes of JSON, more than "
+                f"WORKFLOW_MAX_RESULT_BYTES ({cap}); return less (a reference to where "
+                f"the data is, say) - the run goes to the dead letter, as a retry would "
+                f"return the same")
+    return None
+
+
+class WorkflowListener(hooks.RunListener):
+    """Follows the runs of workflow nodes: a run is one when a NodeRun points at it,
+    which is written in the transaction that creates the run."""
+
+    def watched(self, run_ids: list[int], using: str) -> set[int]:
+        return set(NodeRun.objects.using(using).filter(run_id__in=run_ids)
+                   .values_list("run_id", flat=True))
+
+    def refuse_result(self, run_id: int, result) -> str | None:
+        return result_size_problem(result)
+
+    def changed(self, event: str, run_ids: list[int], now, using: str) -> None:
+        if event == hooks.SUCCEEDED:
+            nodes_succeeded(run_ids, now, using)
+        elif event == hooks.DEAD:
+            nodes_failed(run_ids, NodeState.FAILED, now, using)
+        elif event == hooks.CANCELLED:
+            nodes_failed(run_ids, NodeState.CANCELLED, now, using)
+        elif event == hooks.REQUEUED:
+            nodes_requeued(run_ids, now, using)
+
+
+LISTENER = WorkflowListener()

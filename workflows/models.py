@@ -1,0 +1,228 @@
+"""Workflows: named nodes (each a job's handler or django.tasks task) and the edges
+between them, and their runs (docs/workflows.md, "The model").
+
+A node runs as an ordinary run of its own job (``WorkflowNode.job``, created with the
+workflow), so brokers, queues, priorities, owner limits, retries and the dead letter all
+apply unchanged. A workflow run keeps one NodeRun per node; UNIQUE (workflow_run, node)
+and UNIQUE (run_id) are what make "exactly one run per node per workflow run" a database
+rule rather than luck, and the runs table's own UNIQUE (job, scheduled_at) says it again:
+every run of a node in one workflow run has that workflow run's ``scheduled_at``.
+
+NodeRun.run_id is a plain indexed integer, not a foreign key: the runs table may be
+partitioned by time, and a history retention that deletes a node's old run must not be
+blocked by (or cascade into) the workflow's own history.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from scheduler_core.models import Job, Schedule
+
+NAME_MAX = 200
+RUN_KEY_MAX = 200
+
+
+class Workflow(models.Model):
+    """A graph of jobs, owned like jobs. ``schedule`` (the jobs' own Schedule: cron,
+    timezone, misfire policy, max lag, jitter) starts a workflow run per occurrence;
+    ``next_run_at`` (UTC) is the next occurrence not yet started, advanced by the
+    scheduler with a fenced UPDATE like a cron job's. ``status`` paused stops the
+    schedule only: workflow runs already started go on."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        PAUSED = "paused"
+
+    name = models.CharField(max_length=NAME_MAX)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+        related_name="workflows", db_index=False,
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    schedule = models.OneToOneField(
+        Schedule, null=True, blank=True, on_delete=models.PROTECT, related_name="workflow")
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["next_run_at"], name="workflow_due_active",
+                         condition=Q(status="active", next_run_at__isnull=False)),
+            models.Index(fields=["owner", "status"], name="workflow_owner_status"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkflowNode(models.Model):
+    """One node: ``name`` (unique in its workflow) and the job whose runs it makes. What
+    the node runs (handler, payload, queue, priority, timeout_s, max_attempts) is that
+    job's, shown here as properties; a django.tasks node's job has the ``django_task``
+    handler with the task's path in its payload (``task``)."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=NAME_MAX)
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="workflow_node")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "name"], name="workflow_node_name"),
+        ]
+        ordering = ["workflow", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id}:{self.name}"
+
+    @property
+    def handler(self) -> str:
+        return self.job.handler
+
+    @property
+    def task(self) -> str | None:
+        """The django.tasks task's module path of a task node, else None."""
+        if self.job.handler != "django_task":
+            return None
+        return (self.job.payload or {}).get("task")
+
+    @property
+    def payload(self) -> dict:
+        return self.job.payload
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    @property
+    def priority(self) -> int:
+        return self.job.priority
+
+    @property
+    def timeout_s(self) -> int:
+        return self.job.timeout_s
+
+    @property
+    def max_attempts(self) -> int:
+        return self.job.max_attempts
+
+
+class WorkflowEdge(models.Model):
+    """``downstream`` waits for ``upstream``'s run to succeed in the same workflow run."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="edges")
+    upstream = models.ForeignKey(WorkflowNode, on_delete=models.CASCADE,
+                                 related_name="downstream_edges")
+    downstream = models.ForeignKey(WorkflowNode, on_delete=models.CASCADE,
+                                   related_name="upstream_edges")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["upstream", "downstream"], name="workflow_edge"),
+            models.CheckConstraint(condition=~Q(upstream=models.F("downstream")),
+                                   name="workflow_edge_not_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.upstream_id} -> {self.downstream_id}"
+
+
+class WorkflowRunState(models.TextChoices):
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+LIVE_WORKFLOW_STATES = (WorkflowRunState.RUNNING, WorkflowRunState.PAUSED)
+
+
+class WorkflowRun(models.Model):
+    """One run of a workflow at ``scheduled_at`` (UTC; the cron occurrence, or the
+    database's now for a trigger). ``run_key`` (optional) makes a start through the API
+    idempotent ("": none). ``started_by``: ``schedule``, ``trigger`` or ``api``. ``error`` says why
+    a failed run failed (the nodes that did not succeed)."""
+
+    class StartedBy(models.TextChoices):
+        SCHEDULE = "schedule"
+        TRIGGER = "trigger"
+        API = "api"
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="runs")
+    scheduled_at = models.DateTimeField()
+    run_key = models.CharField(max_length=RUN_KEY_MAX, blank=True, default="")
+    state = models.CharField(max_length=16, choices=WorkflowRunState.choices,
+                             default=WorkflowRunState.RUNNING)
+    started_by = models.CharField(max_length=16, choices=StartedBy.choices,
+                                  default=StartedBy.API)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow", "scheduled_at"],
+                                    name="workflow_run_scheduled_at"),
+            models.UniqueConstraint(fields=["workflow", "run_key"], name="workflow_run_key",
+                                    condition=~Q(run_key="")),
+        ]
+        indexes = [
+            models.Index(fields=["workflow"], name="workflow_run_live",
+                         condition=Q(state__in=["running", "paused"])),
+        ]
+
+    def __str__(self) -> str:
+        return (f"workflow run {self.pk} of {self.workflow_id} "
+                f"at {self.scheduled_at:%Y-%m-%d %H:%M:%S}")
+
+
+class NodeState(models.TextChoices):
+    PENDING = "pending"  # waiting for its upstreams (or for a paused workflow run)
+    RUNNING = "running"  # has a run that has not finished (scheduled ... retrying)
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # its run went to the dead letter
+    CANCELLED = "cancelled"  # its run, or its workflow run, was cancelled
+    UPSTREAM_FAILED = "upstream_failed"  # an upstream failed: it will not run
+
+
+DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED,
+                    NodeState.UPSTREAM_FAILED)
+
+
+class NodeRun(models.Model):
+    """One node's state in one workflow run. ``run_id`` is its run (a runs_run id, no
+    foreign key: module docstring), set with the state ``running``; ``ready_at`` is when
+    its last upstream succeeded (database clock; the workflow run's start for a node
+    without upstreams), ``finished_at`` when it reached a final state. ``error`` says why
+    a node did not run (which upstream failed)."""
+
+    workflow_run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE,
+                                     related_name="node_runs")
+    node = models.ForeignKey(WorkflowNode, on_delete=models.CASCADE, related_name="node_runs")
+    state = models.CharField(max_length=16, choices=NodeState.choices,
+                             default=NodeState.PENDING)
+    # Unique (NULLs are distinct): a run belongs to one node run at most; the index also
+    # serves the ack's lookup of which acked runs are nodes.
+    run_id = models.BigIntegerField(null=True, blank=True, unique=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow_run", "node"], name="node_run_once"),
+            models.CheckConstraint(condition=~Q(state="running") | Q(run_id__isnull=False),
+                                   name="node_run_running_has_run"),
+        ]
+        indexes = [
+            # The live node runs of a workflow run: whether it is done, what to reconcile.
+            models.Index(fields=["workflow_run", "state"], name="node_run_live",
+                         condition=Q(state__in=["pending", "running"])),
+        ]
+        ordering = ["workflow_run", "id"]
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} of workflow run {self.workflow_run_id}: {self.state}"

@@ -1,0 +1,112 @@
+"""The workflow reconcile (docs/workflows.md, "Nothing lost"): the ack's transaction
+starts the downstream nodes, but a listener error rolled back to its savepoint, a run
+changed by a path that tells no listener (a job cancelled, a run discarded), or a bug,
+would leave a workflow run waiting for ever. Every WORKFLOW_RECONCILE_S each scheduler
+compares the live workflow runs of its partitions with their runs, and does what the
+hooks would have done:
+
+* a running node whose run succeeded, died or was cancelled takes that outcome (and its
+  downstream nodes start, or become upstream_failed); one whose run is gone (deleted)
+  fails;
+* a pending node whose upstreams have all succeeded gets its run (a running workflow
+  run);
+* a workflow run none of whose nodes can progress ends;
+* the runs still live of a cancelled workflow run are cancelled (one made by an ack in
+  the instant of the cancel).
+
+Runs whose push to the broker was lost are the dispatcher's reconcile's (the runs table
+is the truth, docs/architecture.md, "Invariants" 2).
+"""
+
+from django.db import transaction
+from django.db.models import F
+
+from runs import services as run_services
+from runs.clock import db_now
+from runs.models import TERMINAL_STATES, Run, RunState
+from workflows.engine import finish_if_done, nodes_succeeded, start_ready
+from workflows.failures import BLOCKING, nodes_failed, propagate
+from workflows.models import (
+    LIVE_WORKFLOW_STATES,
+    NodeRun,
+    NodeState,
+    WorkflowRun,
+    WorkflowRunState,
+)
+
+BATCH = 500  # workflow runs reconciled per transaction
+
+
+def in_partitions(queryset, partitions: list[int] | None, total: int, field: str = "id"):
+    """The rows of ``queryset`` whose ``field`` falls in ``partitions`` (of ``total``;
+    None: every row)."""
+    if partitions is None or len(partitions) >= total:
+        return queryset
+    return queryset.alias(part=F(field) % total).filter(part__in=partitions)
+
+
+def reconcile(partitions: list[int] | None = None, total: int = 1,
+              using: str = "default") -> dict[str, int]:
+    """Reconcile the live workflow runs whose workflow falls in ``partitions`` (of
+    ``total``; None: all), in batches of BATCH, each its own transaction. Returns counts
+    of what it repaired: ``finished`` (node runs given their run's outcome), ``started``
+    (node runs given a run), ``ended`` (workflow runs ended), ``cancelled`` (stray runs)."""
+    live = WorkflowRun.objects.using(using).filter(state__in=LIVE_WORKFLOW_STATES)
+    live = in_partitions(live, partitions, total, "workflow_id")
+    counts = {"finished": 0, "started": 0, "ended": 0, "cancelled": 0}
+    last = 0
+    while True:
+        batch = list(live.filter(pk__gt=last).order_by("pk").values_list("pk", flat=True)[:BATCH])
+        if not batch:
+            break
+        last = batch[-1]
+        with transaction.atomic(using=using):
+            _reconcile_batch(batch, counts, using)
+    counts["cancelled"] = _cancel_strays(partitions, total, using)
+    return counts
+
+
+def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> None:
+    now = db_now(using)
+    running = dict(NodeRun.objects.using(using).filter(
+        workflow_run_id__in=batch, state=NodeState.RUNNING).values_list("run_id", "id"))
+    # Locked, in id order as every path takes runs: a requeue waiting on one sees the
+    # node's new state once this commits (failures.nodes_requeued).
+    ended = dict(Run.objects.using(using).filter(pk__in=list(running),
+                                                 state__in=TERMINAL_STATES)
+                 .order_by("pk").select_for_update().values_list("pk", "state"))
+    gone = set(running) - set(Run.objects.using(using).filter(pk__in=list(running))
+                              .values_list("pk", flat=True))
+    by_state: dict[str, list[int]] = {}
+    for run_id, state in ended.items():
+        by_state.setdefault(state, []).append(run_id)
+    if by_state.get(RunState.SUCCEEDED):
+        nodes_succeeded(by_state[RunState.SUCCEEDED], now, using)
+    if by_state.get(RunState.DEAD):
+        nodes_failed(by_state[RunState.DEAD], NodeState.FAILED, now, using)
+    if by_state.get(RunState.CANCELLED):
+        nodes_failed(by_state[RunState.CANCELLED], NodeState.CANCELLED, now, using)
+    if gone:
+        NodeRun.objects.using(using).filter(run_id__in=gone, state=NodeState.RUNNING).update(
+            state=NodeState.FAILED, finished_at=now, error="its run no longer exists")
+    counts["finished"] += len(ended) + len(gone)
+    counts["started"] += len(start_ready(batch, now, using))
+    stuck = set(NodeRun.objects.using(using).filter(
+        workflow_run_id__in=batch, state__in=BLOCKING).values_list("workflow_run_id", flat=True))
+    if stuck:
+        propagate(stuck, now, using)
+    counts["ended"] += len(finish_if_done(batch, now, using))
+
+
+def _cancel_strays(partitions, total: int, using: str) -> int:
+    """Cancel the live runs of the nodes of cancelled workflow runs (found through the
+    node runs' partial index of live rows, which stays small)."""
+    with transaction.atomic(using=using):
+        cancelled = in_partitions(WorkflowRun.objects.using(using).filter(
+            state=WorkflowRunState.CANCELLED), partitions, total, "workflow_id")
+        run_ids = list(NodeRun.objects.using(using).filter(
+            workflow_run__in=cancelled.values("pk"), state=NodeState.RUNNING)
+            .values_list("run_id", flat=True)[:BATCH])
+        if not run_ids:
+            return 0
+        return run_services.cancel(run_ids, using)

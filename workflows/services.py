@@ -1,0 +1,220 @@
+"""The workflows' Python API (docs/workflows.md, "Python API"): create a workflow, start
+and read its runs. The REST API and the admin call these same functions; control of a
+run (cancel, pause, resume) is workflows/control.py.
+
+Shapes are JSON-like so a REST view can pass a request body through unchanged:
+``nodes`` a list of ``{name, handler | task, payload, args, kwargs, queue, priority,
+timeout_s, max_attempts}`` dicts, ``edges`` a list of ``[upstream, downstream]`` pairs or
+``{"from": upstream, "to": downstream}`` dicts, ``schedule`` a cron expression or
+``{cron, timezone, misfire_policy, max_lag_s, jitter_s}``. Everything happens in one
+transaction on ``using``; runs reach the broker after it commits.
+"""
+
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from jobs import cron, tenants
+from jobs.models import Job, Schedule
+from jobs.validation import moment_problem
+from runs.clock import db_now
+from runs.models import Run
+from scheduler_core import conf
+from scheduler_core.exceptions import InvalidJob, SchedulerError
+from workflows.engine import start_ready
+from workflows.models import (
+    RUN_KEY_MAX,
+    NodeRun,
+    Workflow,
+    WorkflowEdge,
+    WorkflowNode,
+    WorkflowRun,
+)
+from workflows.validation import InvalidWorkflow, validate_workflow
+
+__all__ = ["InvalidWorkflow", "create_workflow", "get_workflow", "get_workflow_run",
+           "start_workflow_run", "trigger"]
+
+
+def _pk(obj) -> int:
+    return obj.pk if hasattr(obj, "pk") else int(obj)
+
+
+def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, owner=None,
+                    schedule: str | dict | None = None, using: str = "default") -> Workflow:
+    """Create a workflow with its nodes and edges, all or nothing; returns it.
+
+    ``nodes``, ``edges`` and ``schedule`` are shaped as the module docstring says. Each
+    node becomes a job of the owner (its handler, payload, queue (default: the owner's
+    default queue), priority (default 5), timeout_s (s) and max_attempts; a ``task``
+    node a ``django_task`` job), checked by the jobs' rules and, given an ``owner`` (a
+    user), its bounds: the queues it was given, its priority, timeout and attempts limits,
+    and its jobs quota (``max_jobs`` counts one job per node). With a ``schedule`` the
+    workflow starts a run at each occurrence (docs/cron.md's rules: timezone, misfire
+    policy, max lag, jitter). Raises InvalidWorkflow naming every bad field (a cycle is
+    named node by node), runs.quotas.QuotaExceeded; nothing is stored then.
+    """
+    owner_id = owner.pk if owner is not None else None
+    bounds = tenants.bounds_of(owner_id, using)
+    clean = validate_workflow(name, nodes, list(edges), schedule, bounds=bounds)
+    tenant_queue = bounds.default_queue if bounds is not None else tenants.SHARED_QUEUE
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        if bounds is not None:
+            tenants.check_quotas(bounds, len(clean["nodes"]), 0, using)
+        sched = clean["schedule"]
+        schedule_row = None
+        if sched is not None:
+            schedule_row = Schedule.objects.using(using).create(**sched)
+        workflow = Workflow.objects.using(using).create(
+            name=clean["name"], owner_id=owner_id, schedule=schedule_row,
+            next_run_at=(cron.next_after(sched["cron"], sched["timezone"], now)
+                         if sched is not None else None))
+        jobs = Job.objects.using(using).bulk_create([
+            # A node's job is a one-off job with no run of its own: its runs are made by
+            # the workflow's runs (run_at records when the node was made).
+            Job(name=spec["name"], owner_id=owner_id, handler=spec["handler"],
+                payload=spec.get("payload") or {}, queue=spec.get("queue") or tenant_queue,
+                priority=5 if spec.get("priority") is None else spec["priority"],
+                run_at=now,
+                timeout_s=spec.get("timeout_s") or conf.get("DEFAULT_TIMEOUT_S"),
+                max_attempts=spec.get("max_attempts") or conf.get("DEFAULT_MAX_ATTEMPTS"))
+            for spec in clean["nodes"]], batch_size=1000)
+        made = WorkflowNode.objects.using(using).bulk_create([
+            WorkflowNode(workflow=workflow, name=spec["node"], job_id=job.pk)
+            for spec, job in zip(clean["nodes"], jobs, strict=True)], batch_size=1000)
+        ids = {node.name: node.pk for node in made}
+        WorkflowEdge.objects.using(using).bulk_create([
+            WorkflowEdge(workflow=workflow, upstream_id=ids[up], downstream_id=ids[down])
+            for up, down in clean["edges"]], batch_size=1000)
+    return workflow
+
+
+def get_workflow(workflow, using: str = "default") -> Workflow:
+    """The Workflow ``workflow`` (an instance or id) with its nodes' jobs at hand
+    (``workflow.nodes.all()``, each node's fields as properties). Raises
+    Workflow.DoesNotExist."""
+    return (Workflow.objects.using(using).select_related("schedule")
+            .prefetch_related("nodes__job", "edges").get(pk=_pk(workflow)))
+
+
+def _check_start(run_key, scheduled_at) -> None:
+    errors = {}
+    if run_key is not None and (not isinstance(run_key, str) or not run_key
+                                or len(run_key) > RUN_KEY_MAX or "\x00" in run_key):
+        errors["run_key"] = f"must be a non-empty text of at most {RUN_KEY_MAX} characters"
+    if scheduled_at is not None and (not isinstance(scheduled_at, datetime)
+                                     or timezone.is_naive(scheduled_at)
+                                     or moment_problem(scheduled_at)):
+        errors["scheduled_at"] = "must be an aware datetime between 1970 and 9998"
+    if errors:
+        raise InvalidJob(errors)
+
+
+def begin_run(workflow: Workflow, scheduled_at: datetime, started_by: str,
+              run_key: str | None, now: datetime, using: str) -> WorkflowRun | None:
+    """Insert a workflow run of ``workflow`` at ``scheduled_at`` with a pending node run
+    per node, and start its nodes without upstreams; None when the workflow already has
+    a run at that time or with that key (UNIQUE (workflow, scheduled_at) and (workflow,
+    run_key): nothing is stored then). Call inside a transaction."""
+    try:
+        with transaction.atomic(using=using):
+            workflow_run = WorkflowRun.objects.using(using).create(
+                workflow=workflow, scheduled_at=scheduled_at, run_key=run_key or "",
+                started_by=started_by)
+    except IntegrityError:
+        return None
+    nodes = list(WorkflowNode.objects.using(using).filter(workflow=workflow)
+                 .values_list("id", flat=True))
+    NodeRun.objects.using(using).bulk_create(
+        [NodeRun(workflow_run=workflow_run, node_id=node) for node in nodes], batch_size=1000)
+    below = set(WorkflowEdge.objects.using(using).filter(workflow=workflow)
+                .values_list("downstream_id", flat=True))
+    start_ready([workflow_run.pk], now, using, node_ids=[n for n in nodes if n not in below])
+    workflow_run.created = True
+    return workflow_run
+
+
+def start_workflow_run(workflow, *, run_key: str | None = None,
+                       scheduled_at: datetime | None = None, using: str = "default",
+                       started_by: str = WorkflowRun.StartedBy.API) -> WorkflowRun:
+    """Start a run of ``workflow`` (an instance or id) at ``scheduled_at`` (aware datetime;
+    default the database's now; a later time holds its first runs until then) and return
+    it; its nodes without upstreams get their runs at once.
+
+    ``run_key`` (text, at most 200 characters) makes the start idempotent: a workflow run
+    of this workflow with that key is returned as it is instead, with ``created`` False
+    (a new one has ``created`` True), also when two starts race. Raises InvalidJob for a
+    bad ``run_key`` or ``scheduled_at``, SchedulerError when the workflow is paused or
+    already has a run at ``scheduled_at``, runs.quotas.QuotaExceeded when its first runs
+    would take the owner over ``max_pending``, Workflow.DoesNotExist.
+    """
+    _check_start(run_key, scheduled_at)
+    with transaction.atomic(using=using):
+        wf = Workflow.objects.using(using).get(pk=_pk(workflow))
+        existing = _by_key(wf, run_key, using)
+        if existing is not None:
+            return existing
+        if wf.status != Workflow.Status.ACTIVE:
+            raise SchedulerError(f"workflow {wf.pk} is {wf.status}; resume it to start runs")
+        bounds = tenants.bounds_of(wf.owner_id, using)
+        if bounds is not None:
+            roots = WorkflowNode.objects.using(using).filter(
+                workflow=wf, upstream_edges__isnull=True).count()
+            tenants.check_quotas(bounds, 0, roots, using)
+        now = db_now(using)
+        when = scheduled_at or now
+        workflow_run = begin_run(wf, when, started_by, run_key, now, using)
+        if workflow_run is not None:
+            return workflow_run
+        existing = _by_key(wf, run_key, using)
+        if existing is not None:
+            return existing
+        raise SchedulerError(f"workflow {wf.pk} already has a run at {when.isoformat()}")
+
+
+def _by_key(workflow: Workflow, run_key: str | None, using: str) -> WorkflowRun | None:
+    if not run_key:
+        return None
+    found = WorkflowRun.objects.using(using).filter(workflow=workflow, run_key=run_key).first()
+    if found is not None:
+        found.created = False
+    return found
+
+
+def trigger(workflow, using: str = "default") -> WorkflowRun:
+    """Start a run of ``workflow`` now (``started_by`` trigger); raises as
+    start_workflow_run."""
+    return start_workflow_run(workflow, using=using, started_by=WorkflowRun.StartedBy.TRIGGER)
+
+
+def get_workflow_run(workflow_run, using: str = "default") -> dict:
+    """A workflow run and every node's state, as JSON-like data: ``{id, workflow,
+    scheduled_at, run_key, state, started_by, created_at, finished_at, error, nodes}``,
+    ``nodes`` a list (in creation order) of ``{name, state, upstream (names), run_id,
+    run_state, attempt, max_attempts, ready_at, started_at, finished_at, error}``; times
+    are aware UTC datetimes, ``started_at`` the current or last attempt's start. Raises
+    WorkflowRun.DoesNotExist."""
+    wr = WorkflowRun.objects.using(using).get(pk=_pk(workflow_run))
+    node_runs = list(NodeRun.objects.using(using).filter(workflow_run=wr)
+                     .select_related("node").order_by("node_id"))
+    upstream: dict[int, list[str]] = {}
+    for down, name in (WorkflowEdge.objects.using(using).filter(workflow_id=wr.workflow_id)
+                       .values_list("downstream_id", "upstream__name")):
+        upstream.setdefault(down, []).append(name)
+    runs = {r[0]: r[1:] for r in Run.objects.using(using).filter(
+        pk__in=[n.run_id for n in node_runs if n.run_id]).values_list(
+        "id", "state", "attempt", "max_attempts", "started_at")}
+    nodes = []
+    for n in node_runs:
+        run = runs.get(n.run_id, (None, 0, None, None))
+        nodes.append({"name": n.node.name, "state": n.state,
+                      "upstream": sorted(upstream.get(n.node_id, [])), "run_id": n.run_id,
+                      "run_state": run[0], "attempt": run[1], "max_attempts": run[2],
+                      "ready_at": n.ready_at, "started_at": run[3],
+                      "finished_at": n.finished_at, "error": n.error})
+    return {"id": wr.pk, "workflow": wr.workflow_id, "scheduled_at": wr.scheduled_at,
+            "run_key": wr.run_key, "state": wr.state, "started_by": wr.started_by,
+            "created_at": wr.created_at, "finished_at": wr.finished_at, "error": wr.error,
+            "nodes": nodes}

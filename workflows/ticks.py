@@ -1,0 +1,71 @@
+"""The workflows' share of each scheduler tick (jobs/scheduler.py's ``scheduler_tick``),
+under the scheduler's own partition leases: workflow ``id % PARTITIONS`` belongs to the
+partition of the same number (docs/workflows.md, "Schedules").
+
+Cron workflow runs are made as cron jobs' runs are: due active workflows of the held
+partitions claimed FOR UPDATE SKIP LOCKED, their occurrences planned by the jobs' own
+``plan_occurrences`` (timezone, misfire policy, max lag, LOOKAHEAD_S), one workflow run
+per occurrence (UNIQUE (workflow, scheduled_at): two schedulers that both believe they
+hold a partition still make one), and ``next_run_at`` advanced fenced on the value it
+was claimed with. Every WORKFLOW_RECONCILE_S the same partitions' live workflow runs
+are reconciled (workflows/reconcile.py).
+"""
+
+import logging
+import time
+
+from django.db import transaction
+
+from jobs.scheduler import plan_occurrences
+from runs.clock import db_now, seconds
+from runs.daemon import TRANSIENT
+from scheduler_core import conf
+from workflows.models import Workflow, WorkflowRun
+from workflows.reconcile import in_partitions, reconcile
+from workflows.services import begin_run
+
+log = logging.getLogger("scheduler.workflows")
+BATCH = 200  # cron workflows claimed per transaction
+
+
+def start_scheduled(partitions: list[int], total: int, using: str) -> tuple[int, bool]:
+    """One batch: start the due occurrences of up to BATCH active cron workflows of
+    ``partitions``. Returns (workflow runs started, more workflows may be due)."""
+    started = 0
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        horizon = now + seconds(conf.get("LOOKAHEAD_S"))
+        due = Workflow.objects.using(using).filter(
+            status=Workflow.Status.ACTIVE, schedule__isnull=False, next_run_at__lte=horizon)
+        workflows = list(in_partitions(due, partitions, total).select_related("schedule")
+                         .select_for_update(skip_locked=True, of=("self",))
+                         .order_by("next_run_at")[:BATCH])
+        grace_s = conf.get("MISFIRE_GRACE_S")
+        for workflow in workflows:
+            times, next_run_at = plan_occurrences(workflow, now, horizon, grace_s=grace_s)
+            for when in times:
+                if begin_run(workflow, when, WorkflowRun.StartedBy.SCHEDULE, None, now,
+                             using) is not None:
+                    started += 1
+            Workflow.objects.using(using).filter(
+                pk=workflow.pk, next_run_at=workflow.next_run_at).update(next_run_at=next_run_at)
+    return started, len(workflows) == BATCH
+
+
+def on_scheduler_tick(sender, scheduler, partitions: list[int], total: int, using: str,
+                      **kwargs) -> None:
+    """The ``scheduler_tick`` receiver. Database and broker errors go up to the daemon,
+    which backs off; any other error is logged, so a bug here cannot stop the jobs'
+    scheduler."""
+    try:
+        while start_scheduled(partitions, total, using)[1] and not scheduler.stopping:
+            pass
+        interval = conf.get("WORKFLOW_RECONCILE_S")
+        due_at = getattr(scheduler, "workflow_reconcile_at", 0.0)
+        if time.monotonic() >= due_at:
+            scheduler.workflow_reconcile_at = time.monotonic() + interval
+            reconcile(partitions, total, using)
+    except TRANSIENT:
+        raise
+    except Exception:  # noqa: BLE001 - the jobs' scheduler must go on
+        log.exception("workflows: scheduler tick failed; retried next tick")
