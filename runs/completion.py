@@ -81,12 +81,17 @@ def _succeed(rows: list[tuple[int, int, object]], now: datetime, using: str) -> 
             [now, AttemptOutcome.SUCCEEDED, *values])
 
 
-def _succeed_only_pg(outcomes: list[Outcome], using: str) -> list[bool]:
+def _succeed_only_pg(outcomes: list[Outcome], using: str) -> tuple[list[bool], set[int]]:
     """complete() of a batch of successes without log lines, in one statement (the common
     case of a busy worker; an ack cost six round trips, BENCHMARKS.md): the runs' fenced
     UPDATE, and the attempts of the runs it matched, on one database clock reading. A row
     locked by a concurrent reap is re-checked against the fence after the lock is granted
-    (PostgreSQL's EvalPlanQual), as with the FOR UPDATE read of the general path."""
+    (PostgreSQL's EvalPlanQual), as with the FOR UPDATE read of the general path.
+
+    Runs a listener watches (runs/hooks.py: a workflow's nodes) are left alone and
+    returned, for the caller to ack in a transaction that tells the listener; found by
+    the listener's own SQL test inside the statement, so a batch without one costs
+    nothing more. Returns (accepted, the watched run ids)."""
     run, attempt = Run._meta.db_table, Attempt._meta.db_table
     # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
     results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
@@ -103,7 +108,7 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> list[bool]:
             UPDATE {run} AS r SET state = %s, finished_at = t.now, result = v.result::jsonb,
                 lease_expires_at = NULL, error = ''
             FROM v, t
-            WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s
+            WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s{{skip}}
             RETURNING r.id, r.attempt, r.finished_at, v.result
         ),
         attempts AS (
@@ -111,12 +116,19 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> list[bool]:
                 result = done.result::jsonb
             FROM done WHERE a.run_id = done.id AND a.number = done.attempt
         )
-        SELECT id, attempt FROM done"""
+        SELECT id, attempt, false FROM done{{also}}"""
+    watched_sql = hooks.watched_sql
+    sql = sql.format(
+        skip=f" AND NOT {watched_sql('r.id')}" if hooks.watching() else "",
+        also=f" UNION ALL SELECT v.id, v.number, true FROM v WHERE {watched_sql('v.id')}"
+        if hooks.watching() else "")
     with connections[using].cursor() as cursor:
         cursor.execute(sql, [*values, RunState.SUCCEEDED, RunState.RUNNING,
                              AttemptOutcome.SUCCEEDED])
-        applied = set(cursor.fetchall())
-    return [(o.lease.run_id, o.lease.attempt) in applied for o in outcomes]
+        rows = cursor.fetchall()
+    applied = {(r[0], r[1]) for r in rows if not r[2]}
+    return ([(o.lease.run_id, o.lease.attempt) in applied for o in outcomes],
+            {r[0] for r in rows if r[2]})
 
 
 def _refuse_results(outcomes: list[Outcome], watched: set[int]) -> None:
@@ -144,12 +156,26 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
     # Runs an app above the engine follows (a workflow's nodes: runs/hooks.py) are acked
     # in a transaction that tells it, so what it does (the downstream runs) commits with
     # the ack. Known before the ack: a run is watched from its creation on.
-    watched = hooks.watched([o.lease.run_id for o in outcomes], using)
+    if one_statement(using) and all(
+            o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes):
+        accepted, watched = _succeed_only_pg(outcomes, using)
+        if not watched:
+            return accepted, []
+        held = [i for i, o in enumerate(outcomes) if o.lease.run_id in watched]
+        again, retried = _complete([outcomes[i] for i in held], using, watched)
+        for i, ok in zip(held, again, strict=True):
+            accepted[i] = ok
+        return accepted, retried
+    return _complete(outcomes, using,
+                     hooks.watched([o.lease.run_id for o in outcomes], using))
+
+
+def _complete(outcomes: list[Outcome], using: str,
+              watched: set[int]) -> tuple[list[bool], list[int]]:
+    """complete()'s general path: one transaction; ``watched`` are the runs among them a
+    listener follows (runs/hooks.py)."""
     if watched:
         _refuse_results(outcomes, watched)
-    elif one_statement(using) and all(
-            o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes):
-        return _succeed_only_pg(outcomes, using), []
     accepted: list[bool] = []
     with transaction.atomic(using=using):
         now = db_now(using)

@@ -24,13 +24,20 @@ SUCCEEDED, DEAD, REQUEUED, CANCELLED = "succeeded", "dead", "requeued", "cancell
 class RunListener:
     """What an app implements to follow runs. ``watched`` tells which runs it follows
     (one query; called outside a transaction by the ack, so it must only depend on rows
-    committed before the runs could be leased). ``refuse_result`` may refuse a watched
+    committed before the runs could be leased), ``watched_sql`` the same as an SQL
+    condition the ack's one statement embeds. ``refuse_result`` may refuse a watched
     run's result at its ack (a reason: the attempt fails and the run goes to the dead
     letter). ``changed`` is told of runs that reached ``event`` (SUCCEEDED, DEAD,
     REQUEUED, CANCELLED) at ``now`` (database clock), inside the transaction."""
 
     def watched(self, run_ids: list[int], using: str) -> set[int]:
         return set()
+
+    def watched_sql(self, run_id: str) -> str:
+        """An SQL condition true when the run whose id is the SQL expression ``run_id`` is
+        watched (PostgreSQL): the one-statement ack leaves those runs to the general
+        path, without a read of its own."""
+        return "false"
 
     def refuse_result(self, run_id: int, result) -> str | None:
         return None
@@ -82,6 +89,17 @@ def watched(run_ids: list[int], using: str) -> set[int]:
     for listener in _listeners:
         found |= listener.watched(run_ids, using)
     return found
+
+
+def watching() -> bool:
+    """Whether any listener is registered."""
+    return bool(_listeners)
+
+
+def watched_sql(run_id: str) -> str:
+    """The listeners' watched_sql conditions on the SQL expression ``run_id``, OR-ed."""
+    return "(" + " OR ".join(f"({listener.watched_sql(run_id)})"
+                             for listener in _listeners) + ")"
 
 
 def refuse_result(run_id: int, result) -> str | None:

@@ -38,6 +38,9 @@ class WorkflowListener(hooks.RunListener):
         return set(NodeRun.objects.using(using).filter(run_id__in=run_ids)
                    .values_list("run_id", flat=True))
 
+    def watched_sql(self, run_id: str) -> str:
+        return f"EXISTS (SELECT 1 FROM {NodeRun._meta.db_table} AS w WHERE w.run_id = {run_id})"
+
     def refuse_result(self, run_id: int, result) -> str | None:
         return result_size_problem(result)
 
