@@ -223,6 +223,11 @@ def pg_url(database):
     return f"postgres://{PG_USER}@{PG_HOST}:{PG_PORT}/{database}"
 
 
+def redis_url(db):
+    """redis:// URL for db index ``db`` on the bench server (BENCH_REDIS_PORT)."""
+    return f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
+
+
 # --- Subprocesses: every one in its own process group, all killed on exit -----------------
 
 _GROUPS = []
@@ -321,7 +326,24 @@ def base_parser(description):
     parser.add_argument("--rate", type=float, default=116.0)
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument("--quick", action="store_true")
+    # BENCHMARKS.md, "Rules": every peer runs at its documented defaults and again at its
+    # best documented tuning; the adapter knows what each means for its peer.
+    parser.add_argument("--variant", choices=VARIANTS, default="default")
     return parser
+
+
+VARIANTS = ("default", "tuned")
+
+
+def row_facts(variant, config, durable_history, history):
+    """The facts every result's ``details`` carries for its row of the tables
+    (BENCHMARKS.md, "Rules"): ``variant`` ("default" or "tuned"), ``config`` (one line: the
+    commands and options that ran, as a reader would set them), ``durable_history`` (bool:
+    does every outcome end up in a store that survives a restart of the servers, e.g. a
+    PostgreSQL table; an in-memory or expiring Redis key does not count) and ``history``
+    (where outcomes go, in words)."""
+    return {"variant": variant, "config": config, "durable_history": bool(durable_history),
+            "history": history}
 
 
 DEFAULT_N = {
@@ -370,7 +392,8 @@ def redis_db_bytes(db):
 
 
 def run_adapter(description, workloads):
-    """The contract's main for an adapter: parse the CLI, run ``workloads[WORKLOAD](args)``
+    """The contract's main for an adapter: parse the CLI (``base_parser``: WORKLOAD, --n,
+    --rate, --duration, --quick, --variant), run ``workloads[WORKLOAD](args)``
     (it returns the result dict), stop every process it started, and print the result as
     the last stdout line; an exception becomes ``{"failed": ...}`` so the orchestrator
     always gets a JSON line."""

@@ -1,8 +1,10 @@
 """Celery adapter for bench/run.py (the adapter contract is in bench/run.py's docstring).
 
-Run with the celery venv: bench/.venvs/celery/bin/python bench/peers/celery/bench.py W2
-Redis db 1 (broker), PostgreSQL bench_celery (django-celery-results and django-celery-beat).
-Prints one JSON object as the last stdout line.
+Run with the celery venv:
+    bench/.venvs/celery/bin/python bench/peers/celery/bench.py W2 [--variant default|tuned]
+Redis db 1 (broker), PostgreSQL bench_celery (django-celery-beat's tables, W4). The two
+rows (VARIANTS below) and the doc pages behind them: bench/peers/README.md. Prints one
+JSON object as the last stdout line.
 """
 
 import os
@@ -22,15 +24,32 @@ DB = 1
 PG_DB = "bench_celery"
 LOG = f"/tmp/bench-celery-{os.getpid()}.log"
 CELERY = os.path.join(os.path.dirname(sys.executable), "celery")
-WORKER_CMD = [CELERY, "-A", "benchproj", "worker", "-P", "prefork", "-c", "2", "-l", "info"]
+WORKER = [CELERY, "-A", "benchproj", "worker", "-l", "info"]
 BEAT_CMD = [CELERY, "-A", "benchproj", "beat", "-S", "django", "-l", "info",
             f"--pidfile=/tmp/bench-celery-beat-{os.getpid()}.pid"]
-SETUP = (
-    "Celery prefork pool, 2 child processes (1 task at a time each), Redis broker db 1 with "
-    "visibility_timeout 3600 s, task_acks_late=True, task_reject_on_worker_lost=True, "
-    "worker_prefetch_multiplier=1; result backend django-celery-results ('django-db') on "
-    "PostgreSQL bench_celery; beat: django-celery-beat DatabaseScheduler"
-)
+# Two OS processes that run tasks in each row (BENCHMARKS.md, "Rules").
+# default: the prefork pool of 2 children (the parent only dispatches), Celery's
+#   defaults: prefetch multiplier 4, early ack, no result backend
+#   (https://docs.celeryq.dev/en/stable/userguide/workers.html#concurrency,
+#   https://docs.celeryq.dev/en/stable/userguide/configuration.html).
+# tuned: "Optimizing" (https://docs.celeryq.dev/en/stable/userguide/optimizing.html,
+#   "Prefetch Limits": a high multiplier for many short tasks) with the solo pool, which
+#   runs tasks in the worker process itself (no pool IPC per task;
+#   https://docs.celeryq.dev/en/stable/internals/reference/celery.concurrency.solo.html),
+#   two such workers.
+VARIANTS = {
+    "default": [WORKER + ["-P", "prefork", "-c", "2", "-n", "bench1@%h"]],
+    "tuned": [WORKER + ["-P", "solo", "--prefetch-multiplier", "64", "-n", f"bench{i}@%h"]
+              for i in (1, 2)],
+}
+CONFIG = {
+    "default": "celery worker -P prefork -c 2 (prefetch multiplier 4, early ack: at most "
+               "once on a worker crash), Redis broker, no result backend",
+    "tuned": "2 x celery worker -P solo --prefetch-multiplier 64 (early ack), Redis broker, "
+             "no result backend",
+}
+HISTORY = ("none: no result backend (Celery's default); W2 counts finished tasks by an "
+           "INCR in task_postrun")
 
 
 def versions():
@@ -62,42 +81,43 @@ def alive(procs):
     return True
 
 
-def start_worker(env=None):
-    """Start the prefork worker; return (Popen, epoch seconds when spawned)."""
+def start_workers(variant, env=None):
+    """Start the variant's worker processes; return (Popens, epoch seconds when spawned)."""
     started = time.time()
-    proc = common.spawn(WORKER_CMD, cwd=HERE, log_path=LOG, env=env)
-    return proc, started
+    procs = [common.spawn(cmd, cwd=HERE, log_path=LOG, env=env) for cmd in VARIANTS[variant]]
+    return procs, started
 
 
-def wait_worker_ready(proc, timeout_s=90):
-    """Block until the worker logs 'ready.'; raise on timeout or exit."""
+def wait_workers_ready(procs, timeout_s=90):
+    """Block until every worker logs 'ready.'; raise on timeout or exit."""
     def ready():
-        alive([proc])
+        alive(procs)
         with open(LOG, errors="replace") as fh:
-            return " ready." in fh.read()
+            return fh.read().count(" ready.") >= len(procs)
     if not common.wait_until(ready, timeout_s, 0.1):
         raise RuntimeError(f"worker not ready after {timeout_s} s; see {LOG}")
 
 
 def succeeded():
-    """Rows in django-celery-results' TaskResult with status SUCCESS."""
-    from django_celery_results.models import TaskResult
+    """Tasks the workers counted as finished (BENCH_COUNT_DONE, benchproj/celery.py)."""
+    from benchproj.celery import DONE_KEY
 
-    return TaskResult.objects.filter(status="SUCCESS").count()
+    return int(redis_client().get(DONE_KEY) or 0)
 
 
 def redis_client():
     """redis-py client on db 1."""
     import redis
 
-    return redis.Redis.from_url("redis://127.0.0.1:6379/1")
+    return redis.Redis.from_url(common.redis_url(DB))
 
 
-def base_details(n=None):
+def base_details(n=None, variant="default"):
     """Details every workload reports."""
     return {
-        "worker_cmd": " ".join(WORKER_CMD), "setup": SETUP, "versions": versions(),
-        "n": n, "hardware": common.hardware(), "log": LOG,
+        "worker_cmd": " ; ".join(" ".join(c) for c in VARIANTS[variant]),
+        "versions": versions(), "n": n, "hardware": common.hardware(), "log": LOG,
+        **common.row_facts(variant, CONFIG[variant], False, HISTORY),
     }
 
 
@@ -112,7 +132,7 @@ def w1(args):
         noop.delay()
     single = n / (time.perf_counter() - t0)
     common.redis_flushdb(DB)
-    details = base_details(n)
+    details = base_details(n, args.variant)
     details.update(single_jobs_per_s=round(single, 1), bulk_jobs_per_s=None,
                    bulk_note="no batch publish API: group() publishes one message per task")
     return {"workload": "W1", "figure": round(single, 1), "unit": "jobs/s", "details": details}
@@ -126,15 +146,15 @@ def w2(args):
 
     for _ in range(n):
         noop.delay()
-    proc, t0 = start_worker()
-    done = common.wait_until(lambda: alive([proc]) and succeeded() >= n, 15 * 60, 0.1)
+    procs, t0 = start_workers(args.variant, env=dict(os.environ, BENCH_COUNT_DONE="1"))
+    done = common.wait_until(lambda: alive(procs) and succeeded() >= n, 15 * 60, 0.05)
     t1 = time.time()
-    details = base_details(n)
+    details = base_details(n, args.variant)
     details.update(seconds=round(t1 - t0, 3), succeeded_rows=succeeded(),
-                   completion="COUNT(*) of django_celery_results_taskresult rows with status "
-                              "SUCCESS == N (polled every 0.1 s)",
-                   history_store="PostgreSQL via django-celery-results")
-    common.stop(proc)
+                   completion="the workers' task_postrun INCR of bench:done reached N "
+                              "(polled every 50 ms)")
+    for proc in procs:
+        common.stop(proc)
     if not done:
         return {"workload": "W2", "figure": None, "failed":
                 f"{details['succeeded_rows']}/{n} results after {t1 - t0:.0f} s",
@@ -151,8 +171,8 @@ def w3(args):
     from benchproj.celery import STARTS_KEY, mark
 
     r = redis_client()
-    proc, _ = start_worker()
-    wait_worker_ready(proc)
+    procs, _ = start_workers(args.variant)
+    wait_workers_ready(procs)
     t_start = time.time()
     for i in range(total):
         delay = t_start + i / args.rate - time.time()
@@ -160,13 +180,14 @@ def w3(args):
             time.sleep(delay)
         scheduled = time.time() + 2.0
         mark.apply_async(args=(scheduled,), eta=datetime.fromtimestamp(scheduled, UTC))
-    common.wait_until(lambda: alive([proc]) and r.llen(STARTS_KEY) >= total, 120, 0.2)
+    common.wait_until(lambda: alive(procs) and r.llen(STARTS_KEY) >= total, 120, 0.2)
     lags = []
     for raw in r.lrange(STARTS_KEY, 0, -1):
         scheduled, started = map(float, raw.split())
         lags.append((started - scheduled) * 1000.0)
-    common.stop(proc)
-    details = base_details(total)
+    for proc in procs:
+        common.stop(proc)
+    details = base_details(total, args.variant)
     p99 = common.percentile(lags, 99)
     details.update(
         rate=args.rate, duration_s=duration, count=len(lags), missing=total - len(lags),
@@ -202,16 +223,16 @@ def w4(args):
     PeriodicTasks.update_changed()
     reg_s = time.perf_counter() - t_reg
     boundary = (int(time.time()) // 60 + 1) * 60
-    worker, _ = start_worker()
+    workers, _ = start_workers(args.variant)
     beat_env = dict(os.environ, BENCH_COUNT_PUBLISH=str(n))
     beat = common.spawn(BEAT_CMD, cwd=HERE, log_path=LOG, env=beat_env)
-    wait_worker_ready(worker)
+    wait_workers_ready(workers)
     queued_at = None
     first_start = {}  # periodic task name -> its first start (epoch seconds)
     read = 0
     deadline = boundary + 300
     while time.time() < deadline and len(first_start) < n:
-        alive([worker, beat] if beat else [worker])
+        alive(workers + [beat] if beat else workers)
         if queued_at is None:
             raw = r.get(QUEUED_KEY)
             if raw:
@@ -227,7 +248,7 @@ def w4(args):
     starts = list(first_start.values())
     queued_count = int(r.get(QUEUED_KEY + ":count") or 0)
     common.kill_all()
-    details = base_details(n)
+    details = base_details(n, args.variant)
     details.update(
         boundary=boundary, registration_s=round(reg_s, 2), started=len(starts),
         queued_s=round(queued_at - boundary, 3) if queued_at else None,
@@ -265,7 +286,7 @@ def w6(args):
     queued = redis_client().llen("celery")
     key_bytes = common.redis_db_bytes(DB)
     common.redis_flushdb(DB)
-    details = base_details(n)
+    details = base_details(n, args.variant)
     details.update(used_memory_before=before, used_memory_after=after, queued=queued,
                    key_bytes_per_run=round(key_bytes / n, 1),
                    note="INFO used_memory is server-wide: other dbs' activity adds noise; "

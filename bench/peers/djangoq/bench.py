@@ -41,6 +41,19 @@ from django_q.models import Schedule  # noqa: E402
 from django_q.tasks import async_task, schedule  # noqa: E402
 
 CLUSTER_CMD = [sys.executable, "manage.py", "qcluster"]
+# One qcluster of Q_CLUSTER workers=2 in each row (two worker processes: BENCHMARKS.md,
+# "Rules"; its sentinel, pusher, monitor and guard are extra processes that run no task).
+# default: django-q2's defaults but save_limit 0 (the default, 250, keeps only the last 250
+# successes; W2 counts them all), https://django-q2.readthedocs.io/en/master/configure.html.
+# tuned: bulk 50, "the number of messages each cluster tries to get from the broker per
+# call" (the same page: "can improve performance").
+VARIANTS = {"default": {}, "tuned": {"BENCH_DJQ_BULK": "50"}}
+CONFIG = {
+    "default": "manage.py qcluster (workers 2, bulk 1, save_limit 0), Redis broker db 4",
+    "tuned": "manage.py qcluster (workers 2, bulk 50, save_limit 0), Redis broker db 4",
+}
+HISTORY = "durable: a django_q_task row per success (save_limit 0), in PostgreSQL"
+VARIANT = "default"  # main() sets it from --variant
 
 
 class Cluster:
@@ -51,11 +64,11 @@ class Cluster:
 
     def start(self, logdir, **env):
         """Start ``manage.py qcluster``; returns the command line used (a string)."""
-        full_env = dict(os.environ)
+        full_env = dict(os.environ, **VARIANTS[VARIANT])
         full_env.update({k: str(v) for k, v in env.items()})
         self.procs.append(common.spawn(CLUSTER_CMD, env=full_env, cwd=HERE,
                                        log_path=Path(logdir) / "qcluster.log"))
-        return "python manage.py qcluster (Q_CLUSTER workers=2, Redis broker db 4)"
+        return f"python manage.py qcluster ({CONFIG[VARIANT]})"
 
     def stop(self):
         """Stop the cluster's process group (SIGTERM, then SIGKILL)."""
@@ -295,6 +308,8 @@ def main():
     common.install_signal_handlers()
     parser = common.base_parser(__doc__.split("\n")[0])
     args = parser.parse_args()
+    global VARIANT
+    VARIANT = args.variant
     wl = args.workload
     size = common.default_n(args)
     common.log(f"django-q2 {wl} quick={args.quick}")
@@ -318,6 +333,7 @@ def main():
                 parser.error(f"unknown workload {wl}")
             details["versions"] = versions()
             details["hardware"] = common.hardware()
+            details.update(common.row_facts(VARIANT, CONFIG[VARIANT], True, HISTORY))
             if figure is None:
                 common.emit_json({"workload": wl, "figure": None, "unit": unit,
                                   "failed": details.get("failed"), "details": details})

@@ -5,9 +5,7 @@ Run with the peer's own virtualenv:
 
 Setup per procrastinate's docs: PostgreSQL only (database bench_procrastinate, dropped and
 created per run, schema applied with ``procrastinate schema --apply``), two
-``procrastinate worker --concurrency 1`` processes (concurrency is asyncio concurrency inside
-one process; two processes give two OS processes each running one job at a time), default
-worker options (LISTEN/NOTIFY on, fetch polling interval 5 s, jobs kept after success).
+``procrastinate worker`` processes at the row's options (VARIANTS below; ``--variant``).
 History is its own procrastinate_jobs table (status 'succeeded'). Prints one JSON line last.
 """
 
@@ -34,8 +32,20 @@ os.environ.setdefault("BENCH_STARTS_FILE", os.devnull)
 import psycopg  # noqa: E402
 import tasks  # noqa: E402
 
-WORKER_CMD = [sys.executable, "-m", "procrastinate", "--app=tasks.app", "worker",
-              "--concurrency", "1"]
+WORKER_CMD = [sys.executable, "-m", "procrastinate", "--app=tasks.app", "worker"]
+# Two worker processes in each row (BENCHMARKS.md, "Rules"). default: procrastinate's
+# defaults (concurrency 1: one job at a time per worker, LISTEN/NOTIFY, polling every 5 s,
+# jobs kept; https://procrastinate.readthedocs.io/en/stable/reference.html#worker).
+# tuned: --concurrency 16, the documented way to run several jobs at once in one worker
+# ("Launch a worker" / "concurrency", https://procrastinate.readthedocs.io/en/stable/howto/
+# basics/worker.html): the worker fetches the next job while others run.
+VARIANTS = {"default": [], "tuned": ["--concurrency", "16"]}
+CONFIG = {
+    "default": "2 x procrastinate worker (concurrency 1), PsycopgConnector",
+    "tuned": "2 x procrastinate worker --concurrency 16, PsycopgConnector",
+}
+HISTORY = ("durable: procrastinate_jobs rows stay with status 'succeeded' "
+           "(delete_jobs=never, the default), in PostgreSQL")
 BATCH = 1000
 
 
@@ -74,12 +84,16 @@ def reset_database():
                    capture_output=True, timeout=120)
 
 
+VARIANT = "default"  # main() sets it from --variant
+
+
 def start_workers(logdir, **env):
     """Start the two worker processes; returns the command line used (a string)."""
+    extra = VARIANTS[VARIANT]
     for i in range(2):
-        procs.start(WORKER_CMD + ["--name", f"bench{i}"], cwd=HERE, env=worker_env(**env),
-                    log_path=Path(logdir) / f"worker{i}.log")
-    return " ".join(["procrastinate"] + WORKER_CMD[3:]) + " (x2 processes)"
+        procs.start(WORKER_CMD + extra + ["--name", f"bench{i}"], cwd=HERE,
+                    env=worker_env(**env), log_path=Path(logdir) / f"worker{i}.log")
+    return " ".join(["procrastinate"] + WORKER_CMD[3:] + extra) + " (x2 processes)"
 
 
 def query(sql, params=None):
@@ -257,6 +271,8 @@ def main():
     common.install_signal_handlers()
     parser = common.base_parser(__doc__.split("\n")[0])
     args = parser.parse_args()
+    global VARIANT
+    VARIANT = args.variant
     wl = args.workload
     size = common.default_n(args)
     common.log(f"procrastinate {wl} quick={args.quick}")
@@ -284,6 +300,7 @@ def main():
                 parser.error(f"unknown workload {wl}")
             details["versions"] = versions()
             details["hardware"] = common.hardware()
+            details.update(common.row_facts(VARIANT, CONFIG[VARIANT], True, HISTORY))
             if figure is None:
                 common.emit_json({"workload": wl, "figure": None, "unit": unit,
                                   "failed": details.get("failed"), "details": details})

@@ -1,6 +1,7 @@
 """RQ adapter for bench/run.py (the adapter contract is in bench/run.py's docstring).
 
-Run with the rq venv: bench/.venvs/rq/bin/python bench/peers/rq/bench.py W2
+Run with the rq venv:
+    bench/.venvs/rq/bin/python bench/peers/rq/bench.py W2 [--variant default|tuned]
 Redis db 2 only: RQ keeps jobs and results in Redis (it has no database backend).
 Prints one JSON object as the last stdout line.
 """
@@ -27,12 +28,23 @@ WORKER_CMD = [os.path.join(BIN, "rq"), "worker", "--url", tasks.REDIS_URL, "--pa
               "--with-scheduler", "default"]
 SCHEDULER_CMD = [os.path.join(BIN, "rqscheduler"), "--url", tasks.REDIS_URL, "--path", HERE,
                  "--interval", "1"]
-SETUP = (
-    "two `rq worker --with-scheduler` processes (default Worker and Job classes: each job "
-    "runs in a forked work horse; one worker holds the scheduler lock for enqueue_at), "
-    "Redis db 2; RQ is as it is for delivery (a job whose worker dies goes to "
-    "StartedJobRegistry and is cleaned up as failed, not redelivered)"
-)
+# Two worker processes in each row (BENCHMARKS.md, "Rules"). default: RQ's Worker, which
+# forks a work horse per job; tuned: SimpleWorker, which runs jobs in the worker process
+# itself ("Worker classes", https://python-rq.org/docs/workers/#worker-arguments and
+# https://python-rq.org/docs/workers/#performance-notes: forking per job is the cost the
+# docs name; SimpleWorker avoids it).
+VARIANTS = {"default": WORKER_CMD,
+            "tuned": WORKER_CMD[:2] + ["--worker-class", "rq.worker.SimpleWorker"]
+            + WORKER_CMD[2:]}
+CONFIG = {
+    "default": "2 x rq worker --with-scheduler (Worker: a forked work horse per job), "
+               "Redis db 2",
+    "tuned": "2 x rq worker --with-scheduler --worker-class rq.worker.SimpleWorker (no "
+             "fork per job), Redis db 2",
+}
+HISTORY = ("Redis only: job hashes and results expire (result_ttl 500 s by default); "
+           "RQ has no database backend. A job whose worker dies goes to the "
+           "StartedJobRegistry and is cleaned up as failed, not redelivered")
 
 
 def versions():
@@ -53,10 +65,10 @@ def alive(procs):
     return True
 
 
-def start_workers():
+def start_workers(variant="default"):
     """Start two worker processes; return (procs, epoch seconds when spawned)."""
     started = time.time()
-    procs = [common.spawn(WORKER_CMD, cwd=HERE, log_path=LOG) for _ in range(2)]
+    procs = [common.spawn(VARIANTS[variant], cwd=HERE, log_path=LOG) for _ in range(2)]
     return procs, started
 
 
@@ -70,11 +82,12 @@ def wait_workers_ready(procs, timeout_s=60):
         raise RuntimeError(f"workers not ready after {timeout_s} s; see {LOG}")
 
 
-def base_details(n=None):
+def base_details(n=None, variant="default"):
     """Details every workload reports."""
     return {
-        "worker_cmd": " ".join(WORKER_CMD) + "  (x2)", "setup": SETUP, "versions": versions(),
+        "worker_cmd": " ".join(VARIANTS[variant]) + "  (x2)", "versions": versions(),
         "n": n, "hardware": common.hardware(), "log": LOG,
+        **common.row_facts(variant, CONFIG[variant], False, HISTORY),
     }
 
 
@@ -99,7 +112,7 @@ def w1(args):
     enqueue_bulk(q, n)
     bulk = n / (time.perf_counter() - t0)
     common.redis_flushdb(DB)
-    details = base_details(n)
+    details = base_details(n, args.variant)
     details.update(single_jobs_per_s=round(single, 1), bulk_jobs_per_s=round(bulk, 1),
                    bulk_api="Queue.enqueue_many(Queue.prepare_data(...)), 1000 per call")
     return {"workload": "W1", "figure": round(max(single, bulk), 1), "unit": "jobs/s",
@@ -113,11 +126,11 @@ def w2(args):
     conn = connection()
     q = Queue("default", connection=conn)
     enqueue_bulk(q, n)
-    procs, t0 = start_workers()
+    procs, t0 = start_workers(args.variant)
     finished = q.finished_job_registry
     done = common.wait_until(lambda: alive(procs) and finished.count >= n, 15 * 60, 0.05)
     t1 = time.time()
-    details = base_details(n)
+    details = base_details(n, args.variant)
     details.update(seconds=round(t1 - t0, 3), finished=finished.count,
                    failed=q.failed_job_registry.count,
                    completion="FinishedJobRegistry count == N (RQ saves the result before "
@@ -141,7 +154,7 @@ def w3(args):
     common.redis_flushdb(DB)
     conn = connection()
     q = Queue("default", connection=conn)
-    procs, _ = start_workers()
+    procs, _ = start_workers(args.variant)
     wait_workers_ready(procs)
     t_start = time.time()
     for i in range(total):
@@ -157,7 +170,7 @@ def w3(args):
         lags.append((started - scheduled) * 1000.0)
     for proc in procs:
         common.stop(proc)
-    details = base_details(total)
+    details = base_details(total, args.variant)
     p99 = common.percentile(lags, 99)
     details.update(
         rate=args.rate, duration_s=duration, count=len(lags), missing=total - len(lags),
@@ -191,7 +204,7 @@ def w4(args):
         raise RuntimeError("registration crossed a minute boundary")
     if boundary - time.time() < 5:
         raise RuntimeError("registration ended too close to the boundary")
-    procs, _ = start_workers()
+    procs, _ = start_workers(args.variant)
     procs.append(common.spawn(SCHEDULER_CMD, cwd=HERE, log_path=LOG))
     wait_workers_ready(procs[:2])
     queued_at = None
@@ -207,7 +220,7 @@ def w4(args):
     starts = [float(x) for x in conn.lrange(tasks.STARTS_KEY, 0, n - 1)]
     for proc in procs:
         common.stop(proc)
-    details = base_details(n)
+    details = base_details(n, args.variant)
     details.update(
         boundary=boundary, registration_s=round(reg_s, 2), started=len(starts),
         queued_s=round(queued_at - boundary, 3) if queued_at else None,
@@ -240,7 +253,7 @@ def w6(args):
     queued = q.count
     key_bytes = common.redis_db_bytes(DB)
     common.redis_flushdb(DB)
-    details = base_details(n)
+    details = base_details(n, args.variant)
     details.update(used_memory_before=before, used_memory_after=after, queued=queued,
                    key_bytes_per_run=round(key_bytes / n, 1),
                    note="INFO used_memory is server-wide: other dbs' activity adds noise; "

@@ -1,10 +1,11 @@
 """RQ job functions for the bench (Redis db 2)."""
 
+import os
 import time
 
 import redis
 
-REDIS_URL = "redis://127.0.0.1:6379/2"
+REDIS_URL = f"redis://127.0.0.1:{os.environ.get('BENCH_REDIS_PORT', '6379')}/2"
 STARTS_KEY = "bench:starts"
 
 _client = None

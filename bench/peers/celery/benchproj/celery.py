@@ -4,15 +4,16 @@ import os
 import time
 
 from celery import Celery
-from celery.signals import after_task_publish
+from celery.signals import after_task_publish, task_postrun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchproj.settings")
 
 app = Celery("benchproj")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
-REDIS_URL = "redis://127.0.0.1:6379/1"
+REDIS_URL = f"redis://127.0.0.1:{os.environ.get('BENCH_REDIS_PORT', '6379')}/1"
 STARTS_KEY = "bench:starts"
+DONE_KEY = "bench:done"
 QUEUED_KEY = "bench:queued_at"
 
 _client = None
@@ -64,3 +65,13 @@ def _count_publish(sender=None, headers=None, **kwargs):
     if count == _publish_target or count % 100 == 0:
         # Progress, so that a beat too slow to publish all N still reports how far it got.
         _redis().set(QUEUED_KEY + ":count", count)
+
+
+# W2 without a result backend (Celery's default) has no store to count finished tasks in:
+# the workers count them in Redis, one INCR per task after it ran (BENCH_COUNT_DONE=1 in
+# the workers' environment only). That is one Redis round trip per task of measuring cost.
+if os.environ.get("BENCH_COUNT_DONE"):
+    @task_postrun.connect
+    def _count_done(sender=None, state=None, **kwargs):
+        if state == "SUCCESS":
+            _redis().incr(DONE_KEY)

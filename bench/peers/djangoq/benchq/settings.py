@@ -7,6 +7,8 @@ has none: BLPOP removes the task); failed tasks are not acknowledged (ack_failur
 max_attempts 3); every success kept (save_limit 0) so W2's history is complete.
 """
 
+import os
+
 SECRET_KEY = "bench-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -19,7 +21,7 @@ DATABASES = {
         "NAME": "bench_djangoq",
         "USER": "postgres",
         "HOST": "127.0.0.1",
-        "PORT": 5432,
+        "PORT": int(os.environ.get("BENCH_PG_PORT", "5432")),
     }
 }
 Q_CLUSTER = {
@@ -30,5 +32,8 @@ Q_CLUSTER = {
     "ack_failures": False,
     "max_attempts": 3,
     "save_limit": 0,
-    "redis": {"host": "127.0.0.1", "port": 6379, "db": 4},
+    # The tuned row (bench.py, VARIANTS): tasks fetched per broker call; 1 is the default.
+    "bulk": int(os.environ.get("BENCH_DJQ_BULK", "1")),
+    "redis": {"host": "127.0.0.1", "port": int(os.environ.get("BENCH_REDIS_PORT", "6379")),
+              "db": 4},
 }

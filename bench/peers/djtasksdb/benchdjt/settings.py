@@ -2,6 +2,8 @@
 DatabaseBackend as TASKS' default, the task results in PostgreSQL database
 bench_djtasksdb, everything else at django-tasks-db's defaults."""
 
+import os
+
 SECRET_KEY = "bench-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -14,7 +16,7 @@ DATABASES = {
         "NAME": "bench_djtasksdb",
         "USER": "postgres",
         "HOST": "127.0.0.1",
-        "PORT": 5432,
+        "PORT": int(os.environ.get("BENCH_PG_PORT", "5432")),
     }
 }
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

@@ -1,0 +1,200 @@
+"""Interleaved pairs (BENCHMARKS.md, "Rules"): each cell of the tables is K pairs of runs,
+ours and the row's, one after the other in alternating order (ours first in pairs 1, 3, ...;
+the row's first in 2, 4, ...), at the same size, with the 1-minute load average read before
+and after every run. A cell's figure is the median of its runs, with their range; its
+ratio is the median of the pairs' own ratios (ours against the row, >1: ours better), so
+that a swing of the machine's speed between pairs cancels within each pair.
+"""
+
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import common
+import harness
+import rows
+
+BENCH = Path(__file__).resolve().parent
+
+
+def adapter_cmd(system: str, workload: str, python: Path, variant: str,
+                size: list[str]) -> list[str]:
+    """The argv of one run of ``system``'s adapter."""
+    if system == "ours":
+        if workload == "ceiling":
+            return [str(python), str(BENCH / "ceiling.py"), *size]
+        extra = ["--paths", "python_bulk,rest_bulk"] if workload == "W1" else []
+        return [str(python), str(BENCH / "ours.py"), workload, *size, *extra]
+    folder = "vtasksvk" if system == "vtasksvk" else system
+    return [str(python), str(BENCH / "peers" / folder / "bench.py"), workload, *size,
+            "--variant", variant]
+
+
+def timeout_for(workload: str, quick: bool) -> float:
+    if quick:
+        return 240.0
+    return {"W4": 1800.0, "W5": 1800.0}.get(workload, 900.0)
+
+
+def one_run(system: str, workload: str, python: Path, variant: str, size: list[str],
+            quick: bool, log_dir: Path) -> dict:
+    """One adapter run with the load before and after; returns its result dict."""
+    cmd = adapter_cmd(system, workload, python, variant, size)
+    load_before = os.getloadavg()[0]
+    result = harness.run_adapter(cmd, workload, timeout_for(workload, quick),
+                                 log_dir / f"{system}-{variant}-{workload}.log")
+    result["command"] = shlex.join(cmd)
+    result["load_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    shown = {k: result.get(k) for k in ("figure", "unit", "unsupported", "failed")
+             if result.get(k) is not None}
+    common.log(f"[run] {system}/{variant} {workload}: {shown} ({result.get('elapsed_s')} s, "
+               f"load {result['load_1m']})")
+    return result
+
+
+def run_cell(system: str, variant: str, workload: str, pythons: dict, pairs: int,
+             quick: bool, n: int | None, log_dir: Path, with_ours: bool = True) -> dict:
+    """K interleaved pairs of (ours, ``system``/``variant``) on ``workload``; returns
+    ``{"pairs": [{"order", "ours", "peer"}, ...]}`` with the raw results. A peer run that
+    reports the workload unsupported, or fails in the first pair, ends the cell early."""
+    size = rows.size_args(system, workload, quick, n)
+    if workload == "ceiling":
+        # The ceiling's pair is the bare loop (bench/ceiling.py) and our W2 at its N.
+        ours_workload, ours_size = "W2", rows.size_args("ours", "W2", quick, n)
+    else:
+        ours_workload = workload
+        ours_size = size if workload in ("W2",) else rows.size_args("ours", workload,
+                                                                   quick, n)
+    out = []
+    for i in range(pairs):
+        order = ["ours", system] if i % 2 == 0 else [system, "ours"]
+        pair = {"order": order}
+        for who in order:
+            if who == "ours":
+                if not with_ours:
+                    continue
+                pair["ours"] = one_run("ours", ours_workload, pythons["ours"], "default",
+                                       ours_size, quick, log_dir)
+            else:
+                pair["peer"] = one_run(system, workload, pythons[system], variant, size,
+                                       quick, log_dir)
+                if "unsupported" in pair["peer"] or (i == 0 and pair["peer"].get("failed")):
+                    out.append(pair)
+                    return {"pairs": out}
+        out.append(pair)
+    return {"pairs": out}
+
+
+# --- aggregation -----------------------------------------------------------------------
+
+
+def figure_of(result: dict | None, workload: str, row: str = "default") -> float | None:
+    """The figure a result gives a row. W1's peer rows: ``default`` is one call per job,
+    ``tuned`` the documented bulk call (from the same run's details); ours' W1 is the
+    Python bulk API. Times are normalised to ms for W3 and s for W4."""
+    if not result or result.get("failed") or "unsupported" in result:
+        return None
+    details = result.get("details") or {}
+    if workload == "W1" and "single_jobs_per_s" in details:
+        return details.get("single_jobs_per_s" if row == "default" else "bulk_jobs_per_s")
+    if workload == "W1" and "python_bulk" in details:
+        return details["python_bulk"]["jobs_per_s"]
+    value = result.get("figure")
+    if value is None:
+        return None
+    unit = result.get("unit", "")
+    if workload == "W4" and unit == "ms":
+        value /= 1000.0
+    if workload in ("W3", "W5") and unit == "s":
+        value *= 1000.0
+    return float(value)
+
+
+def spread(values: list[float]) -> dict | None:
+    """``{"median", "range": [min, max], "n"}`` of the non-None values, or None."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": round(statistics.median(values), 3),
+            "range": [round(min(values), 3), round(max(values), 3)], "n": len(values)}
+
+
+def ratio(ours: float | None, peer: float | None, workload: str) -> float | None:
+    """Ours against the peer, >1 when ours is better (either direction of better)."""
+    if not ours or not peer:
+        return None
+    return ours / peer if rows.HIGHER_IS_BETTER[workload] else peer / ours
+
+
+def aggregate(system: str, workload: str, cell: dict, row: str) -> dict:
+    """One row of a table from a cell's pairs: the peer's figures, ours in the same pairs,
+    the per-pair ratios, the loads, and the row's facts from the adapter's details."""
+    pairs = cell["pairs"]
+    first = next((p["peer"] for p in pairs if p.get("peer")), {}) or {}
+    details = first.get("details") or {}
+    out = {"system": system, "variant": row, "label": rows.LABELS[system],
+           "pairs": 0, "unit": first.get("unit", "")}
+    if "unsupported" in first:
+        return dict(out, unsupported=first["unsupported"])
+    peer = [figure_of(p.get("peer"), workload, row) for p in pairs]
+    if workload == "ceiling":
+        return dict(out, **_ceiling(pairs))
+    ours = [figure_of(p.get("ours"), workload) for p in pairs]
+    ratios = [ratio(o, q, workload) for o, q in zip(ours, peer, strict=True)]
+    loads = [x for p in pairs for r in (p.get("ours"), p.get("peer")) if r
+             for x in r.get("load_1m", [])]
+    failures = [p["peer"]["failed"] for p in pairs if p.get("peer", {}).get("failed")]
+    out.update({
+        "figure": spread(peer), "ours": spread(ours), "ratio": spread(ratios),
+        "pairs": sum(1 for r in ratios if r is not None),
+        "load_1m": [min(loads), max(loads)] if loads else None,
+        "config": details.get("config"), "durable_history": details.get("durable_history"),
+        "history": details.get("history"), "n": details.get("n"),
+        "orders": [p["order"][0] == "ours" for p in pairs],
+    })
+    if workload == "W1":
+        out["config"] = (details.get("bulk_api") if row == "tuned"
+                         else "one enqueue call per job") if system != "ours" else None
+    if failures:
+        out["failed"] = failures[0][:300]
+    if out["figure"] is None and not failures and workload == "W1" and row == "tuned":
+        out["unsupported"] = details.get("bulk_note") or details.get("bulk_api") or \
+            "no bulk enqueue API"
+    return out
+
+
+def _ceiling(pairs: list[dict]) -> dict:
+    """The ceiling's row: bare loop warm and cold, W2 in the same pairs, and the two
+    like-for-like shares (W2 from launch / cold loop; W2's drain / warm loop)."""
+    warm, cold, w2, drain, cold_share, warm_share, loads = [], [], [], [], [], [], []
+    for p in pairs:
+        loop, ours = p.get("peer") or {}, p.get("ours") or {}
+        lw = loop.get("figure")
+        lc = (loop.get("details") or {}).get("cold_runs_per_s")
+        f = ours.get("figure")
+        d = (ours.get("details") or {}).get("drain_runs_per_s")
+        warm.append(lw), cold.append(lc), w2.append(f), drain.append(d)
+        cold_share.append(f / lc if f and lc else None)
+        warm_share.append(d / lw if d and lw else None)
+        loads += loop.get("load_1m", []) + ours.get("load_1m", [])
+    return {"figure": spread(warm), "cold": spread(cold), "ours": spread(w2),
+            "drain": spread(drain), "w2_vs_cold": spread(cold_share),
+            "drain_vs_warm": spread(warm_share),
+            "pairs": sum(1 for x in cold_share if x is not None),
+            "load_1m": [min(loads), max(loads)] if loads else None,
+            "durable_history": True, "config": "bench/ceiling.py: 2 processes, psycopg + "
+            "redis-py, the same writes as W2 in batches of our largest lease"}
+
+
+def python_of(system: str, notes: list[str]) -> Path:
+    """The interpreter a system's runs use (ours: this one)."""
+    if system == "ours":
+        return Path(sys.executable)
+    return harness.ensure_venv(system, notes)
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -1,0 +1,88 @@
+"""The systems, rows and sizes of the side-by-side benchmark (BENCHMARKS.md, "Rules"), read
+by bench/run.py, bench/report.py and bench/plots.py.
+
+A system is ours or one peer (an adapter bench/peers/<name>/bench.py in a virtualenv of its
+own); a row is a system at one variant: ``default`` (its documented defaults) or ``tuned``
+(its best documented tuning; each adapter's docstring says which options and which doc
+page). Ours has one row, at our defaults (``runworker --concurrency 2``: the worker's own
+default is 4 child processes; 2 is the rule's process count).
+"""
+
+WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "ceiling"]
+VARIANTS = ["default", "tuned"]
+HIGHER_IS_BETTER = {"W1": True, "W2": True, "W3": False, "W4": False, "W5": False,
+                    "W6": False, "ceiling": True}
+TITLES = {
+    "W1": "W1 ingest (jobs stored per second)",
+    "W2": "W2 drain of N ready no-op jobs by 2 worker processes (jobs/s, from the workers' "
+          "launch)",
+    "W3": "W3 lag p99 at 116 jobs/s, each due 2 s after submission",
+    "W4": "W4 N cron jobs due at one minute: last started, seconds after the boundary",
+    "W5": "W5 scheduler tick with 1 M cron jobs (1 K due)",
+    "W6": "W6 Redis bytes per pending run",
+    "ceiling": "Ceiling: W2's writes by a bare loop, against W2 in the same pairs",
+}
+
+# name -> label, the virtualenv it runs in (None: this project's), the workloads its
+# adapter measures (others are not run for it), its W2 size (both rows; ours runs the same
+# N in its pair), and whether W1's two rows come from one run (single calls: default; the
+# documented bulk call: tuned).
+SYSTEMS = {
+    "ours": {"label": "ours", "venv": None, "workloads": WORKLOADS},
+    "celery": {"label": "Celery", "workloads": ["W1", "W2", "W3", "W4", "W6"], "w2_n": 5000},
+    "rq": {"label": "RQ", "workloads": ["W1", "W2", "W3", "W4", "W6"], "w2_n": 5000},
+    "dramatiq": {"label": "Dramatiq", "workloads": ["W1", "W2", "W3", "W6"], "w2_n": 20000},
+    "procrastinate": {"label": "procrastinate", "workloads": ["W1", "W2", "W3", "W4"],
+                      "w2_n": 5000},
+    "djangoq": {"label": "django-q2", "workloads": ["W1", "W2", "W3", "W4", "W5", "W6"],
+                "w2_n": 2000},
+    "djtasksdb": {"label": "django-tasks-db", "workloads": ["W1", "W2"], "w2_n": 1000},
+    "vtasks": {"label": "django-vtasks (database)", "workloads": ["W1", "W2"], "w2_n": 2000},
+    "vtasksvk": {"label": "django-vtasks (Valkey)", "venv": "vtasks",
+                 "workloads": ["W1", "W2"], "w2_n": 20000},
+    "pgqueuer": {"label": "pgqueuer", "workloads": ["W1", "W2", "W3"], "w2_n": 20000},
+    "dtscheduler": {"label": "django-tasks-scheduler", "workloads": ["W4"]},
+}
+PEERS = [name for name in SYSTEMS if name != "ours"]
+LABELS = {name: spec["label"] for name, spec in SYSTEMS.items()}
+
+# Workloads whose peer rows differ by worker options; W1 (no worker: the two rows are the
+# single and the bulk enqueue of one run) and W6 (pending jobs, no worker) have one run.
+WORKER_WORKLOADS = {"W2", "W3", "W4"}
+
+# Full sizes (--quick: QUICK_ARGS). W2's N is per system (SYSTEMS' w2_n): the slowest
+# peers drain a few hundred jobs a second at best, and three interleaved pairs of two rows
+# of 20,000 jobs would take hours; each pair runs ours at the same N, so a pair's ratio is
+# like for like.
+W2_N_OURS = 20000
+QUICK_ARGS = {"W1": ["--n", "2000"], "W2": ["--n", "1000"], "W3": ["--duration", "5"],
+              "W4": ["--n", "1000"], "W6": ["--n", "5000"]}
+FULL_SIZES = ("W1 20,000 jobs; W2 N per row (the table's N column; ours 20,000 alone); W3 "
+              "60 s; W4 20,000 cron jobs; W5 up to 1 M cron jobs; W6 50,000 pending")
+QUICK_SIZES = "W1 2,000 jobs, W2 1,000 jobs, W3 5 s, W4 1,000 cron jobs, W5 up to 100 K, " \
+              "W6 5,000 pending"
+
+
+def venv_of(system: str) -> str | None:
+    """The virtualenv folder name under bench/.venvs a system runs in (None: ours)."""
+    spec = SYSTEMS[system]
+    return spec.get("venv", system) if system != "ours" else None
+
+
+def variants_of(system: str, workload: str) -> list[str]:
+    """The rows a system has for a workload."""
+    if system == "ours" or workload not in WORKER_WORKLOADS:
+        return ["default"]
+    return list(VARIANTS)
+
+
+def size_args(system: str, workload: str, quick: bool, n: int | None) -> list[str]:
+    """The size options of one run: --n N when given, else --quick's sizes, else W2's
+    per-row N (full sizes otherwise are each adapter's own defaults)."""
+    if n:
+        return ["--n", str(n)]
+    if quick:
+        return ["--quick", *QUICK_ARGS.get(workload, [])]
+    if workload in ("W2", "ceiling") and system != "ours":
+        return ["--n", str(SYSTEMS[system].get("w2_n", W2_N_OURS))]
+    return []
