@@ -24,7 +24,9 @@ DB = 1
 PG_DB = "bench_celery"
 LOG = f"/tmp/bench-celery-{os.getpid()}.log"
 CELERY = os.path.join(os.path.dirname(sys.executable), "celery")
-WORKER = [CELERY, "-A", "benchproj", "worker", "-l", "info"]
+# W3 and W4 add "-l info" to see the workers' "ready." line; W2 runs at Celery's default
+# log level (WARNING), as logging two lines per task at INFO costs a no-op task dearly.
+WORKER = [CELERY, "-A", "benchproj", "worker"]
 BEAT_CMD = [CELERY, "-A", "benchproj", "beat", "-S", "django", "-l", "info",
             f"--pidfile=/tmp/bench-celery-beat-{os.getpid()}.pid"]
 # Two OS processes that run tasks in each row (BENCHMARKS.md, "Rules").
@@ -81,10 +83,13 @@ def alive(procs):
     return True
 
 
-def start_workers(variant, env=None):
-    """Start the variant's worker processes; return (Popens, epoch seconds when spawned)."""
+def start_workers(variant, env=None, info=True):
+    """Start the variant's worker processes (with ``-l info`` when ``info``); return
+    (Popens, epoch seconds when spawned)."""
     started = time.time()
-    procs = [common.spawn(cmd, cwd=HERE, log_path=LOG, env=env) for cmd in VARIANTS[variant]]
+    extra = ["-l", "info"] if info else []
+    procs = [common.spawn(cmd + extra, cwd=HERE, log_path=LOG, env=env)
+             for cmd in VARIANTS[variant]]
     return procs, started
 
 
@@ -146,7 +151,8 @@ def w2(args):
 
     for _ in range(n):
         noop.delay()
-    procs, t0 = start_workers(args.variant, env=dict(os.environ, BENCH_COUNT_DONE="1"))
+    procs, t0 = start_workers(args.variant, env=dict(os.environ, BENCH_COUNT_DONE="1"),
+                              info=False)
     done = common.wait_until(lambda: alive(procs) and succeeded() >= n, 15 * 60, 0.05)
     t1 = time.time()
     details = base_details(n, args.variant)
