@@ -60,14 +60,14 @@ def run_cell(system: str, variant: str, workload: str, pythons: dict, pairs: int
     """K interleaved pairs of (ours, ``system``/``variant``) on ``workload``; returns
     ``{"pairs": [{"order", "ours", "peer"}, ...]}`` with the raw results. A peer run that
     reports the workload unsupported, or fails in the first pair, ends the cell early."""
-    size = rows.size_args(system, workload, quick, n)
+    size = rows.size_args(system, workload, quick, n, variant)
     if workload == "ceiling":
         # The ceiling's pair is the bare loop (bench/ceiling.py) and our W2 at its N.
         ours_workload, ours_size = "W2", rows.size_args("ours", "W2", quick, n)
     else:
         ours_workload = workload
-        ours_size = size if workload in ("W2",) else rows.size_args("ours", workload,
-                                                                   quick, n)
+        ours_size = size if workload == "W2" else rows.size_args("ours", workload, quick,
+                                                                n)
     out = []
     for i in range(pairs):
         order = ["ours", system] if i % 2 == 0 else [system, "ours"]
