@@ -63,14 +63,14 @@ def run_cell(system: str, variant: str, workload: str, pythons: dict, pairs: int
     size = rows.size_args(system, workload, quick, n, variant)
     if workload == "ceiling":
         # The ceiling's pair is the bare loop (bench/ceiling.py) and our W2 at its N.
-        ours_workload, ours_size = "W2", rows.size_args("ours", "W2", quick, n)
+        ours_workload, ours_size = "W2", size
     else:
         ours_workload = workload
         ours_size = size if workload == "W2" else rows.size_args("ours", workload, quick,
                                                                 n)
     out = []
     for i in range(pairs):
-        order = ["ours", system] if i % 2 == 0 else [system, "ours"]
+        order = ["ours", "row"] if i % 2 == 0 else ["row", "ours"]
         pair = {"order": order}
         for who in order:
             if who == "ours":
