@@ -51,14 +51,16 @@ def _loop(client, lease, conn, ready: str, leased_key: str, batch: int) -> int:
                 "UPDATE runs_run SET state = 'running', attempt = attempt + 1, "
                 "worker_id = %s, lease_expires_at = now() + interval '60 s', "
                 "started_at = now() WHERE id = ANY(%s) "
-                "AND state IN ('scheduled', 'queued', 'retrying') RETURNING id, attempt",
+                "AND state IN ('scheduled', 'queued', 'retrying') "
+                "RETURNING id, attempt, scheduled_at",
                 [WORKER_ID, ids])
             leased = cur.fetchall()
             now = datetime.now(UTC)
             with cur.copy("COPY runs_attempt (run_id, number, worker_id, started_at, "
-                          "outcome, error) FROM STDIN") as copy:
-                for run_id, attempt in leased:
-                    copy.write_row((run_id, attempt, WORKER_ID, now, "running", ""))
+                          "outcome, error, run_scheduled_at) FROM STDIN") as copy:
+                for run_id, attempt, scheduled_at in leased:
+                    copy.write_row((run_id, attempt, WORKER_ID, now, "running", "",
+                                    scheduled_at))
         run_ids = [r[0] for r in leased]
         attempts = [r[1] for r in leased]
         with conn.transaction(), conn.cursor() as cur:

@@ -33,12 +33,13 @@ def load_history(n: int, attempts: int, lines: int) -> None:
                        "finished_at = now() - interval '8 days'", [attempts])
         cursor.execute(
             "INSERT INTO runs_attempt (run_id, number, worker_id, started_at, finished_at, "
-            "outcome, error) SELECT r.id, g, 'w', r.finished_at, r.finished_at, "
-            "'succeeded', '' FROM runs_run r, generate_series(1, %s) g", [attempts])
+            "outcome, error, run_scheduled_at) SELECT r.id, g, 'w', r.finished_at, "
+            "r.finished_at, 'succeeded', '', r.scheduled_at "
+            "FROM runs_run r, generate_series(1, %s) g", [attempts])
         cursor.execute(
-            "INSERT INTO runs_logline (attempt_id, created_at, level, logger, message) "
-            "SELECT a.id, a.started_at, 20, 'bench', 'line ' || g "
-            "FROM runs_attempt a, generate_series(1, %s) g", [lines])
+            "INSERT INTO runs_logline (attempt_id, created_at, level, logger, message, "
+            "run_scheduled_at) SELECT a.id, a.started_at, 20, 'bench', 'line ' || g, "
+            "a.run_scheduled_at FROM runs_attempt a, generate_series(1, %s) g", [lines])
         cursor.execute("ANALYZE runs_run; ANALYZE runs_attempt; ANALYZE runs_logline; "
                        "ANALYZE jobs_job")
 

@@ -25,16 +25,19 @@ from runs.transitions import (
 from runs.types import Outcome
 
 
-def _store_logs(attempt_ids: dict[tuple[int, int], int], outcomes: list[Outcome], using: str):
+def _store_logs(attempt_ids: dict[tuple[int, int], tuple[int, datetime]],
+                outcomes: list[Outcome], using: str):
     lines = []
     for outcome in outcomes:
-        attempt_id = attempt_ids.get((outcome.lease.run_id, outcome.lease.attempt))
-        if attempt_id is None:
+        attempt = attempt_ids.get((outcome.lease.run_id, outcome.lease.attempt))
+        if attempt is None:
             continue
+        attempt_id, run_scheduled_at = attempt
         for created_at, level, logger, message in outcome.logs:
             lines.append(
                 LogLine(
                     attempt_id=attempt_id,
+                    run_scheduled_at=run_scheduled_at,
                     created_at=created_at,
                     level=level,
                     logger=storable(logger, 200),
@@ -210,10 +213,10 @@ def _complete(outcomes: list[Outcome], using: str,
         if not any(o.logs for o in outcomes):
             return accepted, retried
         attempt_ids = {
-            (a[1], a[2]): a[0]
+            (a[1], a[2]): (a[0], a[3])
             for a in attempts.filter(
                 lease_match((o.lease for o in outcomes), "run_id", "number")
-            ).values_list("id", "run_id", "number")
+            ).values_list("id", "run_id", "number", "run_scheduled_at")
         }
         _store_logs(attempt_ids, outcomes, using)
     return accepted, retried

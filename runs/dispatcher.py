@@ -17,7 +17,9 @@ import socket
 import time
 import uuid
 
-from runs import retention
+from django.db import OperationalError
+
+from runs import history_partitions, retention
 from runs.alerts import late
 from runs.alerts.deliver import deliver, prune_delivered
 from runs.brokers import get_broker
@@ -36,6 +38,8 @@ REAP_INTERVAL_S = 1.0
 # Pruning the history (runs/retention.py): a batch a minute, and every round while the
 # batches come back full. A batch of 200 takes 25-30 ms (bench/prune.py), so a round
 # stays short (a batch of 1,000 by Django's delete() took 0.3 s and held up promotion).
+# Time partitions (PostgreSQL, runs/history_partitions.py) are created ahead and retired
+# in the same pass: a catalog query when there is nothing to do.
 PRUNE_INTERVAL_S = 60.0
 PRUNE_BATCH = 200
 
@@ -132,9 +136,12 @@ class Dispatcher(Daemon):
         self.prune_backlog = keys >= PRUNE_BATCH
         retention_s = conf.get("HISTORY_RETENTION_S")
         before = retention.cutoff(retention_s, self.using)
+        self.keep_partitions(before)
         if before is None:  # keep everything
             return keys
-        pruned = retention.prune(before, PRUNE_BATCH, self.using, scope)
+        pruned = retention.Pruned()
+        for where in history_partitions.row_scopes(self.using):
+            pruned.add(retention.prune(before, PRUNE_BATCH, self.using, scope, where))
         prune_delivered(self.using)
         self.prune_backlog = self.prune_backlog or pruned.runs >= PRUNE_BATCH
         if pruned.runs:
@@ -142,6 +149,26 @@ class Dispatcher(Daemon):
                           "%d log lines, %d one-off jobs)", pruned.runs, f"{retention_s:g}",
                           pruned.attempts, pruned.log_lines, pruned.jobs)
         return pruned.runs + keys
+
+    def keep_partitions(self, before) -> None:
+        """Create the time partitions ahead and retire those wholly past the retention
+        cutoff ``before`` (None: keep all); PostgreSQL only (history_partitions.
+        create_ahead, retention.drop_partitions). Tables kept locked by others past the
+        lock timeout, or a deadlock, leave it for the next pass: the dispatcher goes on
+        serving."""
+        try:
+            history_partitions.create_ahead(self.using)
+            if before is None:
+                return
+            dropped = retention.drop_partitions(before, self.using, count=False)
+        except OperationalError as exc:
+            self.log.warning("dispatcher: time partitions not retired this round (%s)",
+                             str(exc).strip())
+            return
+        if dropped.runs or dropped.jobs:
+            self.log.info("dispatcher: dropped time partitions past the retention: about %d "
+                          "runs, %d attempts, %d log lines; %d one-off jobs", dropped.runs,
+                          dropped.attempts, dropped.log_lines, dropped.jobs)
 
     def shutdown(self) -> None:
         self.leases.release_all()

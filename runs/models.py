@@ -119,13 +119,59 @@ class AttemptOutcome(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+def _fill_run_scheduled_at(rows: list, parent, key: str, using: str | None) -> None:
+    """Set ``run_scheduled_at`` of each row lacking it from its parent row (``parent``
+    the model whose primary key ``key`` names, a Run or an Attempt): one query for all.
+    The production paths set it themselves; this serves the ORM's create and
+    bulk_create (tests, admin tools)."""
+    missing = [row for row in rows if row.run_scheduled_at is None]
+    if not missing:
+        return
+    ids = {getattr(row, key) for row in missing}
+    found = dict(parent._default_manager.using(using).filter(pk__in=ids)
+                 .values_list("pk", "run_scheduled_at" if parent is Attempt
+                              else "scheduled_at"))
+    for row in missing:
+        row.run_scheduled_at = found.get(getattr(row, key))
+
+
+class _CopiesRunScheduledAt(models.QuerySet):
+    """create() and bulk_create() fill the partition key copied from the run
+    (docs/retention.md, "Partitioned history")."""
+
+    parent_key = "run_id"
+
+    def bulk_create(self, objs, *args, **kwargs):
+        objs = list(objs)
+        parent = Run if self.parent_key == "run_id" else Attempt
+        _fill_run_scheduled_at(objs, parent, self.parent_key, self.db)
+        return super().bulk_create(objs, *args, **kwargs)
+
+
+class AttemptQuerySet(_CopiesRunScheduledAt):
+    parent_key = "run_id"
+
+
+class LogLineQuerySet(_CopiesRunScheduledAt):
+    parent_key = "attempt_id"
+
+
 class Attempt(models.Model):
     """One try of a run by one worker under one lease; ``number`` equals the run's
-    ``attempt`` while the lease is held."""
+    ``attempt`` while the lease is held.
+
+    ``run_scheduled_at`` is the run's ``scheduled_at``, copied (a run's is never
+    changed): on PostgreSQL it is the partition key, so a run, its attempts and their log
+    lines lie in partitions of the same bounds and go together (docs/retention.md,
+    "Partitioned history"). No foreign key in the database for the same reason (a
+    partitioned runs table can only be referenced by its whole primary key); the
+    transitions keep the link: an attempt is inserted by the statement that leases its
+    run, and is deleted with it."""
 
     # No index of its own: attempt_run_number (run, number) serves lookups by run.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts",
-                            db_index=False)
+                            db_index=False, db_constraint=False)
+    run_scheduled_at = models.DateTimeField(editable=False)
     number = models.PositiveSmallIntegerField()
     worker_id = models.CharField(max_length=200)
     started_at = models.DateTimeField()
@@ -136,8 +182,12 @@ class Attempt(models.Model):
     error = models.TextField(blank=True, default="")
     result = models.JSONField(null=True, blank=True)
 
+    objects = AttemptQuerySet.as_manager()
+
     class Meta:
         constraints = [
+            # On PostgreSQL (run, number, run_scheduled_at): the same rule, as
+            # run_scheduled_at is a function of the run (runs/history_partitions.py).
             models.UniqueConstraint(fields=["run", "number"], name="attempt_run_number"),
         ]
         ordering = ["run", "number"]
@@ -145,15 +195,24 @@ class Attempt(models.Model):
     def __str__(self) -> str:
         return f"attempt {self.number} of run {self.run_id}"
 
+    def save(self, *args, **kwargs):
+        _fill_run_scheduled_at([self], Run, "run_id", kwargs.get("using") or self._state.db)
+        super().save(*args, **kwargs)
+
 
 class LogLine(models.Model):
-    """One log record emitted while an attempt ran (``ctx.logger`` or plain logging)."""
+    """One log record emitted while an attempt ran (``ctx.logger`` or plain logging).
+    ``run_scheduled_at``: the run's, copied, the partition key as on Attempt."""
 
-    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="log_lines")
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="log_lines",
+                                db_constraint=False)
+    run_scheduled_at = models.DateTimeField(editable=False)
     created_at = models.DateTimeField()
     level = models.PositiveSmallIntegerField()
     logger = models.CharField(max_length=200)
     message = models.TextField()
+
+    objects = LogLineQuerySet.as_manager()
 
     class Meta:
         ordering = ["attempt", "id"]
@@ -161,6 +220,11 @@ class LogLine(models.Model):
 
     def __str__(self) -> str:
         return self.message[:80]
+
+    def save(self, *args, **kwargs):
+        _fill_run_scheduled_at([self], Attempt, "attempt_id",
+                               kwargs.get("using") or self._state.db)
+        super().save(*args, **kwargs)
 
 
 class WorkerProcess(models.Model):

@@ -11,15 +11,17 @@ one-off jobs left with no run at all; and the stored Idempotency-Key responses p
 IDEMPOTENCY_TTL_S (prune_idempotency_keys). What stays: dead runs (the dead letter, until an
 operator requeues or discards them), runs not finished, and every cron job. The
 dispatcher prunes its own shards in batches (runs/dispatcher.py); ``manage.py
-prunehistory`` does it on demand.
+prunehistory`` does it on demand. On PostgreSQL the history is in time partitions and
+whole partitions go at once (drop_partitions, runs/history_partitions.py).
 """
 
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connections, transaction
+from django.db.models import Q
 
-from runs import hooks
+from runs import history_partitions, hooks
 from runs.clock import db_now, seconds
 from runs.models import AlertPolicy, Attempt, LogLine, Run, RunState
 from runs.transitions import in_shards
@@ -67,7 +69,7 @@ def prunable(before: datetime, using: str = "default", shards: list[int] | None 
 
 
 def prune(before: datetime, limit: int, using: str = "default",
-          shards: list[int] | None = None) -> Pruned:
+          shards: list[int] | None = None, where: Q | None = None) -> Pruned:
     """Delete at most ``limit`` runs finished (succeeded or cancelled) before ``before``
     (aware datetime), with their attempts and log lines, then the one-off jobs of those
     runs left with no run, in one transaction. Returns the counts deleted; fewer than
@@ -79,9 +81,10 @@ def prune(before: datetime, limit: int, using: str = "default",
     prunes of one job's runs see each other's deletes (the second deletes the job); then
     the runs, skipping any locked (being requeued: the next batch sees them again).
     Deletes are plain statements by key, children first, so nothing is loaded or
-    cascaded."""
+    cascaded. ``where``: only the prunable runs it also matches (the dispatcher's
+    history_partitions.row_scopes)."""
     with transaction.atomic(using=using):
-        candidates = list(prunable(before, using, shards).order_by()
+        candidates = list(prunable(before, using, shards).filter(where or Q()).order_by()
                           .values_list("pk", "job_id")[:limit])
         if not candidates:
             return Pruned()
@@ -99,19 +102,76 @@ def prune(before: datetime, limit: int, using: str = "default",
                 attempts=_delete(cursor, Attempt, "run_id IN ({ids})", run_ids),
                 runs=_delete(cursor, Run, "id IN ({ids})", run_ids))
             if one_off:
-                # Jobs something else still points at (a workflow's node: runs/hooks.py)
-                # stay, with no run left.
-                kept = "".join(f" AND NOT EXISTS (SELECT 1 FROM {table} AS k WHERE "
-                               f"k.{column} = {{table}}.id)"
-                               for table, column in hooks.job_keepers())
-                pruned.jobs = _delete(
-                    cursor, Job, "id IN ({ids}) AND schedule_id IS NULL AND NOT EXISTS "
-                    "(SELECT 1 FROM {run} WHERE {run}.job_id = {table}.id)" + kept, one_off)
-                if pruned.jobs:  # the alert overrides of the jobs just deleted
-                    _delete(cursor, AlertPolicy, "job_id IN ({ids}) AND NOT EXISTS (SELECT 1 "
-                            f"FROM {Job._meta.db_table} AS j WHERE j.id = {{table}}.job_id)",
-                            one_off)
+                pruned.jobs = _delete_jobs_without_runs(cursor, one_off)
         return pruned
+
+
+def _delete_jobs_without_runs(cursor, one_off: list[int]) -> int:
+    """Delete the jobs among ``one_off`` (ids of one-off jobs, locked by the caller) left
+    with no run, and their alert overrides; returns the jobs deleted."""
+    # Jobs something else still points at (a workflow's node: runs/hooks.py) stay, with
+    # no run left.
+    kept = "".join(f" AND NOT EXISTS (SELECT 1 FROM {table} AS k WHERE "
+                   f"k.{column} = {{table}}.id)" for table, column in hooks.job_keepers())
+    jobs = _delete(cursor, Job, "id IN ({ids}) AND schedule_id IS NULL AND NOT EXISTS "
+                   "(SELECT 1 FROM {run} WHERE {run}.job_id = {table}.id)" + kept, one_off)
+    if jobs:  # the alert overrides of the jobs just deleted
+        _delete(cursor, AlertPolicy, "job_id IN ({ids}) AND NOT EXISTS (SELECT 1 "
+                f"FROM {Job._meta.db_table} AS j WHERE j.id = {{table}}.job_id)", one_off)
+    return jobs
+
+
+def drop_partitions(before: datetime, using: str = "default", count: bool = True) -> Pruned:
+    """On a partitioned database (runs/history_partitions.py), retire every time partition
+    wholly older than ``before``: detach it from the runs, attempts and log tables with
+    the runs retention keeps copied back (one short transaction), delete the one-off jobs
+    it leaves with no run (in batches of JOB_BATCH, locked as prune locks them), then
+    drop the detached tables. Also finishes partitions a crash left detached. Returns
+    what went: exact counts with ``count``, else the planner's estimates (no scan).
+    No-op (nothing pruned) on plain tables. Raises django.db.OperationalError when the
+    tables stay locked past history_partitions.LOCK_TIMEOUT (try again later)."""
+    if not history_partitions.partitioned(using):
+        return Pruned()
+    history_partitions.detach_expired(using, before)
+    total = Pruned()
+    with connections[using].cursor() as cursor:
+        suffixes = history_partitions.detached(cursor)
+    for suffix in suffixes:
+        total.add(_finish_detached(suffix, using, count))
+    return total
+
+
+JOB_BATCH = 5000
+
+
+def _finish_detached(suffix: str, using: str, count: bool) -> Pruned:
+    """Count what detached partition ``suffix`` held that was not kept, delete the one-off
+    jobs left with no run, drop its three tables."""
+    run, attempt, line = (f"{table}_{suffix}" for table, _ in history_partitions.TABLES)
+    pruned = Pruned()
+    with connections[using].cursor() as cursor:
+        for field, table, parent in (("runs", run, "runs_run"),
+                                     ("attempts", attempt, "runs_attempt"),
+                                     ("log_lines", line, "runs_logline")):
+            if count:  # the kept rows were copied to the DEFAULT partition, same ids
+                cursor.execute(f"SELECT count(*) FROM {table} d WHERE NOT EXISTS (SELECT 1 "
+                               f"FROM {parent}_default k WHERE k.id = d.id)")
+                setattr(pruned, field, cursor.fetchone()[0])
+            else:
+                setattr(pruned, field, history_partitions.estimate(cursor, table))
+        cursor.execute(f"SELECT j.id FROM {Job._meta.db_table} j WHERE j.schedule_id IS NULL "
+                       f"AND EXISTS (SELECT 1 FROM {run} d WHERE d.job_id = j.id) ORDER BY 1")
+        one_off = [row[0] for row in cursor.fetchall()]
+    for start in range(0, len(one_off), JOB_BATCH):
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            locked = list(Job.objects.using(using).filter(
+                pk__in=one_off[start:start + JOB_BATCH], schedule__isnull=True)
+                .order_by("pk").select_for_update().values_list("pk", flat=True))
+            if locked:
+                pruned.jobs += _delete_jobs_without_runs(cursor, locked)
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"DROP TABLE {line}, {attempt}, {run}")
+    return pruned
 
 
 def prune_idempotency_keys(limit: int, using: str = "default") -> int:

@@ -104,12 +104,13 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
     )
     rows = runs.filter(
         pk__in=ids, state=RunState.RUNNING, worker_id=worker_id, lease_expires_at=expires
-    ).values_list("id", "attempt", "queue", "shard")
+    ).values_list("id", "attempt", "queue", "shard", "scheduled_at")
     leases = [Lease(r[0], r[1], r[2], r[3], expires) for r in rows]
     Attempt.objects.using(using).bulk_create(
         [
-            Attempt(run_id=lease.run_id, number=lease.attempt, worker_id=worker_id, started_at=now)
-            for lease in leases
+            Attempt(run_id=r[0], run_scheduled_at=r[4], number=r[1], worker_id=worker_id,
+                    started_at=now)
+            for r in rows
         ]
     )
     return leases
@@ -161,8 +162,9 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
                       {run}.scheduled_at
         ),
         attempts AS (
-            INSERT INTO {attempt} (run_id, number, worker_id, started_at, outcome, error)
-            SELECT id, attempt, %s, started_at, %s, '' FROM started
+            INSERT INTO {attempt} (run_id, run_scheduled_at, number, worker_id,
+                                   started_at, outcome, error)
+            SELECT id, scheduled_at, attempt, %s, started_at, %s, '' FROM started
         )
         SELECT s.id, s.attempt, s.queue, s.shard,
                (EXTRACT(EPOCH FROM s.lease_expires_at) * 1000000)::bigint, s.job_id,

@@ -87,6 +87,12 @@ DEFAULTS: dict[str, Tunable] = {
     "HISTORY_RETENTION_S": Tunable(
         7 * 86_400.0, float, "seconds a succeeded or cancelled run is kept after it finished, "
         "with its attempts and logs (dead runs stay until requeued or discarded); 0: for ever"),
+    "HISTORY_PARTITION_S": Tunable(
+        86_400, int, "PostgreSQL: width in seconds of one time partition of the runs, "
+        "attempts and log tables (docs/retention.md, \"Partitioned history\"); 0 when migrating: "
+        "plain tables"),
+    "HISTORY_PARTITIONS_AHEAD": Tunable(
+        3, int, "PostgreSQL: time partitions the dispatcher keeps created ahead of now"),
     "DISPATCH_INTERVAL_S": Tunable(0.1, float, "seconds between dispatcher rounds when idle"),
     "RECONCILE_INTERVAL_S": Tunable(10.0, float, "seconds between DB -> broker reconciles"),
     "WORKER_POLL_S": Tunable(0.05, float, "seconds a worker with free slots waits when idle"),
