@@ -101,3 +101,12 @@ def every_five_minutes():
 
 def plain_function():
     return "not a task"
+
+
+@task(takes_context=True)
+def sum_upstream(context, extra=0):
+    """The sum of the upstream workflow nodes' results plus ``extra`` (a task node of
+    tests/test_workflows_engine.py)."""
+    from workflows.context import upstream_of
+
+    return sum(upstream_of(context).values()) + extra

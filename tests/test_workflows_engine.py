@@ -4,8 +4,12 @@ a failed node's descendants upstream_failed while the rest completes; a requeue 
 the dead letter resumes; results read by node name; the result bound; cancel and pause
 (docs/workflows.md)."""
 
-import pytest
+from datetime import timedelta
 
+import pytest
+from django.utils import timezone
+
+from jobs.models import Job
 from jobs.registry import handler
 from runs import services as run_services
 from runs.models import Run
@@ -195,3 +199,34 @@ def test_cancel_stops_the_rest_and_pause_holds_new_nodes(pair):
     assert (view["state"], states(view)) == ("cancelled", {"a": "cancelled", "b": "cancelled"})
     assert Run.objects.using(pair.using).get(pk=view["nodes"][0]["run_id"]).state == "cancelled"
     assert not control.cancel_workflow_run(second, using=pair.using)
+
+
+def test_django_tasks_nodes_run_and_read_their_upstreams(pair, settings):
+    settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+                                  "QUEUES": [], "OPTIONS": {"DATABASE": pair.using}}}
+    wr = start(pair, [{"name": "two", "task": "tests.djtasks_tasks.add", "args": [1, 1]},
+                      {"name": "three", "task": "tests.djtasks_tasks.add", "kwargs": {"a": 1,
+                                                                                   "b": 2}},
+                      {"name": "total", "task": "tests.djtasks_tasks.sum_upstream",
+                       "kwargs": {"extra": 10}}],
+               [["two", "total"], ["three", "total"]])
+
+    view = drain(pair, wr)
+
+    assert view["state"] == "succeeded"
+    assert results(pair, view) == {"two": 2, "three": 3, "total": 15}
+
+
+def test_a_node_job_outlives_the_history_retention_of_its_runs(pair):
+    from runs.retention import prune
+
+    wr = start(pair, [node("a")], [])
+    drain(pair, wr)
+    job_id = NodeRun.objects.using(pair.using).get(workflow_run=wr).node.job_id
+
+    pruned = prune(timezone.now() + timedelta(days=1), 100, pair.using)
+
+    assert pruned.runs == 1 and pruned.jobs == 0
+    assert Job.objects.using(pair.using).filter(pk=job_id).exists()
+    again = services.start_workflow_run(wr.workflow_id, using=pair.using)
+    assert drain(pair, again)["state"] == "succeeded"
