@@ -18,9 +18,9 @@ from django.db.models import (
 from django.http import HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from runs import services
+from runs import hooks, services
 from runs.admin_attempts import AttemptAdmin  # noqa: F401 - registers attempts, logs, workers
 from runs.admin_helpers import (
     LOG_LINES_ON_RUN_PAGE,
@@ -62,12 +62,13 @@ class RunAdmin(ReadOnlyAdmin):
                        "attempts_display", "error_pre", "result_pre", "attempts_and_logs",
                        "scheduled", "started", "finished", "run_at_display",
                        "lease_expires", "created", "first_started", "last_started",
-                       "lag_explained", "duration_explained", "catch_up_display")
+                       "lag_explained", "duration_explained", "catch_up_display",
+                       "holds_up")
     fieldsets = [
         (None, {"fields": [("job_link", "state_badge"), ("queue", "shard", "priority"),
                            ("scheduled", "run_at_display", "jitter_s"),
                            ("attempts_display", "worker_id", "lease_expires"),
-                           "created"]}),
+                           "created", "holds_up"]}),
         # Both starts, each labelled, beside the figure measured from it (docs/admin.md,
         # "Runs"): lag from the first attempt's start, duration from the last one's.
         ("Timing", {"fields": [("first_started", "lag_explained"),
@@ -91,7 +92,16 @@ class RunAdmin(ReadOnlyAdmin):
     created = timestamp_column("created_at", "created")
 
     def get_queryset(self, request):
-        return with_timing(super().get_queryset(request))
+        return hooks.annotate_holders(with_timing(super().get_queryset(request)))
+
+    @admin.display(description="holds up")
+    def holds_up(self, run):
+        """What waits for this run (a workflow run whose node it is; runs/hooks.py)."""
+        links = hooks.holders_of(run)
+        if not links:
+            return "-"
+        return format_html_join(", ", '<a href="{}">{}</a>',
+                                ((url, text) for text, url in links))
 
     @admin.display(description="job", ordering="job__name")
     def job_link(self, run):
@@ -198,7 +208,7 @@ class DeadRunAdmin(RunAdmin):
     # page (and the queue a filter), so the row fits a 1366 px window with the sidebar
     # open (docs/admin.md, "Screen width").
     list_display = ("id", "job_link", "reason", "died_at", "attempts_display",
-                    "last_outcome")
+                    "last_outcome", "holds_up")
     list_filter = (QueueFilter, JobIdFilter, TimeRangeFilter.on("finished_at", "died"))
     search_fields = ("=id", "job__name", "job__handler", "error")
     search_help_text = "Run id, job name or handler, text of the error."

@@ -51,6 +51,9 @@ _listeners: list[RunListener] = []
 # of rows pointing at jobs_job that need it (a workflow's node keeps its job).
 _job_keepers: list[tuple[str, str]] = []
 _context: dict[str, Callable] = {}
+# What a run holds up, shown by the admin's run and dead letter pages: (annotate,
+# describe) pairs (workflows/: the workflow run a dead node's run holds up).
+_holders: list[tuple[Callable, Callable]] = []
 
 
 def register(listener: RunListener) -> None:
@@ -79,6 +82,27 @@ def provide_context(name: str, factory: Callable) -> None:
 def context_value(name: str, ctx, default):
     factory = _context.get(name)
     return default if factory is None else factory(ctx)
+
+
+def provide_holder(annotate: Callable, describe: Callable) -> None:
+    """Show in the admin what a run holds up (runs/admin.py, "holds up"): ``annotate(runs)``
+    returns the Run QuerySet ``runs`` annotated with what ``describe`` needs (one
+    subquery, so a page of runs costs no query per row), ``describe(run)`` a list of
+    (text, admin URL) pairs, empty when the run holds nothing up."""
+    if (annotate, describe) not in _holders:
+        _holders.append((annotate, describe))
+
+
+def annotate_holders(runs):
+    """``runs`` (a Run QuerySet) with every holder's annotations."""
+    for annotate, _ in _holders:
+        runs = annotate(runs)
+    return runs
+
+
+def holders_of(run) -> list[tuple[str, str]]:
+    """What ``run`` (from a QuerySet annotate_holders made) holds up: (text, URL) pairs."""
+    return [pair for _, describe in _holders for pair in describe(run)]
 
 
 def watched(run_ids: list[int], using: str) -> set[int]:

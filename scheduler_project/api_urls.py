@@ -10,6 +10,7 @@ from jobs.alerts_api import JobAlertsView, OwnerAlertsView
 from jobs.api import JobViewSet
 from jobs.limits_api import LimitsView
 from jobs.runs_api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
+from workflows.api import WorkflowRunViewSet, WorkflowViewSet
 
 
 class Router(DefaultRouter):
@@ -31,9 +32,13 @@ router = Router()
 router.register("jobs", JobViewSet, basename="job")
 router.register("runs", RunViewSet, basename="run")
 router.register("dead-letter", DeadLetterViewSet, basename="dead-letter")
+router.register("workflows", WorkflowViewSet, basename="workflow")
+router.register("workflow-runs", WorkflowRunViewSet, basename="workflow-run")
 
 urlpatterns = [
     path("jobs/<int:job_pk>/runs/", RunViewSet.as_view({"get": "list"}), name="job-runs"),
+    path("workflows/<int:workflow_pk>/runs/", WorkflowRunViewSet.as_view({"get": "list"}),
+         name="workflow-runs-of"),
     path("runs/<int:run_pk>/logs/", LogLineViewSet.as_view({"get": "list"}), name="run-logs"),
     path("queues/", QueueView.as_view(), name="queues"),
     path("limits/", LimitsView.as_view(), name="limits"),

@@ -13,13 +13,14 @@ transaction on ``using``; runs reach the broker after it commits.
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from jobs import cron, tenants
 from jobs.models import Job, Schedule
 from jobs.validation import moment_problem
 from runs.clock import db_now
-from runs.models import Run
+from runs.models import Attempt, Run
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from workflows.engine import start_ready
@@ -34,7 +35,7 @@ from workflows.models import (
 from workflows.validation import InvalidWorkflow, validate_workflow
 
 __all__ = ["InvalidWorkflow", "create_workflow", "get_workflow", "get_workflow_run",
-           "start_workflow_run", "trigger"]
+           "list_workflow_runs", "list_workflows", "start_workflow_run", "trigger"]
 
 
 def _pk(obj) -> int:
@@ -97,6 +98,30 @@ def get_workflow(workflow, using: str = "default") -> Workflow:
     Workflow.DoesNotExist."""
     return (Workflow.objects.using(using).select_related("schedule")
             .prefetch_related("nodes__job", "edges").get(pk=_pk(workflow)))
+
+
+def list_workflows(owner=None, using: str = "default") -> QuerySet:
+    """The workflows of ``owner`` (a user, or its id; None: every owner's), newest first,
+    each with ``node_count`` (its number of nodes) and its schedule at hand. A QuerySet:
+    filter or page it further."""
+    workflows = Workflow.objects.using(using).select_related("schedule", "owner").annotate(
+        node_count=Count("nodes", distinct=True)).order_by("-id")
+    if owner is not None:
+        workflows = workflows.filter(owner_id=_pk(owner))
+    return workflows
+
+
+def list_workflow_runs(workflow=None, *, state: str | None = None,
+                       using: str = "default") -> QuerySet:
+    """The runs of ``workflow`` (an instance or id; None: every workflow's), newest
+    ``scheduled_at`` first, optionally only those in ``state`` (a WorkflowRunState value).
+    A QuerySet: filter or page it further; get_workflow_run gives one run's nodes."""
+    runs = WorkflowRun.objects.using(using).order_by("-scheduled_at", "-id")
+    if workflow is not None:
+        runs = runs.filter(workflow_id=_pk(workflow))
+    if state is not None:
+        runs = runs.filter(state=state)
+    return runs
 
 
 def _check_start(run_key, scheduled_at) -> None:
@@ -193,9 +218,9 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
     """A workflow run and every node's state, as JSON-like data: ``{id, workflow,
     scheduled_at, run_key, state, started_by, created_at, finished_at, error, nodes}``,
     ``nodes`` a list (in creation order) of ``{name, state, upstream (names), run_id,
-    run_state, attempt, max_attempts, ready_at, started_at, finished_at, error}``; times
-    are aware UTC datetimes, ``started_at`` the current or last attempt's start. Raises
-    WorkflowRun.DoesNotExist."""
+    run_state, attempt, max_attempts, ready_at, first_started_at, started_at, finished_at,
+    error}``; times are aware UTC datetimes, ``first_started_at`` the first attempt's
+    start, ``started_at`` the current or last attempt's. Raises WorkflowRun.DoesNotExist."""
     wr = WorkflowRun.objects.using(using).get(pk=_pk(workflow_run))
     node_runs = list(NodeRun.objects.using(using).filter(workflow_run=wr)
                      .select_related("node").order_by("node_id"))
@@ -206,13 +231,16 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
     runs = {r[0]: r[1:] for r in Run.objects.using(using).filter(
         pk__in=[n.run_id for n in node_runs if n.run_id]).values_list(
         "id", "state", "attempt", "max_attempts", "started_at")}
+    first = dict(Attempt.objects.using(using).filter(run_id__in=list(runs), number=1)
+                 .values_list("run_id", "started_at"))
     nodes = []
     for n in node_runs:
         run = runs.get(n.run_id, (None, 0, None, None))
         nodes.append({"name": n.node.name, "state": n.state,
                       "upstream": sorted(upstream.get(n.node_id, [])), "run_id": n.run_id,
                       "run_state": run[0], "attempt": run[1], "max_attempts": run[2],
-                      "ready_at": n.ready_at, "started_at": run[3],
+                      "ready_at": n.ready_at, "first_started_at": first.get(n.run_id),
+                      "started_at": run[3],
                       "finished_at": n.finished_at, "error": n.error})
     return {"id": wr.pk, "workflow": wr.workflow_id, "scheduled_at": wr.scheduled_at,
             "run_key": wr.run_key, "state": wr.state, "started_by": wr.started_by,

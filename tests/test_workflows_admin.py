@@ -1,0 +1,145 @@
+"""The workflows in the admin (docs/admin.md, "Workflows") through Django's test client:
+the workflow run's page draws its graph (inline SVG: a box per node coloured by state,
+an arrow per edge, each node linked to its run's page, nothing fetched from outside), the
+workflow's page its definition, the dead letter names the workflow run a dead run holds
+up, and the model permissions decide who sees and acts."""
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from runs.models import Run, RunState
+from tests.test_api_helpers import user_with
+from workflows import services
+from workflows.graph_svg import layers, positions
+from workflows.models import NodeRun, NodeState, WorkflowRun
+
+pytestmark = pytest.mark.django_db
+
+NODES = [{"name": n, "handler": "noop"} for n in ("extract", "left", "right", "load")]
+EDGES = [["extract", "left"], ["extract", "right"], ["left", "load"], ["right", "load"]]
+
+
+def text(response) -> str:
+    return re.sub(r"\s+", " ", response.content.decode())
+
+
+@pytest.fixture
+def diamond():
+    """A diamond whose first node died: its run is dead, the node failed, the others
+    upstream_failed, the workflow run failed (set directly: this is test setup)."""
+    wf = services.create_workflow("nightly etl", NODES, EDGES,
+                                  owner=User.objects.create_user("alice"))
+    wr = services.trigger(wf)
+    first = NodeRun.objects.get(workflow_run=wr, node__name="extract")
+    Run.objects.filter(pk=first.run_id).update(state=RunState.DEAD, error="boom",
+                                               finished_at=timezone.now(), attempt=1)
+    NodeRun.objects.filter(pk=first.pk).update(state=NodeState.FAILED)
+    NodeRun.objects.filter(workflow_run=wr).exclude(pk=first.pk).update(
+        state=NodeState.UPSTREAM_FAILED, error="upstream 'extract' failed")
+    WorkflowRun.objects.filter(pk=wr.pk).update(state="failed")
+    return {"wf": wf, "wr": wr, "dead": first.run_id}
+
+
+def test_the_workflow_run_page_draws_the_graph_coloured_by_state(admin_client, diamond):
+    page = admin_client.get(f"/admin/workflows/workflowrun/{diamond['wr'].pk}/change/")
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    start = html.index('<svg xmlns="http://www.w3.org/2000/svg" class="workflow-graph"')
+    svg = html[start:html.index("</svg>", start)]
+    assert svg.count('class="wf-node wf-failed"') == 1
+    assert svg.count('class="wf-node wf-upstream_failed"') == 3
+    assert svg.count('marker-end="url(#wf-arrow)"') == len(EDGES)
+    assert f'href="/admin/runs/run/{diamond["dead"]}/change/"' in svg
+    assert re.findall(r'(?:href|src)="(?:https?:)?//', html) == []  # nothing from outside
+    assert "upstream &#x27;extract&#x27; failed" in html or "upstream 'extract' failed" in html
+
+
+def test_the_workflow_page_draws_the_definition_and_lists_its_runs(admin_client, diamond):
+    page = text(admin_client.get(f"/admin/workflows/workflow/{diamond['wf'].pk}/change/"))
+
+    assert page.count('class="wf-node wf-definition"') == len(NODES)
+    assert f"/admin/workflows/workflowrun/{diamond['wr'].pk}/change/" in page
+    listing = text(admin_client.get("/admin/workflows/workflow/"))
+    assert "nightly etl" in listing and "trigger only" in listing
+
+
+def test_the_dead_letter_links_a_dead_run_to_the_workflow_run_it_holds_up(admin_client,
+                                                                          diamond):
+    listing = text(admin_client.get("/admin/runs/deadrun/"))
+    page = text(admin_client.get(f"/admin/runs/deadrun/{diamond['dead']}/change/"))
+
+    link = f'href="/admin/workflows/workflowrun/{diamond["wr"].pk}/change/"'
+    assert link in listing and f"workflow run {diamond['wr'].pk} (extract)" in listing
+    assert link in page
+
+
+def test_the_workflow_run_list_shows_progress(admin_client, diamond):
+    listing = text(admin_client.get("/admin/workflows/workflowrun/"))
+
+    assert "0 / 4" in listing and "wf-state-failed" in listing
+
+
+def test_viewing_needs_the_view_permission_and_actions_the_change_permission(client, diamond):
+    nobody = user_with("nobody", is_staff=True)
+    viewer = user_with("viewer", "workflows.view_workflowrun", is_staff=True)
+    url = f"/admin/workflows/workflowrun/{diamond['wr'].pk}/change/"
+
+    client.force_login(nobody)
+    assert client.get(url).status_code == 403
+    client.force_login(viewer)
+    listing = text(client.get("/admin/workflows/workflowrun/"))
+    assert client.get(url).status_code == 200
+    assert "cancel_workflow_runs" not in listing
+
+
+def test_an_operator_pauses_resumes_and_cancels_a_workflow_run(client):
+    wf = services.create_workflow("wf", NODES, EDGES)
+    wr = services.trigger(wf)
+    operator = user_with("op", "workflows.view_workflowrun", "workflows.change_workflowrun",
+                         is_staff=True)
+    client.force_login(operator)
+    url = "/admin/workflows/workflowrun/"
+    act = {"_selected_action": [str(wr.pk)]}
+
+    client.post(url, {"action": "pause_workflow_runs", **act})
+    paused = WorkflowRun.objects.get(pk=wr.pk).state
+    client.post(url, {"action": "resume_workflow_runs", **act})
+    resumed = WorkflowRun.objects.get(pk=wr.pk).state
+    confirm = client.post(url, {"action": "cancel_workflow_runs", **act})
+    client.post(url, {"action": "cancel_workflow_runs", "confirm": "yes", **act})
+
+    assert (paused, resumed) == ("paused", "running")
+    assert "Cancel 1 workflow run?" in text(confirm)
+    assert WorkflowRun.objects.get(pk=wr.pk).state == "cancelled"
+
+
+def test_an_operator_pauses_and_triggers_a_workflow(client):
+    wf = services.create_workflow("wf", NODES, EDGES)
+    client.force_login(user_with("op", "workflows.view_workflow", "workflows.change_workflow",
+                                 is_staff=True))
+    act = {"_selected_action": [str(wf.pk)]}
+
+    client.post("/admin/workflows/workflow/", {"action": "pause_workflows", **act})
+    refused = text(client.post("/admin/workflows/workflow/",
+                               {"action": "trigger_workflows", **act}, follow=True))
+    client.post("/admin/workflows/workflow/", {"action": "resume_workflows", **act})
+    client.post("/admin/workflows/workflow/", {"action": "trigger_workflows", **act})
+
+    assert "left alone" in refused
+    assert WorkflowRun.objects.filter(workflow=wf).count() == 1
+
+
+def test_the_layout_puts_every_node_right_of_its_upstreams():
+    keys = ["a", "b", "c", "d", "e"]
+    edges = [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("a", "d"), ("d", "e")]
+
+    layer = layers(keys, edges)
+    place = positions(keys, edges)
+
+    assert layer == {"a": 0, "b": 1, "c": 1, "d": 2, "e": 3}
+    assert all(place[up][0] < place[down][0] for up, down in edges)
+    assert len(set(place.values())) == len(keys)
