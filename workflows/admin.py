@@ -258,21 +258,18 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
 
 
 def _annotate_holder(runs):
-    """Runs with ``held_workflow_run`` and ``held_node``: the workflow run (and node) a
-    run is a node's run in (runs/hooks.py's provide_holder)."""
+    """Runs with ``held_workflow_run``: the workflow run a run is a node's run in
+    (runs/hooks.py's provide_holder; the node is its job, named workflow/node)."""
     node_run = NodeRun.objects.filter(run_id=OuterRef("pk"))
-    return runs.annotate(held_workflow_run=Subquery(node_run.values("workflow_run_id")[:1]),
-                         held_node=Subquery(node_run.values("node__name")[:1]))
+    return runs.annotate(held_workflow_run=Subquery(node_run.values("workflow_run_id")[:1]))
 
 
 def _describe_holder(run: Run) -> list[tuple[str, str]]:
     wr_id = getattr(run, "held_workflow_run", None)
     if wr_id is None:
         return []
-    node = run.held_node or ""
-    node = node if len(node) <= 24 else node[:23] + "…"
-    return [(f"workflow run {wr_id} ({node})",
-             reverse("admin:workflows_workflowrun_change", args=[wr_id]))]
+    return [(f"workflow run {wr_id}", reverse("admin:workflows_workflowrun_change",
+                                              args=[wr_id]))]
 
 
 hooks.provide_holder(_annotate_holder, _describe_holder)

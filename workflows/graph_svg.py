@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-BOX_W, BOX_H = 168, 40  # px
-GAP_X, GAP_Y = 56, 14
+BOX_W, BOX_H = 150, 40  # px
+GAP_X, GAP_Y = 40, 14
 MARGIN = 12
 LEGEND_H = 28
-NAME_CHARS = 22  # longer names are cut (the full name is the box's tooltip)
+NAME_CHARS = 19  # longer names are cut (the full name is the box's tooltip)
 
 # state -> (fill, stroke); a light fill with a dark border keeps the black text readable.
 COLOURS = {
@@ -141,8 +141,8 @@ def draw(nodes: list[Node], edges: list[tuple], legend: bool = True) -> SafeStri
                f'stroke="{stroke}" stroke-width="1.6"/>'
                f'<text x="{x + 8}" y="{y + 16}" fill="#111" font-weight="bold">'
                f'{escape(_short(node.name))}</text>'
-               f'<text x="{x + 8}" y="{y + 32}" fill="#333">'
-               f'{escape(_short(node.note or node.state, 28))}</text></g>')
+               f'<text x="{x + 8}" y="{y + 32}" fill="#333" font-size="11">'
+               f'{escape(_short(node.note or node.state, 25))}</text></g>')
         if node.url:
             box = f'<a href="{escape(node.url)}">{box}</a>'
         parts.append(box)
