@@ -230,3 +230,18 @@ def test_a_node_job_outlives_the_history_retention_of_its_runs(pair):
     assert Job.objects.using(pair.using).filter(pk=job_id).exists()
     again = services.start_workflow_run(wr.workflow_id, using=pair.using)
     assert drain(pair, again)["state"] == "succeeded"
+
+
+def test_a_node_whose_job_was_cancelled_is_cancelled_instead_of_waiting(pair):
+    from jobs import services as job_services
+
+    wf = services.create_workflow("w", [node("a"), node("b"), node("c")],
+                                  [["a", "b"], ["b", "c"]], using=pair.using)
+    job_services.cancel([wf.nodes.using(pair.using).get(name="b").job_id], using=pair.using)
+
+    view = drain(pair, services.start_workflow_run(wf, using=pair.using))
+
+    assert view["state"] == "failed"
+    assert states(view) == {"a": "succeeded", "b": "cancelled", "c": "upstream_failed"}
+    assert view["nodes"][1]["run_id"] is None
+    assert view["nodes"][2]["error"] == "upstream 'b' cancelled"

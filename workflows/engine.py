@@ -28,6 +28,8 @@ from runs.models import PENDING_STATES, Run
 from runs.transitions import int_array
 from runs.types import RunRef
 from scheduler_core import conf
+from scheduler_core.models import Job
+from workflows.graph import propagate
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
     NodeRun,
@@ -75,10 +77,21 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                      "workflow_run__started_by", "workflow_run__workflow__schedule__jitter_s",
                      "node__job_id", "node__job__queue", "node__job__priority",
                      "node__job__max_attempts", "node__job__shard_key", "node__job__handler",
-                     "node__job__owner_id"))
-    if ready:
-        _make_runs(ready, now, using)
-    return [row[0] for row in ready]
+                     "node__job__owner_id", "node__job__status"))
+    # A node whose job was cancelled (through the jobs' API) can never run: its runs would
+    # wait for ever, as a cancelled job's runs are never leased. It is cancelled instead.
+    live = [row[:-1] for row in ready if row[-1] != Job.Status.CANCELLED]
+    gone = [row for row in ready if row[-1] == Job.Status.CANCELLED]
+    if live:
+        _make_runs(live, now, using)
+    if gone:
+        NodeRun.objects.using(using).filter(pk__in=[r[0] for r in gone],
+                                            state=NodeState.PENDING).update(
+            state=NodeState.CANCELLED, finished_at=now,
+            error="its job was cancelled, so it cannot run")
+        propagate(set(NodeRun.objects.using(using).filter(pk__in=[r[0] for r in gone])
+                      .values_list("workflow_run_id", flat=True)), now, using)
+    return [row[0] for row in live]
 
 
 def _run_at(row, now: datetime) -> tuple[datetime, float]:

@@ -23,7 +23,7 @@ from runs.clock import db_now
 from runs.models import Attempt, Run
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
-from workflows.engine import start_ready
+from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     RUN_KEY_MAX,
     NodeRun,
@@ -157,6 +157,7 @@ def begin_run(workflow: Workflow, scheduled_at: datetime, started_by: str,
     below = set(WorkflowEdge.objects.using(using).filter(workflow=workflow)
                 .values_list("downstream_id", flat=True))
     start_ready([workflow_run.pk], now, using, node_ids=[n for n in nodes if n not in below])
+    finish_if_done([workflow_run.pk], now, using)  # when no node could start
     workflow_run.created = True
     return workflow_run
 
