@@ -263,10 +263,13 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Job scheduler API",
     "DESCRIPTION": (
-        "Jobs (one-off and cron), their runs, attempts and logs, the dead letter and queue "
-        "figures. Authenticate with `Authorization: Token <key>` (manage.py createapitoken "
-        "USER) or a session. You see your own jobs and runs only; other owners' need Django's "
-        "model permissions (view_job, change_job, view_run, change_run). See docs/api.md."
+        "Jobs (one-off and cron), their runs, attempts and logs, the dead letter, queue "
+        "figures, and workflows (graphs of jobs) with their runs. Authenticate with "
+        "`Authorization: Token <key>` (manage.py createapitoken USER) or a session. You see "
+        "your own jobs, runs and workflows only; other owners' need Django's "
+        "model permissions (view_job, change_job, view_run, change_run, and the workflows' "
+        "view_workflow, change_workflow, view_workflowrun, change_workflowrun). See "
+        "docs/api.md."
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
@@ -277,6 +280,10 @@ SPECTACULAR_SETTINGS = {
         "JobStatusEnum": "jobs.models.Job.Status",
         "MisfirePolicyEnum": "jobs.models.MisfirePolicy",
         "AttemptOutcomeEnum": "runs.models.AttemptOutcome",
+        "WorkflowStatusEnum": "workflows.models.Workflow.Status",
+        "WorkflowRunStateEnum": "workflows.models.WorkflowRunState",
+        "NodeStateEnum": "workflows.models.NodeState",
+        "JobShownStatusEnum": "jobs.lifecycle.SHOWN_STATUSES",
     },
 }
 
