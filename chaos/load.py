@@ -17,6 +17,7 @@ from jobs import services
 from jobs.models import Job, OwnerPolicy, Schedule
 from jobs.tenants import MAX_INT
 from runs.clock import db_now
+from workflows.models import Workflow
 
 OWNER = "chaos"
 BULK_CHUNK = 2000
@@ -59,12 +60,17 @@ def owner(using: str = "default"):
 
 
 def forget_previous(using: str = "default") -> int:
-    """Delete the jobs (with their runs and attempts) an earlier scenario left behind,
-    so that each scenario checks only its own; returns how many jobs went."""
+    """Delete the workflows and jobs (with their runs and attempts) an earlier scenario
+    left behind, so that each scenario checks only its own; returns how many jobs went."""
     user = owner(using)
     with transaction.atomic(using=using):
+        # A workflow's nodes protect their jobs: the workflows (with their runs) go first.
+        workflows = Workflow.objects.using(using).filter(owner=user)
+        schedule_ids = list(workflows.exclude(schedule=None)
+                            .values_list("schedule_id", flat=True))
+        workflows.delete()
         jobs = Job.objects.using(using).filter(owner=user)
-        schedule_ids = list(jobs.exclude(schedule=None).values_list("schedule_id", flat=True))
+        schedule_ids += list(jobs.exclude(schedule=None).values_list("schedule_id", flat=True))
         count, _ = jobs.delete()
         Schedule.objects.using(using).filter(pk__in=schedule_ids).delete()
     return count

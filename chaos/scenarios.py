@@ -30,6 +30,7 @@ from chaos.overload import Overload
 from chaos.poison import HungAndPoison
 from chaos.session import Scenario, Session
 from chaos.skew import ClockSkew
+from chaos.workflow_kill import WorkflowKill
 from jobs import services
 from jobs.models import Job
 from runs.clock import db_now
@@ -41,14 +42,14 @@ LONG_DRAIN_S = 600
 # The order docs/reliability.md lists them in; these names are the command's contract.
 SCENARIO_NAMES = ["worker-kill", "control-plane-kill", "redis-loss", "postgres-restart",
                   "stale-worker", "hung-and-poison", "clock-skew", "rolling-deploy", "overload",
-                  "cluster-failover", "many-daemons"]
+                  "cluster-failover", "many-daemons", "workflow-kill"]
 
 
 def get_scenario(name: str) -> Scenario:
     """A new instance of scenario ``name`` (one of SCENARIO_NAMES); KeyError otherwise."""
     classes = (WorkerKill, ControlPlaneKill, RedisLoss, PostgresRestart, StaleWorker,
                HungAndPoison, ClockSkew, RollingDeploy, Overload, ClusterFailover,
-               ManyDaemons)
+               ManyDaemons, WorkflowKill)
     return {cls.name: cls for cls in classes}[name]()
 
 

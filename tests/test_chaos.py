@@ -33,7 +33,8 @@ def run_short(scenario: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", [n for n in SCENARIO_NAMES if n != "many-daemons"])
+@pytest.mark.parametrize("scenario", [n for n in SCENARIO_NAMES
+                                      if n not in ("many-daemons", "workflow-kill")])
 def test_short_scenario_keeps_every_invariant(scenario):
     proc = run_short(scenario)
 
@@ -55,6 +56,25 @@ def test_three_of_each_daemon_stopped_in_turns_move_partitions_and_shards_and_lo
     for kind in ("partition", "shard"):
         moves = re.search(rf"{kind}s: (\d+) holds passed to another holder", proc.stdout)
         assert moves and int(moves.group(1)) > 0, report
+
+
+@pytest.mark.slow
+def test_workers_killed_under_workflow_runs_leave_every_node_run_once_and_no_run_stuck():
+    proc = run_short("workflow-kill")
+
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, report
+    assert "verdict              PASS" in proc.stdout, report
+    assert "runs lost            0 " in proc.stdout, report
+    assert "duplicate run rows   0" in proc.stdout, report
+    assert re.search(r"duplicate executions \d+  \(explained by an expired lease \d+, "
+                     r"unexplained 0\)", proc.stdout), report
+    figures = re.search(r"workflow runs (\d+) \{'succeeded': (\d+)\}: stuck 0, node runs "
+                        r"(\d+), missing nodes 0, duplicate node runs 0, stray runs 0, "
+                        r"downstream starts before an upstream's success 0", proc.stdout)
+    assert figures, report
+    runs, succeeded, node_runs = map(int, figures.groups())
+    assert runs == succeeded > 0 and node_runs == 20 * runs, report
 
 
 def test_the_checker_counts_a_missing_cron_occurrence_and_an_unexplained_duplicate(tmp_path):
@@ -83,3 +103,35 @@ def test_the_checker_counts_a_missing_cron_occurrence_and_an_unexplained_duplica
     assert result.unexplained_duplicates == [
         f"run {run.pk} attempt 1 ran to its end but was recorded released"]
     assert not result.ok
+
+
+def test_the_workflow_checker_counts_missing_nodes_stray_runs_and_early_downstream_starts():
+    from chaos.workflow_kill import EDGES, NODES, _figures
+    from workflows import services as workflow_services
+    from workflows.models import NodeRun
+
+    user = owner()
+    workflow = workflow_services.create_workflow(
+        "checked", [{"name": n, "handler": "chaos.work"} for n in NODES], EDGES, owner=user)
+    workflow_run = workflow_services.start_workflow_run(workflow)
+    root = NodeRun.objects.get(workflow_run=workflow_run, node__name="a")
+    now = db_now()
+    Run.objects.filter(pk=root.run_id).update(state="succeeded", attempt=1)
+    Attempt.objects.create(run_id=root.run_id, number=1, worker_id="w:1:a", started_at=now,
+                           finished_at=now + timedelta(seconds=2), outcome="succeeded")
+    b1 = NodeRun.objects.get(workflow_run=workflow_run, node__name="b1")
+    early = Run.objects.create(job_id=b1.node.job_id, scheduled_at=workflow_run.scheduled_at,
+                               run_at=now, state="succeeded", attempt=1)
+    Attempt.objects.create(run=early, number=1, worker_id="w:1:a",
+                           started_at=now + timedelta(seconds=1))
+    NodeRun.objects.filter(pk=b1.pk).update(state="running", run_id=early.pk)
+    Run.objects.create(job_id=b1.node.job_id, scheduled_at=now - timedelta(days=1),
+                       run_at=now)  # no node run points at it
+
+    figures = _figures(workflow.pk, len(NODES))
+
+    assert figures["workflow_runs"] == figures["stuck"] == 1
+    assert figures["missing_nodes"] == len(NODES) - 2
+    assert figures["stray_runs"] == 1
+    assert figures["early_downstream"] == 1
+    assert figures["duplicate_node_runs"] == 0

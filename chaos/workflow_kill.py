@@ -1,0 +1,192 @@
+"""The workflow-kill scenario (docs/reliability.md, "Scenarios"; docs/workflows.md, "Nothing lost"):
+workers SIGKILLed at random while workflow runs of a 20-node graph full of diamonds go
+through them, a scheduler (the workflow reconcile) and a dispatcher running.
+
+What it checks beyond the common invariants (chaos/invariants.py, which already cover
+the nodes' runs: they are runs of the ``chaos`` owner's jobs, run by ``chaos.work``, so
+every execution is in the execution log and every duplicate must match an attempt
+recorded ``lease_expired``):
+
+* every node of every workflow run has exactly one node run and exactly one run (no node
+  missing, none twice, no stray run of a node's job that no node run points at);
+* no workflow run stuck: every one ends ``succeeded`` within the drain's bound;
+* no node started before every one of its upstreams had succeeded (the downstream's
+  first attempt started at or after each upstream's succeeded attempt finished,
+  database clock on both sides).
+"""
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db.models import Count
+
+from chaos.kills import WorkerKill
+from chaos.load import with_db_retry, work_seconds
+from chaos.session import Session, Size
+from runs.clock import db_now
+from runs.models import Attempt, AttemptOutcome, Run
+from workflows import services
+from workflows.models import NodeRun, Workflow, WorkflowEdge, WorkflowRun, WorkflowRunState
+
+# 20 nodes: diamonds a-{b1,b2}-c, c-{d1,d2,d3}-e (with b1 -> e across it), e-{f1,f2}-g,
+# g-{h1..h4}-i, i-{j1,j2}-k, and a long side branch a -> side -> k: fan-outs of 2 to 4,
+# fan-ins of 2 to 4, 11 levels on the longest path.
+EDGES = [
+    ("a", "b1"), ("a", "b2"), ("b1", "c"), ("b2", "c"),
+    ("c", "d1"), ("c", "d2"), ("c", "d3"), ("d1", "e"), ("d2", "e"), ("d3", "e"),
+    ("b1", "e"),
+    ("e", "f1"), ("e", "f2"), ("f1", "g"), ("f2", "g"),
+    ("g", "h1"), ("g", "h2"), ("g", "h3"), ("g", "h4"),
+    ("h1", "i"), ("h2", "i"), ("h3", "i"), ("h4", "i"),
+    ("i", "j1"), ("i", "j2"), ("j1", "k"), ("j2", "k"),
+    ("a", "side"), ("side", "k"),
+]
+NODES = ["a", "b1", "b2", "c", "d1", "d2", "d3", "e", "f1", "f2", "g", "h1", "h2", "h3",
+         "h4", "i", "j1", "j2", "k", "side"]
+# Nodes whose handler takes 0.2-0.8 s, so that a kill finds runs in flight; the others
+# take under 50 ms.
+LONG_NODES = {"b2", "d2", "h3", "side"}
+MAX_ATTEMPTS = 10  # as the other scenarios' load: repeated kills must not dead-letter
+
+
+@dataclass(frozen=True)
+class WorkflowSize(Size):
+    """A Size whose load is ``workflow_runs`` runs of the 20-node workflow."""
+
+    workflow_runs: int = 0
+
+
+class WorkflowKill(WorkerKill):
+    """WorkerKill's faults (a random worker SIGKILLed every 1.5-3.5 s, restarted at once:
+    two or three of the three workers live at any time) over workflow runs instead of
+    one-off jobs, their starts spread over the first 80% of the window."""
+
+    name = "workflow-kill"
+    short = WorkflowSize(one_off=0, cron=0, duration_s=14, workers=3, concurrency=2,
+                         workflow_runs=24)
+    long = WorkflowSize(one_off=0, cron=0, duration_s=120, workers=3, concurrency=3,
+                        drain_s=300, workflow_runs=200)
+
+    def create_load(self, s: Session) -> None:
+        nodes = [{"name": name, "handler": "chaos.work", "max_attempts": MAX_ATTEMPTS,
+                  "timeout_s": 60,
+                  "payload": {"seconds": (round(s.rng.uniform(0.2, 0.8), 3)
+                                          if name in LONG_NODES else work_seconds(s.rng, 0))}}
+                 for name in NODES]
+        workflow = services.create_workflow("chaos diamonds", nodes, EDGES, owner=s.user)
+        count = s.size.workflow_runs
+        window = s.size.duration_s * 0.8
+        base = db_now() + timedelta(seconds=1)
+        offsets = sorted(s.rng.uniform(0, window) for _ in range(count))
+        for i, offset in enumerate(offsets):
+            # Distinct by a microsecond each: UNIQUE (workflow, scheduled_at).
+            services.start_workflow_run(
+                workflow, run_key=f"chaos-{i}",
+                scheduled_at=base + timedelta(seconds=offset, microseconds=i))
+        s.extra["workflow"] = workflow.pk
+        s.say(f"workflow {workflow.pk}: {len(NODES)} nodes, {len(EDGES)} edges, "
+              f"{count} workflow runs over {window:.0f} s")
+
+    def verify(self, s: Session) -> None:
+        workflow = s.extra.get("workflow")
+        if workflow is None:
+            s.result.failures.append("the workflow was never created")
+            return
+        live_at_drain = with_db_retry(_live, workflow)
+        # The drain stopped the scheduler (the cron cutoff); the workflow reconcile is
+        # its, so it comes back until every workflow run has ended or the bound passed.
+        for daemon in s.cluster.of_kind("scheduler"):
+            daemon.keep_down = False
+        deadline = time.monotonic() + s.size.drain_s
+        while with_db_retry(_live, workflow) and time.monotonic() < deadline:
+            s.tick(0.5)
+        figures = with_db_retry(_figures, workflow, len(NODES))
+        figures["live_at_drain"] = live_at_drain
+        figures["worker_kills"] = sum(1 for f in s.result.fault_log if f.kind == "SIGKILL")
+        figures["duplicates_explained"] = (s.result.duplicate_executions
+                                           - len(s.result.unexplained_duplicates))
+        s.result.figures.update(figures)
+        expected = s.size.workflow_runs
+        if figures["workflow_runs"] != expected:
+            s.result.failures.append(f"{figures['workflow_runs']} workflow runs, not {expected}")
+        for key, what in (("stuck", "workflow runs not succeeded after the drain's bound"),
+                          ("missing_nodes", "nodes of a workflow run without a run"),
+                          ("duplicate_node_runs", "node runs beyond one per node"),
+                          ("stray_runs", "runs of a node's job no node run points at"),
+                          ("early_downstream", "nodes started before an upstream succeeded")):
+            if figures[key]:
+                s.result.failures.append(f"{figures[key]} {what}")
+        s.result.notes.append(
+            f"workflow runs {figures['workflow_runs']} {figures['states']}: stuck "
+            f"{figures['stuck']}, node runs {figures['node_runs']}, missing nodes "
+            f"{figures['missing_nodes']}, duplicate node runs {figures['duplicate_node_runs']}, "
+            f"stray runs {figures['stray_runs']}, downstream starts before an upstream's "
+            f"success {figures['early_downstream']}")
+        s.result.notes.append(
+            f"still running when every run had drained: {live_at_drain}; a workflow run's "
+            f"makespan (scheduled_at to finished) p50 {figures['makespan_p50_s']} s, max "
+            f"{figures['makespan_max_s']} s; worker kills {figures['worker_kills']}; attempts "
+            f"lease_expired {s.result.outcomes.get(AttemptOutcome.LEASE_EXPIRED, 0)}")
+
+
+def _live(workflow: int) -> int:
+    return WorkflowRun.objects.filter(
+        workflow_id=workflow, state__in=[WorkflowRunState.RUNNING, WorkflowRunState.PAUSED]
+    ).count()
+
+
+def _figures(workflow: int, width: int) -> dict:
+    """The workflow figures of docs/reliability.md's workflow-kill row."""
+    runs = WorkflowRun.objects.filter(workflow_id=workflow)
+    states = dict(runs.values_list("state").annotate(n=Count("pk")).order_by())
+    node_runs = NodeRun.objects.filter(workflow_run__workflow_id=workflow)
+    per_node = node_runs.values("workflow_run_id", "node_id").annotate(n=Count("pk"))
+    with_run = node_runs.filter(run_id__isnull=False)
+    job_of = dict(Workflow.objects.get(pk=workflow).nodes.values_list("pk", "job_id"))
+    node_runs_runs = set(with_run.values_list("run_id", flat=True))
+    node_jobs_runs = set(Run.objects.filter(job_id__in=list(job_of.values()))
+                         .values_list("pk", flat=True))
+    spans = sorted((finished - scheduled).total_seconds() for scheduled, finished in
+                   runs.exclude(finished_at=None).values_list("scheduled_at", "finished_at"))
+    return {
+        "workflow_runs": runs.count(),
+        "states": states,
+        "stuck": runs.exclude(state=WorkflowRunState.SUCCEEDED).count(),
+        "node_runs": node_runs.count(),
+        "missing_nodes": runs.count() * width - with_run.count(),
+        "duplicate_node_runs": sum(n - 1 for n in per_node.filter(n__gt=1)
+                                   .values_list("n", flat=True)),
+        "stray_runs": len(node_jobs_runs - node_runs_runs),
+        "early_downstream": _early_downstream(workflow),
+        "makespan_p50_s": round(spans[len(spans) // 2], 3) if spans else None,
+        "makespan_max_s": round(spans[-1], 3) if spans else None,
+    }
+
+
+def _early_downstream(workflow: int) -> int:
+    """Edges (in a workflow run) whose downstream's first attempt started before the
+    upstream's succeeded attempt finished."""
+    node_runs = NodeRun.objects.filter(workflow_run__workflow_id=workflow)
+    run_of = {(wr, node): run for wr, node, run in
+              node_runs.values_list("workflow_run_id", "node_id", "run_id")}
+    run_ids = [r for r in run_of.values() if r]
+    first_start = dict(Attempt.objects.filter(run_id__in=run_ids, number=1)
+                       .values_list("run_id", "started_at"))
+    done = dict(Attempt.objects.filter(run_id__in=run_ids, outcome=AttemptOutcome.SUCCEEDED)
+                .values_list("run_id", "finished_at"))
+    edges = list(WorkflowEdge.objects.filter(workflow_id=workflow)
+                 .values_list("upstream_id", "downstream_id"))
+    early = Counter()
+    for (wr, node), run in run_of.items():
+        if node is None or run is None:
+            continue
+        for up, down in edges:
+            if down != node:
+                continue
+            up_run = run_of.get((wr, up))
+            finished, started = done.get(up_run), first_start.get(run)
+            if finished is None or started is None or started < finished:
+                early[(wr, node)] += 1
+    return sum(early.values())
