@@ -84,6 +84,10 @@ class Acks:
                 self.outcomes = outcomes + self.outcomes
                 continue
             self.finished += len(outcomes)
+            if self.idle and any(accepted):
+                # An ack may have made runs ready (a workflow's downstream nodes, in its
+                # transaction): look at once rather than after the idle poll.
+                self.wake_at = None
             for outcome, ok in zip(outcomes, accepted, strict=True):
                 # A cancelled run's ack is refused by design, its handler stopped
                 # (runs/worker/cancels.py): reported (run_cancelled), not warned of.
