@@ -284,9 +284,9 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
                 "detail": f"{len(errors)} of {len(items)} jobs are invalid; nothing was stored",
                 "errors": [{"index": i, "errors": errors[i]} for i in sorted(errors)],
             }, status=status.HTTP_400_BAD_REQUEST)
-        conflicts = [i for i, job in enumerate(jobs) if job.conflict]
-        return Response({"count": len(jobs) - len(conflicts), "ids": [job.pk for job in jobs],
-                         "conflicts": conflicts}, status=status.HTTP_201_CREATED)
+        # ids and conflicts, not the jobs: no Job instance is made (jobs/ingest.py).
+        return Response({"count": len(jobs) - len(jobs.conflicts), "ids": jobs.ids,
+                         "conflicts": jobs.conflicts}, status=status.HTTP_201_CREATED)
 
     def _not_cancelled(self, verb: str) -> Job:
         job = self.get_object()

@@ -91,6 +91,8 @@ class FastItemParser:
 
 
 def _encodable(text: str) -> bool:
+    if text.isascii():  # the common case, without building the bytes
+        return True
     try:
         text.encode()
     except UnicodeEncodeError:

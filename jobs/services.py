@@ -6,15 +6,14 @@ broker only after that transaction commits (docs/architecture.md, "Conventions i
 commit first, then push).
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import psycopg
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import cron, pausing, tenants, unique
-from jobs.bulk_insert import insert_rows
-from jobs.models import Job, Schedule
+from jobs import cron, ingest, pausing, tenants
+from jobs.models import Job
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
@@ -105,7 +104,8 @@ def validate_specs(specs: list[dict], bounds: tenants.Bounds | None = None) -> l
     return cleaned
 
 
-def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> list[Job]:
+def create_jobs(specs: list[dict], *, owner=None, using: str = "default"
+                ) -> ingest.CreatedJobs:
     """Create many jobs in one transaction, all or nothing.
 
     Each spec is a dict with the keys of ``validate_job`` (``cron`` rather than
@@ -116,94 +116,27 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default") -> lis
     raises tenants.QuotaExceeded; without one, none do. A spec whose ``unique_key`` an
     earlier job holds creates nothing: its place in the answer is that job, with
     ``conflict`` True (jobs/unique.py; every job returned has ``conflict``).
-    Built for ingest peaks (BENCHMARKS.md, "Ingest (W1)"): the caps are read once, each
-    distinct (cron, timezone) pair's next occurrence is computed once, and on PostgreSQL
-    the rows go in by COPY (see ``insert_rows``).
+
+    The answer is a sequence of Job instances (saved, owner and schedule cached), each
+    made when first read; its ``ids`` (one per spec) and ``conflicts`` (indexes answered
+    by a holder) are plain lists that make none (jobs/ingest.py, CreatedJobs).
+    Built for ingest peaks (BENCHMARKS.md, "Ingest (W1)"; docs/performance-notes.md):
+    the caps are read once, each payload serialised once, each distinct (cron, timezone)
+    pair's next occurrence computed once, and on PostgreSQL the rows go in by COPY, built
+    straight from the validated specs (jobs/ingest.py).
     """
     owner_id = owner.pk if owner is not None else None
     bounds = tenants.bounds_of(owner_id, using)
     cleaned = validate_specs(specs, bounds)
     for retry in range(UNIQUE_RETRIES, -1, -1):
         try:
-            return _insert(cleaned, owner, bounds, using)
+            return ingest.insert(cleaned, owner, bounds, using)
         except (IntegrityError, psycopg.IntegrityError):
             # A concurrent create took one of these unique keys first (jobs/unique.py):
             # the next try finds its job. Other constraint errors are not ours to retry.
             if not retry or not any(s.get("unique_key") for s in cleaned):
                 raise
     raise AssertionError("unreachable")
-
-
-def _insert(cleaned: list[dict], owner, bounds, using: str) -> list[Job]:
-    """create_jobs' transaction, for validated specs (a savepoint when nested, so a
-    unique key taken meanwhile rolls back only this)."""
-    owner_id = owner.pk if owner is not None else None
-    broker = get_broker(using)
-    shards = conf.get("SHARDS")
-    default_timeout, default_attempts = (conf.get("DEFAULT_TIMEOUT_S"),
-                                         conf.get("DEFAULT_MAX_ATTEMPTS"))
-    with transaction.atomic(using=using):
-        now = db_now(using)
-        found = unique.conflicts(cleaned, owner_id, now, using)
-        new = [s for i, s in enumerate(cleaned) if i not in found]
-        if bounds is not None:
-            tenants.check_quotas(bounds, len(new), sum(1 for s in new if not s.get("cron")),
-                                 using)
-        schedules = [
-            Schedule(cron=s["cron"], timezone=s["timezone"], misfire_policy=s["misfire_policy"],
-                     max_lag_s=s["max_lag_s"], jitter_s=s.get("jitter_s", 0))
-            for s in new if s.get("cron")
-        ]
-        insert_rows(Schedule, schedules, using)
-        schedule_iter = iter(schedules)
-        tenant_queue = bounds.default_queue if bounds is not None else tenants.SHARED_QUEUE
-        cache_owner = Job.owner.field.set_cached_value
-        cache_schedule = Job.schedule.field.set_cached_value
-        next_runs: dict[tuple[str, str], datetime] = {}
-        jobs = []
-        for s in new:
-            schedule = next(schedule_iter) if s.get("cron") else None
-            next_run_at, run_at = None, None
-            if schedule is None:
-                # One clock for "now" and delays: the database's (docs/api.md).
-                run_at = s.get("run_at") or now + timedelta(seconds=s.get("delay_s") or 0)
-            else:
-                key = (schedule.cron, schedule.timezone)
-                if key not in next_runs:
-                    next_runs[key] = cron.next_after(schedule.cron, schedule.timezone, now)
-                next_run_at = next_runs[key]
-            # Ids rather than instances: the relation descriptors' checks cost more than
-            # the whole row's insert; the instances go into the relation caches below.
-            job = Job(
-                name=s["name"], owner_id=owner_id, handler=s["handler"],
-                payload=s.get("payload", {}), queue=s.get("queue") or tenant_queue,
-                shard_key=s.get("shard_key") or "",
-                priority=s.get("priority", 5),
-                run_at=run_at,
-                next_run_at=next_run_at,
-                timeout_s=s.get("timeout_s") or default_timeout,
-                max_attempts=s.get("max_attempts") or default_attempts,
-            )
-            unique.stamp(job, s, now)
-            job.conflict = False
-            job.schedule_id = schedule.pk if schedule is not None else None
-            cache_owner(job, owner)
-            cache_schedule(job, schedule)
-            jobs.append(job)
-        insert_rows(Job, jobs, using)
-        runs = [
-            Run(job_id=job.pk, scheduled_at=job.run_at, run_at=job.run_at, queue=job.queue,
-                shard=shard_of(job.shard_source, shards), priority=job.priority,
-                max_attempts=job.max_attempts)
-            for job in jobs if job.run_at is not None
-        ]
-        insert_rows(Run, runs, using)
-        broker.push_after_commit([
-            RunRef(r.pk, r.queue, r.shard, r.priority, r.run_at, owner_id) for r in runs
-        ])
-    if not found:
-        return jobs
-    return unique.with_conflicts(len(cleaned), jobs, found)
 
 
 def _set_status(job_ids, from_states, to_state, using) -> list[int]:

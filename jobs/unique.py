@@ -13,7 +13,6 @@ locked), then inserts; two creates racing past that both insert, and the unique
 constraint makes the second fail and retry, when it finds the first's job.
 """
 
-import copy
 from datetime import datetime, timedelta
 
 from jobs.models import Job
@@ -30,6 +29,16 @@ def lock_of(owner_id: int | None, key: str) -> str:
     return f"{'-' if owner_id is None else owner_id}:{key}"
 
 
+def _utf8(text: str) -> bool:
+    if text.isascii():  # the common case, without building the bytes
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate, which PostgreSQL cannot store
+        return False
+    return True
+
+
 def problems(spec: dict) -> dict[str, str]:
     """Field errors of a spec's ``unique_key`` (text, at most KEY_MAX characters),
     ``unique_period_s`` (whole seconds, 1 to PERIOD_MAX, or None: no end) and ``unique_states``
@@ -37,7 +46,7 @@ def problems(spec: dict) -> dict[str, str]:
     errors = {}
     key = spec.get("unique_key")
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX
-                            or "\x00" in key):
+                            or "\x00" in key or not _utf8(key)):
         errors["unique_key"] = f"must be text of 1 to {KEY_MAX} characters"
     period = spec.get("unique_period_s")
     if period is not None and (isinstance(period, bool) or not isinstance(period, int)
@@ -54,18 +63,19 @@ def problems(spec: dict) -> dict[str, str]:
     return errors
 
 
-def stamp(job: Job, spec: dict, now: datetime) -> None:
-    """Set the unique fields of a new ``job`` from its cleaned ``spec``."""
+def columns(spec: dict, owner_id: int | None, now: datetime
+            ) -> tuple[str, str | None, str, datetime | None]:
+    """The unique fields of a new job of the cleaned ``spec`` created at ``now`` by owner
+    ``owner_id``: (unique_key, unique_lock, unique_states, unique_until); a spec without a
+    key gets the columns' defaults ("", None, "", None)."""
     key = spec.get("unique_key")
     if not key:
-        return
-    job.unique_key = key
-    job.unique_lock = lock_of(job.owner_id, key)
+        return "", None, "", None
     # A set, in ALL_STATES order: a list repeating a state fits the column all the same.
     chosen = set(spec.get("unique_states") or DEFAULT_STATES)
-    job.unique_states = ",".join(s for s in ALL_STATES if s in chosen)
     period = spec.get("unique_period_s")
-    job.unique_until = now + timedelta(seconds=period) if period else None
+    return (key, lock_of(owner_id, key), ",".join(s for s in ALL_STATES if s in chosen),
+            now + timedelta(seconds=period) if period else None)
 
 
 def _holds(job: Job, now: datetime, using: str) -> bool:
@@ -105,18 +115,3 @@ def conflicts(specs: list[dict], owner_id: int | None, now: datetime,
         else:
             first[lock] = i
     return found
-
-
-def with_conflicts(count: int, created: list[Job], found: dict[int, Job | int]
-                   ) -> list[Job]:
-    """One job per spec, in order: the new ones, and for the ``found`` conflicts the job
-    holding the key (an existing one, or the new job of an earlier spec in the batch),
-    with ``conflict`` True."""
-    fresh = iter(created)
-    answer = [None if i in found else next(fresh) for i in range(count)]
-    for i, holder in found.items():
-        job = answer[holder] if isinstance(holder, int) else holder
-        job = copy.copy(job)
-        job.conflict = True
-        answer[i] = job
-    return answer

@@ -30,6 +30,8 @@ def job_limits() -> dict[str, int]:
 
 def _utf8(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
+    if text.isascii():  # the common case, without building the bytes
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -55,7 +57,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     name = spec.get("name")
     if name is None or name == "":
         name = spec.get("handler") if isinstance(spec.get("handler"), str) else ""
-    if not isinstance(name, str) or len(name) > NAME_MAX:
+    if (not isinstance(name, str) or len(name) > NAME_MAX or "\x00" in name
+            or not _utf8(name)):
         errors["name"] = f"must be text of at most {NAME_MAX} characters"
     clean["name"] = str(name)[:NAME_MAX]
     try:
@@ -63,13 +66,16 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     except InvalidJob as exc:
         errors.update(exc.errors)
     limits = limits or job_limits()
-    payload_error = payload_problem(spec.get("payload", {}), limits["MAX_PAYLOAD_BYTES"])
+    clean["payload_json"], payload_error = payload_json(spec.get("payload", {}),
+                                                        limits["MAX_PAYLOAD_BYTES"])
     if payload_error:
         errors["payload"] = payload_error
     elif spec.get("handler") == "http":
         clean["payload"], problems = http_payload.normalize(
             spec.get("payload", {}), _timeout_s(spec.get("timeout_s")))
         errors.update(problems)
+        if not problems:  # normalize rewrote it (sealed headers): its own text
+            clean["payload_json"] = compact_json(clean["payload"])
     queue = spec.get("queue")
     if queue is not None and (not isinstance(queue, str) or not QUEUE_RE.match(queue)):
         errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
@@ -172,24 +178,38 @@ def moment_problem(moment: datetime) -> str | None:
     return None
 
 
-def payload_problem(payload, cap: int | None = None) -> str | None:
-    """Why ``payload`` cannot be stored, or None: it must be a JSON object of at most
-    ``cap`` bytes (default MAX_PAYLOAD_BYTES) of compact UTF-8 JSON that PostgreSQL's jsonb
-    accepts: no NUL character and no lone UTF-16 surrogate in any key or string."""
+def compact_json(payload) -> str:
+    """``payload`` as compact UTF-8 JSON text: the form validation measures and the
+    database is sent (jsonb reads it exactly as Django's own serialisation). Raises
+    TypeError, ValueError (NaN, lone surrogates are not refused here) or RecursionError."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def payload_json(payload, cap: int | None = None) -> tuple[str | None, str | None]:
+    """(the payload's compact JSON text, None), or (None, why ``payload`` cannot be
+    stored): it must be a JSON object of at most ``cap`` bytes (default MAX_PAYLOAD_BYTES)
+    of compact UTF-8 JSON that PostgreSQL's jsonb accepts: no NUL character and no lone
+    UTF-16 surrogate in any key or string. The text is what the bulk create stores, so
+    each payload is serialised once (docs/performance-notes.md)."""
     if not isinstance(payload, dict):
-        return "must be a JSON object"
+        return None, "must be a JSON object"
     try:
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        size = len(text.encode())
+        text = compact_json(payload)
+        size = len(text) if text.isascii() else len(text.encode())
     except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError: ValueError
-        return f"must be JSON text in valid Unicode: {exc}"
+        return None, f"must be JSON text in valid Unicode: {exc}"
     cap = conf.get("MAX_PAYLOAD_BYTES") if cap is None else cap
     if size > cap:
-        return f"is {size} bytes of JSON, more than the cap of {cap}"
+        return None, f"is {size} bytes of JSON, more than the cap of {cap}"
     # json.dumps always escapes NUL, so the cheap substring test finds every candidate.
     if "\\u0000" in text and _has_nul(payload):
-        return "must not contain NUL characters (\\u0000)"
-    return None
+        return None, "must not contain NUL characters (\\u0000)"
+    return text, None
+
+
+def payload_problem(payload, cap: int | None = None) -> str | None:
+    """Why ``payload`` cannot be stored, or None (the rules of ``payload_json``)."""
+    return payload_json(payload, cap)[1]
 
 
 def _has_nul(value) -> bool:
