@@ -200,10 +200,11 @@ def side_rest(args) -> dict:
 
 def side_procrastinate(args) -> dict:
     sys.path.insert(0, str(BENCH / "peers" / "procrastinate"))
-    import tasks
+    # bench/peers/procrastinate/bench.py: its database and schema, and its tasks module,
+    # which it imports once it has set the DSN that module reads.
+    import bench as adapter
 
-    import bench as adapter  # bench/peers/procrastinate/bench.py: its database and schema
-
+    tasks = adapter.tasks
     adapter.reset_database()
     data_directory = adapter.query("SHOW data_directory")
     meter = Meter(data_directory)
