@@ -8,7 +8,9 @@ escapes): ``text`` escapes a value, ``moment`` writes a timestamp.
 """
 
 import re
+from collections.abc import Iterable
 from datetime import datetime
+from itertools import islice
 
 from django.db import connections
 
@@ -44,17 +46,22 @@ def next_ids(table: str, count: int, using: str = "default") -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def copy_lines(table: str, columns: tuple[str, ...], lines: list[str],
+def copy_lines(table: str, columns: tuple[str, ...], lines: Iterable[str],
                using: str = "default") -> None:
     """COPY ``lines`` (each a full text-format row of ``columns``, ending in a newline)
-    into ``table``, in chunks of a thousand lines. Raises psycopg's own errors (the COPY
-    runs on the driver's cursor): psycopg.IntegrityError for a constraint the rows break."""
-    if not lines:
+    into ``table``, sent in chunks of a thousand lines as the iterable yields them, so a
+    generator's next lines are made while PostgreSQL inserts the last chunk. Nothing is
+    sent for no lines. Raises psycopg's own errors (the COPY runs on the driver's cursor):
+    psycopg.IntegrityError for a constraint the rows break."""
+    lines = iter(lines)
+    chunk = list(islice(lines, 1000))
+    if not chunk:
         return
     connection = connections[using]
     quote = connection.ops.quote_name
     names = ", ".join(quote(c) for c in columns)
     with connection.cursor() as cursor:
         with cursor.cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
-            for start in range(0, len(lines), 1000):
-                copy.write("".join(lines[start:start + 1000]))
+            while chunk:
+                copy.write("".join(chunk))
+                chunk = list(islice(lines, 1000))

@@ -9,7 +9,7 @@ row stores that text. Runs reach the broker after the commit, as everywhere
 """
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 
 from django.db import connections, transaction
@@ -91,6 +91,8 @@ class _Rows:
         if postgres:
             copy_lines(Job._meta.db_table, JOB_COLUMNS, lines, self.using)
         else:
+            for _ in lines:  # fills self.jobs
+                pass
             jobs = dict(enumerate(self.jobs))
             self._bulk_create(Job, JOB_COLUMNS, jobs)
             self.jobs = [jobs[i] for i in range(len(self.jobs))]
@@ -99,8 +101,10 @@ class _Rows:
     def _ids(self, model, count: int) -> list[int]:
         return next_ids(model._meta.db_table, count, self.using) if count else []
 
-    def _job_values(self, ids: list, postgres: bool) -> list[str]:
-        """Fill self.jobs; on PostgreSQL also return their COPY lines."""
+    def _job_values(self, ids: list, postgres: bool) -> Iterator[str]:
+        """Fill self.jobs as it is consumed, yielding each job's COPY line on PostgreSQL:
+        COPY sends each chunk while the next is built, so PostgreSQL inserts rows on one
+        core while Python formats the next ones on the other."""
         owner_id, now = self.owner_id, self.now
         stamp = timezone.now()  # auto_now(_add): one time for the whole batch, as before
         default_timeout = conf.get("DEFAULT_TIMEOUT_S")
@@ -108,7 +112,7 @@ class _Rows:
         next_runs: dict[tuple[str, str], datetime] = {}
         owner_text = NULL if owner_id is None else str(owner_id)
         stamp_text = moment(stamp)
-        lines, self.run_at_texts = [], []
+        self.run_at_texts = []
         # Few distinct values per batch: each escaped once.
         handlers, queues = _Escaped(), _Escaped()
         for i, (pk, s) in enumerate(zip(ids, self.new, strict=True)):
@@ -136,37 +140,41 @@ class _Rows:
                 at = moment(run_at)
                 if run_at is not None:
                     self.run_at_texts.append(at)
-                lines.append(
+                yield (
                     f"{pk}\t{text(values[1])}\t{owner_text}\t{handlers[values[3]]}\t"
                     f"{json_text(s['payload_json'])}\t{queues[values[5]]}\t"
                     f"{values[6] and text(values[6])}\t{values[7]}\t{ACTIVE}\t{at}\t"
                     f"{NULL if values[10] is None else values[10]}\t{moment(next_run_at)}\t"
                     f"{values[12]}\t{values[13]}\t{NULL}\t{_unique_text(values)}\t"
                     f"{stamp_text}\t{stamp_text}\n")
-        return lines
 
     def _runs(self, postgres: bool) -> None:
         shards, shard_cache = conf.get("SHARDS"), {}
         one_off = [v for v in self.jobs if v[9] is not None]
         run_ids = self._ids(Run, len(one_off)) if postgres else [None] * len(one_off)
         stamp_text = moment(self.jobs[0][19]) if self.jobs else NULL
-        lines, runs = [], {}
+        runs: dict[int, tuple] = {}
         queues = _Escaped()
-        for n, (pk, v) in enumerate(zip(run_ids, one_off, strict=True)):
-            source = v[6] or v[3]  # Job.shard_source: the shard key, else the handler
-            shard = shard_cache.get(source)
-            if shard is None:
-                shard = shard_cache[source] = shard_of(source, shards)
-            # (job, scheduled_at, run_at, queue, shard, priority, max_attempts)
-            runs[n] = (pk, v[0], v[9], v[9], v[5], shard, v[7], v[13])
-            if postgres:
-                at = self.run_at_texts[n]
-                lines.append(f"{pk}\t{v[0]}\t{at}\t{at}\t0\t{SCHEDULED}\t"
-                             f"{queues[v[5]]}\t{shard}\t{v[7]}\t0\t{v[13]}\t\t{NULL}\t"
-                             f"{stamp_text}\t{NULL}\t{NULL}\t\t{NULL}\tf\n")
+
+        def lines() -> Iterator[str]:  # fills runs as consumed (see _job_values)
+            for n, (pk, v) in enumerate(zip(run_ids, one_off, strict=True)):
+                source = v[6] or v[3]  # Job.shard_source: the shard key, else the handler
+                shard = shard_cache.get(source)
+                if shard is None:
+                    shard = shard_cache[source] = shard_of(source, shards)
+                # (job, scheduled_at, run_at, queue, shard, priority, max_attempts)
+                runs[n] = (pk, v[0], v[9], v[9], v[5], shard, v[7], v[13])
+                if postgres:
+                    at = self.run_at_texts[n]
+                    yield (f"{pk}\t{v[0]}\t{at}\t{at}\t0\t{SCHEDULED}\t"
+                           f"{queues[v[5]]}\t{shard}\t{v[7]}\t0\t{v[13]}\t\t{NULL}\t"
+                           f"{stamp_text}\t{NULL}\t{NULL}\t\t{NULL}\tf\n")
+
         if postgres:
-            copy_lines(Run._meta.db_table, RUN_COLUMNS, lines, self.using)
+            copy_lines(Run._meta.db_table, RUN_COLUMNS, lines(), self.using)
         else:
+            for _ in lines():
+                pass
             self._bulk_create(Run, ("id", "job_id", "scheduled_at", "run_at", "queue",
                                     "shard", "priority", "max_attempts"), runs)
         self.refs = [RunRef(r[0], r[4], r[5], r[6], r[3], self.owner_id)
