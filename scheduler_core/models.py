@@ -102,8 +102,11 @@ class Job(models.Model):
     # ("<owner id or ->:<key>") while the job holds it, unique in the table, so the
     # database refuses a second holder; the run states that count; the period's end.
     unique_key = models.CharField(max_length=200, blank=True, default="")
-    unique_lock = models.CharField(max_length=255, null=True, blank=True, unique=True,
-                                   editable=False)
+    # Unique where set (the constraint job_unique_lock below): a plain unique=True also
+    # indexed the NULL of every job without a key, and added a LIKE index nothing uses:
+    # two index entries per bulk-created job for nothing (docs/performance-notes.md).
+    unique_lock = models.CharField(  # noqa: DJ001 - NULL is "no lock", unlike ""
+        max_length=255, null=True, blank=True, editable=False)
     unique_states = models.CharField(max_length=100, blank=True, default="", editable=False)
     unique_until = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -126,6 +129,8 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(max_attempts__gte=1), name="job_max_attempts_positive"
             ),
+            models.UniqueConstraint(fields=["unique_lock"], name="job_unique_lock",
+                                    condition=Q(unique_lock__isnull=False)),
         ]
         indexes = [
             models.Index(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 
 from jobs import ingest, services
 from jobs.models import Job, Schedule
@@ -153,3 +153,13 @@ def test_text_postgresql_cannot_store_is_refused_naming_the_field(field, value):
 
     assert list(caught.value.errors) == [f"[0].{field}"]
     assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_the_database_refuses_a_second_holder_of_a_lock_but_not_many_jobs_without_one():
+    plain = services.create_jobs([{"handler": "noop", "run_at": AT}] * 3)  # no lock: NULL
+    [holder] = services.create_jobs([{"handler": "noop", "run_at": AT, "unique_key": "k"}])
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Job.objects.filter(pk=plain.ids[0]).update(unique_lock=holder.unique_lock)
+    assert Job.objects.filter(unique_lock__isnull=True).count() == 3
