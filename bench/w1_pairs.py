@@ -10,7 +10,8 @@ pair to pair (ours first, then procrastinate first, ...), so a change of the mac
 load between sides does not favour one. Sides: ``python`` (jobs.services.create_jobs,
 ``--batch`` jobs per call, in the side's own process), ``rest`` (POST /api/jobs/bulk/,
 ``--batch`` jobs per request, gunicorn with 2 workers as bench/ingest.py starts it, from
-``--clients`` threads of one client process) and ``procrastinate-B`` for each B of
+``--clients`` threads of one client process; ``rest-Nc``: from N threads) and
+``procrastinate-B`` for each B of
 ``--peer-batches`` (procrastinate's ``Task.batch_defer`` of B jobs per call, with the
 peer's own virtualenv, bench/.venvs/procrastinate, which bench/run.py makes). Every side
 stores the same one-off no-op jobs due now, after a warm-up call of 100 jobs that is not
@@ -191,7 +192,8 @@ def side_rest(args) -> dict:
         ingest.stop_server(server)
     if failures:
         raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
-    return meter.result("rest", args.jobs, before, after, batch=args.batch,
+    side = "rest" if args.clients == 1 else f"rest-{args.clients}c"
+    return meter.result(side, args.jobs, before, after, batch=args.batch,
                         clients=args.clients, client_processes=1, gunicorn_workers=2)
 
 
@@ -228,6 +230,9 @@ def run_side(side: str, args) -> dict:
     if side.startswith("procrastinate-"):
         argv = [str(PEER_PYTHON), __file__, "--side", "procrastinate",
                 "--batch", side.split("-", 1)[1]]
+    elif side.startswith("rest-"):  # rest-2c: the REST side from 2 client threads
+        argv = [sys.executable, __file__, "--side", "rest", "--batch", str(args.batch),
+                "--clients", side.split("-", 1)[1].rstrip("c")]
     else:
         argv = [sys.executable, __file__, "--side", side, "--batch", str(args.batch),
                 "--clients", str(args.clients)]
@@ -263,7 +268,8 @@ def main() -> None:
                         help="procrastinate's jobs per batch_defer call, comma-separated")
     parser.add_argument("--clients", type=int, default=1, help="REST client threads")
     parser.add_argument("--sides", default="python,rest",
-                        help="our sides, comma-separated (python, rest)")
+                        help="our sides, comma-separated: python, rest (--clients threads), "
+                             "rest-Nc (N threads)")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
