@@ -3,7 +3,8 @@ generated requests (valid and invalid) never get a 5xx, and every response confo
 the schema (status code documented, body matching its declared shape).
 
 The path ids are drawn from real objects (the owner's job and run, another owner's job,
-a missing id), so the operations are exercised on existing resources and on 404s alike.
+the owner's workflow and workflow run, another owner's workflow, a missing id), so the
+operations are exercised on existing resources and on 404s alike.
 """
 
 import pytest
@@ -21,6 +22,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 from jobs import services
 from jobs.tokens import create_token
 from runs.models import Run, RunState
+from workflows import services as workflows
 
 EXAMPLES = 15  # per operation and generation mode: bounded, so CI stays fast
 
@@ -53,14 +55,22 @@ def api_schema(owner, wsgi_app):
     dead = Run.objects.create(job=cron_job, scheduled_at=mine.run_at, run_at=mine.run_at,
                               state=RunState.DEAD, attempt=1, max_attempts=1, error="boom",
                               finished_at=mine.run_at)
-    ids = st.sampled_from([mine.pk, cron_job.pk, theirs.pk, run.pk, dead.pk, 987654321])
+    flow = workflows.create_workflow("schema", [{"name": "a", "handler": "noop"},
+                                                {"name": "b", "handler": "noop"}],
+                                     [["a", "b"]], owner=owner)
+    flow_run = workflows.trigger(flow)
+    their_flow = workflows.create_workflow("theirs", [{"name": "a", "handler": "noop"}],
+                                           owner=other)
+    ids = st.sampled_from([mine.pk, cron_job.pk, theirs.pk, run.pk, dead.pk, flow.pk,
+                           flow_run.pk, their_flow.pk, 987654321])
 
     loaded = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app,
                                             headers=auth)
 
     @loaded.hook
     def flatmap_path_parameters(context, path_parameters):
-        keys = [k for k in ("id", "job_pk", "run_pk") if k in (path_parameters or {})]
+        keys = [k for k in ("id", "job_pk", "run_pk", "workflow_pk")
+                if k in (path_parameters or {})]
         if not keys:
             return st.just(path_parameters)
         return st.fixed_dictionaries({k: ids for k in keys}).map(
