@@ -227,3 +227,15 @@ def test_the_same_idempotency_key_replays_the_created_workflow(api):
     assert first.status_code == second.status_code == 201
     assert second["Idempotent-Replayed"] == "true"
     assert first.json()["id"] == second.json()["id"] and Workflow.objects.count() == 1
+
+
+@override_settings(SCHEDULER={"API_THROTTLE_RATE": "3/hour"})
+def test_the_workflow_routes_count_against_the_owners_throttle(api):
+    answers = [api.get("/api/workflows/").status_code,
+               api.post("/api/workflows/", DIAMOND, format="json").status_code,
+               api.get("/api/workflow-runs/").status_code,
+               api.post("/api/workflows/", DIAMOND, format="json")]
+
+    assert answers[:3] == [200, 201, 200]
+    assert answers[3].status_code == 429 and int(answers[3]["Retry-After"]) >= 1
+    assert Workflow.objects.count() == 1
