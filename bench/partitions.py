@@ -2,7 +2,7 @@
 history"): the prune and the hot queries at N runs.
 
     .venv/bin/python bench/partitions.py --layout partitioned|plain [--runs N]
-        [--jobs J] [--dead F] [--lines L] [--repeat R] [--skip-prune] [--skip-load]
+        [--jobs J] [--dead F] [--lines L] [--repeat R] [--skip-hot] [--skip-prune] [--skip-load]
         [--prune-budget-s S]
 
 Each layout in its own database (bench_partitions_<layout>, created and migrated; plain:
@@ -47,6 +47,7 @@ def parse():
     parser.add_argument("--lines", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--skip-prune", action="store_true")
+    parser.add_argument("--skip-hot", action="store_true", help="no hot-query figures")
     parser.add_argument("--prune-budget-s", type=float, default=float("inf"),
                         help="stop the row prune after this many seconds (the rate is "
                              "then the figure)")
@@ -269,7 +270,8 @@ def main() -> None:
                "dead": ARGS.dead, "lines": ARGS.lines, "load": os.getloadavg()}
     if not ARGS.skip_load:
         details["setup"] = load(ARGS.runs, ARGS.jobs, ARGS.dead, ARGS.lines)
-    details["hot"] = hot_queries()
+    if not ARGS.skip_hot:
+        details["hot"] = hot_queries()
     if not ARGS.skip_prune:
         details["prune"] = prune()
     details["load_after"] = os.getloadavg()
