@@ -13,6 +13,9 @@ is measured in K interleaved pairs with ours (bench/pairs.py, default K = 3). Sy
 run at once. A crashed or timed-out adapter is recorded as failed and the run goes on.
 Point it at servers of the run's own with BENCH_PG_PORT and BENCH_REDIS_PORT.
 
+``--workloads W7`` (alone, with ``--pairs``) runs W7, workflows beside Celery's canvas,
+through its own driver, bench/workflows.py.
+
 Shorter runs, for checking in parts: ``--quick`` (small sizes, bench/rows.py QUICK_ARGS),
 ``--pairs 1``, ``--only`` (systems; ours is added to pair with them unless
 ``--no-ours``), ``--workloads``, ``--variants``, ``--n`` (one size for every run).
@@ -100,7 +103,21 @@ def ours_row(workload: str, cells: dict) -> dict | None:
     return row
 
 
+def w7(pairs: int) -> int:
+    """``--workloads W7``: workflows beside Celery's canvas, which has a driver of its own
+    (bench/workflows.py: its own shapes, figures and bench/results/workflows.json, ours
+    paired with Celery only); Celery's virtualenv is made here as for the other rows.
+    Returns the driver's exit status."""
+    import subprocess
+
+    pairing.python_of("celery", [])
+    return subprocess.call([sys.executable, str(BENCH / "workflows.py"), "--pairs", str(pairs)])
+
+
 def main() -> None:
+    if "--workloads" in sys.argv and sys.argv[sys.argv.index("--workloads") + 1:][:1] == ["W7"]:
+        pairs = sys.argv[sys.argv.index("--pairs") + 1] if "--pairs" in sys.argv else "3"
+        raise SystemExit(w7(int(pairs)))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--pairs", type=int, default=3)
