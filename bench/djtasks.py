@@ -21,6 +21,7 @@ os.environ.setdefault("BENCH_OURS_PREFIX", "benchdjt")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
+import cputime  # noqa: E402
 import ours  # noqa: E402
 
 
@@ -46,10 +47,12 @@ def w2(args) -> None:
         if not ours.wait_dispatcher_ready():
             raise SystemExit("W2: the dispatcher took no shard within 30 s")
         enqueue_s = enqueue(n)
+        cpu_before = daemons.cpu()
         began = time.monotonic()
         daemons.start("worker", *ours.WORKER_ARGS)
         done = common.wait_until(lambda: ours.count_succeeded() >= n, args.timeout, 0.05)
         wall = time.monotonic() - began
+        cpu_us = cputime.per_run_us(cpu_before, daemons.cpu(), n)
     finally:
         daemons.stop()
     if not done:
@@ -61,6 +64,7 @@ def w2(args) -> None:
     details = {"n": n, "wall_s": round(wall, 3), "enqueue_s": round(enqueue_s, 3),
                "enqueue_per_s": round(n / enqueue_s, 1), "drain_s": round(drain_s, 3),
                "drain_runs_per_s": round(n / drain_s, 1),
+               "cpu_us_per_run": cpu_us, "load_1m": os.getloadavg()[0],
                "commands": daemons.describe(), "versions": ours.versions(),
                "setup": "django.tasks .enqueue() one by one, then the Redis broker and 2 "
                         "child processes of one runworker; the clock includes the "

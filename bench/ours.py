@@ -35,6 +35,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 
 import common  # noqa: E402
+import cputime  # noqa: E402
 
 # BENCH_OURS_DB / BENCH_OURS_PREFIX: a second copy of this adapter beside a running one
 # (e.g. W4 while someone drains W2), each in its own database and under its own key prefix
@@ -165,6 +166,7 @@ class Daemons:
         self.log_dir = log_dir
         self.commands: dict[str, list[str]] = {}
         self.procs = []
+        self.by_name = {}
 
     def start(self, name: str, *args: str):
         cmd = daemon_cmd(*args)
@@ -172,7 +174,16 @@ class Daemons:
         proc = common.spawn(cmd, env=dict(os.environ), cwd=ROOT,
                             log_path=self.log_dir / f"{name}.log")
         self.procs.append(proc)
+        self.by_name[name] = proc
         return proc
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of each daemon (and its children), PostgreSQL and Redis
+        (bench/cputime.py)."""
+        from django.db import connection
+
+        return cputime.snapshot({name: proc.pid for name, proc in self.by_name.items()},
+                                cputime.postmaster_pid(connection), REDIS_DB)
 
     def stop(self) -> None:
         """SIGTERM (graceful: a worker finishes or releases its runs), then SIGKILL."""
@@ -337,10 +348,12 @@ def w2(args) -> None:
         load_s = create_jobs(n, handler="noop", run_at=datetime.now(UTC))
         ready = sum(redis_client().zcard(k)
                     for k in redis_client().scan_iter(f"{PREFIX}:*:ready"))
+        cpu_before = daemons.cpu()
         began = time.monotonic()
         daemons.start("worker", *WORKER_ARGS)
         done = common.wait_until(lambda: count_succeeded() >= n, args.timeout, 0.05)
         wall = time.monotonic() - began
+        cpu_us = cputime.per_run_us(cpu_before, daemons.cpu(), n)
     finally:
         daemons.stop()
     if not done:
@@ -357,6 +370,7 @@ def w2(args) -> None:
                "drain_s": round(float(drain_s), 3),
                "drain_runs_per_s": round(n / float(drain_s), 1),
                "ready_before_start": ready, "attempts_succeeded": attempts,
+               "cpu_us_per_run": cpu_us, "load_1m": os.getloadavg()[0],
                "commands": daemons.describe(), "versions": versions(),
                "setup": "Redis broker (at-least-once: lease + fenced ack), 2 child "
                         "processes of one runworker; the clock includes the worker's start"}
