@@ -94,6 +94,27 @@ def returns_a_set():
     return {1, 2}
 
 
+# Django's own tests/tasks fixtures, for its expectations of a backend's TaskResult.
+@task(max_attempts=1)
+def exits():
+    raise SystemExit("This task failed due to SystemExit")
+
+
+@task(max_attempts=1)
+def complex_exception():
+    raise ValueError(ValueError("This task failed"))
+
+
+@task(takes_context=True)
+def context_says(context, attempt):
+    """Django's ``test_context`` task: the context is a TaskContext of this attempt."""
+    from django.tasks import TaskContext
+
+    assert isinstance(context, TaskContext)
+    assert context.attempt == attempt
+    return context.task_result.id
+
+
 @task(cron="*/5 * * * *", cron_timezone="Europe/Berlin", misfire_policy="skip", jitter_s=3)
 def every_five_minutes():
     return "tick"

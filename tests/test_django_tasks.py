@@ -223,3 +223,31 @@ def test_a_dead_task_requeued_from_the_dead_letter_runs_again(tasks):
     drain(tasks, result)
     assert result.status == TaskResultStatus.FAILED
     assert len(result.errors) == len(result.worker_ids) == 6
+
+
+def test_a_system_exit_and_a_nested_exception_fail_as_djangos_suite_expects(tasks):
+    """Django's test_catches_exception and test_complex_exception (tests/tasks), adapted:
+    the error is the worker's attempt, read back by refresh()."""
+    exits, nested = t.exits.enqueue(), t.complex_exception.enqueue()
+    drain(tasks, exits, nested)
+
+    for result in (exits, nested):
+        assert result.status == TaskResultStatus.FAILED
+        with pytest.raises(ValueError, match="Task failed"):
+            result.return_value  # noqa: B018
+        assert result.finished_at >= result.started_at >= result.enqueued_at
+        assert (result.args, result.kwargs) == ([], {})
+    assert exits.errors[0].exception_class is SystemExit
+    assert exits.errors[0].traceback.endswith(
+        "SystemExit: This task failed due to SystemExit\n"), exits.errors[0].traceback
+    assert nested.errors[0].exception_class is ValueError
+    assert 'ValueError(ValueError("This task failed"))' in nested.errors[0].traceback
+
+
+def test_the_context_is_a_task_context_of_the_attempt_as_djangos_suite_expects(tasks):
+    """Django's test_context and test_takes_context (tests/tasks)."""
+    result = t.context_says.enqueue(1)
+    drain(tasks, result)
+
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == result.id

@@ -224,3 +224,28 @@ def test_an_owner_cannot_point_its_task_run_at_another_task(settings, alice, api
     assert Job.objects.get(pk=job.pk).payload["task"] == "tests.djtasks_tasks.noop"
     # The other fields stay editable.
     assert api.patch(f"/api/jobs/{job.pk}/", {"name": "n"}, format="json").status_code == 200
+
+
+@pytest.mark.parametrize("enqueue", ["enqueue", "aenqueue"])
+def test_a_queue_the_backend_does_not_list_is_refused_and_nothing_stored(settings, enqueue):
+    """Django's test_validate_on_enqueue and test_validate_on_aenqueue (tests/tasks)."""
+    from asgiref.sync import async_to_sync
+
+    task = t.noop.using(queue_name="unknown_queue")  # valid while QUEUES is empty
+    settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+                                  "QUEUES": ["queue-1"]}}
+    call = task.enqueue if enqueue == "enqueue" else async_to_sync(task.aenqueue)
+    with pytest.raises(InvalidTask, match="Queue 'unknown_queue' is not valid for backend"):
+        call()
+    assert not Job.objects.exists()
+
+
+def test_enqueue_logs_the_enqueued_task_as_djangos_suite_expects(caplog):
+    """Django's test_enqueue_logs (tests/tasks), the part in the enqueuing process: one
+    DEBUG line naming the result's id (the RUNNING and SUCCESSFUL lines are the worker
+    child's, from the signals tests/test_django_tasks.py checks are sent there)."""
+    with caplog.at_level("DEBUG", logger="django.tasks"):
+        result = t.noop.enqueue()
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "django.tasks"]
+    assert len(lines) == 1 and "enqueued" in lines[0] and result.id in lines[0]
