@@ -4,13 +4,14 @@ daemons as bench/ours.py's W2 (``runworker --concurrency 2`` and a dispatcher), 
 same clock: from the worker's launch until every run succeeded (BENCHMARKS.md,
 "django.tasks").
 
-    .venv/bin/python bench/djtasks.py W2 [--n N] [--quick]
+    .venv/bin/python bench/djtasks.py W2 [--n N] [--quick] [--enqueue-batch K]
 
 Resources: PostgreSQL database ``bench_djtasks``, Redis db 6 under the key prefix
 ``benchdjt`` (bench/ours.py's reset deletes only that prefix's keys). The last stdout line
 is the result, as bench/run.py's adapter contract says.
 """
 
+import contextlib
 import os
 import sys
 import time
@@ -25,13 +26,17 @@ import cputime  # noqa: E402
 import ours  # noqa: E402
 
 
-def enqueue(n: int) -> float:
-    """Enqueue ``n`` no-op tasks one ``.enqueue()`` each; returns seconds."""
+def enqueue(n: int, batch: int = 1) -> float:
+    """Enqueue ``n`` no-op tasks one ``.enqueue()`` each, ``batch`` calls to a transaction
+    (1: each call on its own, its own commit); returns seconds."""
     from bench_tasks import noop
+    from django.db import transaction
 
     began = time.perf_counter()
-    for i in range(n):
-        noop.enqueue(i)
+    for start in range(0, n, batch):
+        with transaction.atomic() if batch > 1 else contextlib.nullcontext():
+            for i in range(start, min(n, start + batch)):
+                noop.enqueue(i)
     elapsed = time.perf_counter() - began
     ours.analyze()
     return elapsed
@@ -46,7 +51,7 @@ def w2(args) -> None:
         daemons.start("dispatcher", "rundispatcher")
         if not ours.wait_dispatcher_ready():
             raise SystemExit("W2: the dispatcher took no shard within 30 s")
-        enqueue_s = enqueue(n)
+        enqueue_s = enqueue(n, args.enqueue_batch)
         cpu_before = daemons.cpu()
         began = time.monotonic()
         daemons.start("worker", *ours.WORKER_ARGS)
@@ -78,6 +83,9 @@ def main() -> None:
         return
     parser = common.base_parser("W2 through django.tasks (bench/djtasks.py).")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--enqueue-batch", type=int, default=1,
+                        help="enqueue calls per transaction (default 1: each its own); "
+                             "bench/djtasks_pairs.py uses more, its figure is the drain")
     args = parser.parse_args()
     args.log_dir = Path("/tmp/bench-djtasks-logs")
     args.log_dir.mkdir(parents=True, exist_ok=True)

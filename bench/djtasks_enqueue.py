@@ -1,0 +1,94 @@
+"""The latency of one django.tasks ``.enqueue()`` on this project's backend
+(BENCHMARKS.md, "django.tasks"), on each broker/database pair: the Redis broker on
+PostgreSQL, the database broker (the embedded default) on PostgreSQL and on SQLite;
+outside a transaction and inside one (``transaction.atomic()`` around each call, its
+commit included), wall and CPU milliseconds per call, and the statements each sends.
+
+    .venv/bin/python bench/djtasks_enqueue.py [--n 300] [--pairs redis-pg,db-pg,db-sqlite]
+
+Each pair runs in a fresh interpreter of its own (the settings are read at start).
+Resources: PostgreSQL database ``bench_djtasks_enqueue`` (created when missing), Redis db
+7 under the key prefix ``benchenq``, /tmp/bench-djtasks-enqueue.sqlite3. Prints one JSON
+line per pair.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
+
+import common  # noqa: E402
+
+DBNAME = "bench_djtasks_enqueue"
+SQLITE = "/tmp/bench-djtasks-enqueue.sqlite3"
+PAIRS = ["redis-pg", "db-pg", "db-sqlite"]
+
+
+def measure(pair: str, n: int) -> dict:
+    """In this process: set up ``pair``, then time ``n`` enqueues each way."""
+    os.environ.update(DJANGO_SETTINGS_MODULE="scheduler_project.settings", DEBUG="false",
+                      SECRET_KEY=secrets.token_urlsafe(50), SCHEDULER_REDIS_PREFIX="benchenq",
+                      DATABASE_URL=common.pg_url(DBNAME) if pair.endswith("pg")
+                      else f"sqlite:///{SQLITE}")
+    if pair.startswith("redis"):
+        os.environ["REDIS_URL"] = f"redis://{common.REDIS_HOST}:{common.REDIS_PORT}/7"
+    else:
+        os.environ.pop("REDIS_URL", None)
+    import django
+
+    django.setup()
+    from bench_tasks import noop
+    from django.core.management import call_command
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    call_command("migrate", verbosity=0)
+    for i in range(20):  # warm: imports, the broker's scripts, the connection
+        noop.enqueue(i)
+    out = {"pair": pair, "n": n, "load_1m": round(os.getloadavg()[0], 2)}
+    for label, inside in (("outside", False), ("inside", True)):
+        with CaptureQueriesContext(connection) as queries:
+            with transaction.atomic() if inside else contextlib.nullcontext():
+                noop.enqueue(-1)
+        out[f"{label}_statements"] = [q["sql"].split()[0] for q in queries]
+        wall, cpu = time.perf_counter(), time.process_time()
+        for i in range(n):
+            if inside:
+                with transaction.atomic():
+                    noop.enqueue(i)
+            else:
+                noop.enqueue(i)
+        out[f"{label}_wall_ms"] = round((time.perf_counter() - wall) / n * 1000, 2)
+        out[f"{label}_cpu_ms"] = round((time.process_time() - cpu) / n * 1000, 2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--pairs", default=",".join(PAIRS))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args.n)))
+        return
+    exists = f"SELECT 1 FROM pg_database WHERE datname = '{DBNAME}'"
+    if not common.pg_exec_sql("postgres", exists):
+        common.pg_exec_sql("postgres", f'CREATE DATABASE "{DBNAME}"')
+    for pair in args.pairs.split(","):
+        done = subprocess.run([sys.executable, __file__, "--one", pair, "--n", str(args.n)],
+                              capture_output=True, text=True, check=True)
+        print(done.stdout.strip().splitlines()[-1], flush=True)
+
+
+if __name__ == "__main__":
+    main()
