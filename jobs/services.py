@@ -12,7 +12,7 @@ import psycopg
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import cron, ingest, pausing, tenants
+from jobs import cron, ingest, one_off, pausing, tenants
 from jobs.models import Job
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
@@ -81,10 +81,14 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     tenants.QuotaExceeded.
     """
     spec = _spec(handler, payload, using=using, **options)
+    bounds = tenants.bounds_of(owner.pk if owner is not None else None, using)
     try:
-        return create_jobs([spec], owner=owner, using=using)[0]
+        cleaned = validate_specs([spec], bounds)
     except InvalidJobs as exc:
         raise InvalidJob(exc.item_errors[0]) from None
+    if one_off.applies(cleaned, bounds, using):
+        return one_off.create_one(cleaned[0], owner, bounds, using)
+    return _insert_validated(cleaned, owner, bounds, using)[0]
 
 
 def validate_specs(specs: list[dict], bounds: tenants.Bounds | None = None) -> list[dict]:
@@ -125,9 +129,11 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default"
     pair's next occurrence computed once, and on PostgreSQL the rows go in by COPY, built
     straight from the validated specs (jobs/ingest.py).
     """
-    owner_id = owner.pk if owner is not None else None
-    bounds = tenants.bounds_of(owner_id, using)
-    cleaned = validate_specs(specs, bounds)
+    bounds = tenants.bounds_of(owner.pk if owner is not None else None, using)
+    return _insert_validated(validate_specs(specs, bounds), owner, bounds, using)
+
+
+def _insert_validated(cleaned: list[dict], owner, bounds, using: str) -> ingest.CreatedJobs:
     for retry in range(UNIQUE_RETRIES, -1, -1):
         try:
             return ingest.insert(cleaned, owner, bounds, using)

@@ -154,7 +154,11 @@ class SchedulerBackend(BaseTaskBackend):
                                       **when, **self.job_options(task))
         except InvalidJob as exc:
             raise InvalidTask(f"The scheduler refused the task: {exc}") from exc
-        run_id, created = (Run.objects.using(self.using).filter(job_id=job.pk)
+        # The one-statement create returns its run (jobs/one_off.py); the bulk path
+        # (SQLite, an owner with quotas) does not, so the run is read back.
+        run = getattr(job, "created_run", None)
+        run_id, created = ((run.pk, run.created_at) if run is not None else
+                           Run.objects.using(self.using).filter(job_id=job.pk)
                            .values_list("pk", "created_at").get())
         object.__setattr__(result, "id", str(run_id))
         object.__setattr__(result, "enqueued_at", created)

@@ -41,6 +41,9 @@ class Broker(ABC):
     name = ""
     # Whether _claim writes to the database (and so must share the lease's transaction).
     claims_in_database = True
+    # Whether a run stored already due may be stored ready (``queued``) and so need no
+    # push: true where the runs table is the working set (jobs/one_off.py).
+    ready_when_stored = False
 
     def __init__(self, using: str = "default"):
         self.using = using

@@ -32,6 +32,7 @@ class DatabaseBroker(Broker):
     """Serve the broker contract from the runs table alone (no Redis)."""
 
     name = "database"
+    ready_when_stored = True
 
     def __init__(self, using: str = "default"):
         super().__init__(using)

@@ -1,0 +1,107 @@
+"""A create of one one-off job (jobs/one_off.py): on PostgreSQL one statement stores the
+job and its run, outside a transaction its own commit; on the database broker a due run
+is stored ready, with nothing to push (docs/performance-notes.md, "One job, one
+statement"). On every broker/database pair."""
+
+import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from jobs import services
+from jobs.models import Job
+from runs.models import Run, RunState
+from tests import djtasks_tasks as t
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+
+
+@pytest.fixture
+def pair(broker, settings):
+    """``broker``'s pair made the one the Python API and the django.tasks backend use."""
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
+    settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+                                  "QUEUES": [], "OPTIONS": {"DATABASE": broker.using}}}
+    return broker
+
+
+def waiting(broker) -> int:
+    broker._known_at = float("-inf")  # the Redis broker caches the shards it has seen
+    return sum(d.ready + d.delayed for d in broker.depth())
+
+
+def on_postgresql(broker) -> bool:
+    return connections[broker.using].vendor == "postgresql"
+
+
+def test_one_create_stores_the_job_and_its_run_and_returns_the_run(pair):
+    if not on_postgresql(pair):
+        pytest.skip("SQLite takes the bulk path (jobs/ingest.py)")
+    job = services.create_job("noop", {"i": 1}, using=pair.using, delay_s=0)
+
+    run = Run.objects.using(pair.using).get(job_id=job.pk)
+    assert job.created_run.pk == run.pk
+    assert job.created_run.created_at == run.created_at
+    assert run.scheduled_at == run.run_at == job.run_at
+    assert Job.objects.using(pair.using).get(pk=job.pk).run_at == job.run_at
+    assert waiting(pair) == 1
+
+
+def test_on_postgresql_one_create_outside_a_transaction_is_one_statement(pair):
+    if not on_postgresql(pair):
+        pytest.skip("SQLite takes the bulk path (jobs/ingest.py)")
+    with CaptureQueriesContext(connections[pair.using]) as queries:
+        services.create_job("noop", using=pair.using)
+    assert len(queries) == 1, [q["sql"][:60] for q in queries]
+    assert Run.objects.using(pair.using).count() == 1
+
+
+def test_enqueue_is_one_statement_outside_a_transaction_and_inside_one(pair):
+    if not on_postgresql(pair):
+        pytest.skip("SQLite takes the bulk path (jobs/ingest.py)")
+    with CaptureQueriesContext(connections[pair.using]) as queries:
+        t.noop.enqueue(1)
+    assert len(queries) == 1, [q["sql"][:60] for q in queries]
+    with CaptureQueriesContext(connections[pair.using]) as queries:
+        with transaction.atomic(using=pair.using):
+            t.noop.enqueue(2)
+    # The caller's BEGIN and COMMIT around the one statement: no savepoint.
+    assert [q["sql"].split()[0] for q in queries] == ["BEGIN", "WITH", "COMMIT"]
+    assert waiting(pair) == 2
+
+
+def test_a_create_rolled_back_with_its_transaction_leaves_nothing(pair):
+    with pytest.raises(RuntimeError), transaction.atomic(using=pair.using):
+        services.create_job("noop", using=pair.using)
+        t.noop.enqueue(1)
+        raise RuntimeError("roll back")
+
+    assert not Job.objects.using(pair.using).exists()
+    assert not Run.objects.using(pair.using).exists()
+    assert waiting(pair) == 0
+
+
+def test_a_later_run_waits_delayed_and_is_never_stored_ready(pair):
+    job = services.create_job("noop", using=pair.using, delay_s=3600)
+
+    run = Run.objects.using(pair.using).get(job_id=job.pk)
+    assert run.state == RunState.SCHEDULED
+    assert pair.lease(["default"], 1, "w1") == []
+
+
+def test_on_the_database_broker_a_due_run_is_stored_ready_and_not_pushed(pair):
+    if not (pair.ready_when_stored and on_postgresql(pair)):
+        pytest.skip("the Redis broker holds the ready set: the run is pushed")
+    with CaptureQueriesContext(connections[pair.using]) as queries:
+        job = services.create_job("noop", using=pair.using)
+
+    assert len(queries) == 1  # no promote after it
+    assert job.created_run.state == RunState.QUEUED
+    assert Run.objects.using(pair.using).get().state == RunState.QUEUED
+    assert len(pair.lease(["default"], 1, "w1")) == 1
+
+
+def test_enqueue_on_every_pair_returns_the_runs_id_and_creation(pair):
+    result = t.noop.enqueue(1)
+
+    run = Run.objects.using(pair.using).get()
+    assert (result.id, result.enqueued_at) == (str(run.pk), run.created_at)
