@@ -40,7 +40,8 @@ class DatabaseBroker(Broker):
 
     def push(self, runs: list[RunRef]) -> None:
         """Nothing to copy: the rows are the working set. Due runs are promoted at once so
-        that a run triggered now does not wait for the dispatcher's next round."""
+        that a run triggered now does not wait for the dispatcher's next round (a run
+        created due is stored queued and not pushed: ``ready_when_stored``)."""
         if runs:
             self.promote()
 
