@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import connections, transaction
 from django.db.models import F, Q
 
+from runs import hooks
 from runs.clock import EPOCH
 from runs.models import RunState
 from scheduler_core import conf
@@ -218,7 +219,27 @@ def detach_expired(using: str, before: datetime) -> list[tuple[Range, int]]:
             cursor.execute(f"INSERT INTO runs_logline SELECT l.* FROM {line} l "
                            f"WHERE l.attempt_id IN (SELECT a.id FROM {attempt} a "
                            f"WHERE a.run_id IN {keepers})", params)
+            _copy_back_hook_keepers(cursor, bounds.suffix, kept, params)
     return done
+
+
+def _copy_back_hook_keepers(cursor, suffix: str, kept: str, params: list) -> None:
+    """Copy back from the detached partition ``suffix`` the runs a run keeper keeps
+    (runs/hooks.py's keep_runs) that ``kept`` (keeper's condition) did not, with their
+    attempts and log lines. The keepers' SELECT drives it (few ids, each found by the
+    partition's primary key), so the partition is not scanned under the locks."""
+    run, attempt, line = (f"{table}_{suffix}" for table, _ in TABLES)
+    extra = hooks.kept_runs_sql(f"(SELECT id, state FROM runs_run UNION ALL "
+                                f"SELECT id, state FROM {run})")
+    if extra is None:
+        return
+    ids = f"SELECT {run}.id FROM {run} WHERE {run}.id IN ({extra}) AND NOT {kept}"
+    cursor.execute(f"INSERT INTO runs_run SELECT * FROM {run} WHERE {run}.id IN ({ids})",
+                   params)
+    cursor.execute(f"INSERT INTO runs_attempt SELECT a.* FROM {attempt} a "
+                   f"WHERE a.run_id IN ({ids})", params)
+    cursor.execute(f"INSERT INTO runs_logline SELECT l.* FROM {line} l WHERE l.attempt_id "
+                   f"IN (SELECT a.id FROM {attempt} a WHERE a.run_id IN ({ids}))", params)
 
 
 def estimate(cursor, table: str) -> int:

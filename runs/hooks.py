@@ -50,6 +50,10 @@ _listeners: list[RunListener] = []
 # One-off jobs the history retention must keep although no run is left: (table, column)
 # of rows pointing at jobs_job that need it (a workflow's node keeps its job).
 _job_keepers: list[tuple[str, str]] = []
+# Runs the history retention must keep although they are prunable: SQL SELECTs of one
+# column of run ids (a succeeded workflow node's run holds the result a downstream node
+# still has to read).
+_run_keepers: list[str] = []
 _context: dict[str, Callable] = {}
 # What a run holds up, shown by the admin's run and dead letter pages: (annotate,
 # describe) pairs (workflows/: the workflow run a dead node's run holds up).
@@ -71,6 +75,26 @@ def keep_jobs(table: str, column: str) -> None:
 
 def job_keepers() -> list[tuple[str, str]]:
     return list(_job_keepers)
+
+
+def keep_runs(select: str) -> None:
+    """Tell the history retention (runs/retention.py, runs/history_partitions.py) to keep
+    the runs whose ids ``select`` returns, although they finished before the cutoff:
+    ``select`` is an SQL SELECT of one column of run ids (no NULL, no ORDER BY), in
+    which ``{runs}`` stands for the runs table (a relation with at least the columns id
+    and state; while a time partition is retired, its detached rows are included)."""
+    if select not in _run_keepers:
+        _run_keepers.append(select)
+
+
+def kept_runs_sql(runs: str) -> str | None:
+    """The run keepers' SELECTs as one (UNION), with ``{runs}`` replaced by ``runs``; None
+    when nothing registered one."""
+    if not _run_keepers:
+        return None
+    # No parentheses around each: SQLite reads ``id IN ((SELECT ...))`` as a list of one
+    # scalar subquery (its first row, NULL when empty).
+    return " UNION ".join(select.format(runs=runs) for select in _run_keepers)
 
 
 def provide_context(name: str, factory: Callable) -> None:

@@ -20,6 +20,7 @@ from datetime import datetime
 
 from django.db import connections, transaction
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 
 from runs import history_partitions, hooks
 from runs.clock import db_now, seconds
@@ -63,8 +64,12 @@ def cutoff(retention_s: float, using: str = "default") -> datetime | None:
 
 def prunable(before: datetime, using: str = "default", shards: list[int] | None = None):
     """The runs a prune with cutoff ``before`` deletes (``shards``: only those; None:
-    all). Served by the run_state_finished index (state, finished_at)."""
+    all), less those a run keeper keeps (runs/hooks.py's keep_runs: the runs of a live
+    workflow run's nodes). Served by the run_state_finished index (state, finished_at)."""
     runs = Run.objects.using(using).filter(state__in=PRUNABLE_STATES, finished_at__lt=before)
+    kept = hooks.kept_runs_sql(Run._meta.db_table)
+    if kept:  # runs something above still reads (a live workflow run's results)
+        runs = runs.exclude(pk__in=RawSQL(kept, []))
     return in_shards(runs, shards)
 
 

@@ -1,7 +1,8 @@
 """What WorkflowsConfig.ready connects (docs/workflows.md, "Where the engine hooks in"):
-the run listener (runs/hooks.py), the jobs the history retention keeps (each node's),
-``ctx.upstream``, the scheduler's tick (cron workflow runs and the reconcile) and the
-workflows' families on /metrics (workflows/metrics.py)."""
+the run listener (runs/hooks.py), the jobs and runs the history retention keeps (each
+node's job; the runs of a workflow run that can still start a node), ``ctx.upstream``,
+the scheduler's tick (cron workflow runs and the reconcile) and the workflows' families
+on /metrics (workflows/metrics.py)."""
 
 from jobs.scheduler import scheduler_tick
 from runs import hooks
@@ -9,13 +10,25 @@ from runs.metrics import registry
 from workflows.context import ctx_upstream
 from workflows.listener import LISTENER
 from workflows.metrics import COLLECTOR
-from workflows.models import WorkflowNode
+from workflows.models import NodeRun, WorkflowNode, WorkflowRun
 from workflows.ticks import on_scheduler_tick
+
+# The runs of the nodes of a workflow run that may still start a node, whose results a
+# downstream node reads (docs/workflows.md, "Results"): running or paused, or failed
+# with a dead run of one of its nodes still in the dead letter (a requeue resumes it).
+KEPT_RUNS = (
+    f"SELECT kn.run_id FROM {NodeRun._meta.db_table} kn "
+    f"JOIN {WorkflowRun._meta.db_table} kw ON kw.id = kn.workflow_run_id "
+    "WHERE kn.run_id IS NOT NULL AND (kw.state IN ('running', 'paused') "
+    "OR (kw.state = 'failed' AND EXISTS (SELECT 1 "
+    f"FROM {NodeRun._meta.db_table} kf JOIN {{runs}} kr ON kr.id = kf.run_id "
+    "WHERE kf.workflow_run_id = kw.id AND kr.state = 'dead')))")
 
 
 def connect() -> None:
     hooks.register(LISTENER)
     hooks.keep_jobs(WorkflowNode._meta.db_table, "job_id")
+    hooks.keep_runs(KEPT_RUNS)
     hooks.provide_context("upstream", ctx_upstream)
     scheduler_tick.connect(on_scheduler_tick, dispatch_uid="workflows.ticks")
     registry.register(COLLECTOR)  # /metrics: workflow runs by state, node start delay
