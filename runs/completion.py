@@ -179,6 +179,8 @@ def _complete(outcomes: list[Outcome], using: str,
     listener follows (runs/hooks.py)."""
     if watched:
         _refuse_results(outcomes, watched)
+        for o in outcomes:
+            o.watched = o.lease.run_id in watched
     accepted: list[bool] = []
     with transaction.atomic(using=using):
         now = db_now(using)

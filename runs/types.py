@@ -61,6 +61,9 @@ class Outcome:
     # What the worker ran (``job_id``, ``handler``, …: runs/worker/pool.py's InFlight.task),
     # for the outcome's log line; None when the outcome did not come from a child.
     task: dict | None = field(default=None, repr=False)
+    # Set by the ack when a listener follows the run (runs/hooks.py: a workflow node, whose
+    # success may have made runs of its downstream nodes): the worker leases again at once.
+    watched: bool = False
 
 
 @dataclass(frozen=True)

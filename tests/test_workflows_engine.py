@@ -245,3 +245,19 @@ def test_a_node_whose_job_was_cancelled_is_cancelled_instead_of_waiting(pair):
     assert states(view) == {"a": "succeeded", "b": "cancelled", "c": "upstream_failed"}
     assert view["nodes"][1]["run_id"] is None
     assert view["nodes"][2]["error"] == "upstream 'b' cancelled"
+
+
+def test_one_burst_worker_runs_a_whole_chain(pair, settings):
+    # An idle worker waits WORKER_POLL_S before it leases again, and a burst worker stops
+    # when it finds nothing to lease; one that acked a workflow node leases again at once,
+    # since the ack may have made the next nodes' runs, also when a lease it sent before
+    # the ack committed came back empty (it used to stop after the first node).
+    settings.SCHEDULER = {**settings.SCHEDULER, "WORKER_POLL_S": 2}
+    wr = start(pair, [node(n) for n in "abcde"],
+               [["a", "b"], ["b", "c"], ["c", "d"], ["d", "e"]])
+    pair.promote()
+
+    Worker(["default"], concurrency=1, using=pair.using, burst=True).serve()
+
+    assert states(services.get_workflow_run(wr.pk, using=pair.using)) == {
+        n: "succeeded" for n in "abcde"}

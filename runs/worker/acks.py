@@ -88,6 +88,11 @@ class Acks:
                 # An ack may have made runs ready (a workflow's downstream nodes, in its
                 # transaction): look at once rather than after the idle poll.
                 self.wake_at = None
+            if any(o.watched for o, ok in zip(outcomes, accepted, strict=True) if ok):
+                # A workflow node's ack may have made its downstream nodes' runs: lease
+                # now rather than at the idle poll (docs/workflows.md, "Latency"), also
+                # when a lease sent before this ack committed comes back empty.
+                self.wake_at, self.lease_again = None, True
             for outcome, ok in zip(outcomes, accepted, strict=True):
                 # A cancelled run's ack is refused by design, its handler stopped
                 # (runs/worker/cancels.py): reported (run_cancelled), not warned of.

@@ -130,6 +130,10 @@ class LeaseAhead:
             self.ahead.extend(leased)
             self.dispatch()
             return
+        if self.lease_again:
+            # Sent before an ack that may have made runs (acks.py): lease again now.
+            self.lease_again, self.wake_at = False, None
+            return
         # Sleep until the next run falls due rather than a whole poll interval, so a run
         # scheduled for an instant starts within a few ms of it.
         wait_s = self.poll_s if due_in is None else min(due_in, self.poll_s)

@@ -99,6 +99,7 @@ class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
         self.stop_requested_at: float | None = None
         self.idle = False
         self.wake_at: float | None = None  # time.monotonic() when the next run falls due
+        self.lease_again = False  # an ack may have made runs: an empty lease is retried
         self.lease_paused_until = 0.0
         self.ack_paused_until = 0.0
         self.lanes: Lanes | None = None
