@@ -226,8 +226,8 @@ def test_the_api_root_lists_every_entry_point(api):
 
     assert response.status_code == 200
     links = response.json()
-    assert set(links) == {"jobs", "runs", "dead-letter", "queues", "limits", "alerts", "schema",
-                          "docs"}
+    assert set(links) == {"jobs", "runs", "dead-letter", "queues", "limits", "alerts",
+                          "workflows", "workflow-runs", "schema", "docs"}
     for name, url in links.items():
         assert api.get(url).status_code == 200, name
 
