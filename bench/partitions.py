@@ -2,12 +2,12 @@
 history"): the prune and the hot queries at N runs.
 
     .venv/bin/python bench/partitions.py --layout partitioned|plain [--runs N]
-        [--jobs J] [--dead F] [--lines L] [--repeat R] [--skip-hot] [--skip-prune] [--skip-load]
-        [--prune-budget-s S]
+        [--jobs J] [--dead F] [--lines L] [--days D] [--repeat R] [--skip-hot]
+        [--skip-prune] [--skip-load] [--prune-budget-s S]
 
 Each layout in its own database (bench_partitions_<layout>, created and migrated; plain:
 migrated with SCHEDULER_HISTORY_PARTITION_S=0, the same code on plain tables). Setup, not
-timed: J cron jobs, N runs spread evenly over the 8 whole days before today (UTC), every
+timed: J cron jobs, N runs spread evenly over the D (8) whole days before today (UTC), every
 run with one attempt and L log lines per attempt, by INSERT ... SELECT generate_series;
 a fraction F of the runs dead, the rest succeeded; plus 50,000 pending runs (the brief's
 pending set: 5,000 queued, the rest scheduled) and ANALYZE.
@@ -45,6 +45,8 @@ def parse():
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--dead", type=float, default=0.001)
     parser.add_argument("--lines", type=int, default=1)
+    parser.add_argument("--days", type=int, default=8, choices=range(1, 9),
+                        help="the history spread over the D whole days before today")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--skip-prune", action="store_true")
     parser.add_argument("--skip-hot", action="store_true", help="no hot-query figures")
@@ -108,10 +110,11 @@ def load(n: int, jobs: int, dead: float, lines: int) -> dict:
         SELECT 1 + i %% %(jobs)s, t, t, 0,
                CASE WHEN i %% %(every)s = 0 THEN 'dead' ELSE 'succeeded' END,
                'default', 0, 5, 1, 4, 'w', t, t + interval '1 second', t, '', false
-        FROM (SELECT i, date_trunc('day', now()) - interval '8 days'
-                        + (i * (691200.0 / %(n)s)) * interval '1 second' AS t
+        FROM (SELECT i, date_trunc('day', now()) - %(days)s * interval '1 day'
+                        + (i * (%(days)s * 86400.0 / %(n)s)) * interval '1 second' AS t
               FROM generate_series(0, %(n)s - 1) i) g""",
-        {"jobs": jobs, "n": n, "every": max(int(1 / dead), 1) if dead > 0 else n + 1})
+        {"jobs": jobs, "n": n, "every": max(int(1 / dead), 1) if dead > 0 else n + 1,
+         "days": ARGS.days})
     runs_s = time.perf_counter() - began
     attempt_cols = "run_id, number, worker_id, started_at, finished_at, outcome, error"
     sql(f"INSERT INTO runs_attempt ({attempt_cols}, run_scheduled_at) SELECT id, 1, 'w', "
@@ -266,7 +269,7 @@ def prune() -> dict:
 def main() -> None:
     ours._ensure_database()
     ours._setup_django()
-    details = {"layout": ARGS.layout, "runs": ARGS.runs, "jobs": ARGS.jobs,
+    details = {"layout": ARGS.layout, "runs": ARGS.runs, "jobs": ARGS.jobs, "days": ARGS.days,
                "dead": ARGS.dead, "lines": ARGS.lines, "load": os.getloadavg()}
     if not ARGS.skip_load:
         details["setup"] = load(ARGS.runs, ARGS.jobs, ARGS.dead, ARGS.lines)
