@@ -289,6 +289,23 @@ def test_the_dispatcher_drops_expired_partitions_and_creates_them_ahead(layout, 
     flush_redis()
 
 
+
+def test_prunehistory_on_tables_held_locked_says_so_and_deletes_nothing(layout):
+    """An operator's prunehistory whose detach waited out LOCK_TIMEOUT gets a CommandError
+    saying what held it up and what to do, not a psycopg traceback."""
+    from django.core.management import CommandError, call_command
+
+    runs = old_history()
+    everything = set(Run.objects.values_list("pk", flat=True))
+    url = database_url("default").replace("postgres://", "postgresql://")
+    with psycopg.connect(url) as other:  # a long transaction holding the runs table
+        other.execute("LOCK TABLE runs_run IN ROW EXCLUSIVE MODE")
+        with pytest.raises(CommandError, match="stayed locked.*run prunehistory again"):
+            call_command("prunehistory", "--older-than", str(7 * 86_400))
+    assert set(Run.objects.values_list("pk", flat=True)) == everything
+    assert partition_of(runs["ok1"].pk) != "runs_run_default"
+
+
 @pytest.mark.slow
 def test_the_migration_partitions_a_populated_database():
     params = connection.settings_dict

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
+from django.db import OperationalError
 
-from runs import retention
+from runs import history_partitions, retention
 from scheduler_core import conf
 from scheduler_core.progress import progress
 
@@ -45,7 +46,18 @@ class Command(BaseCommand):
             return
         # On PostgreSQL, whole time partitions past the age go first (docs/retention.md,
         # "Partitioned history"); what is left past it goes row by row.
-        total = retention.drop_partitions(before)
+        try:
+            total = retention.drop_partitions(before)
+        except OperationalError as exc:
+            # lock_not_available: the detach waits only LOCK_TIMEOUT for the tables, so as
+            # not to stall every ack behind its queued lock (docs/retention.md).
+            if getattr(exc.__cause__, "sqlstate", None) != "55P03":
+                raise
+            raise CommandError(
+                "the runs, attempts and log tables stayed locked for more than "
+                f"{history_partitions.LOCK_TIMEOUT} (a long transaction holds them), so no "
+                "partition was dropped and nothing was deleted; run prunehistory again "
+                "later, or leave it to the dispatchers, which retry every minute") from exc
         # No total: counting what would go costs as much as a dry run.
         with progress(self.stdout, "pruning runs") as advance:
             while True:
