@@ -56,3 +56,19 @@ def test_the_lock_header_names_the_command_that_regenerates_it():
               if line.startswith("#")]
 
     assert "#    scripts/lock" in header and (ROOT / "scripts" / "lock").is_file()
+
+
+def test_every_app_of_the_settings_is_a_package_an_install_ships():
+    """A `pip install` outside the checkout ships only the packages pyproject.toml names:
+    an app of INSTALLED_APPS missing there imports from the checkout's own folder and
+    nowhere else (workflows was missing: ModuleNotFoundError in any other project)."""
+    from fnmatch import fnmatch
+
+    from django.conf import settings
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "tool"]["setuptools"]["packages"]["find"]["include"]
+    ours = {app.split(".")[0] for app in settings.INSTALLED_APPS
+            if (ROOT / app.split(".")[0]).is_dir()} - {"chaos"}  # tests' settings only
+    assert ours, "no app of this checkout found in INSTALLED_APPS"
+    assert {app for app in ours if not any(fnmatch(app, p) for p in include)} == set()
