@@ -194,7 +194,7 @@ def get(name: str):
 
 def broker_name() -> str:
     """The configured broker: "redis" or "database" (docs/architecture.md, "Configuration")."""
-    name = get("BROKER") or ("redis" if settings.REDIS_URL else "database")
+    name = get("BROKER") or ("redis" if getattr(settings, "REDIS_URL", None) else "database")
     if name not in {"redis", "database"}:
         raise ImproperlyConfigured(f"SCHEDULER_BROKER must be redis or database, not {name!r}")
     return name

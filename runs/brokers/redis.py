@@ -40,7 +40,7 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
 
     def __init__(self, using: str = "default", url: str | None = None):
         super().__init__(using)
-        self.url = url or settings.REDIS_URL or "redis://127.0.0.1:6379/0"
+        self.url = url or getattr(settings, "REDIS_URL", None) or "redis://127.0.0.1:6379/0"
         self.client = redis_client(self.url)
         self.keys = Keys(conf.get("REDIS_PREFIX"), cluster=is_cluster_url(self.url))
         self.sources = {name: (LUA_DIR / f"{name}.lua").read_text() for name in SCRIPTS}
