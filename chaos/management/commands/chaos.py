@@ -19,7 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=None,
                             help="seconds of the fault window (default: per scenario)")
         parser.add_argument("--short", action="store_true",
-                            help="the small CI version (each well under a minute)")
+                            help="the small CI version (each up to about a minute: "
+                                 "docs/reliability.md, 'Sizes and time')")
         parser.add_argument("--json", type=Path, default=None,
                             help="merge the figures into this JSON file "
                                  "(docs/reliability.json)")
