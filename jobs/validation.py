@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from jobs import cron, unique
 from jobs.models import QUEUE_RE, MisfirePolicy
 from runs.outbound import payload as http_payload
+from runs.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.registry import get_handler
@@ -118,8 +119,9 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
             errors["misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"
         clean["misfire_policy"] = policy
         max_lag = spec.get("max_lag_s", conf.get("MAX_LAG_S"))
-        if isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0:
-            errors["max_lag_s"] = "must be a non-negative integer (seconds)"
+        if isinstance(max_lag, bool) or not isinstance(max_lag, int) \
+                or not 0 <= max_lag <= MAX_INT:  # the column's range: no DataError later
+            errors["max_lag_s"] = f"must be an integer from 0 to {MAX_INT} (seconds)"
         clean["max_lag_s"] = max_lag
         jitter = spec.get("jitter_s") or 0
         if isinstance(jitter, bool) or not isinstance(jitter, int) \

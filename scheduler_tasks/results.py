@@ -61,7 +61,9 @@ def load_task(path: str) -> Task:
     """The module-level django.tasks Task at ``path`` (``module.function``); raises
     ImportError when it cannot be imported and scheduler_tasks.exceptions.NotATask when
     the object there is not a Task defined under that very path."""
-    if not isinstance(path, str) or "." not in path:
+    if not isinstance(path, str) or "." not in path or not all(
+            part.isidentifier() for part in path.split(".")):
+        # import_string would raise ValueError or TypeError for ".x" or "a..b"
         raise NotATask(f"{path!r} is not a module path of a task")
     obj = import_string(path)  # ImportError for a missing module or name
     if not isinstance(obj, Task) or obj.module_path != path:

@@ -153,7 +153,8 @@ class WorkflowViewSet(mixins.CreateModelMixin, mixins.ListModelMixin,
         try:
             workflow = services.create_workflow(data["name"], data["nodes"], data["edges"],
                                                 owner=request.user,
-                                                schedule=data["schedule"])
+                                                schedule=data["schedule"],
+                                                allow_tasks=False)
         except InvalidJob as exc:
             raise ValidationError(api_errors(exc.errors)) from exc
         except QuotaExceeded as exc:

@@ -43,7 +43,8 @@ def _pk(obj) -> int:
 
 
 def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, owner=None,
-                    schedule: str | dict | None = None, using: str = "default") -> Workflow:
+                    schedule: str | dict | None = None, using: str = "default",
+                    allow_tasks: bool = True) -> Workflow:
     """Create a workflow with its nodes and edges, all or nothing; returns it.
 
     ``nodes``, ``edges`` and ``schedule`` are shaped as the module docstring says. Each
@@ -53,12 +54,15 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
     user), its bounds: the queues it was given, its priority, timeout and attempts limits,
     and its jobs quota (``max_jobs`` counts one job per node). With a ``schedule`` the
     workflow starts a run at each occurrence (docs/cron.md's rules: timezone, misfire
-    policy, max lag, jitter). Raises InvalidWorkflow naming every bad field (a cycle is
-    named node by node), runs.quotas.QuotaExceeded; nothing is stored then.
+    policy, max lag, jitter). ``allow_tasks`` False refuses task nodes (the REST API's
+    rule, docs/security.md); a node may never name the ``django_task`` handler. Raises
+    InvalidWorkflow naming every bad field (a cycle is named node by node),
+    runs.quotas.QuotaExceeded; nothing is stored then.
     """
     owner_id = owner.pk if owner is not None else None
     bounds = tenants.bounds_of(owner_id, using)
-    clean = validate_workflow(name, nodes, list(edges), schedule, bounds=bounds)
+    clean = validate_workflow(name, nodes, list(edges), schedule, bounds=bounds,
+                              allow_tasks=allow_tasks)
     tenant_queue = bounds.default_queue if bounds is not None else tenants.SHARED_QUEUE
     with transaction.atomic(using=using):
         now = db_now(using)

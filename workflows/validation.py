@@ -42,9 +42,11 @@ def _name_problem(name) -> str | None:
     return None
 
 
-def _node_spec(node: dict, errors: dict, where: str) -> dict:
+def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -> dict:
     """The job spec (jobs/validation.py's keys) a node's job is created from; a task node
-    becomes a ``django_task`` job whose payload names the task (docs/django-tasks.md)."""
+    becomes a ``django_task`` job whose payload names the task (docs/django-tasks.md).
+    Without ``allow_tasks`` (a REST client's workflow) a task node is refused, as the
+    REST API refuses a ``django_task`` job (docs/security.md, "Tenants and limits")."""
     unknown = sorted(set(node) - NODE_KEYS)
     for key in unknown:
         errors[f"{where}.{key}"] = f"is not a node field (fields: {', '.join(sorted(NODE_KEYS))})"
@@ -55,6 +57,10 @@ def _node_spec(node: dict, errors: dict, where: str) -> dict:
                                      "or task (a django.tasks task's module path)"
         return {**spec, "handler": TASK_HANDLER, "payload": {}}
     if has_handler:
+        if node["handler"] == TASK_HANDLER:
+            # Internal: its payload names code to run; a task node is the checked way.
+            errors[f"{where}.handler"] = f"{TASK_HANDLER} is internal; name a django.tasks " \
+                                         "task with task (and args, kwargs) instead"
         for key in ("args", "kwargs"):
             if key in node:
                 errors[f"{where}.{key}"] = "only a task node takes args and kwargs"
@@ -63,6 +69,12 @@ def _node_spec(node: dict, errors: dict, where: str) -> dict:
     if "payload" in node:
         errors[f"{where}.payload"] = "a task node takes args and kwargs, not a payload"
     path = node["task"]
+    if not allow_tasks:
+        errors[f"{where}.task"] = "a workflow made through the REST API cannot run a " \
+                                  "django.tasks task (a client could run any task with " \
+                                  "arguments of its choosing); give a handler, or create " \
+                                  "the workflow with the Python API"
+        return {**spec, "handler": TASK_HANDLER, "payload": {}}
     try:
         load_task(path)
     except (ImportError, NotATask) as exc:
@@ -113,7 +125,8 @@ def check_graph(names: list[str], pairs: list[tuple[str, str]]) -> dict[str, str
     return {}
 
 
-def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None) -> dict:
+def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
+                      allow_tasks: bool = True) -> dict:
     """Check a whole workflow definition; returns ``{"name", "nodes", "edges",
     "schedule"}`` cleaned: ``nodes`` a list of job specs with their ``node`` name (in the
     order given), ``edges`` a list of (upstream, downstream) name pairs, ``schedule`` a
@@ -124,7 +137,8 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None) -> dict
     ``[upstream, downstream]`` pairs or ``{"from": upstream, "to": downstream}`` dicts;
     ``schedule`` None, a cron expression, or a dict ``{cron, timezone, misfire_policy,
     max_lag_s, jitter_s}`` (docs/cron.md). ``bounds`` (jobs/tenants.py Bounds) are the
-    owner's, applied to every node. Raises InvalidWorkflow naming every problem.
+    owner's, applied to every node; ``allow_tasks`` False refuses task nodes (the REST
+    API's rule). Raises InvalidWorkflow naming every problem.
     """
     errors: dict[str, str] = {}
     if problem := _name_problem(name):
@@ -158,11 +172,12 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None) -> dict
             continue
         seen[node_name] = i
         names.append(node_name)
-        spec = _node_spec(node, errors, where)
+        spec = _node_spec(node, errors, where, allow_tasks)
         specs.append((i, node_name, spec))
     pairs, pair_set, known = [], set(), set(names)
     # A node whose own fields are wrong still has its name: its edges are not unknown.
-    given = {node.get("name") for node in nodes if isinstance(node, dict)}
+    given = {node.get("name") for node in nodes
+             if isinstance(node, dict) and isinstance(node.get("name"), str)}
     for i, edge in enumerate(edges):
         where = f"edges[{i}]"
         pair = _edge_pair(edge, errors, where)

@@ -1,0 +1,67 @@
+"""A hostile or careless tenant against the workflows' REST API and the ingest's Python
+API: what a client may not make a node run (the internal django_task handler, a task of
+its choosing: docs/security.md, "Tenants and limits"), and malformed input answered 400
+naming the field, never a 500, with nothing stored."""
+
+import pytest
+
+from jobs import services as job_services
+from jobs.models import Job, Schedule
+from scheduler_core.exceptions import InvalidJob
+from workflows import services
+from workflows.models import Workflow
+
+pytestmark = pytest.mark.django_db
+
+
+def post(api, nodes, **body):
+    return api.post("/api/workflows/", {"name": "w", "nodes": nodes, **body}, format="json")
+
+
+@pytest.mark.parametrize("node, field", [
+    ({"name": "a", "handler": "django_task",
+      "payload": {"task": "tests.djtasks_tasks.add", "args": [1, 2]}}, "nodes[0].handler"),
+    ({"name": "a", "task": "tests.djtasks_tasks.add", "args": [1, 2]}, "nodes[0].task"),
+])
+def test_a_client_cannot_make_a_node_run_a_django_task(api, node, field):
+    response = post(api, [node])
+
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert Workflow.objects.count() == 0 and Job.objects.count() == 0
+
+
+def test_the_python_api_refuses_the_django_task_handler_by_name(alice):
+    with pytest.raises(InvalidJob) as caught:
+        services.create_workflow("w", [{"name": "a", "handler": "django_task",
+                                        "payload": {"task": "os.system", "args": ["id"]}}])
+
+    assert "nodes[0].handler" in caught.value.errors
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("path", ["tests.\ud800", ".relative", "tests..djtasks_tasks",
+                                  "tests.djtasks_tasks.add\x00"])
+def test_a_task_path_that_is_no_module_path_is_a_field_error(path):
+    with pytest.raises(InvalidJob) as caught:
+        services.create_workflow("w", [{"name": "a", "task": path}])
+
+    assert "nodes[0].task" in caught.value.errors
+
+
+@pytest.mark.parametrize("name", [["x"], {"x": 1}, 7])
+def test_a_node_name_that_is_not_text_is_a_400(api, name):
+    response = post(api, [{"name": name, "handler": "noop"}])
+
+    assert response.status_code == 400, response.content
+    assert "nodes[0].name" in response.json()
+    assert Workflow.objects.count() == 0
+
+
+def test_a_max_lag_beyond_the_column_is_a_field_error_not_a_database_error():
+    with pytest.raises(InvalidJob) as caught:
+        job_services.create_jobs([{"handler": "noop", "cron": "* * * * *",
+                                   "max_lag_s": 10 ** 30}])
+
+    assert list(caught.value.errors) == ["[0].max_lag_s"]
+    assert Job.objects.count() == 0 and Schedule.objects.count() == 0
