@@ -127,7 +127,15 @@ def main() -> None:
     parser.add_argument("--n", type=int, help="one size for every run (W1-W4, W6)")
     parser.add_argument("--no-ours", action="store_true", help="peer runs only, no pairs")
     parser.add_argument("--no-md", action="store_true", help="do not rewrite BENCHMARKS.md")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: redo the headline, the plots and BENCHMARKS.md "
+                             "from bench/results/summary.json")
     args = parser.parse_args()
+    if args.report_only:
+        summary = json.loads((RESULTS / "summary.json").read_text())
+        write_results({}, {}, summary["hardware"], summary.get("command", "python bench/run.py"),
+                      date.today().isoformat(), [], time.monotonic(), args, keep=summary)
+        return
     systems = parse_list(args.only, list(rows.SYSTEMS), "only")
     # Ours runs alone only when asked for (no --only, or --only naming it); otherwise it
     # is there to pair with the peers named.
@@ -192,7 +200,16 @@ def main() -> None:
     write_results(raw, summary_new, hw, command, today, notes, began, args)
 
 
-def write_results(raw, summary_new, hw, command, today, notes, began, args) -> None:
+def write_results(raw, summary_new, hw, command, today, notes, began, args,
+                  keep: dict | None = None) -> None:
+    """The dated raw file, summary.json (this run's rows over the previous summary's, those
+    marked carried over), the plots and BENCHMARKS.md; ``keep``: a summary to rewrite the
+    reports of as it is (--report-only)."""
+    if keep is not None:
+        keep["headline"] = report.headline(keep)
+        (RESULTS / "summary.json").write_text(json.dumps(keep, indent=1, sort_keys=True) + "\n")
+        _reports(keep, hw, keep.get("command", command), keep.get("notes", []), args)
+        return
     RESULTS.mkdir(exist_ok=True)
     dated = RESULTS / f"{today}.json"
     earlier = json.loads(dated.read_text()) if dated.exists() else {}
@@ -217,7 +234,13 @@ def write_results(raw, summary_new, hw, command, today, notes, began, args) -> N
     summary["headline"] = report.headline(summary)
     summary["hardware"] = hw
     summary["rules"] = "BENCHMARKS.md, \"Rules\""
+    summary["command"], summary["notes"] = command, notes
     path.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    _reports(summary, hw, command, notes, args)
+    common.log(f"[run] done in {time.monotonic() - began:.0f} s: {dated}, {path}")
+
+
+def _reports(summary, hw, command, notes, args) -> None:
     plots = []
     try:
         import plots as plotting
@@ -227,7 +250,6 @@ def write_results(raw, summary_new, hw, command, today, notes, began, args) -> N
         notes.append(f"plots not made: {exc} (pip install -e '.[bench]')")
     if not args.no_md:
         report.write_md(summary, hw, command, notes, plots)
-    common.log(f"[run] done in {time.monotonic() - began:.0f} s: {dated}, {path}")
 
 
 if __name__ == "__main__":
