@@ -166,7 +166,34 @@ def top_block(summary: dict) -> str:
     lines += ["", "### Where we lose", ""]
     lines += losses(summary) or ["* No row beat ours at the median of its pairs."]
     lines += ["", "### Targets", ""] + (targets(summary) or ["* Not measured."])
+    lines += ["", "### Measured, carried over, missing", ""] + coverage(summary)
     return "\n".join(lines)
+
+
+def coverage(summary: dict) -> list[str]:
+    """Per workload: which rows the tables hold from the last run, which are carried over
+    from an earlier one, and which no run under these rules has measured yet."""
+    out = []
+    for workload in rows.WORKLOADS:
+        have, old, missing = [], [], []
+        for system, spec in rows.SYSTEMS.items():
+            if workload not in spec["workloads"]:
+                continue
+            for variant in rows.variants_of(system, workload) + (
+                    ["tuned"] if workload == "W1" and system != "ours" else []):
+                row = summary.get(workload, {}).get(system, {}).get(variant)
+                name = f"{rows.LABELS[system]} {variant}"
+                if not row:
+                    missing.append(name)
+                elif row.get("carried"):
+                    old.append(f"{name} ({row.get('date')})")
+                else:
+                    have.append(f"{name} ({row.get('pairs', 0)} pairs)")
+        parts = [f"measured: {', '.join(have)}" if have else "",
+                 f"carried over: {', '.join(old)}" if old else "",
+                 f"not measured under these rules: {', '.join(missing)}" if missing else ""]
+        out.append(f"* **{workload}**: " + "; ".join(p for p in parts if p) + ".")
+    return out
 
 
 def table(workload: str, wsum: dict) -> list[str]:

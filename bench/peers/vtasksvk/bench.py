@@ -5,9 +5,9 @@ and W2 through django.tasks. The Django project, virtualenv and task are bench/p
 Run with the vtasks virtualenv:
     bench/.venvs/vtasks/bin/python bench/peers/vtasksvk/bench.py W2 [--n N] [--variant V]
 
-The backend keeps a task as a message in the list ``{vt}q:default`` and, while a worker
-runs it, in that worker's ``{vt}processing:<id>`` list; it is removed at the ack (no result
-kept). Done: both empty.
+The backend keeps a task as a message in the list ``{vt}:q:default`` and, while a worker
+runs it, in that worker's ``{vt}:processing:<id>`` list (the names its ``_get_key`` gives);
+it is removed at the ack (no result kept). Done: both empty.
 """
 
 import os
@@ -29,12 +29,16 @@ WORKER = [sys.executable, "manage.py", "runworker"]
 
 
 def left() -> int:
+    from django.tasks import task_backends
+
+    # The backend's own key names (its prefix setting adds a separator of its own).
+    key = task_backends["default"]._get_key
     client = common.Redis(REDIS_DB)
     try:
-        total = client.execute("LLEN", "{vt}q:default")
+        total = client.execute("LLEN", key("q:default"))
         cursor = b"0"
         while True:
-            cursor, keys = client.execute("SCAN", cursor, "MATCH", "{vt}processing:*",
+            cursor, keys = client.execute("SCAN", cursor, "MATCH", key("processing:*"),
                                           "COUNT", 1000)
             total += sum(client.execute("LLEN", key) for key in keys)
             if cursor == b"0":
