@@ -13,7 +13,7 @@ MARKS = {"top": ("<!-- bench/run.py: summary begin -->", "<!-- bench/run.py: sum
 TARGETS = {
     "W1": "at least 10,000 jobs/s (Python bulk API and REST bulk endpoint) and ahead of "
           "every peer row",
-    "W2": "at least 2x every durable peer's tuned row, ahead of every peer's tuned row, and "
+    "W2": "at least 2x every durable peer's best row, ahead of every peer's best row, and "
           "at least 60% of the bare-loop ceiling, at the median of the pairs",
 }
 
@@ -114,17 +114,20 @@ def targets(summary: dict) -> list[str]:
                      f"{worst[0]:.2f}x ({'ahead' if worst[0] >= 1 else 'behind'})")
         out.append(line + ".")
     w2 = summary.get("W2", {})
-    tuned = [row for s in rows.PEERS for v, row in w2.get(s, {}).items()
-             if v == "tuned" and (row.get("ratio") or {}).get("median")]
+    # A peer's best tuning is whichever of its rows ours beats by the least: a documented
+    # tuning can lose to the defaults on this machine (Dramatiq's larger read-ahead did).
+    tuned = [row for s in rows.PEERS for row in w2.get(s, {}).values()
+             if (row.get("ratio") or {}).get("median")]
     if tuned:
         worst = min(tuned, key=lambda r: r["ratio"]["median"])
         durable = [r for r in tuned if r.get("durable_history")]
         wd = min(durable, key=lambda r: r["ratio"]["median"]) if durable else None
-        line = (f"* **W2** (target {TARGETS['W2']}): against the strongest tuned row "
-                f"({worst['label']}) ours is {worst['ratio']['median']:.2f}x "
+        line = (f"* **W2** (target {TARGETS['W2']}): against the strongest peer row "
+                f"({worst['label']} {worst['variant']}) ours is "
+                f"{worst['ratio']['median']:.2f}x "
                 f"({'holds' if worst['ratio']['median'] > 1 else 'misses'})")
         if wd:
-            line += (f"; against the strongest durable tuned row ({wd['label']}) "
+            line += (f"; against the strongest durable row ({wd['label']} {wd['variant']}) "
                      f"{wd['ratio']['median']:.2f}x "
                      f"({'holds' if wd['ratio']['median'] >= 2 else 'misses 2x'})")
         out.append(line)
@@ -185,6 +188,8 @@ def coverage(summary: dict) -> list[str]:
                 name = f"{rows.LABELS[system]} {variant}"
                 if not row:
                     missing.append(name)
+                elif "unsupported" in row and not row.get("figure"):
+                    have.append(f"{name} (unsupported)")
                 elif row.get("carried"):
                     old.append(f"{name} ({row.get('date')})")
                 else:
@@ -208,7 +213,7 @@ def table(workload: str, wsum: dict) -> list[str]:
             label = f"{rows.LABELS[system]} {variant}"
             when = row.get("date", "") + (" quick" if row.get("quick") else "")
             if row.get("carried"):
-                when += " † carried over"
+                when += " † carried over from an earlier day"
             if "unsupported" in row and not row.get("figure"):
                 lines.append(f"| {label} | unsupported: {row['unsupported']} | | | | | | | "
                              f"| {when} |")

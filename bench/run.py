@@ -133,6 +133,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.report_only:
         summary = json.loads((RESULTS / "summary.json").read_text())
+        # Our row over every pair of the day's commands (each command's own row saw only
+        # its pairs): from the dated file's raw cells.
+        dated = RESULTS / f"{date.today().isoformat()}.json"
+        raw = json.loads(dated.read_text()).get("pairs", {}) if dated.exists() else {}
+        for workload, cells in raw.items():
+            mine = ours_row(workload, cells)
+            if mine and workload in summary:
+                summary[workload]["ours"] = {"default": dict(
+                    mine, date=date.today().isoformat(), quick=False, carried=False)}
         write_results({}, {}, summary["hardware"], summary.get("command", "python bench/run.py"),
                       date.today().isoformat(), [], time.monotonic(), args, keep=summary)
         return
@@ -223,7 +232,10 @@ def write_results(raw, summary_new, hw, command, today, notes, began, args,
     previous = json.loads(path.read_text()) if path.exists() else {}
     summary = {}
     for workload in rows.WORKLOADS:
-        old = {s: {v: dict(r, carried=True) for v, r in by.items() if "pairs" in r}
+        # A row from an earlier day is marked carried over; one from an earlier command of
+        # the same session (the full run can be taken in parts) is this session's.
+        old = {s: {v: dict(r, carried=r.get("date") != today) for v, r in by.items()
+                   if "pairs" in r}
                for s, by in (previous.get(workload) or {}).items() if isinstance(by, dict)
                and all(isinstance(r, dict) for r in by.values())}
         for system, by in summary_new.get(workload, {}).items():
