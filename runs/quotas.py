@@ -6,6 +6,7 @@ requeued from the API, the admin or ``manage.py deadletter``) must keep to
 ``max_pending`` too, and runs never imports jobs (docs/architecture.md, "Code layout");
 jobs/tenants.py re-exports them beside the rest of the tenant rules."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import connections
@@ -83,10 +84,13 @@ def _count_upto(queryset, cap: int) -> tuple[int, str]:
     return count, (f"more than {cap}" if count > cap else str(count))
 
 
-def check_quotas(bounds: Bounds, new_jobs: int, new_runs: int, using: str = "default") -> None:
+def check_quotas(bounds: Bounds, new_jobs: int, new_runs: int, using: str = "default",
+                 promised: Callable[[Bounds, str], int] | None = None) -> None:
     """Raise QuotaExceeded if ``new_jobs`` more jobs or ``new_runs`` more pending runs
     would take the owner over ``max_jobs`` (its jobs that are not cancelled) or
-    ``max_pending`` (its runs scheduled, queued or retrying). Inside a transaction on
+    ``max_pending`` (its runs scheduled, queued or retrying, plus ``promised(bounds,
+    using)``: the runs an app above the engine has already admitted and will make later,
+    e.g. the nodes not yet started of its live workflow runs). Inside a transaction on
     PostgreSQL it first takes a transaction-scoped advisory lock per owner, so that two
     racing requests of one owner cannot both pass and overshoot the quota (SQLite
     serialises writers anyway)."""
@@ -106,6 +110,9 @@ def check_quotas(bounds: Bounds, new_jobs: int, new_runs: int, using: str = "def
                 f"cancelled (max_jobs); it has {words} and this request adds {new_jobs}"))
     if check_runs:
         have, words = _pending(bounds, using)
+        if promised is not None and have <= bounds.max_pending:
+            later = promised(bounds, using)
+            have, words = have + later, f"{have + later} ({later} of them not yet made)"
         if have + new_runs > bounds.max_pending:
             raise _over_pending(bounds.max_pending, words, new_runs)
 

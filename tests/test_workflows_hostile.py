@@ -7,9 +7,11 @@ import pytest
 
 from jobs import services as job_services
 from jobs.models import Job, Schedule
+from jobs.tenants import QuotaExceeded, set_owner_policy
+from runs.models import Run
 from scheduler_core.exceptions import InvalidJob
 from workflows import services
-from workflows.models import Workflow
+from workflows.models import Workflow, WorkflowRun
 
 pytestmark = pytest.mark.django_db
 
@@ -65,3 +67,35 @@ def test_a_max_lag_beyond_the_column_is_a_field_error_not_a_database_error():
 
     assert list(caught.value.errors) == ["[0].max_lag_s"]
     assert Job.objects.count() == 0 and Schedule.objects.count() == 0
+
+
+def _fan(name: str, width: int, owner) -> Workflow:
+    nodes = [{"name": "root", "handler": "noop"}, *(
+        {"name": f"n{i}", "handler": "noop"} for i in range(width))]
+    return services.create_workflow(name, nodes, [["root", f"n{i}"] for i in range(width)],
+                                    owner=owner)
+
+
+def test_a_start_counts_every_node_against_max_pending_not_only_the_roots(alice):
+    """One root fanning out to five: a start adds six pending runs in time. Counting only
+    the root let a tenant at max_pending=4 start four such runs, 24 runs in all."""
+    set_owner_policy(alice, max_pending=4)
+    workflow = _fan("fan", 5, alice)
+
+    with pytest.raises(QuotaExceeded) as caught:
+        services.start_workflow_run(workflow)
+
+    assert caught.value.limit == "max_pending"
+    assert WorkflowRun.objects.count() == 0 and Run.objects.count() == 0
+
+
+def test_nodes_a_live_workflow_run_has_not_started_count_as_pending(alice):
+    set_owner_policy(alice, max_pending=7)
+    workflow = _fan("fan", 3, alice)
+    services.start_workflow_run(workflow, run_key="first")  # 1 run now, 3 nodes to come
+
+    with pytest.raises(QuotaExceeded) as caught:
+        services.start_workflow_run(workflow, run_key="second")  # 4 + 4 > 7
+
+    assert "3 of them not yet made" in str(caught.value)
+    assert WorkflowRun.objects.count() == 1 and Run.objects.count() == 1

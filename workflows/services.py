@@ -25,8 +25,10 @@ from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
+    LIVE_WORKFLOW_STATES,
     RUN_KEY_MAX,
     NodeRun,
+    NodeState,
     Workflow,
     WorkflowEdge,
     WorkflowNode,
@@ -177,8 +179,10 @@ def start_workflow_run(workflow, *, run_key: str | None = None,
     of this workflow with that key is returned as it is instead, with ``created`` False
     (a new one has ``created`` True), also when two starts race. Raises InvalidJob for a
     bad ``run_key`` or ``scheduled_at``, SchedulerError when the workflow is paused or
-    already has a run at ``scheduled_at``, runs.quotas.QuotaExceeded when its first runs
-    would take the owner over ``max_pending``, Workflow.DoesNotExist.
+    already has a run at ``scheduled_at``, runs.quotas.QuotaExceeded when its nodes (all of
+    them: each becomes a pending run in time) with the owner's pending runs and the nodes
+    its live workflow runs have yet to start would exceed ``max_pending``,
+    Workflow.DoesNotExist.
     """
     _check_start(run_key, scheduled_at)
     with transaction.atomic(using=using):
@@ -190,9 +194,12 @@ def start_workflow_run(workflow, *, run_key: str | None = None,
             raise SchedulerError(f"workflow {wf.pk} is {wf.status}; resume it to start runs")
         bounds = tenants.bounds_of(wf.owner_id, using)
         if bounds is not None:
-            roots = WorkflowNode.objects.using(using).filter(
-                workflow=wf, upstream_edges__isnull=True).count()
-            tenants.check_quotas(bounds, 0, roots, using)
+            # Every node becomes a pending run in time, the downstream ones in an ack that
+            # refuses nothing: the start is admitted for all of them at once, and the node
+            # runs other live workflow runs have yet to make count as pending already
+            # (docs/workflows.md, "Starts"; a start of few roots could fan out past it).
+            nodes = WorkflowNode.objects.using(using).filter(workflow=wf).count()
+            tenants.check_quotas(bounds, 0, nodes, using, promised=unmade_node_runs)
         now = db_now(using)
         when = scheduled_at or now
         workflow_run = begin_run(wf, when, started_by, run_key, now, using)
@@ -202,6 +209,15 @@ def start_workflow_run(workflow, *, run_key: str | None = None,
         if existing is not None:
             return existing
         raise SchedulerError(f"workflow {wf.pk} already has a run at {when.isoformat()}")
+
+
+def unmade_node_runs(bounds, using: str = "default") -> int:
+    """How many node runs of the owner's live (running or paused) workflow runs are still
+    pending, i.e. runs the engine will make without asking the quota again (a count; ``bounds``
+    is the owner's runs.quotas.Bounds)."""
+    return NodeRun.objects.using(using).filter(
+        workflow_run__workflow__owner_id=bounds.owner_id,
+        workflow_run__state__in=LIVE_WORKFLOW_STATES, state=NodeState.PENDING).count()
 
 
 def _by_key(workflow: Workflow, run_key: str | None, using: str) -> WorkflowRun | None:
