@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name, or None if it is gone."""
+def proc_stat(pid) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (which may hold spaces), or
+    None if it is gone: state is [0], ppid [1], pgrp [2], utime [11], stime [12], cutime
+    [13], cstime [14]."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             raw = f.read()
@@ -29,19 +31,19 @@ def _stat(pid: int) -> list[str] | None:
 
 def own_cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` itself (all its threads)."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return (int(fields[11]) + int(fields[12])) * TICK_S if fields else 0.0
 
 
 def reaped_cpu_s(pid: int) -> float:
     """CPU seconds of the children ``pid`` has reaped (cutime + cstime)."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return (int(fields[13]) + int(fields[14])) * TICK_S if fields else 0.0
 
 
 def parent_of(pid: int) -> int:
     """The parent pid of ``pid`` (0 if it is gone)."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return int(fields[1]) if fields else 0
 
 

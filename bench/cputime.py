@@ -5,31 +5,14 @@ much less (BENCHMARKS.md, "django.tasks"). Linux only (/proc)."""
 import os
 
 import common
-
-TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    # Fields after the command name, which may hold spaces: state is [0], ppid [1],
-    # pgrp [2], utime [11], stime [12], cutime [13], cstime [14].
-    return text[text.rindex(")") + 2:].split()
+from cpu_meter import TICK_S, own_cpu_s, reaped_cpu_s
+from cpu_meter import proc_stat as _stat
 
 
 def process_cpu_s(pid, reaped: bool = False) -> float:
     """CPU seconds (user + system) of process ``pid`` so far, with ``reaped`` those of
     its children it has waited for; 0.0 once it is gone."""
-    fields = _stat(pid)
-    if fields is None:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12])
-    if reaped:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks * TICK_S
+    return own_cpu_s(pid) + (reaped_cpu_s(pid) if reaped else 0.0)
 
 
 def group_cpu_s(pgid) -> dict[str, float]:
