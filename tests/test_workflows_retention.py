@@ -19,6 +19,8 @@ from tests.conftest import wait_until
 from tests.test_history_partitions import layout, partitions_back  # noqa: F401
 from tests.test_workflows_engine import drain, node, results, start, states, work
 from workflows import control, services
+from workflows.history import prune_workflow_runs
+from workflows.models import NodeRun, WorkflowRun
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 
@@ -101,3 +103,29 @@ def test_a_failed_workflow_run_keeps_its_results_while_a_requeue_can_resume_it(p
     assert view["state"] == "succeeded"
     assert results(pair, view)["b"] == {"saw": {"a": {"me": "a", "saw": {}}}}
     assert Run.objects.using(pair.using).filter(pk=a_run).exists()
+
+
+def test_workflow_runs_ended_for_good_go_after_the_retention_with_their_node_runs(
+        pair, settings):
+    settings.SCHEDULER = {**settings.SCHEDULER, "HISTORY_RETENTION_S": 7 * 86_400}
+    done = start(pair, [node("a")], [])
+    assert drain(pair, done)["state"] == "succeeded"
+    failed = start(pair, [node("f", "wf.retention_flaky", max_attempts=1)], [])
+    assert drain(pair, failed)["state"] == "failed"
+    live = a_done_while_paused(pair)
+    workflow_runs = WorkflowRun.objects.using(pair.using)
+    workflow_runs.filter(pk__in=[done.pk, failed.pk]).update(
+        finished_at=timezone.now() - timedelta(days=8))
+
+    assert prune_workflow_runs(using=pair.using) == 1
+
+    assert set(workflow_runs.values_list("pk", flat=True)) == {failed.pk, live.pk}
+    assert not NodeRun.objects.using(pair.using).filter(workflow_run_id=done.pk).exists()
+    # The failed one waited for its dead node; discarded, nothing can resume it.
+    dead = NodeRun.objects.using(pair.using).get(workflow_run_id=failed.pk).run_id
+    assert run_services.discard([dead], using=pair.using) == 1
+    assert prune_workflow_runs(using=pair.using) == 1
+    assert set(workflow_runs.values_list("pk", flat=True)) == {live.pk}
+    settings.SCHEDULER = {**settings.SCHEDULER, "HISTORY_RETENTION_S": 0}
+    workflow_runs.update(state="succeeded", finished_at=timezone.now() - timedelta(days=8))
+    assert prune_workflow_runs(using=pair.using) == 0

@@ -8,7 +8,8 @@ partitions claimed FOR UPDATE SKIP LOCKED, their occurrences planned by the jobs
 per occurrence (UNIQUE (workflow, scheduled_at): two schedulers that both believe they
 hold a partition still make one), and ``next_run_at`` advanced fenced on the value it
 was claimed with. Every WORKFLOW_RECONCILE_S the same partitions' live workflow runs
-are reconciled (workflows/reconcile.py).
+are reconciled (workflows/reconcile.py) and those ended past the history retention
+deleted (workflows/history.py).
 """
 
 import logging
@@ -20,6 +21,8 @@ from jobs.scheduler import plan_occurrences
 from runs.clock import db_now, seconds
 from runs.daemon import TRANSIENT
 from scheduler_core import conf
+from workflows.history import BATCH as HISTORY_BATCH
+from workflows.history import prune_workflow_runs
 from workflows.models import Workflow, WorkflowRun
 from workflows.reconcile import in_partitions, reconcile
 from workflows.services import begin_run
@@ -65,6 +68,9 @@ def on_scheduler_tick(sender, scheduler, partitions: list[int], total: int, usin
         if time.monotonic() >= due_at:
             scheduler.workflow_reconcile_at = time.monotonic() + interval
             reconcile(partitions, total, using)
+            while (prune_workflow_runs(partitions, total, using) == HISTORY_BATCH
+                   and not scheduler.stopping):
+                pass
     except TRANSIENT:
         raise
     except Exception:  # noqa: BLE001 - the jobs' scheduler must go on
