@@ -19,12 +19,13 @@ from datetime import datetime
 
 from django.db import connections
 from django.db.models import Exists, OuterRef
+from django.utils import timezone
 
 from jobs import cron
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import seconds
-from runs.models import PENDING_STATES, Run
+from runs.models import PENDING_STATES, Run, RunState
 from runs.transitions import int_array
 from runs.types import RunRef
 from scheduler_core import conf
@@ -117,16 +118,20 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> None:
         (node_run_id, _, scheduled_at, _, _, job_id, queue, priority, max_attempts,
          shard_key, handler, owner_id) = row
         run_at, jitter = _run_at(row, now)
-        planned[(job_id, scheduled_at)] = (node_run_id, owner_id, Run(
-            job_id=job_id, scheduled_at=scheduled_at, run_at=run_at, jitter_s=jitter,
-            queue=queue, shard=shard_of(shard_key or handler, shards), priority=priority,
-            max_attempts=max_attempts))
-    runs = Run.objects.using(using)
-    runs.bulk_create([entry[2] for entry in planned.values()], batch_size=1000,
-                     ignore_conflicts=True)
-    found = runs.filter(job_id__in={key[0] for key in planned},
-                        scheduled_at__in={key[1] for key in planned}).values_list(
-        "id", "job_id", "scheduled_at", "queue", "shard", "priority", "run_at", "state")
+        planned[(job_id, scheduled_at)] = (node_run_id, owner_id, (
+            job_id, scheduled_at, run_at, jitter, queue, shard_of(shard_key or handler, shards),
+            priority, max_attempts))
+    if connections[using].vendor == "postgresql":
+        found = _insert_runs_pg([entry[2] for entry in planned.values()], using)
+    else:
+        runs = Run.objects.using(using)
+        runs.bulk_create([Run(job_id=v[0], scheduled_at=v[1], run_at=v[2], jitter_s=v[3],
+                              queue=v[4], shard=v[5], priority=v[6], max_attempts=v[7])
+                          for _, _, v in planned.values()],
+                         batch_size=1000, ignore_conflicts=True)
+        found = runs.filter(job_id__in={key[0] for key in planned},
+                            scheduled_at__in={key[1] for key in planned}).values_list(
+            "id", "job_id", "scheduled_at", "queue", "shard", "priority", "run_at", "state")
     pairs, refs = [], []
     for run_id, job_id, scheduled_at, queue, shard, priority, run_at, state in found:
         entry = planned.get((job_id, scheduled_at))
@@ -137,6 +142,37 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> None:
             refs.append(RunRef(run_id, queue, shard, priority, run_at, entry[1]))
     _point_at_runs(pairs, now, using)
     get_broker(using).push_after_commit(refs)
+
+
+def _insert_runs_pg(values: list[tuple], using: str) -> list[tuple]:
+    """Insert runs of ``values`` ((job id, scheduled_at, run_at, jitter_s, queue, shard,
+    priority, max_attempts), UTC datetimes) in one statement, skipping those whose (job,
+    scheduled_at) exists, and return (id, job id, scheduled_at, queue, shard, priority,
+    run_at, state) of the new and the existing ones alike. One INSERT ... SELECT from
+    arrays rather than Django objects: building and inserting 998 ``Run`` objects took a
+    fan-out's ack about 300 ms (BENCHMARKS.md, "Workflows (W7)")."""
+    table = Run._meta.db_table
+    columns = list(zip(*values, strict=True))
+    # The existing rows are read in the INSERT's own snapshot, so they never include the
+    # rows it inserts: each run comes back once, from one side or the other.
+    sql = (
+        f"WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[],"
+        " %s::float8[], %s::text[], %s::int[], %s::int[], %s::int[])"
+        " AS v(job_id, scheduled_at, run_at, jitter_s, queue, shard, priority, max_attempts)),"
+        f" made AS (INSERT INTO {table} (job_id, scheduled_at, run_at, jitter_s, state, queue,"
+        " shard, priority, attempt, max_attempts, worker_id, created_at, error, catch_up)"
+        " SELECT job_id, scheduled_at, run_at, jitter_s, %s, queue, shard, priority, 0,"
+        " max_attempts, '', %s, '', false FROM v ON CONFLICT DO NOTHING"
+        " RETURNING id, job_id, scheduled_at, queue, shard, priority, run_at, state)"
+        " SELECT * FROM made UNION ALL SELECT r.id, r.job_id, r.scheduled_at, r.queue,"
+        f" r.shard, r.priority, r.run_at, r.state FROM {table} AS r JOIN v"
+        " ON r.job_id = v.job_id AND r.scheduled_at = v.scheduled_at")
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [int_array(columns[0]), list(columns[1]), list(columns[2]),
+                             list(columns[3]), list(columns[4]), int_array(columns[5]),
+                             int_array(columns[6]), int_array(columns[7]),
+                             RunState.SCHEDULED, timezone.now()])
+        return cursor.fetchall()
 
 
 def _point_at_runs(pairs: list[tuple[int, int]], now: datetime, using: str) -> None:
@@ -170,15 +206,33 @@ def nodes_succeeded(run_ids: list[int], now: datetime, using: str) -> None:
     """The runs ``run_ids`` succeeded (inside their ack's transaction): their node runs
     succeed, the nodes downstream of them that are now ready get their runs, and each
     workflow run concerned ends if nothing is left to run."""
-    rows = node_runs_of(run_ids, [NodeState.RUNNING], using)
+    rows = _succeed_node_runs(run_ids, now, using)
     if not rows:
         return
-    NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows],
-                                        state=NodeState.RUNNING).update(
-        state=NodeState.SUCCEEDED, finished_at=now, error="")
     workflow_runs = {r[1] for r in rows}
     start_ready(workflow_runs, now, using, node_ids=downstream_of({r[2] for r in rows}, using))
     finish_if_done(workflow_runs, now, using)
+
+
+def _succeed_node_runs(run_ids: list[int], now: datetime, using: str) -> list[tuple]:
+    """Move the running node runs of ``run_ids`` to succeeded; returns (node run id,
+    workflow run id, node id) of those moved. One UPDATE ... RETURNING on PostgreSQL (a
+    chain's every handoff pays this step, BENCHMARKS.md "Workflows (W7)"), a read and an
+    update elsewhere."""
+    if connections[using].vendor == "postgresql":
+        with connections[using].cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {NodeRun._meta.db_table} SET state = %s, finished_at = %s, "
+                "error = '' WHERE run_id = ANY(%s::bigint[]) AND state = %s "
+                "RETURNING id, workflow_run_id, node_id",
+                [NodeState.SUCCEEDED, now, int_array(run_ids), NodeState.RUNNING])
+            return cursor.fetchall()
+    rows = node_runs_of(run_ids, [NodeState.RUNNING], using)
+    if rows:
+        NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows],
+                                            state=NodeState.RUNNING).update(
+            state=NodeState.SUCCEEDED, finished_at=now, error="")
+    return rows
 
 
 def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
