@@ -18,7 +18,7 @@ Lock order, everywhere: runs, then node runs, then the workflow run.
 from datetime import datetime
 
 from django.db import connections
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from jobs import cron
@@ -61,12 +61,13 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                 node_ids=None) -> list[int]:
     """Make a run for every node of the running workflow runs ``workflow_run_ids`` that is
     pending and whose upstreams have all succeeded (``node_ids``: consider only those
-    nodes; None: every node). Returns the node run ids started."""
+    nodes, ids or a subquery of them; None: every node). Returns the node run ids started."""
     candidates = NodeRun.objects.using(using).filter(
         workflow_run_id__in=list(workflow_run_ids), state=NodeState.PENDING,
         workflow_run__state=WorkflowRunState.RUNNING)
     if node_ids is not None:
-        candidates = candidates.filter(node_id__in=list(node_ids))
+        candidates = candidates.filter(
+            node_id__in=node_ids if isinstance(node_ids, QuerySet) else list(node_ids))
     locked = list(candidates.order_by("id").select_for_update(of=("self",))
                   .values_list("id", flat=True))
     if not locked:
@@ -196,10 +197,12 @@ def _point_at_runs(pairs: list[tuple[int, int]], now: datetime, using: str) -> N
             state=NodeState.RUNNING, run_id=run_id, ready_at=now, error="")
 
 
-def downstream_of(node_ids, using: str) -> set[int]:
-    """The nodes that wait directly for any of ``node_ids``."""
-    return set(WorkflowEdge.objects.using(using).filter(upstream_id__in=list(node_ids))
-               .values_list("downstream_id", flat=True))
+def downstream_of(node_ids, using: str) -> QuerySet:
+    """The ids of the nodes that wait directly for any of ``node_ids``, as a subquery
+    (start_ready's ``node_ids``): read inside its lock statement rather than in a round
+    trip of its own, one fewer on every handoff (BENCHMARKS.md, "Workflows (W7)")."""
+    return (WorkflowEdge.objects.using(using).filter(upstream_id__in=list(node_ids))
+            .values("downstream_id"))
 
 
 def nodes_succeeded(run_ids: list[int], now: datetime, using: str) -> None:
