@@ -18,10 +18,9 @@ from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_v
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.response import Response
 
-from jobs.access import may_change_all, may_view_all, perm
+from jobs.access import OwnerOrModelPermission, may_view_all
 from jobs.api import (
     COMMON,
     FIELD_ERRORS,
@@ -61,19 +60,12 @@ def owner_of(obj) -> int | None:
     return obj.owner_id if isinstance(obj, Workflow) else obj.workflow.owner_id
 
 
-class WorkflowOwnerOrModelPermission(BasePermission):
+class WorkflowOwnerOrModelPermission(OwnerOrModelPermission):
     """jobs.access.OwnerOrModelPermission for workflows and their runs: reading passes
     (the queryset hides what the user may not view); acting on another owner's workflow
     or workflow run needs the change permission of its model (403 naming it)."""
 
-    def has_object_permission(self, request, view, obj) -> bool:
-        model = type(obj)
-        if (request.method in SAFE_METHODS or owner_of(obj) == request.user.pk
-                or may_change_all(request.user, model)):
-            return True
-        self.message = (f"{model._meta.verbose_name} {obj.pk} is another owner's; acting on "
-                        f"it needs the {perm(model, 'change')} permission")
-        return False
+    owner = staticmethod(owner_of)
 
 
 def visible_workflows(request):
