@@ -29,6 +29,17 @@ def _pk(obj) -> int:
     return obj.pk if hasattr(obj, "pk") else int(obj)
 
 
+def _lock_pending(wr_id: int, using: str) -> None:
+    """Lock the pending node runs of workflow run ``wr_id`` (FOR UPDATE, in id order, as
+    an ack locks its candidates, engine.start_ready). A node gets its run only from a
+    transaction holding its row's lock that reads the workflow run ``running`` after
+    taking it; so a pause or resume holding these locks waits for every ack that could
+    still make a run, and an ack that comes after reads the new state (docs/workflows.md,
+    "Cancel and pause"). Node runs before the workflow run: the lock order everywhere."""
+    list(NodeRun.objects.using(using).filter(workflow_run_id=wr_id, state=NodeState.PENDING)
+         .order_by("id").select_for_update().values_list("id", flat=True))
+
+
 def cancel_workflow_run(workflow_run, using: str = "default") -> bool:
     """Cancel a running or paused workflow run (an instance or id): its pending nodes
     become ``cancelled`` without running, the runs of its running nodes are cancelled
@@ -43,6 +54,7 @@ def cancel_workflow_run(workflow_run, using: str = "default") -> bool:
         # Runs first, then the workflow run: the order an ack takes them in (engine.py).
         list(Run.objects.using(using).filter(pk__in=run_ids).order_by("pk")
              .select_for_update().values_list("pk", flat=True))
+        _lock_pending(wr_id, using)
         changed = WorkflowRun.objects.using(using).filter(
             pk=wr_id, state__in=LIVE_WORKFLOW_STATES).update(
             state=WorkflowRunState.CANCELLED, finished_at=now,
@@ -57,18 +69,26 @@ def cancel_workflow_run(workflow_run, using: str = "default") -> bool:
 
 
 def pause_workflow_run(workflow_run, using: str = "default") -> bool:
-    """Pause a running workflow run: it starts no new node until resumed (its runs
-    already made finish). Returns False when it was not running."""
-    return bool(WorkflowRun.objects.using(using).filter(
-        pk=_pk(workflow_run), state=WorkflowRunState.RUNNING).update(
-        state=WorkflowRunState.PAUSED))
+    """Pause a running workflow run (an instance or id): once this returns, no node of it
+    gets a run until resumed; the runs made before it finish. An ack that is making a
+    downstream run at that moment commits before this returns (_lock_pending). Returns
+    False when it was not running. Rule: docs/workflows.md, "Cancel and pause"."""
+    wr_id = _pk(workflow_run)
+    with transaction.atomic(using=using):
+        _lock_pending(wr_id, using)
+        return bool(WorkflowRun.objects.using(using).filter(
+            pk=wr_id, state=WorkflowRunState.RUNNING).update(state=WorkflowRunState.PAUSED))
 
 
 def resume_workflow_run(workflow_run, using: str = "default") -> bool:
-    """Resume a paused workflow run: the nodes that became ready meanwhile start now, and
+    """Resume a paused workflow run (an instance or id): the nodes that became ready
+    meanwhile start now, also one whose upstream's ack is committing at this moment, and
     a run whose nodes all ended meanwhile ends. Returns False when it was not paused."""
     wr_id = _pk(workflow_run)
     with transaction.atomic(using=using):
+        # An ack of this run's nodes that saw it paused holds its candidates' locks: this
+        # waits for it, then start_ready reads its success (_lock_pending).
+        _lock_pending(wr_id, using)
         changed = WorkflowRun.objects.using(using).filter(
             pk=wr_id, state=WorkflowRunState.PAUSED).update(state=WorkflowRunState.RUNNING)
         if not changed:

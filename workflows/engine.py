@@ -62,9 +62,12 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
     """Make a run for every node of the running workflow runs ``workflow_run_ids`` that is
     pending and whose upstreams have all succeeded (``node_ids``: consider only those
     nodes, ids or a subquery of them; None: every node). Returns the node run ids started."""
+    # The candidates are locked whatever their workflow run's state, and that state is
+    # read after the lock, in the ready statement: pause and resume lock the same
+    # pending rows first (control.py), so one of the two waits for the other's commit
+    # and pause is exact (docs/workflows.md, "Cancel and pause").
     candidates = NodeRun.objects.using(using).filter(
-        workflow_run_id__in=list(workflow_run_ids), state=NodeState.PENDING,
-        workflow_run__state=WorkflowRunState.RUNNING)
+        workflow_run_id__in=list(workflow_run_ids), state=NodeState.PENDING)
     if node_ids is not None:
         candidates = candidates.filter(
             node_id__in=node_ids if isinstance(node_ids, QuerySet) else list(node_ids))
@@ -73,7 +76,8 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
     if not locked:
         return []
     ready = list(
-        NodeRun.objects.using(using).filter(pk__in=locked, state=NodeState.PENDING)
+        NodeRun.objects.using(using).filter(pk__in=locked, state=NodeState.PENDING,
+                                            workflow_run__state=WorkflowRunState.RUNNING)
         .filter(~blocked_by_upstream())
         .values_list("id", "workflow_run__workflow_id", "workflow_run__scheduled_at",
                      "workflow_run__started_by", "workflow_run__workflow__schedule__jitter_s",
