@@ -3,7 +3,8 @@
 An owner sees and acts on their own jobs only: any other owner's job answers 404 on every
 verb, exactly like a job that does not exist, unless Django's model permissions allow more
 (jobs/access.py: view_job to see, change_job to act; is_staff alone grants nothing). Every
-write goes through jobs/services.py, the same functions the Python API and the admin use.
+write goes through jobs/services.py, the same functions the Python API and the admin use;
+a write to a workflow node's job is refused there, 409 naming the workflow (jobs/guards.py).
 """
 
 import logging
@@ -35,6 +36,7 @@ from jobs.bulk_serializers import (
     FastItemParser,
 )
 from jobs.filters import JOB_ORDERING, JobFilter
+from jobs.guards import ManagedJob
 from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.idempotency import idempotent
 from jobs.lifecycle import with_shown_status
@@ -139,7 +141,7 @@ class JobPagination(PageNumberPagination):
         responses={200: JobSerializer, 400: FIELD_ERRORS, 409: DetailSerializer, **COMMON}),
     destroy=extend_schema(
         summary="Cancel a job and its pending runs (the job is kept, status cancelled)",
-        responses={200: JobSerializer, **COMMON}),
+        responses={200: JobSerializer, 409: DetailSerializer, **COMMON}),
 )
 class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                  viewsets.GenericViewSet):
@@ -205,7 +207,10 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
     def destroy(self, request, *args, **kwargs):
         job = self.get_object()
-        services.cancel([job.pk])
+        try:
+            services.cancel([job.pk])
+        except ManagedJob as exc:
+            raise Conflict(str(exc)) from exc
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(summary="Pause a job: no new runs; pending runs are held",
@@ -213,7 +218,10 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
         job = self._not_cancelled("paused")
-        services.pause([job.pk])
+        try:
+            services.pause([job.pk])
+        except ManagedJob as exc:
+            raise Conflict(str(exc)) from exc
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(summary="Resume a paused job; what was scheduled while paused runs only "
@@ -232,6 +240,8 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
             services.resume([job.pk], catch_up=incoming.validated_data["catch_up"])
         except QuotaExceeded as exc:  # the catch-up runs count (docs/cron.md)
             raise QuotaRefused(exc) from exc
+        except ManagedJob as exc:
+            raise Conflict(str(exc)) from exc
         return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(summary="Create one extra run of an active job now",

@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs import cron, ingest, one_off, pausing, tenants
+from jobs.guards import refuse_managed
 from jobs.models import Job
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
@@ -155,7 +156,9 @@ def _set_status(job_ids, from_states, to_state, using) -> list[int]:
 
 def pause(job_ids, using: str = "default") -> int:
     """Pause active jobs: no run of theirs starts until resume (jobs/pausing.py, rules
-    in docs/cron.md). Returns how many jobs were paused."""
+    in docs/cron.md). Returns how many jobs were paused. Raises guards.ManagedJob (nothing
+    paused) when one is a workflow's node (docs/workflows.md, "Node jobs")."""
+    refuse_managed(job_ids, "paused", using)
     return pausing.pause(job_ids, using)
 
 
@@ -163,14 +166,17 @@ def resume(job_ids, using: str = "default", catch_up: str = "skip") -> int:
     """Resume paused jobs. ``catch_up`` says which runs scheduled while paused run:
     ``skip`` (none, the default), ``latest`` or ``all`` within the schedule's max lag;
     the held ones that do not end ``cancelled`` with the reason (jobs/pausing.py,
-    docs/cron.md). Raises InvalidJob for another ``catch_up``. Returns how many jobs were
-    resumed."""
+    docs/cron.md). Raises InvalidJob for another ``catch_up``, guards.ManagedJob for a
+    workflow's node (nothing resumed). Returns how many jobs were resumed."""
+    refuse_managed(job_ids, "resumed", using)
     return pausing.resume(job_ids, catch_up, using)
 
 
 def cancel(job_ids, using: str = "default") -> int:
     """Cancel jobs and their pending runs (a run already running finishes). Returns how
-    many jobs were cancelled."""
+    many jobs were cancelled. Raises guards.ManagedJob (nothing cancelled) when one is a
+    workflow's node (docs/workflows.md, "Node jobs")."""
+    refuse_managed(job_ids, "cancelled", using)
     with transaction.atomic(using=using):
         ids = _set_status(job_ids, [Job.Status.ACTIVE, Job.Status.PAUSED],
                           Job.Status.CANCELLED, using)
@@ -183,7 +189,9 @@ def cancel(job_ids, using: str = "default") -> int:
 def trigger(job_id: int, using: str = "default", at: datetime | None = None) -> Run:
     """Create one run of an active job now (database clock) or at ``at``; returns it.
     Raises SchedulerError if the job is paused or cancelled, tenants.QuotaExceeded if its
-    owner has ``max_pending`` runs waiting already."""
+    owner has ``max_pending`` runs waiting already, guards.ManagedJob (a SchedulerError)
+    for a workflow's node (docs/workflows.md, "Node jobs")."""
+    refuse_managed([job_id], "triggered", using)
     broker = get_broker(using)
     with transaction.atomic(using=using):
         job = Job.objects.using(using).select_for_update().get(pk=job_id)
@@ -230,8 +238,10 @@ def update_job(job_id: int, changes: dict, using: str = "default") -> Job:
     The job owner's bounds (jobs/tenants.py) apply to the changed ``priority``,
     ``timeout_s`` and ``max_attempts``. Raises InvalidJob naming each bad field,
     Job.DoesNotExist, or SchedulerError when the job is cancelled or its one-off run
-    already started.
+    already started, guards.ManagedJob (a SchedulerError) when it is a workflow's node
+    (docs/workflows.md, "Node jobs").
     """
+    refuse_managed([job_id], "changed", using)
     broker = get_broker(using)
     with transaction.atomic(using=using):
         job = (Job.objects.using(using).select_related("schedule")

@@ -1,9 +1,11 @@
 """What WorkflowsConfig.ready connects (docs/workflows.md, "Where the engine hooks in"):
 the run listener (runs/hooks.py), the jobs and runs the history retention keeps (each
 node's job; the runs of a workflow run that can still start a node), ``ctx.upstream``,
-the scheduler's tick (cron workflow runs and the reconcile) and the workflows' families
-on /metrics (workflows/metrics.py)."""
+the scheduler's tick (cron workflow runs and the reconcile), the jobs' write guard on the
+nodes' jobs (jobs/guards.py) and the workflows' families on /metrics
+(workflows/metrics.py)."""
 
+from jobs import guards
 from jobs.scheduler import scheduler_tick
 from runs import hooks
 from runs.metrics import registry
@@ -11,6 +13,7 @@ from workflows.context import ctx_upstream
 from workflows.listener import LISTENER
 from workflows.metrics import COLLECTOR
 from workflows.models import NodeRun, WorkflowNode, WorkflowRun
+from workflows.node_jobs import describe_node_jobs
 from workflows.ticks import on_scheduler_tick
 
 # The runs of the nodes of a workflow run that may still start a node, whose results a
@@ -28,6 +31,7 @@ KEPT_RUNS = (
 def connect() -> None:
     hooks.register(LISTENER)
     hooks.keep_jobs(WorkflowNode._meta.db_table, "job_id")
+    guards.manage(describe_node_jobs)  # the jobs' API refuses writes to a node's job
     hooks.keep_runs(KEPT_RUNS)
     hooks.provide_context("upstream", ctx_upstream)
     scheduler_tick.connect(on_scheduler_tick, dispatch_uid="workflows.ticks")

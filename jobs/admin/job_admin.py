@@ -36,6 +36,7 @@ from django.utils.html import format_html
 from jobs import cron, services
 from jobs.admin.forms import JobChangeForm, JobCreateForm
 from jobs.admin.list_filters import HandlerFilter, KindFilter, StatusFilter
+from jobs.guards import ManagedJob, managed
 from jobs.lifecycle import shown_status, with_shown_status
 from jobs.models import Job
 from jobs.tenants import QuotaExceeded
@@ -275,8 +276,20 @@ class JobAdmin(admin.ModelAdmin):
 
     # ---- actions: the service functions, with counts -----------------------------------
 
+    def _refused(self, request, queryset, verb: str) -> bool:
+        """Whether a selected job is a workflow's node, which the services refuse
+        (jobs/guards.py): the action then changes nothing and says which."""
+        found = managed(queryset.values_list("pk", flat=True))
+        if found:
+            job_id = min(found)
+            self.message_user(request, f"Nothing was {verb}: "
+                              f"{ManagedJob(job_id, found[job_id], verb)}", messages.ERROR)
+        return bool(found)
+
     @admin.action(description="Pause selected jobs", permissions=["change"], location=BOTH)
     def pause_jobs(self, request, queryset):
+        if self._refused(request, queryset, "paused"):
+            return
         ids = list(queryset.values_list("pk", flat=True))
         report_count(self, request, services.pause(ids), len(ids), "paused",
                      "only active jobs can be paused")
@@ -298,6 +311,8 @@ class JobAdmin(admin.ModelAdmin):
         self._resume(request, queryset, "all")
 
     def _resume(self, request, queryset, catch_up: str) -> None:
+        if self._refused(request, queryset, "resumed"):
+            return
         ids = list(queryset.values_list("pk", flat=True))
         try:
             resumed = services.resume(ids, catch_up=catch_up)
@@ -315,6 +330,8 @@ class JobAdmin(admin.ModelAdmin):
             self.message_user(request, f"Trigger at most {TRIGGER_MAX} jobs at a time; "
                                        f"nothing was triggered.", messages.ERROR)
             return
+        if self._refused(request, queryset, "triggered"):
+            return
         runs = []
         for job_id in ids:
             try:
@@ -331,6 +348,8 @@ class JobAdmin(admin.ModelAdmin):
     @admin.action(description="Cancel selected jobs (and their pending runs)",
                   permissions=["change"], location=BOTH)
     def cancel_jobs(self, request, queryset):
+        if self._refused(request, queryset, "cancelled"):
+            return None
         return confirm_then(
             self, request, queryset, verb="cancel", done="cancelled",
             explanation="Cancelled jobs create no more runs and cannot be resumed; their "
