@@ -227,6 +227,31 @@ def test_misfire_skips_are_alerted_when_asked(db, owner, settings):
     assert mail.outbox[0].subject == f"[scheduler] misfire: run None of job {job.pk}"
 
 
+def test_a_workflow_schedules_misfire_skips_are_alerted_as_a_cron_jobs(db, owner, settings):
+    from workflows import services as workflows
+    from workflows.models import Workflow, WorkflowRun
+    from workflows.ticks import start_scheduled
+
+    settings.SCHEDULER = {"MISFIRE_GRACE_S": 60}
+    AlertPolicy.objects.create(owner=owner, on_misfire=True)
+    wf = workflows.create_workflow("nightly etl", [{"name": "a", "handler": "noop"}],
+                                   owner=owner, schedule={"cron": "* * * * *",
+                                                          "misfire_policy": "skip"})
+    Workflow.objects.filter(pk=wf.pk).update(next_run_at=db_now() - timedelta(minutes=5))
+
+    start_scheduled([0], 1, "default")
+
+    [event] = AlertEvent.objects.filter(kind=AlertKind.MISFIRE)
+    assert (event.owner_id, event.job_id, event.run_id) == (owner.pk, None, None)
+    assert event.detail.startswith(f"workflow {wf.pk} (nightly etl): ")
+    assert "skipped by its misfire policy skip" in event.detail
+    # Only the occurrences within the grace ran (none older than a minute).
+    assert all(r.scheduled_at >= db_now() - timedelta(seconds=61)
+               for r in WorkflowRun.objects.filter(workflow=wf))
+    deliver()
+    assert mail.outbox[0].subject == f"[scheduler] misfire: workflow {wf.pk} (nightly etl)"
+
+
 def test_a_run_waiting_past_the_threshold_is_alerted_once(db, owner):
     AlertPolicy.objects.create(owner=owner, late_after_s=30)
     [waiting] = make_runs("default", 1, owner=owner, delay_s=-60)

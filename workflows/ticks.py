@@ -7,9 +7,11 @@ partitions claimed FOR UPDATE SKIP LOCKED, their occurrences planned by the jobs
 ``plan_occurrences`` (timezone, misfire policy, max lag, LOOKAHEAD_S), one workflow run
 per occurrence (UNIQUE (workflow, scheduled_at): two schedulers that both believe they
 hold a partition still make one), and ``next_run_at`` advanced fenced on the value it
-was claimed with. Every WORKFLOW_RECONCILE_S the same partitions' live workflow runs
-are reconciled (workflows/reconcile.py) and those ended past the history retention
-deleted (workflows/history.py).
+was claimed with; the occurrences the misfire policy skips are told to the workflow's
+owner as a cron job's are (a ``misfire`` alert, docs/alerts.md). Every
+WORKFLOW_RECONCILE_S the same partitions' live workflow runs are reconciled
+(workflows/reconcile.py) and those ended past the history retention deleted
+(workflows/history.py).
 """
 
 import logging
@@ -18,6 +20,8 @@ import time
 from django.db import transaction
 
 from jobs.scheduler import plan_occurrences
+from runs.alerts.models import AlertKind
+from runs.alerts.policy import raise_alerts
 from runs.clock import db_now, seconds
 from runs.daemon import TRANSIENT
 from scheduler_core import conf
@@ -44,15 +48,34 @@ def start_scheduled(partitions: list[int], total: int, using: str) -> tuple[int,
                          .select_for_update(skip_locked=True, of=("self",))
                          .order_by("next_run_at")[:BATCH])
         grace_s = conf.get("MISFIRE_GRACE_S")
+        misfires = []
         for workflow in workflows:
-            times, next_run_at = plan_occurrences(workflow, now, horizon, grace_s=grace_s)
+            skipped: list = []
+            times, next_run_at = plan_occurrences(workflow, now, horizon, grace_s=grace_s,
+                                                  skipped=skipped)
+            if skipped:
+                misfires.append((workflow.owner_id, None, None,
+                                 misfire_detail(workflow, skipped)))
             for when in times:
                 if begin_run(workflow, when, WorkflowRun.StartedBy.SCHEDULE, None, now,
                              using) is not None:
                     started += 1
             Workflow.objects.using(using).filter(
                 pk=workflow.pk, next_run_at=workflow.next_run_at).update(next_run_at=next_run_at)
+        if misfires:
+            raise_alerts(AlertKind.MISFIRE, misfires, now, using)
     return started, len(workflows) == BATCH
+
+
+def misfire_detail(workflow: Workflow, skipped: list) -> str:
+    """The owner's misfire alert (docs/alerts.md) of ``workflow``: which of its
+    occurrences (aware datetimes) the schedule's misfire policy skipped, as a cron job's
+    (jobs.scheduler.misfire_detail)."""
+    shown = ", ".join(t.isoformat() for t in skipped[:5])
+    more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+    return (f"workflow {workflow.pk} ({workflow.name}): {len(skipped)} occurrence(s) missed "
+            f"while no scheduler ran were skipped by its misfire policy "
+            f"{workflow.schedule.misfire_policy}: {shown}{more}")
 
 
 def on_scheduler_tick(sender, scheduler, partitions: list[int], total: int, using: str,

@@ -84,6 +84,9 @@ def compose(first: list[AlertEvent], kinds: Counter, total: int) -> dict:
     if total == 1:
         event = first[0]
         subject = f"[scheduler] {event.kind}: run {event.run_id} of job {event.job_id}"
+        if event.job_id is None and event.run_id is None:
+            # Of no job (a workflow's misfire): the detail names what, before its colon.
+            subject = f"[scheduler] {event.kind}: {event.detail.split(': ', 1)[0][:120]}"
     else:
         counted = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
         subject = f"[scheduler] digest: {total} alerts ({counted})"
