@@ -24,7 +24,7 @@ def test_promtool_checks_the_rules():
     out = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 9 rules found" in out.stdout
+    assert "SUCCESS: 13 rules found" in out.stdout
 
 
 @needs_promtool
@@ -34,17 +34,20 @@ def test_the_rules_fire_on_the_series_of_their_unit_tests():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-# What the collectors put for ``{name}`` in the families they name with an f-string.
-EXPANSIONS = {"metrics.py": ("ready", "delayed", "leased"),
-              "metrics_health.py": ("partitions", "shards")}
+# The collectors' modules, each with what it puts for ``{name}`` in the families it names
+# with an f-string.
+EXPANSIONS = {"runs/metrics.py": ("ready", "delayed", "leased"),
+              "runs/metrics_health.py": ("partitions", "shards"),
+              "workflows/metrics.py": ()}
 
 
 def exposed_names() -> set[str]:
-    """The metric families the collectors of runs/metrics.py and runs/metrics_health.py
-    declare (read from their source: the names passed to the *MetricFamily classes)."""
+    """The metric families the collectors of runs/metrics.py, runs/metrics_health.py and
+    workflows/metrics.py declare (read from their source: the names passed to the
+    *MetricFamily classes)."""
     names = set()
     for module, parts in EXPANSIONS.items():
-        source = (ROOT / "runs" / module).read_text()
+        source = (ROOT / module).read_text()
         for name in re.findall(r'MetricFamily\(\s*f?"(scheduler_[a-z_{}]+)"', source):
             names |= ({name.replace("{name}", part) for part in parts} if "{name}" in name
                       else {name})
@@ -66,3 +69,4 @@ def test_the_rules_and_the_dashboard_query_only_exposed_metrics():
     assert queried(RULES.read_text()) - names == set()
     assert queried(exprs) - names == set()
     assert len(queried(exprs)) >= 10
+    assert {"scheduler_workflow_runs", "scheduler_workflow_runs_stalled"} <= names

@@ -12,7 +12,7 @@ from runs.clock import db_now
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from tests.test_metrics import scrape
 from workflows import control, services
-from workflows.models import NodeRun, NodeState
+from workflows.models import NodeRun, NodeState, WorkflowRun
 
 pytestmark = pytest.mark.django_db
 
@@ -81,3 +81,41 @@ def test_a_node_started_before_the_window_is_not_counted():
     assert samples[("scheduler_workflow_node_start_delay_seconds_gcount", ())] == 0
     assert not any(name == "scheduler_workflow_node_start_delay_quantile_seconds"
                    for name, _ in samples)
+
+
+def test_a_running_workflow_run_with_nothing_in_flight_is_stalled_until_reconciled():
+    from workflows.reconcile import reconcile
+
+    wf = services.create_workflow("wf", NODES, [["a", "b"], ["a", "c"]])
+    wr = services.trigger(wf)
+    paused = services.start_workflow_run(wf, run_key="paused")
+    control.pause_workflow_run(paused)
+    assert scrape()[("scheduler_workflow_runs_stalled", ())] == 0
+    # As if a's run had been lost before the engine was told: nothing in flight.
+    NodeRun.objects.filter(workflow_run=wr, node__name="a").update(state="pending",
+                                                                   run_id=None)
+
+    assert scrape()[("scheduler_workflow_runs_stalled", ())] == 1
+
+    reconcile()
+    assert scrape()[("scheduler_workflow_runs_stalled", ())] == 0
+
+
+def test_the_oldest_progress_age_is_the_running_workflow_run_idle_longest():
+    samples = scrape()
+    assert samples[("scheduler_workflow_run_oldest_progress_age_seconds", ())] == 0
+    wf = services.create_workflow("wf", NODES, [["a", "b"]])
+    idle, busy, paused = (services.start_workflow_run(wf, run_key=k)
+                          for k in ("idle", "busy", "paused"))
+    now = db_now()
+    WorkflowRun.objects.filter(pk__in=[idle.pk, busy.pk, paused.pk]).update(
+        created_at=now - timedelta(hours=3))
+    NodeRun.objects.filter(workflow_run__in=[idle, paused]).update(
+        ready_at=now - timedelta(hours=2))
+    NodeRun.objects.filter(workflow_run=busy).update(ready_at=now - timedelta(hours=2),
+                                                     finished_at=now - timedelta(minutes=1))
+    control.pause_workflow_run(paused)  # a paused one waits on purpose: left out
+
+    age = scrape()[("scheduler_workflow_run_oldest_progress_age_seconds", ())]
+
+    assert 2 * 3600 <= age < 2 * 3600 + 60

@@ -1,8 +1,9 @@
 """The workflows' families on /metrics (docs/workflows.md, "Metrics"; docs/scaling.md):
-workflow runs by state, and the time from a node's last upstream success to its own
-start. Registered on runs/metrics.py's private registry when Django starts
-(workflows/wiring.py); like every figure there, read at scrape time from the database,
-since the web process that answers the scrape executes no runs.
+workflow runs by state, the running ones that are stalled or have made no progress for
+longest, and the time from a node's last upstream success to its own start. Registered
+on runs/metrics.py's private registry when Django starts (workflows/wiring.py); like
+every figure there, read at scrape time from the database, since the web process that
+answers the scrape executes no runs.
 
 The start delay of a node is its first attempt's start minus ``NodeRun.ready_at``, the
 moment (database clock) of the ack of its last upstream's success, which is also when
@@ -13,14 +14,15 @@ first attempt started in the last ``runs.stats.WINDOW_S`` (60) seconds.
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce, Greatest
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from runs import stats
 from runs.clock import db_now
 from runs.models import TERMINAL_STATES, Attempt, Run, RunState
-from workflows.models import NodeRun, WorkflowEdge, WorkflowRun, WorkflowRunState
+from workflows.models import NodeRun, NodeState, WorkflowEdge, WorkflowRun, WorkflowRunState
 
 # Upper bounds (seconds): the target is a p99 under 50 ms (docs/workflows.md, "Metrics"),
 # so the fine buckets sit below it.
@@ -35,6 +37,24 @@ def workflow_run_counts(using: str = "default") -> dict[str, int]:
                          .annotate(n=Count("id")).values_list("state", "n")):
         counts[state] = count
     return counts
+
+
+def stalled_and_oldest_progress(now: datetime, using: str = "default") -> tuple[int, float]:
+    """``(stalled, age)`` over the running (not paused) workflow runs: how many have no
+    node running, so nothing in flight can move them (each has pending nodes no run was
+    made for, or should have ended: the reconcile repairs both within
+    WORKFLOW_RECONCILE_S while a scheduler holds the workflow's partition), and the
+    longest time (s; 0 when none runs) any of them has gone without progress, since the
+    latest of its start, a node's run made (``ready_at``) and a node finished."""
+    running = WorkflowRun.objects.using(using).filter(state=WorkflowRunState.RUNNING)
+    stalled = running.exclude(Exists(NodeRun.objects.using(using).filter(
+        workflow_run_id=OuterRef("pk"), state=NodeState.RUNNING))).count()
+    # Coalesce each: SQLite's max() of several values is NULL when one is.
+    last = (running.order_by().values("pk").annotate(last=Greatest(
+        F("created_at"), Coalesce(Max("node_runs__ready_at"), F("created_at")),
+        Coalesce(Max("node_runs__finished_at"), F("created_at"))))
+        .order_by("last").values_list("last", flat=True).first())
+    return stalled, (max((now - last).total_seconds(), 0.0) if last is not None else 0.0)
 
 
 def start_delays(using: str, since: datetime) -> list[float]:
@@ -58,7 +78,9 @@ def start_delays(using: str, since: datetime) -> list[float]:
 
 
 class WorkflowCollector(Collector):
-    """``scheduler_workflow_runs{state}``, ``scheduler_workflow_node_start_delay_seconds``
+    """``scheduler_workflow_runs{state}``, ``scheduler_workflow_runs_stalled``,
+    ``scheduler_workflow_run_oldest_progress_age_seconds``,
+    ``scheduler_workflow_node_start_delay_seconds``
     (a gauge histogram over the window) and its ``_quantile_seconds`` p50, p99 and max,
     read from database alias ``using`` at each scrape."""
 
@@ -78,6 +100,17 @@ class WorkflowCollector(Collector):
         yield runs
 
         now = db_now(self.using)
+        stalled, age = stalled_and_oldest_progress(now, self.using)
+        yield GaugeMetricFamily(
+            "scheduler_workflow_runs_stalled",
+            "Running workflow runs with no node running: nothing in flight can move them "
+            "(the workflow reconcile repairs them while a scheduler runs).", value=stalled)
+        yield GaugeMetricFamily(
+            "scheduler_workflow_run_oldest_progress_age_seconds",
+            "The longest time any running workflow run has gone without progress (its "
+            "start, a node's run made, a node finished); 0 when none runs.",
+            value=round(age, 3))
+
         delays = start_delays(self.using, now - timedelta(seconds=stats.WINDOW_S))
         histogram = GaugeHistogramMetricFamily(
             "scheduler_workflow_node_start_delay_seconds",
