@@ -1,8 +1,14 @@
 """Workflows against real daemons (``manage.py runworker``, ``rundispatcher``,
-``runscheduler`` processes) on every broker/database pair: a worker SIGKILLed while it
-runs a node loses nothing (the node's run finishes elsewhere once its lease expires and
-the workflow run completes, one run row per node), and two scheduler processes start one
-workflow run per cron occurrence (docs/workflows.md)."""
+``runscheduler`` processes): a worker SIGKILLed while it runs a node loses nothing (the
+node's run finishes elsewhere once its lease expires and the workflow run completes, one
+run row per node), and two scheduler processes start one workflow run per cron occurrence
+(docs/workflows.md).
+
+They run on one broker/database pair, redis on PostgreSQL: what they add to the in-process
+tests is the daemons, whose workflow logic is the same on every pair. The same behaviour
+is tested on every pair in process: the expired node lease in test_workflows_engine.py,
+the racing schedulers in test_workflows_races.py, a lease's expiry and retry in
+test_broker_contract.py (docs/testing.md, "What is slow")."""
 
 import signal
 from datetime import timedelta
@@ -16,7 +22,7 @@ from workflows import services
 from workflows.models import NodeRun, Workflow, WorkflowRun
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", "sqlite"]),
-              pytest.mark.slow]
+              pytest.mark.slow, pytest.mark.parametrize("broker", ["redis"], indirect=True)]
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ a failed node's descendants upstream_failed while the rest completes; a requeue 
 the dead letter resumes; results read by node name; the result bound; cancel and pause
 (docs/workflows.md)."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -262,3 +263,22 @@ def test_one_burst_worker_runs_a_whole_chain(pair, settings):
 
     assert states(services.get_workflow_run(wr.pk, using=pair.using)) == {
         n: "succeeded" for n in "abcde"}
+
+
+def test_a_node_run_whose_lease_expired_is_retried_and_the_workflow_run_completes(pair):
+    # The in-process half, on every pair, of test_workflows_daemons.py's SIGKILLed worker
+    # (which runs real daemons on one pair): a node's run leased by a worker that never
+    # heartbeats is reaped, retried, and the workflow run completes with one run a node.
+    wr = start(pair, [node("a"), node("b")], [["a", "b"]])
+    pair.promote()
+    [lost] = pair.lease(["default"], 1, "w:0:lost", ttl_s=0.2)
+    time.sleep(0.4)
+    assert pair.reap() == 1
+
+    view = drain(pair, wr)
+
+    assert view["state"] == "succeeded"
+    assert one_run_per_node(pair, wr)
+    outcomes = list(Run.objects.using(pair.using).get(pk=lost.run_id).attempts
+                    .order_by("number").values_list("outcome", flat=True))
+    assert outcomes == ["lease_expired", "succeeded"]
