@@ -6,6 +6,7 @@ is READY at enqueue and finished only after a worker ran it. Workers here are in
 Worker objects forking real children, on every broker/database pair;
 tests/test_django_tasks_workers.py starts worker daemons."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from runs.models import Attempt, Run
 from runs.worker import Worker
-from scheduler_tasks.exceptions import TaskTimedOut
+from scheduler_tasks.exceptions import TaskTimedOut, WorkerLost
 from tests import djtasks_tasks as t
 from tests.conftest import wait_until
 
@@ -251,3 +252,22 @@ def test_the_context_is_a_task_context_of_the_attempt_as_djangos_suite_expects(t
 
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == result.id
+
+
+def test_a_task_whose_worker_stopped_heartbeating_finishes_on_another_worker(tasks):
+    # The in-process half, on every pair, of test_django_tasks_workers.py's SIGKILLed
+    # worker (which runs real daemons on one pair): a lease never heartbeated is reaped
+    # and the task finishes on the next worker, with the lost attempt as WorkerLost.
+    result = t.sleep_then_return.enqueue(0, "done")
+    tasks.promote()
+    [lost] = tasks.lease(["default"], 1, "w:0:lost", ttl_s=0.2)
+    assert lost.run_id == int(result.id)
+    time.sleep(0.4)
+    assert tasks.reap() == 1
+
+    drain(tasks, result)
+
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "done")
+    assert len(result.worker_ids) == 2 and result.worker_ids[0] == "w:0:lost"
+    assert result.worker_ids[1] != "w:0:lost"
+    assert [e.exception_class for e in result.errors] == [WorkerLost]

@@ -1,6 +1,8 @@
-"""django.tasks against worker daemons (``manage.py runworker`` processes) on every
-broker/database pair: a mix of tasks to their ends, and a SIGKILLed worker's task
-finishing on another worker. Public django.tasks API only, besides finding which worker
+"""django.tasks against worker daemons (``manage.py runworker`` processes): a mix of
+tasks to their ends on every broker/database pair, and a SIGKILLed worker's task
+finishing on another worker on one pair, redis on PostgreSQL (what it adds is the daemon
+killed; the reaped lease and WorkerLost are tested on every pair in process, in
+tests/test_django_tasks.py). Public django.tasks API only, besides finding which worker
 holds a run (docs/django-tasks.md)."""
 
 import signal
@@ -57,6 +59,7 @@ def test_tasks_run_to_their_ends_in_worker_daemons(env, tmp_path):
     assert [e.exception_class for e in looping.errors] == [TaskTimedOut]
 
 
+@pytest.mark.parametrize("broker", ["redis"], indirect=True)
 def test_a_sigkilled_workers_task_finishes_on_another_worker(env, tmp_path):
     from runs.models import Run
 
