@@ -31,7 +31,7 @@ class ClusterFailover(Scenario):
     is pushed again from the database by reconcile, and a lease it lost is fenced."""
 
     name = "cluster-failover"
-    short = Size(one_off=400, cron=30, duration_s=20)
+    short = Size(one_off=300, cron=30, duration_s=15)
     long = Size(one_off=10_000, cron=300, duration_s=150, workers=4, concurrency=3)
 
     def redis_server(self, workdir: Path) -> RedisCluster:

@@ -17,7 +17,7 @@ class WorkerKill(Scenario):
     """SIGKILL a random worker every few seconds and restart it at once."""
 
     name = "worker-kill"
-    short = Size(one_off=500, cron=40, duration_s=20)
+    short = Size(one_off=350, cron=40, duration_s=14)
     long = Size(one_off=20_000, cron=500, duration_s=200, workers=4, concurrency=3,
                 drain_s=300)
 
@@ -38,7 +38,7 @@ class ControlPlaneKill(Scenario):
     name = "control-plane-kill"
     schedulers = 2
     dispatchers = 2
-    short = Size(one_off=400, cron=50, duration_s=18)
+    short = Size(one_off=300, cron=50, duration_s=13)
     long = Size(one_off=10_000, cron=500, duration_s=180, workers=4, concurrency=3)
 
     def inject(self, s: Session) -> None:
@@ -126,7 +126,7 @@ class RollingDeploy(Scenario):
 
     name = "rolling-deploy"
     grace_s = 1.5
-    short = Size(one_off=300, cron=30, duration_s=18, concurrency=3)
+    short = Size(one_off=230, cron=30, duration_s=14, concurrency=3)
     # Its runs are longer (8% of them 2.5-6 s): 2,500 keep the 12 slots below capacity.
     long = Size(one_off=2_500, cron=300, duration_s=150, workers=4, concurrency=3)
 

@@ -42,7 +42,7 @@ class ManyDaemons(Scenario):
     dispatchers = 3
     tunables = {"SHARDS": 8, "SHARD_LEASE_TTL_S": LEASE_TTL_S}
     shard_keys = 64
-    short = Size(one_off=600, cron=48, duration_s=36, workers=3, concurrency=2)
+    short = Size(one_off=500, cron=48, duration_s=30, workers=3, concurrency=2)
     long = Size(one_off=15_000, cron=500, duration_s=240, workers=3, concurrency=3)
     DOWN_S = {signal.SIGKILL: LEASE_TTL_S + 3, signal.SIGTERM: 3}
 

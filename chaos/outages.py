@@ -17,7 +17,7 @@ class RedisLoss(Scenario):
     again empty. The dispatcher rebuilds the broker from the database."""
 
     name = "redis-loss"
-    short = Size(one_off=500, cron=40, duration_s=20)
+    short = Size(one_off=350, cron=40, duration_s=14)
     long = Size(one_off=15_000, cron=500, duration_s=150, workers=4, concurrency=3)
 
     def inject(self, s: Session) -> None:
@@ -39,7 +39,7 @@ class PostgresRestart(Scenario):
     reconnect without exiting; the harness's own queries retry through the restart."""
 
     name = "postgres-restart"
-    short = Size(one_off=400, cron=30, duration_s=18)
+    short = Size(one_off=270, cron=30, duration_s=12)
     long = Size(one_off=6_000, cron=300, duration_s=150, workers=4, concurrency=3)
 
     def inject(self, s: Session) -> None:

@@ -12,7 +12,7 @@ class HungAndPoison(Scenario):
     dead-lettered after max_attempts, the pool keeps serving."""
 
     name = "hung-and-poison"
-    short = Size(one_off=400, cron=30, duration_s=18, concurrency=3)
+    short = Size(one_off=290, cron=30, duration_s=13, concurrency=3)
     long = Size(one_off=10_000, cron=300, duration_s=150, workers=4, concurrency=3)
     BAD = {  # handler -> (payload, timeout_s, max_attempts, the outcome of every attempt)
         "busy_loop": ({}, 2, 2, "timed_out"),
