@@ -159,7 +159,10 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
     # Runs an app above the engine follows (a workflow's nodes: runs/hooks.py) are acked
     # in a transaction that tells it, so what it does (the downstream runs) commits with
     # the ack. Known before the ack: a run is watched from its creation on.
-    if one_statement(using) and all(
+    # Runs the worker knows are watched (continued on it, runs/continuation.py) skip the
+    # one statement that would only hand them on, and the read that would find them.
+    known = {o.lease.run_id for o in outcomes if o.watched}
+    if one_statement(using) and not known and all(
             o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes):
         accepted, watched = _succeed_only_pg(outcomes, using)
         if not watched:
@@ -169,8 +172,8 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
         for i, ok in zip(held, again, strict=True):
             accepted[i] = ok
         return accepted, retried
-    return _complete(outcomes, using,
-                     hooks.watched([o.lease.run_id for o in outcomes], using))
+    return _complete(outcomes, using, known | hooks.watched(
+        [o.lease.run_id for o in outcomes if o.lease.run_id not in known], using))
 
 
 def _complete(outcomes: list[Outcome], using: str,

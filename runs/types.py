@@ -63,6 +63,8 @@ class Outcome:
     task: dict | None = field(default=None, repr=False)
     # Set by the ack when a listener follows the run (runs/hooks.py: a workflow node, whose
     # success may have made runs of its downstream nodes): the worker leases again at once.
+    # Set before the ack when the worker knows it (a run continued on it by a node's ack,
+    # runs/continuation.py): the ack then goes straight to the path that tells listeners.
     watched: bool = False
 
 

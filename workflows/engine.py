@@ -22,6 +22,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from jobs import cron
+from runs import continuation
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import seconds
@@ -58,10 +59,12 @@ def blocked_by_upstream():
 
 
 def start_ready(workflow_run_ids, now: datetime, using: str,
-                node_ids=None) -> list[int]:
+                node_ids=None, running: set | None = None) -> list[int]:
     """Make a run for every node of the running workflow runs ``workflow_run_ids`` that is
     pending and whose upstreams have all succeeded (``node_ids``: consider only those
-    nodes, ids or a subquery of them; None: every node). Returns the node run ids started."""
+    nodes, ids or a subquery of them; None: every node). Returns the node run ids started;
+    ``running``, if given, gets the ids of the workflow runs in which one was (PostgreSQL
+    only: elsewhere it stays as it is)."""
     # The candidates are locked whatever their workflow run's state, and that state is
     # read after the lock, in the ready statement: pause and resume lock the same
     # pending rows first (control.py), so one of the two waits for the other's commit
@@ -89,7 +92,9 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
     live = [row[:-1] for row in ready if row[-1] != Job.Status.CANCELLED]
     gone = [row for row in ready if row[-1] == Job.Status.CANCELLED]
     if live:
-        _make_runs(live, now, using)
+        moved = _make_runs(live, now, using)
+        if running is not None:
+            running |= moved
     if gone:
         NodeRun.objects.using(using).filter(pk__in=[r[0] for r in gone],
                                             state=NodeState.PENDING).update(
@@ -113,10 +118,11 @@ def _run_at(row, now: datetime) -> tuple[datetime, float]:
     return (start, jitter) if start > now else (now, 0.0)
 
 
-def _make_runs(ready: list[tuple], now: datetime, using: str) -> None:
+def _make_runs(ready: list[tuple], now: datetime, using: str) -> set[int]:
     """Insert the runs of ``ready`` node runs (rows of start_ready) and point their node
     runs at them. A run that exists already for (job, scheduled_at) is adopted rather than
-    duplicated (the runs' unique constraint), so a repeated start is harmless."""
+    duplicated (the runs' unique constraint), so a repeated start is harmless. Returns
+    the workflow runs whose node runs moved to running (_point_at_runs)."""
     shards = conf.get("SHARDS")
     planned = {}
     for row in ready:
@@ -145,8 +151,26 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> None:
         pairs.append((entry[0], run_id))
         if state in PENDING_STATES:
             refs.append(RunRef(run_id, queue, shard, priority, run_at, entry[1]))
-    _point_at_runs(pairs, now, using)
-    get_broker(using).push_after_commit(refs)
+    moved = _point_at_runs(pairs, now, using)
+    get_broker(using).push_after_commit(_continue(refs, now, using))
+    return moved
+
+
+def _continue(refs: list[RunRef], now: datetime, using: str) -> list[RunRef]:
+    """Of the runs ``refs`` just made ready, lease those the acking worker offered to run
+    at once in this transaction (runs/continuation.py: due now, a queue it serves, no
+    limit the broker's lease applies); returns the rest, for the broker. The runs were
+    made in this transaction, so no other one can hold their rows: starting them here
+    takes no lock out of the order runs, node runs, workflow run."""
+    offer = continuation.current()
+    if offer is None:
+        return refs
+    wanted = [(ref.id, ref.owner) for ref in refs if ref.run_at <= now
+              and continuation.continuable(ref.queue, ref.owner, using)]
+    taken = continuation.take(wanted, using)
+    rest = [ref for ref in refs if ref.id not in taken]
+    offer.pushed += len(rest)
+    return rest
 
 
 def _insert_runs_pg(values: list[tuple], using: str) -> list[tuple]:
@@ -180,25 +204,29 @@ def _insert_runs_pg(values: list[tuple], using: str) -> list[tuple]:
         return cursor.fetchall()
 
 
-def _point_at_runs(pairs: list[tuple[int, int]], now: datetime, using: str) -> None:
+def _point_at_runs(pairs: list[tuple[int, int]], now: datetime, using: str) -> set[int]:
     """Move each (node run id, run id) of ``pairs`` from pending to running with its run:
-    one statement on PostgreSQL, one per node run elsewhere."""
+    one statement on PostgreSQL, one per node run elsewhere. Returns the ids of the
+    workflow runs of the node runs moved (PostgreSQL; elsewhere none: the caller must
+    then not count on it)."""
     if not pairs:
-        return
+        return set()
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {NodeRun._meta.db_table} AS n SET state = %s, run_id = v.run, "
                 "ready_at = %s, error = '' FROM unnest(%s::bigint[], %s::bigint[]) "
-                "AS v(id, run) WHERE n.id = v.id AND n.state = %s",
+                "AS v(id, run) WHERE n.id = v.id AND n.state = %s "
+                "RETURNING n.workflow_run_id",
                 [NodeState.RUNNING, now, int_array([p[0] for p in pairs]),
                  int_array([p[1] for p in pairs]), NodeState.PENDING])
-        return
+            return {row[0] for row in cursor.fetchall()}
     node_runs = NodeRun.objects.using(using)
     for node_run_id, run_id in pairs:
         node_runs.filter(pk=node_run_id, state=NodeState.PENDING).update(
             state=NodeState.RUNNING, run_id=run_id, ready_at=now, error="")
+    return set()
 
 
 def downstream_of(node_ids, using: str) -> QuerySet:
@@ -217,8 +245,12 @@ def nodes_succeeded(run_ids: list[int], now: datetime, using: str) -> None:
     if not rows:
         return
     workflow_runs = {r[1] for r in rows}
-    start_ready(workflow_runs, now, using, node_ids=downstream_of({r[2] for r in rows}, using))
-    finish_if_done(workflow_runs, now, using)
+    running: set[int] = set()
+    start_ready(workflow_runs, now, using, node_ids=downstream_of({r[2] for r in rows}, using),
+                running=running)
+    # A workflow run in which a node has just started is not done: one statement fewer
+    # on each of a chain's handoffs (BENCHMARKS.md, "Workflows (W7)").
+    finish_if_done(workflow_runs - running, now, using)
 
 
 def _succeed_node_runs(run_ids: list[int], now: datetime, using: str) -> list[tuple]:

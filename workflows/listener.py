@@ -4,7 +4,7 @@ to its workflow run (docs/workflows.md, "Where the engine hooks in")."""
 
 import json
 
-from runs import hooks
+from runs import continuation, hooks
 from scheduler_core import conf
 from workflows.engine import nodes_succeeded
 from workflows.failures import nodes_failed, nodes_requeued
@@ -46,7 +46,14 @@ class WorkflowListener(hooks.RunListener):
 
     def changed(self, event: str, run_ids: list[int], now, using: str) -> None:
         if event == hooks.SUCCEEDED:
-            nodes_succeeded(run_ids, now, using)
+            # Runs continued on the acking worker (runs/continuation.py) roll back with
+            # this listener's savepoint if it fails: the offer must forget them too.
+            taken = continuation.mark()
+            try:
+                nodes_succeeded(run_ids, now, using)
+            except BaseException:
+                continuation.undo_to(taken)
+                raise
         elif event == hooks.DEAD:
             nodes_failed(run_ids, NodeState.FAILED, now, using)
         elif event == hooks.CANCELLED:

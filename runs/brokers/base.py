@@ -26,7 +26,7 @@ from contextlib import nullcontext
 
 from django.db import DatabaseError, transaction
 
-from runs import completion, transitions
+from runs import completion, continuation, transitions
 from runs.models import PENDING_STATES, Run, RunState
 from runs.types import Lease, Outcome, QueueDepth, RunRef, Slot
 from scheduler_core import conf
@@ -76,6 +76,12 @@ class Broker(ABC):
 
     def _forget(self, slots: list[Slot]) -> None:
         """Drop runs from the broker's leased set (the run finished or was refused)."""
+        return None
+
+    def _adopt(self, taken: list[tuple[Lease, int | None]], ttl_s: float) -> None:
+        """Record as leased for ``ttl_s`` seconds the runs the database leased in an
+        ack's transaction (runs/continuation.py; ``taken``: (lease, owner id or None)), as
+        ``_claim`` would have. Nothing to do where claims are the database's rows."""
         return None
 
     def _extend(self, leases: list[Lease], ttl_s: float) -> None:
@@ -223,14 +229,22 @@ class Broker(ABC):
         self._after_commit(self._extend, held, ttl_s)
         return held
 
-    def complete(self, outcomes: list[Outcome]) -> list[bool]:
+    def complete(self, outcomes: list[Outcome],
+                 offer: continuation.Offer | None = None) -> list[bool]:
         """Ack attempts (success, failure, timeout, crash), fenced; returns per outcome
-        whether it was applied (False: the lease was stale, nothing changed)."""
-        accepted, retried = completion.complete(outcomes, self.using)
+        whether it was applied (False: the lease was stale, nothing changed).
+
+        ``offer`` (the acking worker's, runs/continuation.py): runs the ack makes ready
+        may be leased to that worker in the ack's transaction; they are in
+        ``offer.taken`` once this returns, recorded as leased by the broker too."""
+        with continuation.offering(offer):
+            accepted, retried = completion.complete(outcomes, self.using)
         # A refused ack's run may be leased to another worker by now: its broker-side
         # lease (and the limit counters) are that worker's; a lapsed one is reaped.
         self._after_commit(self._forget, [_slot(o.lease) for o, ok
                                           in zip(outcomes, accepted, strict=True) if ok])
+        if offer is not None and offer.taken:
+            self._after_commit(self._adopt, offer.taken, offer.ttl_s)
         self._after_commit(self._push_ids, retried)
         return accepted
 

@@ -27,7 +27,8 @@ from runs.types import Lease, RunRef, Slot
 from scheduler_core import conf
 
 LUA_DIR = Path(__file__).parent / "lua"
-SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark", "limits")
+SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark", "limits",
+           "adopt")
 PUSH_CHUNK = 1000
 PROMOTE_IN_LEASE = 1000  # most due runs a lease promotes per shard (as lease.lua does)
 
@@ -261,6 +262,22 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
                         [queue, *ids])
         # A finished run may make room for its owner's parked runs in this shard.
         self._unpark_into(pipe, list(by_shard))
+        pipe.execute()
+
+    @translate_errors
+    def _adopt(self, taken: list[tuple[Lease, int | None]], ttl_s: float) -> None:
+        by_shard = defaultdict(list)
+        for lease, owner in taken:
+            by_shard[(lease.queue, lease.shard)] += [lease.run_id,
+                                                     "" if owner is None else owner]
+        ttl_ms = int(ttl_s * 1000)
+        pipe = self._pipe()
+        for (queue, shard), args in by_shard.items():
+            # Known to the reap of lapsed claims (reap.lua reads the queues set).
+            pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
+            pipe.script("adopt", [self.keys.leased(queue, shard),
+                                  self.keys.owners(queue, shard), self.keys.running(queue)],
+                        [queue, ttl_ms, *args])
         pipe.execute()
 
     @translate_errors

@@ -12,10 +12,12 @@ import time
 
 from django.db import DataError
 
+from runs import continuation
 from runs.daemon import TRANSIENT
 from runs.models import AttemptOutcome
 from runs.outcomes import report
 from runs.types import Outcome
+from scheduler_core import conf
 
 ACK_BATCH_MAX = 512  # most outcomes in one ack: beyond, another ack is queued in the lane
 # Ack batches submitted and not yet committed beyond which the worker leases no more: if
@@ -57,18 +59,50 @@ class Acks:
         while self.outcomes:
             outcomes = self.outcomes[:ACK_BATCH_MAX]
             del self.outcomes[:ACK_BATCH_MAX]
+            # Made here, not in the lane: it reads the slots the main thread changes.
+            self.offers[id(outcomes)] = self.offer(outcomes)
             self.acking.append((self.lanes.ack.submit(self.ack_call, outcomes), outcomes))
             if not (force or self.stopping):
                 break  # the rest goes with the next ack, when this one has committed
 
+    def offer(self, outcomes: list[Outcome]) -> continuation.Offer | None:
+        """What this worker offers to run at once of the runs the ack of ``outcomes`` may
+        make ready (runs/continuation.py): as many as the successes it acks, at most one
+        per child and never past ``max_runs``; none while stopping."""
+        room = min(self.concurrency,
+                   sum(1 for o in outcomes if o.outcome == AttemptOutcome.SUCCEEDED))
+        if self.max_runs is not None:
+            held = len(self.ahead) + len(self.handed())
+            room = min(room, self.max_runs - self.finished - self.acked_pending() - held)
+        if room <= 0 or self.stopping:
+            return None
+        return continuation.Offer(self.worker_id, frozenset(self.queues), room,
+                                  conf.get("LEASE_TTL_S"))
+
     def ack_call(self, outcomes: list[Outcome]) -> list[bool]:
-        """In the ack lane: ack ``outcomes`` in one transaction; returns which applied."""
+        """In the ack lane: ack ``outcomes`` in one transaction; returns which applied.
+        The runs the ack continued on this worker wait in ``continued`` (keyed by the
+        batch's id) for harvest_acks."""
+        offer = self.offers.pop(id(outcomes), None)
         try:
-            return self.broker.complete(outcomes)
+            accepted = self.broker.complete(outcomes, offer)
         except POISON:
             # One outcome the database refuses must not wedge the batch: ack one by one
             # and record a poison outcome as a plain failure.
             return [self.complete_alone(outcome) for outcome in outcomes]
+        if offer is not None:
+            try:
+                leased = self.leased_of([lease for lease, _ in offer.taken])
+                for run in leased:
+                    run.watched = True  # the engine made it: its ack tells the listener
+            except TRANSIENT:
+                # Leased and committed: without their tasks they cannot start here, and
+                # their leases lapse (LEASE_TTL_S) into a retry, as a lost worker's do.
+                self.log.warning("worker: runs %s continued but not readable; left to "
+                                 "lapse", [lease.run_id for lease, _ in offer.taken])
+                leased = []
+            self.continued[id(outcomes)] = (leased, offer.pushed)
+        return accepted
 
     def harvest_acks(self) -> None:
         """Take the ack lane's answers that have come: count the runs finished, report
@@ -76,6 +110,7 @@ class Acks:
         acked again in a second."""
         while self.acking and self.acking[0][0].done():
             future, outcomes = self.acking.pop(0)
+            self.offers.pop(id(outcomes), None)  # left by an ack call that did not run
             try:
                 accepted = future.result()
             except TRANSIENT as exc:
@@ -84,14 +119,22 @@ class Acks:
                 self.outcomes = outcomes + self.outcomes
                 continue
             self.finished += len(outcomes)
+            leased, pushed = self.continued.pop(id(outcomes), ([], None))
+            if leased:
+                # Runs this ack made ready and leased to this worker (runs/continuation.py):
+                # first in line, for the children the ack has just freed.
+                self.ahead.extendleft(reversed(leased))
+                self.idle = False
             if self.idle and any(accepted):
                 # An ack may have made runs ready (a workflow's downstream nodes, in its
                 # transaction): look at once rather than after the idle poll.
                 self.wake_at = None
-            if any(o.watched for o, ok in zip(outcomes, accepted, strict=True) if ok):
+            if pushed != 0 and any(o.watched for o, ok
+                                   in zip(outcomes, accepted, strict=True) if ok):
                 # A workflow node's ack may have made its downstream nodes' runs: lease
                 # now rather than at the idle poll (docs/workflows.md, "Latency"), also
-                # when a lease sent before this ack committed comes back empty.
+                # when a lease sent before this ack committed comes back empty. Not when
+                # the ack says it pushed none (all it made were continued here).
                 self.wake_at, self.lease_again = None, True
             for outcome, ok in zip(outcomes, accepted, strict=True):
                 # A cancelled run's ack is refused by design, its handler stopped

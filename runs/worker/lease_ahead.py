@@ -61,6 +61,7 @@ class Leased:
     lease: Lease
     task: dict
     timeout_s: int
+    watched: bool = False  # known to be a workflow node's run (runs/continuation.py)
 
 
 class LeaseAhead:
@@ -145,6 +146,11 @@ class LeaseAhead:
         leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
         if not leases:
             return [], self.broker.next_due_s(self.queues)
+        return self.leased_of(leases), None
+
+    def leased_of(self, leases: list[Lease]) -> list["Leased"]:
+        """``leases`` with what their children need (the lease's own ``task`` where the
+        lease statement returned it, else one read of the runs)."""
         missing = [lease.run_id for lease in leases if lease.task is None]
         runs = {
             # The task's form (start_attempts on PostgreSQL gives it): payload as JSON text.
@@ -163,7 +169,7 @@ class LeaseAhead:
                 "scheduled_at": t["scheduled_at_us"], "handler": t["handler"],
                 "payload": t["payload"],
             }, t["timeout_s"]))
-        return leased, None
+        return leased
 
     def dispatch(self) -> None:
         """Hand runs leased ahead to the children, one per child in turn (oldest lease
@@ -212,7 +218,7 @@ class LeaseAhead:
         task = {**leased.task, "deadline": now + leased.timeout_s * 1_000_000,
                 "seq": slot.seq}
         slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s, size=size,
-                                    seq=slot.seq))
+                                    seq=slot.seq, watched=leased.watched))
         slot.waiting += size
         if len(slot.queued) == 1:
             slot.begin_head(time.monotonic())
@@ -221,7 +227,7 @@ class LeaseAhead:
     def requeue(self, runs: list[InFlight]) -> None:
         """Runs a replaced child never started go back to the front of the queue."""
         for run in reversed(runs):
-            self.ahead.appendleft(Leased(run.lease, run.task, run.timeout_s))
+            self.ahead.appendleft(Leased(run.lease, run.task, run.timeout_s, run.watched))
 
     def take_back_stalled(self) -> None:
         """Runs waiting behind a run gone long (STALL_S) go back to the front of the

@@ -106,6 +106,10 @@ class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
         # Lease calls in the lease lane not yet harvested, with the runs each asked for.
         self.leasing: list[tuple[Future, int]] = []
         self.acking: list[tuple[Future, list[Outcome]]] = []  # ack calls in the ack lane
+        # id of an ack batch -> (runs its ack continued here, runs it pushed): written by
+        # the ack lane, taken by harvest_acks (runs/continuation.py).
+        self.continued: dict[int, tuple[list[Leased], int]] = {}
+        self.offers: dict[int, object] = {}  # id of an ack batch -> its Offer, for the lane
 
     # --- lifecycle --------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ class InFlight:
     # time.monotonic() by which a cancelled run's handler must have stopped (inf: the run
     # is not being cancelled): its child is killed then (runs/worker/cancels.py).
     cancel_deadline: float = float("inf")
+    watched: bool = False  # known to be a workflow node's run (runs/continuation.py)
 
 
 class Slot:

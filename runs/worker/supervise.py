@@ -91,7 +91,7 @@ class Supervision:
                 lease=current.lease,
                 outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
                 result=result, error=error, logs=logs, took_s=took, retry=retry,
-                task=current.task,
+                task=current.task, watched=current.watched,
             ))
         self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
         slot.queued.popleft()

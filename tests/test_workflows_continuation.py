@@ -1,0 +1,124 @@
+"""Continuations on every broker/database pair (runs/continuation.py, docs/workflows.md
+"Latency"): the ack of a node's run leases its downstream run to the acking worker in the
+same transaction, as a lease would (attempt row, expiry, the broker's leased set and
+counters), and only where the lease's rules allow; a continued run whose worker dies is
+reaped and retried like any lease."""
+
+import time
+
+import pytest
+
+from jobs.registry import handler
+from runs.continuation import Offer
+from runs.models import Attempt, AttemptOutcome, Run, RunState
+from runs.types import Outcome
+from workflows import services
+from workflows.models import NodeRun, WorkflowRun
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+
+
+@handler("wf.cont")
+def noop(ctx, payload):
+    return None
+
+
+@pytest.fixture
+def pair(broker, settings):
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name,
+                          "RETRY_BACKOFF_BASE_S": 0.05}
+    return broker
+
+
+def chain(broker, *names, queue="default"):
+    """A started workflow run of nodes ``names`` one after the other; returns it."""
+    nodes = [{"name": n, "handler": "wf.cont", "payload": {}, "queue": queue} for n in names]
+    edges = list(zip(names, names[1:], strict=False))
+    workflow = services.create_workflow("c", nodes, edges, using=broker.using)
+    return services.start_workflow_run(workflow, using=broker.using)
+
+
+def lease_first(broker, worker="w1", queue="default"):
+    broker.promote()
+    [lease] = broker.lease([queue], 1, worker)
+    return lease
+
+
+def run_of(broker, workflow_run, name) -> Run | None:
+    run_id = NodeRun.objects.using(broker.using).get(
+        workflow_run=workflow_run, node__name=name).run_id
+    return Run.objects.using(broker.using).filter(pk=run_id).first()
+
+
+def running_count(broker, queue="default") -> int:
+    """The broker's count of the queue's leased runs (Redis; 0 elsewhere)."""
+    if broker.name != "redis":
+        return 0
+    return int(broker.client.hget(broker.keys.running(queue), f"q:{queue}") or 0)
+
+
+def test_the_ack_leases_the_downstream_run_to_the_acking_worker(pair):
+    broker = pair
+    workflow_run = chain(broker, "a", "b")
+    lease = lease_first(broker)
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+
+    assert broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED)], offer) == [True]
+
+    b = run_of(broker, workflow_run, "b")
+    assert (b.state, b.attempt, b.worker_id) == (RunState.RUNNING, 1, "w1")
+    assert b.lease_expires_at is not None
+    attempt = Attempt.objects.using(broker.using).get(run=b, number=1)
+    assert (attempt.worker_id, attempt.outcome) == ("w1", AttemptOutcome.RUNNING)
+    [(taken, owner)] = offer.taken
+    assert (taken.run_id, taken.attempt, owner, offer.pushed) == (b.pk, 1, None, 0)
+    if broker.name == "redis":
+        assert broker.client.zscore(broker.keys.leased("default", taken.shard),
+                                    str(b.pk)) is not None
+    assert running_count(broker) == (1 if broker.name == "redis" else 0)
+    # Nobody else can lease it: it is in no ready set, and the row is running.
+    assert broker.lease(["default"], 10, "w2") == []
+
+    assert broker.complete([Outcome(taken, AttemptOutcome.SUCCEEDED)], None) == [True]
+    assert running_count(broker) == 0
+    state = WorkflowRun.objects.using(broker.using).get(pk=workflow_run.pk).state
+    assert state == "succeeded"
+
+
+def test_a_continued_run_whose_worker_died_is_reaped_and_runs_again(pair):
+    broker = pair
+    workflow_run = chain(broker, "a", "b")
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=0.3)
+    broker.complete([Outcome(lease_first(broker), AttemptOutcome.SUCCEEDED)], offer)
+    [(dead, _)] = offer.taken
+
+    time.sleep(0.5)  # w1 never heartbeats: SIGKILLed
+    assert broker.reap() == 1
+    b = run_of(broker, workflow_run, "b")
+    assert b.state == RunState.RETRYING
+    assert running_count(broker) == 0
+    time.sleep(0.1)  # its retry's backoff
+
+    again = lease_first(broker, "w2")
+    assert (again.run_id, again.attempt) == (b.pk, 2)
+    assert broker.complete([Outcome(dead, AttemptOutcome.SUCCEEDED)]) == [False]
+    assert broker.complete([Outcome(again, AttemptOutcome.SUCCEEDED)]) == [True]
+    state = WorkflowRun.objects.using(broker.using).get(pk=workflow_run.pk).state
+    assert state == "succeeded"
+
+
+@pytest.mark.parametrize("why", ["queue not served", "queue limit", "room"])
+def test_no_continuation_where_a_lease_would_apply_a_rule(pair, settings, why):
+    broker = pair
+    queues = frozenset({"other"} if why == "queue not served" else {"default"})
+    if why == "queue limit":
+        settings.SCHEDULER = {**settings.SCHEDULER, "QUEUE_CONCURRENCY": "default=5"}
+    workflow_run = chain(broker, "a", "b")
+    offer = Offer("w1", queues, room=0 if why == "room" else 1, ttl_s=30.0)
+
+    broker.complete([Outcome(lease_first(broker), AttemptOutcome.SUCCEEDED)], offer)
+
+    assert offer.taken == []
+    b = run_of(broker, workflow_run, "b")
+    assert b.state in (RunState.SCHEDULED, RunState.QUEUED)
+    assert lease_first(broker, "w2").run_id == b.pk
