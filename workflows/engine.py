@@ -31,6 +31,7 @@ from runs.transitions import int_array
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.models import Job
+from workflows import ready_pg
 from workflows.graph import propagate
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
@@ -59,16 +60,24 @@ def blocked_by_upstream():
 
 
 def start_ready(workflow_run_ids, now: datetime, using: str,
-                node_ids=None, running: set | None = None) -> list[int]:
+                node_ids=None, running: set | None = None, below=None) -> list[int]:
     """Make a run for every node of the running workflow runs ``workflow_run_ids`` that is
     pending and whose upstreams have all succeeded (``node_ids``: consider only those
-    nodes, ids or a subquery of them; None: every node). Returns the node run ids started;
+    nodes, ids or a subquery of them; ``below``: only the nodes that wait directly for
+    one of these node ids; neither: every node). Returns the node run ids started;
     ``running``, if given, gets the ids of the workflow runs in which one was (PostgreSQL
     only: elsewhere it stays as it is)."""
     # The candidates are locked whatever their workflow run's state, and that state is
     # read after the lock, in the ready statement: pause and resume lock the same
     # pending rows first (control.py), so one of the two waits for the other's commit
     # and pause is exact (docs/workflows.md, "Cancel and pause").
+    if below is not None and connections[using].vendor == "postgresql":
+        # A handoff's reads as plain SQL (workflows/ready_pg.py).
+        locked = ready_pg.lock_below(workflow_run_ids, below, using)
+        ready = ready_pg.ready_rows(locked, using) if locked else []
+        return _start(ready, now, using, running)
+    if below is not None:
+        node_ids = downstream_of(below, using)
     candidates = NodeRun.objects.using(using).filter(
         workflow_run_id__in=list(workflow_run_ids), state=NodeState.PENDING)
     if node_ids is not None:
@@ -87,6 +96,12 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                      "node__job_id", "node__job__queue", "node__job__priority",
                      "node__job__max_attempts", "node__job__shard_key", "node__job__handler",
                      "node__job__owner_id", "node__job__status"))
+    return _start(ready, now, using, running)
+
+
+def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -> list[int]:
+    """start_ready's end: runs for the ``ready`` rows (see start_ready's read), or their
+    cancellation when their job was cancelled; returns the node run ids started."""
     # A node whose job was cancelled (through the jobs' API) can never run: its runs would
     # wait for ever, as a cancelled job's runs are never leased. It is cancelled instead.
     live = [row[:-1] for row in ready if row[-1] != Job.Status.CANCELLED]
@@ -246,8 +261,7 @@ def nodes_succeeded(run_ids: list[int], now: datetime, using: str) -> None:
         return
     workflow_runs = {r[1] for r in rows}
     running: set[int] = set()
-    start_ready(workflow_runs, now, using, node_ids=downstream_of({r[2] for r in rows}, using),
-                running=running)
+    start_ready(workflow_runs, now, using, below={r[2] for r in rows}, running=running)
     # A workflow run in which a node has just started is not done: one statement fewer
     # on each of a chain's handoffs (BENCHMARKS.md, "Workflows (W7)").
     finish_if_done(workflow_runs - running, now, using)

@@ -1,0 +1,68 @@
+"""The engine's two reads of a handoff as plain SQL on PostgreSQL: the candidates below
+acked nodes locked, then which of them are ready (workflows/engine.py, start_ready). They
+are what the ORM builds (same tables, joins, lock and order), written out because Django
+spent 2-6 ms of a chain's 20 ms handoff compiling them on a loaded machine (BENCHMARKS.md,
+"Workflows (W7)"). Two statements still, not one: the readiness read must see what a
+concurrent ack committed while this one waited on the lock (docs/workflows.md, "The
+rules"), which a statement's own snapshot would not."""
+
+from django.db import connections
+
+from runs.transitions import int_array
+from scheduler_core.models import Job, Schedule
+from workflows.models import (
+    NodeRun,
+    NodeState,
+    Workflow,
+    WorkflowEdge,
+    WorkflowNode,
+    WorkflowRun,
+    WorkflowRunState,
+)
+
+
+def _tables() -> dict[str, str]:
+    return {"n": NodeRun._meta.db_table, "wr": WorkflowRun._meta.db_table,
+            "w": Workflow._meta.db_table, "s": Schedule._meta.db_table,
+            "wn": WorkflowNode._meta.db_table, "j": Job._meta.db_table,
+            "e": WorkflowEdge._meta.db_table}
+
+
+def lock_below(workflow_run_ids, upstream_node_ids, using: str) -> list[int]:
+    """Lock (FOR UPDATE, in id order) the pending node runs of the workflow runs
+    ``workflow_run_ids`` whose node waits directly for one of ``upstream_node_ids``,
+    whatever their workflow run's state (ready_rows reads it after the lock, as
+    start_ready does); returns their ids. Call inside the ack's transaction."""
+    t = _tables()
+    sql = (f"SELECT n.id FROM {t['n']} AS n"
+           " WHERE n.workflow_run_id = ANY(%s::bigint[]) AND n.state = %s"
+           f" AND n.node_id IN (SELECT e.downstream_id FROM {t['e']} AS e"
+           " WHERE e.upstream_id = ANY(%s::bigint[])) ORDER BY n.id FOR UPDATE OF n")
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [int_array(workflow_run_ids), NodeState.PENDING,
+                             int_array(upstream_node_ids)])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def ready_rows(locked: list[int], using: str) -> list[tuple]:
+    """Of the locked node runs ``locked``, those still pending, of a running workflow
+    run, none of whose upstream node runs (same workflow run) has not succeeded, as
+    start_ready's rows: (node run id, workflow id, scheduled_at, started_by, schedule
+    jitter_s or None, job id, queue, priority, max_attempts, shard_key, handler, owner
+    id, job status). A statement of its own, after the lock (the module's docstring)."""
+    t = _tables()
+    sql = (
+        "SELECT n.id, wr.workflow_id, wr.scheduled_at, wr.started_by, s.jitter_s, j.id,"
+        " j.queue, j.priority, j.max_attempts, j.shard_key, j.handler, j.owner_id, j.status"
+        f" FROM {t['n']} AS n JOIN {t['wr']} AS wr ON wr.id = n.workflow_run_id"
+        f" JOIN {t['w']} AS w ON w.id = wr.workflow_id"
+        f" LEFT JOIN {t['s']} AS s ON s.id = w.schedule_id"
+        f" JOIN {t['wn']} AS wn ON wn.id = n.node_id JOIN {t['j']} AS j ON j.id = wn.job_id"
+        " WHERE n.id = ANY(%s::bigint[]) AND n.state = %s AND wr.state = %s AND NOT EXISTS ("
+        f"SELECT 1 FROM {t['n']} AS u JOIN {t['e']} AS e ON e.upstream_id = u.node_id"
+        " WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id"
+        " AND u.state <> %s)")
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [int_array(locked), NodeState.PENDING, WorkflowRunState.RUNNING,
+                             NodeState.SUCCEEDED])
+        return cursor.fetchall()
