@@ -65,3 +65,15 @@ def copy_lines(table: str, columns: tuple[str, ...], lines: Iterable[str],
             while chunk:
                 copy.write("".join(chunk))
                 chunk = list(islice(lines, 1000))
+
+
+def replan_checks(using: str = "default") -> None:
+    """Have PostgreSQL plan this session's cached statements again, the foreign-key checks
+    it runs at commit included (Django makes them deferred). A session that created a few
+    jobs while ``jobs_job`` was analysed empty keeps a check plan that scans the whole
+    table, once per new run: a bulk commit of 10,000 runs took 7 to 43 s that way, growing
+    with the table, until an autoanalyze replaced the plan (docs/performance-notes.md,
+    "Ingest (W1): the commit stall"). Planned again after the COPY, the check reads the
+    primary key."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("DISCARD PLANS")
