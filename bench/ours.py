@@ -547,33 +547,13 @@ DUE = 1000
 
 
 def _load_cron_jobs(upto: int) -> None:
-    """Grow the job table to ``upto`` active cron jobs, server-side (INSERT ... SELECT
-    generate_series: no row crosses the wire), then ANALYZE. Jobs 1..1000 are
-    ``* * * * *`` (the due ones: their next_run_at is reset before each tick); the rest
-    ``0 0 1 1 *`` with next_run_at next New Year (active, never due)."""
+    """Grow the job table to ``upto`` active cron jobs (bench/w5_load.py)."""
     from django.db import connection
 
+    import w5_load
+
     with connection.cursor() as cursor:
-        cursor.execute("SELECT coalesce(max(id), 0) FROM jobs_job")
-        have = cursor.fetchone()[0]
-        if have >= upto:
-            return
-        cursor.execute(
-            "INSERT INTO jobs_schedule (id, cron, timezone, misfire_policy, max_lag_s, jitter_s) "
-            "SELECT g, CASE WHEN g <= %s THEN '* * * * *' ELSE '0 0 1 1 *' END, 'UTC', "
-            "'run_once', 3600, 0 FROM generate_series(%s, %s) g", [DUE, have + 1, upto])
-        cursor.execute(
-            "INSERT INTO jobs_job (id, name, handler, payload, queue, priority, status, "
-            "schedule_id, next_run_at, timeout_s, max_attempts, created_at, updated_at, "
-            "shard_key) "
-            "SELECT g, 'w5-' || g, 'noop', '{}'::jsonb, 'default', 5, 'active', g, "
-            "CASE WHEN g <= %s THEN date_trunc('minute', now()) "
-            "ELSE date_trunc('year', now()) + interval '1 year' END, 300, 4, now(), now(), '' "
-            "FROM generate_series(%s, %s) g", [DUE, have + 1, upto])
-        for table in ("jobs_schedule", "jobs_job"):
-            cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), %s)",
-                           [upto])
-        cursor.execute("ANALYZE jobs_schedule; ANALYZE jobs_job; ANALYZE runs_run")
+        w5_load.load_cron_jobs(cursor, upto, DUE)
 
 
 def w5_ticks(repeat: int) -> None:
