@@ -174,6 +174,15 @@ def main() -> None:
         peers = [s for s in systems if s != "ours" and s in pythons
                  and workload in rows.SYSTEMS[s]["workloads"] and workload != "ceiling"]
         with_ours = "ours" in systems and not args.no_ours
+
+        def checkpoint(final: bool = False) -> None:
+            # Written after every cell: a full run takes hours, and a run stopped part-way
+            # keeps every cell it finished (the next command of the day merges over it).
+            summary_new[workload] = summarise(workload, cells, today, args.quick)
+            raw[workload] = {f"{s}/{v}": c for (s, v), c in cells.items()}
+            write_results(raw, summary_new, hw, command, today, notes, began, args,
+                          reports=final)
+
         for system in peers:
             for variant in rows.variants_of(system, workload):
                 if variant not in variants and workload in rows.WORKER_WORKLOADS:
@@ -182,6 +191,7 @@ def main() -> None:
                 cells[(system, variant)] = pairing.run_cell(
                     system, variant, workload, pythons, args.pairs, args.quick, args.n,
                     log_dir, with_ours=with_ours)
+                checkpoint()
         if workload == "ceiling" and ours_alone:
             cells[("ours", "default")] = pairing.run_cell(
                 "ours", "default", "ceiling", pythons, args.pairs, args.quick, None, log_dir)
@@ -192,28 +202,33 @@ def main() -> None:
                     "ours", workload, pythons["ours"], "default",
                     rows.size_args("ours", workload, args.quick, args.n), args.quick,
                     log_dir)} for _ in range(args.pairs)]}
-        wsum = {}
-        for (system, variant), cell in cells.items():
-            if system == "ours" and workload != "ceiling":
-                continue
-            names = ["default", "tuned"] if workload == "W1" and system != "ours" else [variant]
-            for row in names:
-                wsum.setdefault(system, {})[row] = dict(
-                    pairing.aggregate(system, workload, cell, row), date=today,
-                    quick=args.quick)
-        mine = ours_row(workload, cells)
-        if mine:
-            wsum["ours"] = {"default": dict(mine, date=today, quick=args.quick)}
-        summary_new[workload] = wsum
-        raw[workload] = {f"{s}/{v}": c for (s, v), c in cells.items()}
-    write_results(raw, summary_new, hw, command, today, notes, began, args)
+        checkpoint(final=workload == workloads[-1])
+
+
+def summarise(workload: str, cells: dict, today: str, quick: bool) -> dict:
+    """A workload's summary rows (system -> row name -> row) from its cells so far,
+    ``{(system, variant): {"pairs": [...]}}``; ours is one row over all its pairs."""
+    wsum: dict = {}
+    for (system, variant), cell in cells.items():
+        if system == "ours" and workload != "ceiling":
+            continue
+        names = ["default", "tuned"] if workload == "W1" and system != "ours" else [variant]
+        for row in names:
+            wsum.setdefault(system, {})[row] = dict(
+                pairing.aggregate(system, workload, cell, row), date=today, quick=quick)
+    mine = ours_row(workload, cells)
+    if mine:
+        wsum["ours"] = {"default": dict(mine, date=today, quick=quick)}
+    return wsum
 
 
 def write_results(raw, summary_new, hw, command, today, notes, began, args,
-                  keep: dict | None = None) -> None:
+                  keep: dict | None = None, reports: bool = True) -> None:
     """The dated raw file, summary.json (this run's rows over the previous summary's, those
-    marked carried over), the plots and BENCHMARKS.md; ``keep``: a summary to rewrite the
-    reports of as it is (--report-only)."""
+    marked carried over), and with ``reports`` the plots and BENCHMARKS.md; ``keep``: a
+    summary to rewrite the reports of as it is (--report-only). Called again with more
+    cells, it gives the same files as one call with all of them: the dated file's cells
+    and the summary's rows are replaced by key, never appended."""
     if keep is not None:
         keep["headline"] = report.headline(keep)
         (RESULTS / "summary.json").write_text(json.dumps(keep, indent=1, sort_keys=True) + "\n")
@@ -248,6 +263,9 @@ def write_results(raw, summary_new, hw, command, today, notes, began, args,
     summary["rules"] = "BENCHMARKS.md, \"Rules\""
     summary["command"], summary["notes"] = command, notes
     path.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    if not reports:
+        common.log(f"[run] checkpoint after {time.monotonic() - began:.0f} s: {dated}, {path}")
+        return
     _reports(summary, hw, command, notes, args)
     common.log(f"[run] done in {time.monotonic() - began:.0f} s: {dated}, {path}")
 
