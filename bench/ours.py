@@ -548,9 +548,8 @@ DUE = 1000
 
 def _load_cron_jobs(upto: int) -> None:
     """Grow the job table to ``upto`` active cron jobs (bench/w5_load.py)."""
-    from django.db import connection
-
     import w5_load
+    from django.db import connection
 
     with connection.cursor() as cursor:
         w5_load.load_cron_jobs(cursor, upto, DUE)

@@ -174,15 +174,6 @@ def main() -> None:
         peers = [s for s in systems if s != "ours" and s in pythons
                  and workload in rows.SYSTEMS[s]["workloads"] and workload != "ceiling"]
         with_ours = "ours" in systems and not args.no_ours
-
-        def checkpoint(final: bool = False) -> None:
-            # Written after every cell: a full run takes hours, and a run stopped part-way
-            # keeps every cell it finished (the next command of the day merges over it).
-            summary_new[workload] = summarise(workload, cells, today, args.quick)
-            raw[workload] = {f"{s}/{v}": c for (s, v), c in cells.items()}
-            write_results(raw, summary_new, hw, command, today, notes, began, args,
-                          reports=final)
-
         for system in peers:
             for variant in rows.variants_of(system, workload):
                 if variant not in variants and workload in rows.WORKER_WORKLOADS:
@@ -191,7 +182,8 @@ def main() -> None:
                 cells[(system, variant)] = pairing.run_cell(
                     system, variant, workload, pythons, args.pairs, args.quick, args.n,
                     log_dir, with_ours=with_ours)
-                checkpoint()
+                checkpoint(workload, cells, raw, summary_new, (hw, command, today, notes, began,
+                           args))
         if workload == "ceiling" and ours_alone:
             cells[("ours", "default")] = pairing.run_cell(
                 "ours", "default", "ceiling", pythons, args.pairs, args.quick, None, log_dir)
@@ -202,7 +194,21 @@ def main() -> None:
                     "ours", workload, pythons["ours"], "default",
                     rows.size_args("ours", workload, args.quick, args.n), args.quick,
                     log_dir)} for _ in range(args.pairs)]}
-        checkpoint(final=workload == workloads[-1])
+        checkpoint(workload, cells, raw, summary_new, (hw, command, today, notes, began, args),
+                   final=workload == workloads[-1])
+
+
+def checkpoint(workload: str, cells: dict, raw: dict, summary_new: dict, run: tuple,
+               final: bool = False) -> None:
+    """Fold a workload's cells so far into ``raw`` and ``summary_new`` and write the
+    results files; ``run`` is write_results' (hw, command, today, notes, began, args).
+    Called after every cell: a full run takes hours, and a run stopped part-way keeps every
+    cell it finished (the next command of the day merges over it). ``final``: the plots
+    and BENCHMARKS.md too."""
+    hw, command, today, notes, began, args = run
+    summary_new[workload] = summarise(workload, cells, today, args.quick)
+    raw[workload] = {f"{s}/{v}": c for (s, v), c in cells.items()}
+    write_results(raw, summary_new, hw, command, today, notes, began, args, reports=final)
 
 
 def summarise(workload: str, cells: dict, today: str, quick: bool) -> dict:
