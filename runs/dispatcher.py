@@ -14,10 +14,11 @@ is harmless.
 
 import os
 import socket
+import threading
 import time
 import uuid
 
-from django.db import OperationalError
+from django.db import OperationalError, connections
 
 from runs import history_partitions, retention
 from runs.alerts import late
@@ -42,6 +43,9 @@ REAP_INTERVAL_S = 1.0
 # in the same pass: a catalog query when there is nothing to do.
 PRUNE_INTERVAL_S = 60.0
 PRUNE_BATCH = 200
+# How long a stopping dispatcher waits for its finisher thread (a day's DROP takes 1-6 s
+# here); past it the process exits and the DROP rolls back, for the next pass to redo.
+FINISH_JOIN_S = 10.0
 
 
 class Dispatcher(Daemon):
@@ -71,6 +75,7 @@ class Dispatcher(Daemon):
         self.reaped = 0
         self.last_prune = float("-inf")
         self.prune_backlog = False
+        self.finisher: threading.Thread | None = None
         self.last_alert = float("-inf")
         conf.get("HISTORY_RETENTION_S")  # a value that is not a number fails at start
 
@@ -160,15 +165,44 @@ class Dispatcher(Daemon):
             history_partitions.create_ahead(self.using)
             if before is None:
                 return
-            dropped = retention.drop_partitions(before, self.using, count=False)
+            if self.finisher is not None and self.finisher.is_alive():
+                return  # the last ones are still being dropped: retire more next pass
+            dropped = retention.drop_partitions(before, self.using, count=False,
+                                                finish=False)
+            with connections[self.using].cursor() as cursor:
+                leftover = history_partitions.detached(cursor)
         except OperationalError as exc:
             self.log.warning("dispatcher: time partitions not retired this round (%s)",
                              str(exc).strip())
             return
-        if dropped.runs or dropped.jobs:
-            self.log.info("dispatcher: dropped time partitions past the retention: about %d "
-                          "runs, %d attempts, %d log lines; %d one-off jobs", dropped.runs,
-                          dropped.attempts, dropped.log_lines, dropped.jobs)
+        if dropped.runs:
+            self.log.info("dispatcher: detached time partitions past the retention: about "
+                          "%d runs, %d attempts, %d log lines", dropped.runs,
+                          dropped.attempts, dropped.log_lines)
+        if not leftover:  # detached now, or left by a crash: finished by the thread
+            return
+        self.finisher = threading.Thread(target=self.finish_detached, daemon=True,
+                                         name="dispatcher-finish-detached")
+        self.finisher.start()
+
+    def finish_detached(self) -> None:
+        """The finisher thread: retention.finish_detached on a connection of its own
+        (closed after), so the rounds never wait for the filesystem to take back the files
+        of a dropped day (docs/retention.md, "Retired whole"). A failure is logged and
+        left to the next pass."""
+        try:
+            finished = retention.finish_detached(self.using, count=False)
+            if finished.runs or finished.jobs:
+                self.log.info("dispatcher: dropped detached time partitions: about %d "
+                              "runs, %d attempts, %d log lines; %d one-off jobs",
+                              finished.runs, finished.attempts, finished.log_lines,
+                              finished.jobs)
+        except Exception:  # a thread's exception would only reach stderr
+            self.log.exception("dispatcher: detached time partitions not dropped this pass")
+        finally:
+            connections[self.using].close()
 
     def shutdown(self) -> None:
         self.leases.release_all()
+        if self.finisher is not None:  # a drop cut short rolls back: the next pass redoes it
+            self.finisher.join(FINISH_JOIN_S)

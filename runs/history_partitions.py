@@ -34,6 +34,9 @@ TABLES = (("runs_run", "scheduled_at"), ("runs_attempt", "run_scheduled_at"),
           ("runs_logline", "run_scheduled_at"))
 # pg_advisory_xact_lock key of every partition change: dispatchers take turns.
 LOCK_KEY = 0x5C4ED_0019
+# pg_try_advisory_lock key (session level) of finishing detached partitions
+# (retention.finish_detached): one session at a time drops them and cleans their jobs.
+FINISH_KEY = 0x5C4ED_001A
 # Detaching locks the three tables outright; a dispatcher that cannot have them within
 # this wait gives up until its next prune round instead of stalling every worker's ack
 # behind its queued lock request.
@@ -190,7 +193,7 @@ def detach_expired(using: str, before: datetime) -> list[tuple[Range, int]]:
     the runs retention keeps (with their attempts and log lines) back into the parents,
     where they land in the DEFAULT partition; one transaction, under LOCK_KEY and the
     three tables' exclusive locks. Returns each range detached with the runs kept from
-    it. The detached tables are left for finish_detached. Skips (returns []) when
+    it. The detached tables are left for retention.finish_detached. Skips (returns []) when
     another dispatcher holds LOCK_KEY."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         if not expired(cursor, before):
@@ -251,7 +254,7 @@ def estimate(cursor, table: str) -> int:
 
 def detached(cursor) -> list[str]:
     """Suffixes of history partitions detached and not yet dropped (a crash between
-    detach_expired and finish_detached leaves some), oldest first."""
+    detach_expired and retention.finish_detached leaves some), oldest first."""
     cursor.execute("SELECT substr(relname, length('runs_run_') + 1) FROM pg_class "
                    "WHERE relkind = 'r' AND NOT relispartition "
                    "AND relname ~ '^runs_run_p[0-9]{8}_[0-9]{4}$' ORDER BY relname")

@@ -126,26 +126,67 @@ def _delete_jobs_without_runs(cursor, one_off: list[int]) -> int:
     return jobs
 
 
-def drop_partitions(before: datetime, using: str = "default", count: bool = True) -> Pruned:
+def drop_partitions(before: datetime, using: str = "default", count: bool = True,
+                    finish: bool = True) -> Pruned:
     """On a partitioned database (runs/history_partitions.py), retire every time partition
     wholly older than ``before``: detach it from the runs, attempts and log tables with
-    the runs retention keeps copied back (one short transaction), delete the one-off jobs
-    it leaves with no run (in batches of JOB_BATCH, locked as prune locks them), then
-    drop the detached tables. Also finishes partitions a crash left detached. Returns
-    what went: exact counts with ``count``, else the planner's estimates (no scan).
-    No-op (nothing pruned) on plain tables. Raises django.db.OperationalError when the
-    tables stay locked past history_partitions.LOCK_TIMEOUT (try again later)."""
+    the runs retention keeps copied back (one short transaction; the runs are then gone
+    from every query), then, with ``finish``, finish_detached: delete the one-off jobs it
+    leaves with no run and drop the detached tables. The dispatcher passes
+    ``finish=False`` and leaves finish_detached to a thread of its own, since dropping a
+    day's files costs the filesystem seconds (docs/retention.md, "Retired whole").
+    Returns what went: exact counts with ``count``, else the planner's estimates (no
+    scan); without ``finish``, the estimated rows of the partitions just detached. No-op
+    (nothing pruned) on plain tables. Raises django.db.OperationalError when the tables
+    stay locked past history_partitions.LOCK_TIMEOUT (try again later)."""
     if not history_partitions.partitioned(using):
         return Pruned()
-    history_partitions.detach_expired(using, before)
+    done = history_partitions.detach_expired(using, before)
+    if finish:
+        return finish_detached(using, count)
     total = Pruned()
     with connections[using].cursor() as cursor:
-        suffixes = history_partitions.detached(cursor)
-    if not suffixes:
+        for bounds, _ in done:
+            run, attempt, line = (f"{table}_{bounds.suffix}"
+                                  for table, _ in history_partitions.TABLES)
+            total.add(Pruned(runs=history_partitions.estimate(cursor, run),
+                             attempts=history_partitions.estimate(cursor, attempt),
+                             log_lines=history_partitions.estimate(cursor, line)))
+    return total
+
+
+def finish_detached(using: str = "default", count: bool = True) -> Pruned:
+    """Finish every history partition detached and not yet dropped (by drop_partitions,
+    or left by a crash after its detach): delete the one-off jobs it leaves with no run
+    (in batches of JOB_BATCH, locked as prune locks them), then drop its three tables
+    (one transaction a partition). Returns what went: exact counts with ``count``, else
+    the planner's estimates. Only one session at a time does it (the advisory lock
+    history_partitions.FINISH_KEY); another finds it held and returns nothing pruned.
+    Every step is one transaction and can be redone, so a crash leaves the rest to the
+    next call (docs/retention.md, "Retired whole")."""
+    total = Pruned()
+    if not history_partitions.partitioned(using):
         return total
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [history_partitions.FINISH_KEY])
+        if not cursor.fetchone()[0]:
+            return total
+    try:
+        with connections[using].cursor() as cursor:
+            suffixes = history_partitions.detached(cursor)
+        for suffix in suffixes:
+            total.add(_finish_one(suffix, using, count))
+    finally:
+        with connections[using].cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [history_partitions.FINISH_KEY])
+    return total
+
+
+def _finish_one(suffix: str, using: str, count: bool) -> Pruned:
+    """Delete the one-off jobs detached partition ``suffix`` leaves with no run, then drop
+    its three tables; returns what it held (see finish_detached)."""
     one_off: set[int] = set()
-    for suffix in suffixes:
-        total.add(_count_detached(suffix, using, count, one_off))
+    total = _count_detached(suffix, using, count, one_off)
     ids = sorted(one_off)
     for start in range(0, len(ids), JOB_BATCH):
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
@@ -155,9 +196,8 @@ def drop_partitions(before: datetime, using: str = "default", count: bool = True
             if locked:
                 total.jobs += _delete_jobs_without_runs(cursor, locked)
     with connections[using].cursor() as cursor:  # one statement: one pass over the buffers
-        cursor.execute("DROP TABLE " + ", ".join(
-            f"{table}_{suffix}" for suffix in suffixes
-            for table, _ in reversed(history_partitions.TABLES)))
+        cursor.execute("DROP TABLE IF EXISTS " + ", ".join(
+            f"{table}_{suffix}" for table, _ in reversed(history_partitions.TABLES)))
     return total
 
 

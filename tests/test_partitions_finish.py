@@ -1,0 +1,102 @@
+"""The drop of retired time partitions deferred (docs/retention.md, "Retired whole"): the
+dispatcher's retention call only detaches (the runs are gone from every query), its
+finisher thread drops the detached tables and deletes the one-off jobs left with no run;
+a crash between the two leaves detached tables that the next pass finishes, and one
+session at a time finishes them."""
+
+import psycopg
+import pytest
+from django.db import connection
+
+from jobs.models import Job
+from runs import history_partitions as hp
+from runs import retention
+from runs.models import Attempt, LogLine, Run
+from tests.conftest import database_url, flush_redis
+from tests.test_history_partitions import (  # noqa: F401
+    layout,
+    old_history,
+    partition_of,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+
+
+def table_exists(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [name])
+        return cursor.fetchone()[0] is not None
+
+
+@pytest.mark.usefixtures("layout")
+def test_a_crash_between_detach_and_drop_is_finished_by_the_next_pass():
+    runs = old_history()
+    old = partition_of(runs["ok1"].pk)
+    suffix = old.removeprefix("runs_run_")
+    before = retention.cutoff(7 * 86_400)
+    expected = set(Run.objects.values_list("pk", flat=True)) - set(
+        retention.prunable(before).values_list("pk", flat=True))
+
+    # What a dispatcher killed after its retention call, before its finisher ran, leaves.
+    retention.drop_partitions(before, finish=False)
+
+    # Retention is done for every query: the runs and their history are gone...
+    assert set(Run.objects.values_list("pk", flat=True)) == expected
+    assert set(Attempt.objects.values_list("run_id", flat=True)) == expected
+    assert LogLine.objects.count() == 2 * len(expected)
+    # ...while the detached tables, and the one-off jobs they leave, wait for the finish.
+    with connection.cursor() as cursor:
+        assert suffix in hp.detached(cursor)
+    assert table_exists(old)
+    assert Job.objects.filter(pk=runs["ok1"].job_id).exists()
+
+    finished = retention.finish_detached()
+
+    assert (finished.runs, finished.attempts, finished.log_lines, finished.jobs) == (
+        5, 5, 10, 2)
+    with connection.cursor() as cursor:
+        assert hp.detached(cursor) == []
+    for table, _ in hp.TABLES:
+        assert not table_exists(f"{table}_{suffix}")
+    assert not Job.objects.filter(pk=runs["ok1"].job_id).exists()
+    assert set(Run.objects.values_list("pk", flat=True)) == expected
+    assert retention.finish_detached() == retention.Pruned()  # nothing left: a no-op
+
+
+@pytest.mark.usefixtures("layout")
+def test_another_session_finishing_detached_partitions_is_left_alone():
+    runs = old_history()
+    old = partition_of(runs["ok1"].pk)
+    retention.drop_partitions(retention.cutoff(7 * 86_400), finish=False)
+    url = database_url("default").replace("postgres://", "postgresql://")
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [hp.FINISH_KEY])
+
+        assert retention.finish_detached() == retention.Pruned()
+        assert table_exists(old)
+
+    assert retention.finish_detached().runs == 5
+    assert not table_exists(old)
+
+
+@pytest.mark.usefixtures("layout")
+def test_the_dispatchers_retention_call_leaves_the_drop_to_its_finisher_thread(settings):
+    from runs.dispatcher import Dispatcher
+
+    flush_redis()
+    runs = old_history()
+    old = partition_of(runs["ok1"].pk)
+    settings.SCHEDULER = {"HISTORY_RETENTION_S": 7 * 86_400}
+    dispatcher = Dispatcher("default")
+
+    dispatcher.round()
+
+    assert not Run.objects.filter(pk=runs["ok1"].pk).exists()
+    assert Run.objects.filter(pk=runs["b_dead"].pk).exists()
+    assert dispatcher.finisher is not None
+    dispatcher.finisher.join()
+    assert not table_exists(old)
+    assert not Job.objects.filter(pk=runs["ok1"].job_id).exists()
+    with connection.cursor() as cursor:
+        assert hp.detached(cursor) == []
+    flush_redis()
