@@ -18,7 +18,9 @@ from runs import brokers
 from runs.brokers import get_broker
 from runs.brokers.redis_wire import redis_client
 from runs.models import Run
+from tests import fast_flush
 
+fast_flush.install()
 ROOT = Path(__file__).resolve().parent.parent
 # pair -> (broker name, database alias, Redis: "single", "cluster" or None)
 PAIRS = {
