@@ -158,8 +158,8 @@ def drop_partitions(before: datetime, using: str = "default", count: bool = True
 def finish_detached(using: str = "default", count: bool = True) -> Pruned:
     """Finish every history partition detached and not yet dropped (by drop_partitions,
     or left by a crash after its detach): delete the one-off jobs it leaves with no run
-    (in batches of JOB_BATCH, locked as prune locks them), then drop its three tables
-    (one transaction a partition). Returns what went: exact counts with ``count``, else
+    (in batches of JOB_BATCH, locked as prune locks them), then drop the detached tables
+    (one statement). Returns what went: exact counts with ``count``, else
     the planner's estimates. Only one session at a time does it (the advisory lock
     history_partitions.FINISH_KEY); another finds it held and returns nothing pruned.
     Every step is one transaction and can be redone, so a crash leaves the rest to the
@@ -175,16 +175,21 @@ def finish_detached(using: str = "default", count: bool = True) -> Pruned:
         with connections[using].cursor() as cursor:
             suffixes = history_partitions.detached(cursor)
         for suffix in suffixes:
-            total.add(_finish_one(suffix, using, count))
+            total.add(_delete_jobs_left(suffix, using, count))
+        if suffixes:  # one statement: one pass over the buffers, one commit
+            with connections[using].cursor() as cursor:
+                cursor.execute("DROP TABLE IF EXISTS " + ", ".join(
+                    f"{table}_{suffix}" for suffix in suffixes
+                    for table, _ in reversed(history_partitions.TABLES)))
     finally:
         with connections[using].cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [history_partitions.FINISH_KEY])
     return total
 
 
-def _finish_one(suffix: str, using: str, count: bool) -> Pruned:
-    """Delete the one-off jobs detached partition ``suffix`` leaves with no run, then drop
-    its three tables; returns what it held (see finish_detached)."""
+def _delete_jobs_left(suffix: str, using: str, count: bool) -> Pruned:
+    """Delete the one-off jobs detached partition ``suffix`` leaves with no run; returns
+    what it held (see finish_detached)."""
     one_off: set[int] = set()
     total = _count_detached(suffix, using, count, one_off)
     ids = sorted(one_off)
@@ -195,9 +200,6 @@ def _finish_one(suffix: str, using: str, count: bool) -> Pruned:
                 .order_by("pk").select_for_update().values_list("pk", flat=True))
             if locked:
                 total.jobs += _delete_jobs_without_runs(cursor, locked)
-    with connections[using].cursor() as cursor:  # one statement: one pass over the buffers
-        cursor.execute("DROP TABLE IF EXISTS " + ", ".join(
-            f"{table}_{suffix}" for table, _ in reversed(history_partitions.TABLES)))
     return total
 
 
