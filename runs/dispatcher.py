@@ -43,9 +43,10 @@ REAP_INTERVAL_S = 1.0
 # in the same pass: a catalog query when there is nothing to do.
 PRUNE_INTERVAL_S = 60.0
 PRUNE_BATCH = 200
-# How long a stopping dispatcher waits for its finisher thread (a day's DROP takes 1-6 s
-# here); past it the process exits and the DROP rolls back, for the next pass to redo.
-FINISH_JOIN_S = 10.0
+# How long a stopping dispatcher waits for its finisher thread, within the daemons' stop
+# bound (runs/daemon.py STOP_BOUND_S, 5 s; a day's DROP takes 2-9 s here); past it the
+# process exits, the DROP rolls back and the next pass redoes it.
+FINISH_JOIN_S = 2.0
 
 
 class Dispatcher(Daemon):
