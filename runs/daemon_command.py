@@ -21,11 +21,15 @@ def run_daemon(daemon, max_rounds: int | None = None) -> None:
     """Refuse insecure settings (InsecureStart, exit 1: the development SECRET_KEY with
     DEBUG off, docs/security.md), check the database and broker are reachable
     (CommandError, exit 1, if not), install SIGTERM/SIGINT handlers and serve until
-    stopped."""
+    stopped. A SchedulerError out of serve (a start-up step failed after its children
+    or threads were made, which serve stops first) is a CommandError too."""
     refuse_insecure_start(daemon.name)
     try:
         daemon.check_ready()
     except SchedulerError as exc:
         raise CommandError(f"{daemon.name} cannot start: {exc}") from exc
     daemon.install_signals()
-    daemon.serve(max_rounds=max_rounds)
+    try:
+        daemon.serve(max_rounds=max_rounds)
+    except SchedulerError as exc:  # a start-up step of serve (the worker's registration)
+        raise CommandError(f"{daemon.name} cannot start: {exc}") from exc

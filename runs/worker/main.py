@@ -24,7 +24,7 @@ from django.db import connections
 
 from runs.brokers import get_broker
 from runs.clock import db_now
-from runs.daemon import Daemon
+from runs.daemon import TRANSIENT, Daemon
 from runs.models import WorkerProcess
 from runs.outcomes import flush_counts
 from runs.types import Outcome
@@ -37,6 +37,7 @@ from runs.worker.pool import InFlight, Slot
 from runs.worker.shutdown import Shutdown
 from runs.worker.supervise import Supervision
 from scheduler_core import conf
+from scheduler_core.exceptions import SchedulerError
 
 # The child processes of a worker when neither --concurrency nor WORKER_CONCURRENCY says:
 # the Procfile's and runall's number too (docs/architecture.md, "runworker").
@@ -118,19 +119,28 @@ class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
         connections.close_all()
         # What a child's handler context reads from, inherited at fork (ctx.using).
         child_process.WORKER_DATABASE[0] = self.using
-        self.slots = [Slot() for _ in range(self.concurrency)]
-        self.lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
-        self.register()
-        self.log.info("worker %s: %d slots on queues %s", self.worker_id, self.concurrency,
-                      ",".join(self.queues))
+        # Everything after the first child is made is inside the try: children ignore
+        # SIGTERM and are not daemonic (runs/worker/child.py), so an error between their
+        # start and the loop (a registration refused: "database is locked" on SQLite) left
+        # the worker waiting on them at exit, for ever.
         try:
+            for _ in range(self.concurrency):
+                self.slots.append(Slot())
+            self.lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
+            try:
+                self.register()
+            except TRANSIENT as exc:
+                raise SchedulerError(
+                    f"registering the worker failed ({type(exc).__name__}: "
+                    f"{(str(exc).strip() or '-').splitlines()[0][:200]})") from exc
+            self.log.info("worker %s: %d slots on queues %s", self.worker_id,
+                          self.concurrency, ",".join(self.queues))
             super().serve(max_rounds)
         finally:
-            # Children ignore SIGTERM (runs/worker/child.py); on an unexpected error the worker
-            # must not hang at exit waiting for them.
             for slot in self.slots:
                 slot.kill()
-            self.lanes.close()
+            if self.lanes is not None:
+                self.lanes.close()
 
     def in_flight(self) -> list[Slot]:
         """Slots whose child has runs."""
