@@ -2,7 +2,7 @@
 history"): the prune and the hot queries at N runs.
 
     .venv/bin/python bench/partitions.py --layout partitioned|plain [--runs N]
-        [--jobs J] [--dead F] [--lines L] [--days D] [--repeat R] [--skip-hot]
+        [--jobs J] [--dead F] [--lines L] [--days D] [--repeat R] [--explains E] [--skip-hot]
         [--skip-prune] [--skip-load] [--prune-budget-s S]
 
 Each layout in its own database (bench_partitions_<layout>, created and migrated; plain:
@@ -10,19 +10,22 @@ migrated with SCHEDULER_HISTORY_PARTITION_S=0, the same code on plain tables). S
 timed: J cron jobs, N runs spread evenly over the D (8) whole days before today (UTC), every
 run with one attempt and L log lines per attempt, by INSERT ... SELECT generate_series;
 a fraction F of the runs dead, the rest succeeded; plus 50,000 pending runs (the brief's
-pending set: 5,000 queued, the rest scheduled) and ANALYZE.
+pending set: 5,000 queued, the rest scheduled) and ANALYZE. The J jobs belong to the user
+bench-big; a second tenant, bench-small, owns 10 jobs of 20 runs each (over the same days,
+one dead per job): the tenant whose list must stay fast beside the big one's 10 M.
 
 Timed, each R times (median; every write inside a transaction rolled back): the lease of
 100 queued runs (transitions.start_attempts, the Redis broker's database half), the
 success ack of those 100 (completion.complete), the database broker's lease (its SELECT
-FOR UPDATE SKIP LOCKED + start), the API's run list (first page; state=dead;
-job=<id>; queue and state; one run by id; its logs), the admin's run list and
-dead letter; for each, the wall time of the call and the server's time
-(EXPLAIN ANALYZE planning + execution, summed over its statements). Then the prune
-of everything before today: partitioned, the dispatcher's way (retention.drop_partitions
-without finish, counts estimated: the retention call, the runs gone from the tables; then
-retention.finish_detached, the drop its finisher thread does, timed apart), then the row
-prune of what is left; plain,
+FOR UPDATE SKIP LOCKED + start), the API's run list (first page; the next page by
+its cursor; state=dead; job=<id>; queue and state; one run by id; its logs; the runs of
+one job; the dead letter), the same lists as each tenant sees them, the admin's run,
+attempt and log-line lists and dead letter; for each, the wall time of the call and the
+server's time (EXPLAIN ANALYZE planning + execution, summed over its statements). Then the
+prune of everything before today: partitioned, the dispatcher's way
+(retention.drop_partitions without finish, counts estimated: the retention call, the runs
+gone from the tables; then retention.finish_detached, the drop its finisher thread does,
+timed apart), then the row prune of what is left; plain,
 retention.prune in batches of 5,000 (prunehistory).
 Prints one JSON line.
 """
@@ -50,6 +53,8 @@ def parse():
     parser.add_argument("--days", type=int, default=8, choices=range(1, 9),
                         help="the history spread over the D whole days before today")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--explains", type=int, default=3,
+                        help="EXPLAIN ANALYZE runs per query (server time: their median)")
     parser.add_argument("--skip-prune", action="store_true")
     parser.add_argument("--skip-hot", action="store_true", help="no hot-query figures")
     parser.add_argument("--prune-budget-s", type=float, default=float("inf"),
@@ -96,13 +101,19 @@ def load(n: int, jobs: int, dead: float, lines: int) -> dict:
             while lower < first:
                 hp.create_range(cursor, hp.Range(lower, lower + hp.timedelta(days=1)))
                 lower += hp.timedelta(days=1)
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects
+    users.filter(username__in=["bench-big", "bench-small"]).delete()
+    big = users.create_user("bench-big", "big@example.com", "x")
+    small = users.create_user("bench-small", "small@example.com", "x")
     began = time.perf_counter()
     sql("INSERT INTO jobs_schedule (cron, timezone, misfire_policy, max_lag_s, jitter_s) "
         "SELECT '* * * * *', 'UTC', 'run_once', 3600, 0 FROM generate_series(1, %s)", [jobs])
     sql("INSERT INTO jobs_job (name, handler, payload, queue, shard_key, priority, status, "
         "schedule_id, next_run_at, timeout_s, max_attempts, unique_key, unique_states, "
-        "created_at, updated_at) SELECT 'j' || id, 'noop', '{}', 'default', '', 5, 'active', "
-        "id, now(), 60, 4, '', '', now(), now() FROM jobs_schedule")
+        "created_at, updated_at, owner_id) SELECT 'j' || id, 'noop', '{}', 'default', '', 5, "
+        "'active', id, now(), 60, 4, '', '', now(), now(), %s FROM jobs_schedule", [big.pk])
     # Run i of job (i % jobs): the 8 days before today's midnight, evenly; microseconds
     # apart so (job, scheduled_at) stays unique.
     sql("""
@@ -118,6 +129,21 @@ def load(n: int, jobs: int, dead: float, lines: int) -> dict:
         {"jobs": jobs, "n": n, "every": max(int(1 / dead), 1) if dead > 0 else n + 1,
          "days": ARGS.days})
     runs_s = time.perf_counter() - began
+    # The small tenant: 10 one-off jobs (no schedule), 20 runs each over the days.
+    sql("INSERT INTO jobs_job (name, handler, payload, queue, shard_key, priority, status, "
+        "run_at, timeout_s, max_attempts, unique_key, unique_states, created_at, "
+        "updated_at, owner_id) SELECT 's' || g, 'noop', '{}', 'default', '', 5, 'active', "
+        "now(), 60, 4, '', '', now(), now(), %s FROM generate_series(1, 10) g", [small.pk])
+    sql("""
+        INSERT INTO runs_run (job_id, scheduled_at, run_at, jitter_s, state, queue, shard,
+            priority, attempt, max_attempts, worker_id, created_at, finished_at, started_at,
+            error, catch_up)
+        SELECT j.id, t, t, 0, CASE WHEN k = 0 THEN 'dead' ELSE 'succeeded' END, 'default',
+               0, 5, 1, 4, 'w', t, t + interval '1 second', t, '', false
+        FROM jobs_job j, generate_series(0, 19) k,
+             LATERAL (SELECT date_trunc('day', now()) - %(days)s * interval '1 day'
+                      + (k * %(days)s * 4320 + j.id %% 60) * interval '1 second' AS t) g
+        WHERE j.owner_id = %(small)s""", {"days": ARGS.days, "small": small.pk})
     attempt_cols = "run_id, number, worker_id, started_at, finished_at, outcome, error"
     sql(f"INSERT INTO runs_attempt ({attempt_cols}, run_scheduled_at) SELECT id, 1, 'w', "
         "started_at, finished_at, CASE state WHEN 'dead' THEN 'failed' ELSE 'succeeded' END, "
@@ -159,7 +185,8 @@ def explain_ms(statements: list[str]) -> float:
 
 def measure(name: str, fn, results: dict) -> None:
     """Median wall ms of ``fn()`` over ARGS.repeat tries (each in a transaction rolled
-    back), and the server ms of its statements (explain_ms of the last try's)."""
+    back), and the server ms of its statements (explain_ms of the last try's, median of
+    ARGS.explains)."""
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
@@ -171,7 +198,7 @@ def measure(name: str, fn, results: dict) -> None:
             walls.append((time.perf_counter() - began) * 1000)
             transaction.set_rollback(True)
     statements = [q["sql"] for q in queries.captured_queries]
-    servers = [explain_ms(statements) for _ in range(3)]
+    servers = [explain_ms(statements) for _ in range(ARGS.explains)]
     results[name] = {"wall_ms": round(statistics.median(walls), 2),
                      "server_ms": round(statistics.median(servers), 2),
                      "statements": len(statements)}
@@ -211,23 +238,42 @@ def hot_queries() -> dict:
         get_user_model().objects.create_superuser("bench-admin", "b@example.com", "x")
     client = Client()
     client.force_login(user)
-    dead = Run.objects.filter(state=RunState.DEAD).order_by("-id").first()
+    dead = (Run.objects.filter(state=RunState.DEAD, job__owner__username="bench-big")
+            .order_by("-id").first())
+    second = client.get("/api/runs/").json()["next"]
     pages = {
         "api_runs": "/api/runs/",
+        "api_runs_page_2": second,
         "api_runs_dead": "/api/runs/?state=dead",
         "api_runs_job": f"/api/runs/?job={dead.job_id}",
         "api_runs_queue_state": "/api/runs/?queue=default&state=succeeded",
         "api_run_by_id": f"/api/runs/{dead.pk}/",
         "api_run_logs": f"/api/runs/{dead.pk}/logs/",
         "api_dead_letter": "/api/dead-letter/",
+        "api_job_runs": f"/api/jobs/{dead.job_id}/runs/",
         "admin_runs": "/admin/runs/run/",
+        "admin_attempts": "/admin/runs/attempt/",
+        "admin_log_lines": "/admin/runs/logline/",
         "admin_runs_dead": "/admin/runs/run/?state__exact=dead",
         "admin_dead_letter": "/admin/runs/deadrun/",
         "admin_run_page": f"/admin/runs/run/{dead.pk}/change/",
     }
-    for name, url in pages.items():
-        def get(url=url):
-            response = client.get(url)
+    tenants = {}
+    for username in ("bench-big", "bench-small"):
+        tenant = Client()
+        tenant.force_login(get_user_model().objects.get(username=username))
+        tenants[username.removeprefix("bench-")] = tenant
+    small_job = Run.objects.filter(job__owner__username="bench-small").first().job_id
+    for tenant, job in (("big", dead.job_id), ("small", small_job)):
+        pages.update({f"{tenant}_api_runs": (tenants[tenant], "/api/runs/"),
+                      f"{tenant}_api_runs_dead": (tenants[tenant], "/api/runs/?state=dead"),
+                      f"{tenant}_api_job_runs": (tenants[tenant], f"/api/jobs/{job}/runs/"),
+                      f"{tenant}_api_dead_letter": (tenants[tenant], "/api/dead-letter/")})
+    for name, page in pages.items():
+        who, url = page if isinstance(page, tuple) else (client, page)
+
+        def get(who=who, url=url):
+            response = who.get(url)
             assert response.status_code == 200, (url, response.status_code)
         measure(name, get, results)
     return results
