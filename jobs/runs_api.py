@@ -16,13 +16,13 @@ from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.filters import OrderingFilter
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.access import OwnerOrModelPermission, may_change_all, may_view_all
 from jobs.api import COMMON, FIELD_ERRORS, LISTED, Conflict, DetailSerializer, QuotaRefused
 from jobs.models import Job
+from jobs.owner_lists import OwnerScopedCursor, owner_job_ids
 from jobs.serializers import StrictFieldsMixin
 from jobs.tenants import QuotaExceeded, bounds_of
 from jobs.throttling import IsAuthenticatedOrThrottled
@@ -41,9 +41,10 @@ from scheduler_core.exceptions import BrokerUnavailable
 RUN_ORDERING = ("scheduled_at", "created_at", "id")
 
 
-class CheckedCursor(CursorPagination):
+class CheckedCursor(OwnerScopedCursor):
     """Cursor pagination that answers 404 "Invalid cursor" for a cursor whose position is
-    not a value of the ordering field (a forged or corrupted cursor), not a 500."""
+    not a value of the ordering field (a forged or corrupted cursor), not a 500; an owner
+    of few jobs pages job by job (jobs/owner_lists.py)."""
 
     def paginate_queryset(self, queryset, request, view=None):
         try:
@@ -86,6 +87,14 @@ def visible_runs(request):
     return runs if may_view_all(request.user, Run) else runs.filter(job__owner=request.user)
 
 
+def owner_jobs(view) -> list[int] | None:
+    """For a list of one owner's runs (no view_run permission, not one job's list): the
+    owner's job ids if at most OWNER_JOBS_MAX (jobs/owner_lists.py), else None."""
+    if "job_pk" in view.kwargs or may_view_all(view.request.user, Run):
+        return None
+    return owner_job_ids(view.request.user)
+
+
 def visible_job(request, job_pk) -> Job:
     """The job ``job_pk`` if ``request.user`` may see it (their own, or any with the
     view_job or change_job permission); raises Http404 otherwise."""
@@ -120,6 +129,10 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         if "job_pk" in self.kwargs:
             runs = runs.filter(job=visible_job(self.request, self.kwargs["job_pk"]))
         return runs
+
+    def owner_job_ids(self) -> list[int] | None:
+        """The jobs the listed runs all belong to, when few (jobs/owner_lists.py)."""
+        return owner_jobs(self)
 
     @extend_schema(summary="Requeue a dead (or cancelled) run now with a fresh attempt budget",
                    request=None, responses={200: RunSerializer, 409: DetailSerializer, **COMMON})
@@ -222,6 +235,10 @@ class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
             return Run.objects.none()
         return (visible_runs(self.request).dead().select_related("job")
                 .prefetch_related("attempts"))
+
+    def owner_job_ids(self) -> list[int] | None:
+        """The jobs the listed runs all belong to, when few (jobs/owner_lists.py)."""
+        return owner_jobs(self)
 
     @extend_schema(summary="Requeue the dead runs a filter picks, with a fresh attempt budget",
                    request=DeadLetterBulkSerializer,

@@ -36,6 +36,7 @@ from runs.admin_helpers import (
     with_attempt_timing,
     with_timing,
 )
+from runs.admin_paginator import EstimatedCountPaginator
 from runs.alerts import admin as alerts_admin  # noqa: F401 - registers its models
 from runs.models import Attempt, DeadRun, LogLine, Run
 
@@ -56,6 +57,7 @@ class RunAdmin(ReadOnlyAdmin):
     list_select_related = ("job",)
     ordering = ("-id",)
     show_full_result_count = False
+    paginator = EstimatedCountPaginator  # no COUNT(*) of the history (its module)
     list_per_page = 50
     actions = ["requeue_runs", "cancel_runs"]
     readonly_fields = ("job_link", "state_badge", "lag_display", "duration_display",

@@ -30,6 +30,7 @@ from runs.admin_helpers import (
     timestamp_column,
     with_attempt_timing,
 )
+from runs.admin_paginator import EstimatedCountPaginator
 from runs.clock import db_now
 from runs.models import Attempt, LogLine, Run, RunState, WorkerProcess
 from scheduler_core import conf
@@ -45,6 +46,7 @@ class AttemptAdmin(ReadOnlyAdmin):
     list_select_related = ("run",)
     ordering = ("-id",)
     show_full_result_count = False
+    paginator = EstimatedCountPaginator  # no COUNT(*) of the history (its module)
     readonly_fields = ("run_link", "duration_display", "error_pre", "log", "started",
                        "finished")
     fields = ("run_link", "number", "worker_id", ("started", "finished"),
@@ -101,6 +103,7 @@ class LogLineAdmin(ReadOnlyAdmin):
     list_select_related = ("attempt__run__job",)
     ordering = ("-id",)
     show_full_result_count = False
+    paginator = EstimatedCountPaginator  # no COUNT(*) of the history (its module)
     list_per_page = 100
     readonly_fields = ("time", "run_link", "attempt_number", "level_badge", "message_pre")
     fields = ("time", "level_badge", "logger", "run_link", "attempt_number", "message_pre")

@@ -102,6 +102,11 @@ class Run(models.Model):
                 fields=["lease_expires_at"], name="run_leased", condition=Q(state="running"),
             ),
             models.Index(fields=["state", "finished_at"], name="run_state_finished"),
+            # The run lists' default order, newest scheduled first (read backwards), and
+            # their scheduled_after/before ranges: without it /api/runs/ sorts every run
+            # (docs/api.md, "Lists at scale"). On partitioned tables every partition has
+            # its own, created with it (runs/history_partitions.py).
+            models.Index(fields=["scheduled_at", "id"], name="run_scheduled"),
         ]
 
     def __str__(self) -> str:

@@ -150,6 +150,16 @@ def test_a_leased_run_gets_its_attempt_with_its_runs_scheduled_at(using):
                 partition_of(run.pk).removeprefix("runs_run")
 
 
+def unindexed_partitions(cursor, index: str = "run_scheduled") -> set[str]:
+    """The partitions of runs_run (DEFAULT included) with no index attached to the
+    partitioned index ``index``."""
+    cursor.execute("SELECT c.relname FROM pg_partition_tree('runs_run') t JOIN pg_class c "
+                   "ON c.oid = t.relid WHERE t.isleaf AND NOT EXISTS (SELECT 1 FROM "
+                   "pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid "
+                   "WHERE i.inhparent = %s::regclass AND x.indrelid = t.relid)", [index])
+    return {name for (name,) in cursor.fetchall()}
+
+
 def test_create_ahead_moves_runs_beyond_the_partitions_ahead_out_of_the_default(layout):
     with connection.cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
@@ -163,6 +173,10 @@ def test_create_ahead_moves_runs_beyond_the_partitions_ahead_out_of_the_default(
 
     assert created >= 36
     assert hp.create_ahead(now=far) == 0
+    # Created as partitions, or (the one the run moved into) built then attached: each
+    # carries the run lists' index (docs/api.md, "Lists at scale").
+    with connection.cursor() as cursor:
+        assert unindexed_partitions(cursor) == set()
     assert partition_of(run.pk) == f"runs_run_{hp.Range(hp.floor_to_width(far, 86400), far).suffix}"
     assert Run.objects.get(pk=run.pk).scheduled_at == far
     assert Attempt.objects.filter(run_id=run.pk).count() == 1
@@ -356,6 +370,11 @@ def test_the_migration_partitions_a_populated_database():
                 "AND l.run_scheduled_at = r.scheduled_at").fetchone()[0]
             kind = db.execute("SELECT relkind FROM pg_class WHERE relname = 'runs_run'"
                               ).fetchone()[0]
+            lists_index = db.execute(
+                "SELECT count(*) FILTER (WHERE x.indexrelid IS NULL), count(*) FROM "
+                "pg_partition_tree('runs_run') t LEFT JOIN (pg_inherits i JOIN pg_index x ON "
+                "x.indexrelid = i.inhrelid AND i.inhparent = 'run_scheduled'::regclass) "
+                "ON x.indrelid = t.relid WHERE t.isleaf").fetchone()
             new_id = db.execute(
                 "INSERT INTO runs_run (job_id, scheduled_at, run_at, jitter_s, state, queue, "
                 "shard, priority, attempt, max_attempts, worker_id, created_at, error) "
@@ -366,6 +385,8 @@ def test_the_migration_partitions_a_populated_database():
         admin.close()
 
     assert kind == "p"
+    missing, partitions = lists_index
+    assert missing == 0 and partitions > 5  # run_scheduled on every partition (0011)
     assert [(i, s) for i, s, _ in after] == before
     assert after[0][2] == "runs_run_default" and after[2][2] == "runs_run_default"
     assert after[1][2].startswith("runs_run_p")
