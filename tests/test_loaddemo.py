@@ -260,3 +260,20 @@ def test_a_second_start_shows_current_cron_next_runs_not_the_stale_stored_ones()
             tzinfo=UTC)
         assert shown > now - timedelta(seconds=1), rows[str(job.pk)]
         assert f"{stale.astimezone(UTC):%Y-%m-%d %H:%M:%S}" not in rows[str(job.pk)]
+
+
+@pytest.mark.django_db
+def test_a_workflow_nodes_job_is_listed_as_its_node_not_with_a_stale_next_run():
+    """A node's job runs when its workflow reaches it: its stored next run means nothing."""
+    from workflows import services as workflows
+
+    loaddemo()
+    demo = get_user_model().objects.get(username="demo")
+    wf = workflows.create_workflow("etl", [{"name": "extract", "handler": "noop"}],
+                                   owner=demo)
+    node_job = wf.nodes.get().job
+
+    out, _ = loaddemo()
+
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit()}
+    assert rows[str(node_job.pk)].endswith(f"node of workflow {wf.pk}")

@@ -11,6 +11,7 @@ Bad crontab lines (and @reboot) are reported on stderr and skipped, never fatal.
 from datetime import UTC
 from pathlib import Path
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
@@ -51,6 +52,15 @@ def job_spec(entry: crontab.CronEntry, source: str) -> dict:
 def utc_text(moment) -> str:
     """An aware datetime as ``2026-01-31 14:05:09`` in UTC (the demo table's zone)."""
     return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
+
+
+def node_workflows(job_ids: list[int]) -> dict[int, int]:
+    """job id -> workflow id, for those of ``job_ids`` that are a workflow's node; empty
+    when the optional workflows app is not installed (docs/workflows.md)."""
+    if not apps.is_installed("workflows"):
+        return {}
+    node = apps.get_model("workflows", "WorkflowNode")
+    return dict(node.objects.filter(job_id__in=job_ids).values_list("job_id", "workflow_id"))
 
 
 class Command(BaseCommand):
@@ -183,8 +193,13 @@ class Command(BaseCommand):
                 job__in=[j.pk for j in jobs if j.schedule is None])
                 .order_by("job_id", "-pk").values_list("job_id", "state", "run_at")):
             latest.setdefault(job_id, (state, run_at))
+        nodes = node_workflows([j.pk for j in jobs])
         for job in jobs:
-            if job.schedule is not None:
+            if job.pk in nodes:
+                # A node's job runs when its workflow reaches the node; its stored next
+                # run is not when that is.
+                when, upcoming = "-", f"node of workflow {nodes[job.pk]}"
+            elif job.schedule is not None:
                 when = f"{job.schedule.cron} ({job.schedule.timezone})"
                 upcoming = job.next_run_at
                 if upcoming is not None and upcoming < now:
