@@ -1,7 +1,10 @@
 """The jobs endpoints: list (filters, ordering, page-number pagination), partial update,
 cancel (DELETE), pause, resume, trigger and bulk create."""
 
+import json
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -294,3 +297,15 @@ def test_a_paused_job_says_since_when(api, alice):
     assert resumed["paused_at"] is None
     api.post(f"/api/jobs/{job.pk}/pause/")
     assert api.delete(f"/api/jobs/{job.pk}/").json()["paused_at"] is None  # cancelled
+
+
+def test_the_create_example_of_docs_api_shows_every_field_the_answer_has(api, alice):
+    """docs/api.md's "Create" example lists what the API answers, field for field."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    section = text.split("### Create: `POST /api/jobs/`", 1)[1]
+    example = json.loads(re.search(r"^\{\n.*?^\}$", section, re.S | re.M).group(0))
+    answer = api.post("/api/jobs/", {"handler": "echo", "schedule": "30 2 * * *"},
+                      format="json")
+
+    assert answer.status_code == 201, answer.content
+    assert list(example) == list(answer.json())
