@@ -183,7 +183,9 @@ def test_bounds_cost_the_same_queries_for_ten_jobs_as_for_a_thousand(alice):
                   "payload": {"i": i}} for i in range(n)]
         with CaptureQueriesContext(connection) as queries:
             services.create_jobs(specs, owner=alice)
-        counts.append(len(queries))
+        # A call of 100+ runs also sends one DISCARD PLANS (jobs/bulk_insert.py,
+        # replan_checks): a constant, not the bounds' cost.
+        counts.append(len([q for q in queries if q["sql"] != "DISCARD PLANS"]))
     assert counts[0] == counts[1]
 
 
