@@ -3,13 +3,13 @@ and its Swagger UI, and the session login (/api/auth/login/). /healthz and /read
 in scheduler_project/urls.py."""
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from jobs.alerts_api import JobAlertsView, OwnerAlertsView
 from jobs.api import JobViewSet
 from jobs.limits_api import LimitsView
 from jobs.runs_api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
+from scheduler_project.api_docs import DocsView, SchemaView
 from workflows.api import WorkflowRunViewSet, WorkflowViewSet
 
 
@@ -44,8 +44,8 @@ urlpatterns = [
     path("limits/", LimitsView.as_view(), name="limits"),
     path("alerts/", OwnerAlertsView.as_view(), name="alerts"),
     path("jobs/<int:job_pk>/alerts/", JobAlertsView.as_view(), name="job-alerts"),
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    path("docs/", DocsView.as_view(url_name="schema"), name="swagger-ui"),
     # Session login for people using the browsable API or the Swagger UI in a browser.
     path("auth/", include("rest_framework.urls")),
     *router.urls,

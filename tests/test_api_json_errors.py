@@ -150,3 +150,15 @@ def test_pages_outside_the_api_keep_their_html(alice):
 
     assert response.status_code in (302, 404)
     assert not response["Content-Type"].startswith("application/json")
+
+
+@pytest.mark.parametrize("path", ["/api/docs/", "/api/schema/"])
+def test_the_schema_and_its_docs_page_answer_a_missing_login_as_json(path):
+    """Without a login both answer JSON (the docs page's detail saying where to log in),
+    not drf-spectacular's text/html 401 or a YAML error body."""
+    response = Client().get(path)
+
+    assert response.status_code in (401, 403)
+    text = detail(response)
+    if path == "/api/docs/":
+        assert "log in at /admin/" in text
