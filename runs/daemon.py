@@ -31,6 +31,27 @@ HOUSEKEEP_INTERVAL_S = 1.0
 STOP_BOUND_S = 5.0
 
 
+def sqlite_warning(settings_dict: dict) -> str | None:
+    """What is missing from a SQLite database's settings (a DATABASES entry) for daemons in
+    separate processes to share it, or None (not SQLite, or set as this project sets it:
+    docs/django-tasks.md, "The database and logging settings of a project of your own").
+    Without IMMEDIATE transactions and a timeout, writers fail with "database is locked"."""
+    if settings_dict.get("ENGINE") != "django.db.backends.sqlite3":
+        return None
+    options = settings_dict.get("OPTIONS") or {}
+    missing = []
+    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+        missing.append('"transaction_mode": "IMMEDIATE"')
+    if not options.get("timeout"):
+        missing.append('"timeout": 30')
+    if "journal_mode=wal" not in str(options.get("init_command", "")).lower().replace(" ", ""):
+        missing.append('"init_command": "PRAGMA journal_mode=WAL;"')
+    if not missing:
+        return None
+    return ("SQLite without " + ", ".join(missing) + " in its OPTIONS: the daemons will "
+            "fail with 'database is locked' (see docs/django-tasks.md; or use PostgreSQL)")
+
+
 class Daemon:
     """Base of the scheduler, dispatcher and worker daemons."""
 
@@ -102,6 +123,8 @@ class Daemon:
             policy.check()
         except ImproperlyConfigured as exc:
             raise SchedulerError(f"bad setting: {exc}") from exc
+        if warning := sqlite_warning(connections[self.using].settings_dict):
+            self.log.warning("%s: %s", self.name, warning)
         try:
             connections[self.using].ensure_connection()
         except DatabaseError as exc:
