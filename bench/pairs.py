@@ -47,6 +47,8 @@ def one_run(system: str, workload: str, python: Path, variant: str, size: list[s
     result = harness.run_adapter(cmd, workload, timeout_for(workload, quick),
                                  log_dir / f"{system}-{variant}-{workload}.log")
     result["command"] = shlex.join(cmd)
+    # Tells a run apart from the others (a chained run of ours is in two pairs).
+    result["run_id"] = f"{system}-{workload}-{time.time_ns()}"
     result["load_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     shown = {k: result.get(k) for k in ("figure", "unit", "unsupported", "failed")
              if result.get(k) is not None}
@@ -88,6 +90,80 @@ def run_cell(system: str, variant: str, workload: str, pythons: dict, pairs: int
     return {"pairs": out}
 
 
+def round_steps(group: list, round_index: int) -> list:
+    """One round of a group of chained rows (one row or a couple): the steps ``"ours"``
+    and ``(row, side)``, side ``"before"`` (paired with the run of ours just before it:
+    ours first) or ``"after"`` (the run of ours just after it: the row first). A couple
+    (a, b) runs O a b O b a O a b O ...: each run of ours partners the row before it and
+    the row after it, every pair is two adjacent runs at the same size, each row
+    alternates which goes first (as run_cell's pairs do), and ours runs K + 1 times for
+    the couple's 2K pairs instead of 2K. One row alone: O x x O x ..."""
+    if len(group) == 2:
+        first, second = group if round_index % 2 == 0 else group[::-1]
+        return [(first, "before"), (second, "after"), "ours"]
+    if round_index % 2 == 0:
+        return [(group[0], "before")]
+    return [(group[0], "after"), "ours"]
+
+
+def run_chain(row_keys: list, workload: str, pythons: dict, pairs: int, quick: bool,
+              n: int | None, log_dir: Path, on_pair=None) -> dict:
+    """W3 and W4 (ours at one size for every row): the rows in couples, in order (a
+    system's default and tuned rows together), each couple's K chained rounds
+    (round_steps) before the next couple's, so that a run stopped part-way has whole
+    cells. Returns ``{(system, variant): {"pairs": [...]}}`` as run_cell does; a run of
+    ours is in the pairs on either side of it (the same dict, and "run_id" tells runs
+    apart after a JSON round trip). A row that reports the workload unsupported, or fails
+    in its first pair, leaves the chain. ``on_pair(cells)`` after every pair."""
+    cells = {key: {"pairs": []} for key in row_keys}
+    ours_size = rows.size_args("ours", workload, quick, n)
+    gone: set = set()
+    state = {"ours": None, "waiting": None, "previous_was_ours": False}
+
+    def run_ours():
+        state["ours"] = one_run("ours", workload, pythons["ours"], "default", ours_size,
+                                quick, log_dir)
+        state["previous_was_ours"] = True
+        if state["waiting"] is not None:
+            key, peer = state["waiting"]
+            state["waiting"] = None
+            cells[key]["pairs"].append({"order": ["row", "ours"], "ours": state["ours"],
+                                        "peer": peer})
+            if on_pair:
+                on_pair(cells)
+
+    for start in range(0, len(row_keys), 2):
+        for i in range(pairs):
+            group = [k for k in row_keys[start:start + 2] if k not in gone]
+            if not group:
+                break
+            for step in round_steps(group, i):
+                if step == "ours":
+                    if not state["previous_was_ours"]:
+                        run_ours()
+                    continue
+                key, side = step
+                if side == "before" and not state["previous_was_ours"]:
+                    run_ours()
+                system, variant = key
+                peer = one_run(system, workload, pythons[system], variant,
+                               rows.size_args(system, workload, quick, n, variant), quick,
+                               log_dir)
+                state["previous_was_ours"] = False
+                if side == "before":
+                    cells[key]["pairs"].append({"order": ["ours", "row"],
+                                                "ours": state["ours"], "peer": peer})
+                    if on_pair:
+                        on_pair(cells)
+                else:
+                    state["waiting"] = (key, peer)
+                if "unsupported" in peer or (i == 0 and peer.get("failed")):
+                    gone.add(key)
+    if state["waiting"] is not None:
+        run_ours()
+    return cells
+
+
 # --- aggregation -----------------------------------------------------------------------
 
 
@@ -111,6 +187,17 @@ def figure_of(result: dict | None, workload: str, row: str = "default") -> float
     if workload in ("W3", "W5") and unit == "s":
         value *= 1000.0
     return float(value)
+
+
+def size_of(details: dict | None) -> int | None:
+    """A run's N for the table: its ``n``, else (W3) the jobs it submitted, rate x
+    duration (ours and some peers give no ``n`` there: the column showed 0.00 or —)."""
+    details = details or {}
+    if details.get("n"):
+        return details["n"]
+    rate = details.get("rate") or details.get("rate_per_s")
+    duration = details.get("duration_s")
+    return round(rate * duration) if rate and duration else None
 
 
 def spread(values: list[float]) -> dict | None:
@@ -152,7 +239,7 @@ def aggregate(system: str, workload: str, cell: dict, row: str) -> dict:
         "pairs": sum(1 for r in ratios if r is not None),
         "load_1m": [min(loads), max(loads)] if loads else None,
         "config": details.get("config"), "durable_history": details.get("durable_history"),
-        "history": details.get("history"), "n": details.get("n"),
+        "history": details.get("history"), "n": size_of(details),
         "orders": [p["order"][0] == "ours" for p in pairs],
     })
     if workload == "W1":

@@ -9,6 +9,10 @@ default is 4 child processes; 2 is the rule's process count).
 """
 
 WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "ceiling"]
+# The order bench/run.py measures them in: the targets' workloads (W1, W2, the ceiling)
+# and the short ones first, W3 and W4 (a minute boundary per run) last, so that a run
+# stopped at its session's end has lost the least.
+RUN_ORDER = ["W1", "W2", "ceiling", "W6", "W5", "W3", "W4"]
 VARIANTS = ["default", "tuned"]
 HIGHER_IS_BETTER = {"W1": True, "W2": True, "W3": False, "W4": False, "W5": False,
                     "W6": False, "ceiling": True}
@@ -63,10 +67,21 @@ WORKER_WORKLOADS = {"W2", "W3", "W4"}
 # largest N. W1's peer runs store w1_n jobs (a sample of their one-call-per-job rate and
 # of their bulk call's); ours stores 20,000 in batches of 10,000, its documented batch.
 W2_N_OURS = 20000
+# W3 and W4 at full size take the same options for every row, ours too (so that bench/run.py
+# can chain their pairs, pairs.chain_plan). W3: 20 s at 116 jobs/s (2,320 jobs; 60 s took
+# 64-190 s a run, and a row that keeps up gives the same p99 at 20 s; a row that falls
+# behind shows a lag that grows with the duration either way). W4: 1,000 cron jobs for
+# every row: each run waits for a minute boundary (about a minute a run whatever N), and
+# at 20,000 the slow peers ran into their 5-minute limits (Celery 1,479 started, RQ
+# 14,023, django-q2 15,000); ours without its second, 50,000-job boundary (--n-large 0).
+FULL_ARGS = {"W3": ["--duration", "20"], "W4": ["--n", "1000"]}
+OURS_FULL_ARGS = {"W4": ["--n-large", "0"]}
+CHAINED = {"W3", "W4"}
 QUICK_ARGS = {"W1": ["--n", "2000"], "W2": ["--n", "1000"], "W3": ["--duration", "5"],
               "W4": ["--n", "1000"], "W6": ["--n", "5000"], "ceiling": ["--n", "2000"]}
 FULL_SIZES = ("W1 20,000 jobs; W2 N per row (the table's N column; ours 20,000 alone); W3 "
-              "60 s; W4 20,000 cron jobs; W5 up to 1 M cron jobs; W6 50,000 pending")
+              "20 s (2,320 jobs); W4 1,000 cron jobs; W5 up to 1 M cron jobs; W6 50,000 "
+              "pending")
 QUICK_SIZES = "W1 2,000 jobs, W2 1,000 jobs, W3 5 s, W4 1,000 cron jobs, W5 up to 100 K, " \
               "W6 5,000 pending"
 
@@ -92,6 +107,9 @@ def size_args(system: str, workload: str, quick: bool, n: int | None,
         return ["--n", str(n)]
     if quick:
         return ["--quick", *QUICK_ARGS.get(workload, [])]
+    if workload in FULL_ARGS:
+        extra = OURS_FULL_ARGS.get(workload, []) if system == "ours" else []
+        return [*FULL_ARGS[workload], *extra]
     if system == "ours":
         # The ceiling's pair runs our W2 at the bare loop's N: 20,000, its full size.
         return ["--n", str(W2_N_OURS)] if workload == "ceiling" else []

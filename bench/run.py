@@ -72,13 +72,22 @@ def parse_list(value: str | None, allowed: list[str], what: str) -> list[str]:
 def ours_row(workload: str, cells: dict) -> dict | None:
     """Our row over every run of ours in the workload's cells (all pairs)."""
     figures, rest, loads = [], [], []
-    runs = [p["ours"] for cell in cells.values() for p in cell["pairs"]
-            if p.get("ours") and workload != "ceiling"]
-    # W2's pairs run ours at each row's N: our row is its runs at the largest N.
-    sizes = [(r.get("details") or {}).get("n") or 0 for r in runs]
-    n = max(sizes, default=None)
+    runs, seen = [], set()
+    for cell in cells.values():
+        for p in cell["pairs"]:
+            run = p.get("ours")
+            # A chained run of ours (pairs.run_chain) is in two pairs: counted once.
+            if not run or workload == "ceiling" or run.get("run_id", id(run)) in seen:
+                continue
+            seen.add(run.get("run_id", id(run)))
+            runs.append(run)
+    # W2's pairs run ours at each row's N: our row is its runs at the largest N. W3 has
+    # no n in our details: the jobs submitted (pairs.size_of; 0 showed as "0.00").
+    sizes = [pairing.size_of(r.get("details")) or 0 for r in runs]
+    largest = max(sizes, default=None)
+    n = largest or None
     for r, size in zip(runs, sizes, strict=True):
-        if size != n:
+        if size != largest:
             continue
         figures.append(pairing.figure_of(r, workload))
         details = r.get("details") or {}
@@ -152,6 +161,7 @@ def main() -> None:
     if "ours" not in systems and not args.no_ours:
         systems.insert(0, "ours")
     workloads = parse_list(args.workloads, rows.WORKLOADS, "workloads")
+    workloads.sort(key=rows.RUN_ORDER.index)
     variants = parse_list(args.variants, rows.VARIANTS, "variants")
     command = "python bench/run.py" + "".join(f" {a}" for a in sys.argv[1:])
     today = date.today().isoformat()
@@ -174,16 +184,25 @@ def main() -> None:
         peers = [s for s in systems if s != "ours" and s in pythons
                  and workload in rows.SYSTEMS[s]["workloads"] and workload != "ceiling"]
         with_ours = "ours" in systems and not args.no_ours
-        for system in peers:
-            for variant in rows.variants_of(system, workload):
-                if variant not in variants and workload in rows.WORKER_WORKLOADS:
-                    continue
-                common.log(f"[run] {workload}: {system}/{variant}, {args.pairs} pairs")
-                cells[(system, variant)] = pairing.run_cell(
-                    system, variant, workload, pythons, args.pairs, args.quick, args.n,
-                    log_dir, with_ours=with_ours)
-                checkpoint(workload, cells, raw, summary_new, (hw, command, today, notes, began,
-                           args))
+        keys = [(system, variant) for system in peers
+                for variant in rows.variants_of(system, workload)
+                if variant in variants or workload not in rows.WORKER_WORKLOADS]
+        if workload in rows.CHAINED and with_ours and keys:
+            # Ours runs at one size for every row: one run of ours partners the rows on
+            # either side of it (pairs.chain_plan).
+            common.log(f"[run] {workload}: {len(keys)} rows chained, {args.pairs} rounds")
+            cells = pairing.run_chain(
+                keys, workload, pythons, args.pairs, args.quick, args.n, log_dir,
+                on_pair=lambda c, w=workload: checkpoint(
+                    w, c, raw, summary_new, (hw, command, today, notes, began, args)))
+            keys = []
+        for system, variant in keys:
+            common.log(f"[run] {workload}: {system}/{variant}, {args.pairs} pairs")
+            cells[(system, variant)] = pairing.run_cell(
+                system, variant, workload, pythons, args.pairs, args.quick, args.n,
+                log_dir, with_ours=with_ours)
+            checkpoint(workload, cells, raw, summary_new, (hw, command, today, notes, began,
+                       args))
         if workload == "ceiling" and ours_alone:
             cells[("ours", "default")] = pairing.run_cell(
                 "ours", "default", "ceiling", pythons, args.pairs, args.quick, None, log_dir)

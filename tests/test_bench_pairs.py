@@ -1,0 +1,105 @@
+"""bench/pairs.py's chained pairs and bench/rows.py's sizes (BENCHMARKS.md, "Rules" and
+"Reproduce"): W3 and W4 share one run of ours between the rows on either side of it, so
+every pair must still be two adjacent runs, each row must alternate which of its pair goes
+first, and our row must count each of its runs once; W3's N column showed 0.00 for ours."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import pairs  # noqa: E402
+import rows  # noqa: E402
+import run  # noqa: E402
+
+
+def fake_runs(monkeypatch, fail: set | None = None):
+    """pairs.one_run replaced by a recorder: no adapter runs (this is the harness's
+    bookkeeping, not a measurement). Returns the list of runs in the order made."""
+    made = []
+
+    def one_run(system, workload, python, variant, size, quick, log_dir):
+        result = {"figure": float(len(made) + 1), "unit": "ms", "size": size,
+                  "run_id": f"{system}-{len(made)}", "load_1m": [1.0, 1.0],
+                  "details": {"rate": 116.0, "duration_s": 20.0, "count": 2300}}
+        if (system, variant) in (fail or set()):
+            result = {"failed": "boom", "run_id": f"{system}-{len(made)}"}
+        made.append((system, variant, result))
+        return result
+
+    monkeypatch.setattr(pairs, "one_run", one_run)
+    return made
+
+
+def test_a_chain_pairs_adjacent_runs_and_alternates_who_goes_first(monkeypatch):
+    made = fake_runs(monkeypatch)
+    keys = [("celery", "default"), ("celery", "tuned"), ("rq", "default"),
+            ("rq", "tuned"), ("pgqueuer", "default")]
+    cells = pairs.run_chain(keys, "W3", {"ours": "py", "celery": "py", "rq": "py",
+                                         "pgqueuer": "py"}, 3, False, None, Path("/tmp"))
+    position = {r["run_id"]: i for i, (_, _, r) in enumerate(made)}
+    ours_runs = [r for s, _, r in made if s == "ours"]
+    peer_runs = [r for s, _, r in made if s != "ours"]
+    assert len(peer_runs) == 15
+    assert len(ours_runs) < 15  # the point: fewer runs of ours than pairs
+    for key in keys:
+        cell = cells[key]["pairs"]
+        assert len(cell) == 3
+        firsts = []
+        for pair in cell:
+            gap = position[pair["peer"]["run_id"]] - position[pair["ours"]["run_id"]]
+            assert abs(gap) == 1, (key, pair["order"])  # adjacent runs
+            assert pair["order"] == (["ours", "row"] if gap == 1 else ["row", "ours"])
+            firsts.append(pair["order"][0])
+        assert firsts in (["ours", "row", "ours"], ["row", "ours", "row"]), (key, firsts)
+    # A couple's cells are whole before the next couple's begin (a stopped run keeps
+    # whole cells): celery's runs all come before rq's.
+    last_celery = max(i for i, (s, _, _) in enumerate(made) if s == "celery")
+    first_rq = min(i for i, (s, _, _) in enumerate(made) if s == "rq")
+    assert last_celery < first_rq
+    # Never two runs of ours one after the other.
+    kinds = [s for s, _, _ in made]
+    assert all(not (a == b == "ours") for a, b in zip(kinds, kinds[1:], strict=False))
+    # W3 runs at one size for every row, ours too.
+    assert {tuple(r["size"]) for _, _, r in made} == {("--duration", "20")}
+
+
+def test_a_row_failing_in_its_first_pair_leaves_the_chain(monkeypatch):
+    made = fake_runs(monkeypatch, fail={("rq", "default")})
+    keys = [("celery", "default"), ("rq", "default"), ("celery", "tuned")]
+    cells = pairs.run_chain(keys, "W4", {"ours": "py", "celery": "py", "rq": "py"}, 3,
+                            False, None, Path("/tmp"))
+    assert len(cells[("rq", "default")]["pairs"]) == 1
+    assert sum(1 for s, v, _ in made if (s, v) == ("rq", "default")) == 1
+    assert len(cells[("celery", "tuned")]["pairs"]) == 3
+    # W4 at one N for every row; ours without its second, larger boundary.
+    sizes = {(s, tuple(r.get("size") or ())) for s, _, r in made if "size" in r}
+    assert sizes == {("ours", ("--n", "1000", "--n-large", "0")),
+                     ("celery", ("--n", "1000"))}
+
+
+def test_our_row_counts_a_shared_run_once_and_gives_w3_an_n(monkeypatch):
+    fake_runs(monkeypatch)
+    keys = [("celery", "default"), ("celery", "tuned")]
+    cells = pairs.run_chain(keys, "W3", {"ours": "py", "celery": "py"}, 3, False, None,
+                            Path("/tmp"))
+    distinct = {p["ours"]["run_id"] for c in cells.values() for p in c["pairs"]}
+    mine = run.ours_row("W3", cells)
+    assert mine["pairs"] == len(distinct) < 6
+    assert mine["n"] == 2320  # was 0, shown as "0.00" in the table's N column
+    row = pairs.aggregate("celery", "W3", cells[("celery", "default")], "default")
+    assert row["n"] == 2320  # was None, shown as "—"
+    # After a JSON round trip (--report-only reads the dated file) the copies are
+    # separate dicts: still counted once.
+    import json
+
+    again = json.loads(json.dumps({f"{s}/{v}": c for (s, v), c in cells.items()}))
+    assert run.ours_row("W3", again)["pairs"] == len(distinct)
+
+
+def test_the_run_measures_the_targets_workloads_first_and_w3_w4_last():
+    assert sorted(rows.WORKLOADS) == sorted(rows.RUN_ORDER)
+    assert rows.RUN_ORDER[:3] == ["W1", "W2", "ceiling"]
+    assert rows.RUN_ORDER[-2:] == ["W3", "W4"]
+    assert rows.size_args("ours", "W2", False, None) == []
+    assert rows.size_args("rq", "W2", False, None, "tuned") == ["--n", "1000"]
+    assert rows.size_args("rq", "W3", True, None) == ["--quick", "--duration", "5"]
