@@ -96,10 +96,10 @@ def test_our_row_counts_a_shared_run_once_and_gives_w3_an_n(monkeypatch):
     assert run.ours_row("W3", again)["pairs"] == len(distinct)
 
 
-def test_the_run_measures_the_targets_workloads_first_and_w3_w4_last():
+def test_the_run_measures_the_targets_workloads_first_and_w4_w3_last():
     assert sorted(rows.WORKLOADS) == sorted(rows.RUN_ORDER)
     assert rows.RUN_ORDER[:3] == ["W1", "W2", "ceiling"]
-    assert rows.RUN_ORDER[-2:] == ["W3", "W4"]
+    assert rows.RUN_ORDER[-2:] == ["W4", "W3"]
     assert rows.size_args("ours", "W2", False, None) == []
     assert rows.size_args("rq", "W2", False, None, "tuned") == ["--n", "1000"]
     assert rows.size_args("rq", "W3", True, None) == ["--quick", "--duration", "5"]
