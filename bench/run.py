@@ -235,7 +235,9 @@ def summarise(workload: str, cells: dict, today: str, quick: bool) -> dict:
     ``{(system, variant): {"pairs": [...]}}``; ours is one row over all its pairs."""
     wsum: dict = {}
     for (system, variant), cell in cells.items():
-        if system == "ours" and workload != "ceiling":
+        # A chained cell not reached yet (pairs.run_chain) has no pairs: no row, so that
+        # a run stopped part-way keeps that row's earlier figures, carried over.
+        if (system == "ours" and workload != "ceiling") or not cell["pairs"]:
             continue
         names = ["default", "tuned"] if workload == "W1" and system != "ours" else [variant]
         for row in names:

@@ -103,3 +103,15 @@ def test_the_run_measures_the_targets_workloads_first_and_w4_w3_last():
     assert rows.size_args("ours", "W2", False, None) == []
     assert rows.size_args("rq", "W2", False, None, "tuned") == ["--n", "1000"]
     assert rows.size_args("rq", "W3", True, None) == ["--quick", "--duration", "5"]
+
+
+def test_a_cell_not_reached_yet_gives_no_row(monkeypatch):
+    """Checkpoints come after every pair: an empty row would replace the row's carried-over
+    figures of an earlier day in summary.json."""
+    fake_runs(monkeypatch)
+    cells = {("celery", "default"): {"pairs": []}}
+    cells.update(pairs.run_chain([("rq", "default")], "W3", {"ours": "py", "rq": "py"}, 1,
+                                 False, None, Path("/tmp")))
+    summary = run.summarise("W3", cells, "2026-12-02", False)
+    assert "celery" not in summary
+    assert summary["rq"]["default"]["pairs"] == 1
