@@ -40,21 +40,65 @@ def _lock_pending(wr_id: int, using: str) -> None:
          .order_by("id").select_for_update().values_list("id", flat=True))
 
 
+def _running_run_ids(wr_id: int, using: str) -> set[int]:
+    return set(NodeRun.objects.using(using)
+               .filter(workflow_run_id=wr_id, state=NodeState.RUNNING)
+               .values_list("run_id", flat=True))
+
+
+def _lock_live_runs(wr_id: int, using: str) -> list[int]:
+    """Lock (FOR UPDATE) the runs of workflow run ``wr_id``'s running nodes and return
+    their ids. Read again after each lock until no new one appears: an ack holding one of
+    these runs may commit a downstream run while this waits for it (continued on its
+    worker, or pushed), and the read before the wait cannot see it; the read after it
+    does (READ COMMITTED). Runs before node runs: the lock order everywhere."""
+    locked: list[int] = []
+    while True:
+        fresh = _running_run_ids(wr_id, using) - set(locked)
+        if not fresh:
+            return locked
+        locked += Run.objects.using(using).filter(pk__in=sorted(fresh)).order_by(
+            "pk").select_for_update().values_list("pk", flat=True)
+        # A run id whose row is gone (deleted by hand) must not be read again for ever.
+        locked += sorted(fresh - set(locked))
+
+
+class _LockAgain(Exception):
+    """A node started while cancel_workflow_run waited on its pending row: roll back and
+    take the locks again, that node's run first."""
+
+
 def cancel_workflow_run(workflow_run, using: str = "default") -> bool:
     """Cancel a running or paused workflow run (an instance or id): its pending nodes
     become ``cancelled`` without running, the runs of its running nodes are cancelled
     (runs/services.py's cancel: a handler executing is stopped), and the workflow run is
-    ``cancelled``. Returns False when it had already ended (nothing changes)."""
+    ``cancelled``; once this returns, no run of it is left live, also one an ack, a
+    resume or the reconcile made while this waited for it. Returns False when it had
+    already ended (nothing changes)."""
     wr_id = _pk(workflow_run)
+    for attempt in range(CANCEL_TRIES):
+        try:
+            return _cancel(wr_id, using, last=attempt == CANCEL_TRIES - 1)
+        except _LockAgain:
+            continue
+    raise AssertionError("unreachable: the last try never raises _LockAgain")
+
+
+CANCEL_TRIES = 3
+
+
+def _cancel(wr_id: int, using: str, last: bool) -> bool:
     with transaction.atomic(using=using):
         now = db_now(using)
-        run_ids = list(NodeRun.objects.using(using)
-                       .filter(workflow_run_id=wr_id, state=NodeState.RUNNING)
-                       .values_list("run_id", flat=True))
-        # Runs first, then the workflow run: the order an ack takes them in (engine.py).
-        list(Run.objects.using(using).filter(pk__in=run_ids).order_by("pk")
-             .select_for_update().values_list("pk", flat=True))
+        run_ids = _lock_live_runs(wr_id, using)
         _lock_pending(wr_id, using)
+        # A resume or a reconcile that held these pending rows before us may have
+        # started nodes, and no run lock of ours waited for it. Locking those runs now
+        # would take a lock against the order (a deadlock with their own ack): start
+        # again instead, their runs among the first locked. After CANCEL_TRIES such
+        # races the reconcile's _cancel_strays cancels what is left.
+        if not last and _running_run_ids(wr_id, using) - set(run_ids):
+            raise _LockAgain
         changed = WorkflowRun.objects.using(using).filter(
             pk=wr_id, state__in=LIVE_WORKFLOW_STATES).update(
             state=WorkflowRunState.CANCELLED, finished_at=now,

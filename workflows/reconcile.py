@@ -11,8 +11,8 @@ hooks would have done:
 * a pending node whose upstreams have all succeeded gets its run (a running workflow
   run);
 * a workflow run none of whose nodes can progress ends;
-* the runs still live of a cancelled workflow run are cancelled (one made by an ack in
-  the instant of the cancel).
+* the runs still live of a cancelled workflow run are cancelled (one made by a resume in
+  the instant of a cancel that raced three times, workflows/control.py).
 
 Runs whose push to the broker was lost are the dispatcher's reconcile's (the runs table
 is the truth, docs/architecture.md, "Invariants" 2).
