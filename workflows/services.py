@@ -186,7 +186,10 @@ def start_workflow_run(workflow, *, run_key: str | None = None,
     """
     _check_start(run_key, scheduled_at)
     with transaction.atomic(using=using):
-        wf = Workflow.objects.using(using).get(pk=_pk(workflow))
+        # Locked, so a pause_workflow waits for this start and one that returned first is
+        # read here: no run appears once a pause has returned (docs/workflows.md, "Cancel
+        # and pause"). The scheduler's tick takes the same row lock (workflows/ticks.py).
+        wf = Workflow.objects.using(using).select_for_update().get(pk=_pk(workflow))
         existing = _by_key(wf, run_key, using)
         if existing is not None:
             return existing
