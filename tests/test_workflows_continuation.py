@@ -124,3 +124,21 @@ def test_no_continuation_where_a_lease_would_apply_a_rule(pair, settings, why):
     b = run_of(broker, workflow_run, "b")
     assert b.state in (RunState.SCHEDULED, RunState.QUEUED)
     assert lease_first(broker, "w2").run_id == b.pk
+
+
+def test_a_worker_at_its_max_runs_takes_no_continuation(pair):
+    """A worker whose last run (max_runs) is being acked has no child left to run a
+    continued run: the downstream run must go to the broker for other workers, not be
+    leased to this one only to be released as it stops."""
+    from runs.worker import Worker
+
+    broker = pair
+    workflow_run = chain(broker, "a", "b")
+    broker.promote()
+    Worker(["default"], concurrency=1, using=broker.using, max_runs=1).serve()
+
+    b = run_of(broker, workflow_run, "b")
+    assert run_of(broker, workflow_run, "a").state == RunState.SUCCEEDED
+    assert list(Attempt.objects.using(broker.using).filter(run=b).values_list(
+        "worker_id", "outcome")) == []
+    assert (b.state, b.attempt) in ((RunState.SCHEDULED, 0), (RunState.QUEUED, 0))

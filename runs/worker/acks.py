@@ -72,7 +72,9 @@ class Acks:
         room = min(self.concurrency,
                    sum(1 for o in outcomes if o.outcome == AttemptOutcome.SUCCEEDED))
         if self.max_runs is not None:
-            held = len(self.ahead) + len(self.handed())
+            # ``outcomes`` are out of self.outcomes and not yet in self.acking: counted
+            # here, or the last ack before max_runs continues a run past it.
+            held = len(self.ahead) + len(self.handed()) + len(outcomes)
             room = min(room, self.max_runs - self.finished - self.acked_pending() - held)
         if room <= 0 or self.stopping:
             return None
