@@ -233,3 +233,45 @@ def test_a_worker_killed_after_the_ack_committed_but_before_adopt_loses_nothing(
     if broker.name == "redis":
         assert broker.client.zcard(broker.keys.leased("default", dead.shard)) == 0
         assert broker.client.hgetall(broker.keys.running("default")) == {}
+
+
+def ack_queries(broker, owner, width: int) -> int:
+    """Database queries of the ack of a fan-out root of ``width`` nodes, offering one."""
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    # The root outranks the nodes an earlier call left in the queue (strict priority).
+    nodes = [{"name": "root", "handler": "wf.cont", "payload": {}, "priority": 3}] + [
+        {"name": f"n{i}", "handler": "wf.cont", "payload": {}} for i in range(width)]
+    workflow = services.create_workflow(f"f{width}", nodes,
+                                        [("root", f"n{i}") for i in range(width)],
+                                        owner=owner, using=broker.using)
+    services.start_workflow_run(workflow, using=broker.using)
+    lease = lease_first(broker)
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+    with CaptureQueriesContext(connections[broker.using]) as queries:
+        broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED)], offer)
+    assert len(offer.taken) == 1
+    for lease, _ in offer.taken:  # out of the way of the next fan-out's root
+        broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED)])
+    return len(queries)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "with OWNER_CONCURRENCY 0 and an owned workflow, continuation.continuable reads "
+    "every owner policy (owner_limits) once per run the ack made ready, though the "
+    "offer's room is one: a fan-out of 200 costs the ack 200 more queries inside its "
+    "transaction, with the node runs locked; the fix (read the limits once per ack and "
+    "stop at the room, engine._continue / runs/continuation.py) is the wfperf branch's"))
+def test_an_acks_queries_do_not_grow_with_its_fan_out(pair, settings):
+    from django.contrib.auth.models import User
+
+    broker = pair
+    if broker.using != "default":
+        pytest.skip("SQLite points node runs at their runs one statement each, by design")
+    settings.SCHEDULER = {**settings.SCHEDULER, "OWNER_CONCURRENCY": 0,
+                          "PRIORITY_CLASSES": ""}
+    owner = User.objects.db_manager(broker.using).create_user("tenant")
+    narrow = ack_queries(broker, owner, 10)
+    wide = ack_queries(broker, owner, 200)
+    assert wide <= narrow + 2, (narrow, wide)
