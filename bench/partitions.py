@@ -35,6 +35,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -279,6 +280,35 @@ def hot_queries() -> dict:
     return results
 
 
+class StallProbe(threading.Thread):
+    """What an ack sees of the retention call: a statement on runs_run (its parent table,
+    as every lease and ack) every few milliseconds on a connection of its own; the
+    longest one took as long as the call held the tables' exclusive locks, give or take
+    a few ms. ``finish()`` stops it and returns that longest statement (seconds)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.longest = 0.0
+
+    def run(self):
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            while not self.stop.is_set():
+                began = time.perf_counter()
+                cursor.execute("SELECT count(*) FROM runs_run WHERE id = 0")
+                cursor.fetchall()
+                self.longest = max(self.longest, time.perf_counter() - began)
+                time.sleep(0.002)
+        connection.close()
+
+    def finish(self) -> float:
+        self.stop.set()
+        self.join()
+        return round(self.longest, 3)
+
+
 def prune() -> dict:
     """The prune of everything before today's midnight, as the dispatcher does it
     (partitioned: the drop, with the planner's counts; then the row prune of what is
@@ -291,11 +321,14 @@ def prune() -> dict:
     counts = {"runs_before": sql("SELECT count(*) FROM runs_run")[0][0],
               "prunable": retention.prunable(before).count()}
     cpu = time.process_time()
+    probe = StallProbe()
+    probe.start()
     began = time.perf_counter()
     # The dispatcher's retention call: detach (the runs leave the tables), then its
     # finisher thread's drop of the detached tables, timed on its own.
     retention.drop_partitions(before, count=False, finish=False)
     detached_s = time.perf_counter() - began
+    counts["longest_stall_s"] = probe.finish()
     finish_began = time.perf_counter()
     retention.finish_detached(count=False)
     finish_s = time.perf_counter() - finish_began

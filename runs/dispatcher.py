@@ -157,49 +157,55 @@ class Dispatcher(Daemon):
         return pruned.runs + keys
 
     def keep_partitions(self, before) -> None:
-        """Create the time partitions ahead and retire those wholly past the retention
-        cutoff ``before`` (None: keep all); PostgreSQL only (history_partitions.
-        create_ahead, retention.drop_partitions). Tables kept locked by others past the
-        lock timeout, or a deadlock, leave it for the next pass: the dispatcher goes on
-        serving."""
+        """Create the time partitions ahead and, when some are wholly past the retention
+        cutoff ``before`` (None: keep all) or were detached and not dropped, start the
+        retire thread (retire); PostgreSQL only (history_partitions.create_ahead).
+        Tables kept locked by others past the lock timeout, or a deadlock, leave it for
+        the next pass: the dispatcher goes on serving."""
         try:
             history_partitions.create_ahead(self.using)
-            if before is None:
-                return
             if self.finisher is not None and self.finisher.is_alive():
-                return  # the last ones are still being dropped: retire more next pass
-            dropped = retention.drop_partitions(before, self.using, count=False,
-                                                finish=False)
+                return  # the last ones are still being retired: more next pass
             with connections[self.using].cursor() as cursor:
-                leftover = history_partitions.detached(cursor)
+                due = ((before is not None and history_partitions.expired(cursor, before))
+                       or history_partitions.detached(cursor))
         except OperationalError as exc:
-            self.log.warning("dispatcher: time partitions not retired this round (%s)",
+            self.log.warning("dispatcher: time partitions not kept this round (%s)",
                              str(exc).strip())
             return
-        if dropped.runs:
-            self.log.info("dispatcher: detached time partitions past the retention: about "
-                          "%d runs, %d attempts, %d log lines", dropped.runs,
-                          dropped.attempts, dropped.log_lines)
-        if not leftover:  # detached now, or left by a crash: finished by the thread
+        if not due:
             return
-        self.finisher = threading.Thread(target=self.finish_detached, daemon=True,
-                                         name="dispatcher-finish-detached")
+        self.finisher = threading.Thread(target=self.retire, args=(before,), daemon=True,
+                                         name="dispatcher-retire-partitions")
         self.finisher.start()
 
-    def finish_detached(self) -> None:
-        """The finisher thread: retention.finish_detached on a connection of its own
-        (closed after), so the rounds never wait for the filesystem to take back the files
-        of a dropped day (docs/retention.md, "Retired whole"). A failure is logged and
-        left to the next pass."""
+    def retire(self, before) -> None:
+        """The retire thread, on a connection of its own (closed after): detach the
+        partitions wholly past ``before`` (retention.drop_partitions without finish: the
+        runs leave the tables under a few hundred ms of exclusive locks, after reading
+        what it copies back unlocked), then retention.finish_detached. The rounds never
+        wait for either: at 10 M runs a partition's detach reads seconds of cold pages
+        and its drop costs the filesystem seconds (docs/retention.md, "Retired whole").
+        A failure is logged and left to the next pass."""
         try:
+            if before is not None:
+                dropped = retention.drop_partitions(before, self.using, count=False,
+                                                    finish=False)
+                if dropped.runs:
+                    self.log.info("dispatcher: detached time partitions past the "
+                                  "retention: about %d runs, %d attempts, %d log lines",
+                                  dropped.runs, dropped.attempts, dropped.log_lines)
             finished = retention.finish_detached(self.using, count=False)
             if finished.runs or finished.jobs:
                 self.log.info("dispatcher: dropped detached time partitions: about %d "
                               "runs, %d attempts, %d log lines; %d one-off jobs",
                               finished.runs, finished.attempts, finished.log_lines,
                               finished.jobs)
+        except OperationalError as exc:
+            self.log.warning("dispatcher: time partitions not retired this pass (%s)",
+                             str(exc).strip())
         except Exception:  # a thread's exception would only reach stderr
-            self.log.exception("dispatcher: detached time partitions not dropped this pass")
+            self.log.exception("dispatcher: time partitions not retired this pass")
         finally:
             connections[self.using].close()
 

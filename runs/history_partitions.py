@@ -201,6 +201,12 @@ def detach_expired(using: str, before: datetime) -> list[tuple[Range, int]]:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
         if not cursor.fetchone()[0]:
             return []
+        # The copy-back's statements cost the planner over jit_above_cost at 10 M rows,
+        # and compiling them (9-15 functions each) took longer than running them, all
+        # under the locks (BENCHMARKS.md, "Partitioned history").
+        cursor.execute("SET LOCAL jit = off")
+        for bounds in expired(cursor, before):
+            _warm(cursor, bounds.suffix, *keeper(before, f"{TABLES[0][0]}_{bounds.suffix}"))
         lock_tables(cursor)
         done = []
         for bounds in expired(cursor, before):
@@ -224,6 +230,25 @@ def detach_expired(using: str, before: datetime) -> list[tuple[Range, int]]:
                            f"WHERE a.run_id IN {keepers})", params)
             _copy_back_hook_keepers(cursor, bounds.suffix, kept, params)
     return done
+
+
+def _warm(cursor, suffix: str, kept: str, params: list) -> None:
+    """Read, before the locks are taken, every row detach_expired will copy back from
+    partition ``suffix`` (``kept``: keeper's condition on its runs), so the locked
+    copy-back finds them in memory: at 10 M runs a partition's 10,000 keepers' attempts
+    and log lines are as many random reads of files mostly out of the page cache, and the
+    acks wait on the locks meanwhile. Whole rows (``w.*``), so no index-only scan
+    skips the heap. Only a hint: rows that change in between are read again under the
+    locks, and the copy-back decides what is kept."""
+    run, attempt, line = (f"{table}_{suffix}" for table, _ in TABLES)
+    keepers = f"SELECT {run}.id FROM {run} WHERE {kept}"
+    cursor.execute(
+        f"SELECT (SELECT count(w.*) FROM (SELECT * FROM {run} WHERE {kept}) w), "
+        f"(SELECT count(w.*) FROM (SELECT a.* FROM {attempt} a WHERE a.run_id IN "
+        f"({keepers})) w), (SELECT count(w.*) FROM (SELECT l.* FROM {line} l WHERE "
+        f"l.attempt_id IN (SELECT a.id FROM {attempt} a WHERE a.run_id IN ({keepers}))) w)",
+        params * 3)
+    cursor.fetchone()
 
 
 def _copy_back_hook_keepers(cursor, suffix: str, kept: str, params: list) -> None:

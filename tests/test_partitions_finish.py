@@ -93,12 +93,44 @@ def test_the_dispatchers_retention_call_leaves_the_drop_to_its_finisher_thread(s
 
     dispatcher.round()
 
-    assert not Run.objects.filter(pk=runs["ok1"].pk).exists()
-    assert Run.objects.filter(pk=runs["b_dead"].pk).exists()
     assert dispatcher.finisher is not None
     dispatcher.finisher.join()
+    assert not Run.objects.filter(pk=runs["ok1"].pk).exists()
+    assert Run.objects.filter(pk=runs["b_dead"].pk).exists()
     assert not table_exists(old)
     assert not Job.objects.filter(pk=runs["ok1"].job_id).exists()
     with connection.cursor() as cursor:
         assert hp.detached(cursor) == []
+    flush_redis()
+
+
+@pytest.mark.usefixtures("layout")
+def test_the_dispatchers_round_does_not_wait_for_the_detach(monkeypatch):
+    """The detach waits for its locks (and, at 10 M runs, reads seconds of cold pages) in
+    the retire thread: the round goes on meanwhile. A session holding a lock on the old
+    partition keeps the detach waiting; keep_partitions returns with the partition still
+    attached, and once the lock is let go the thread detaches and drops it. (Before,
+    the round itself waited out the lock timeout and gave up.)"""
+    from runs.dispatcher import Dispatcher
+
+    flush_redis()
+    runs = old_history()
+    old = partition_of(runs["ok1"].pk)
+    monkeypatch.setattr(hp, "LOCK_TIMEOUT", "60s")
+    dispatcher = Dispatcher("default")
+    with psycopg.connect(database_url("default")) as blocker:
+        blocker.execute(f"LOCK TABLE {old} IN ACCESS SHARE MODE")  # a reader's lock
+
+        dispatcher.keep_partitions(retention.cutoff(7 * 86_400))
+
+        assert dispatcher.finisher is not None and dispatcher.finisher.is_alive()
+        with connection.cursor() as cursor:  # the catalog: the tables are being locked
+            cursor.execute("SELECT relispartition FROM pg_class WHERE oid = %s::regclass",
+                           [old])
+            assert cursor.fetchone()[0]  # still attached: the detach is waiting
+        blocker.rollback()
+    dispatcher.finisher.join()
+    assert not Run.objects.filter(pk=runs["ok1"].pk).exists()
+    assert Run.objects.filter(pk=runs["b_dead"].pk).exists()
+    assert not table_exists(old)
     flush_redis()
