@@ -191,45 +191,64 @@ def expired(cursor, before: datetime) -> list[Range]:
 def detach_expired(using: str, before: datetime) -> list[tuple[Range, int]]:
     """Detach every partition wholly older than ``before`` from the three tables and copy
     the runs retention keeps (with their attempts and log lines) back into the parents,
-    where they land in the DEFAULT partition; one transaction, under LOCK_KEY and the
-    three tables' exclusive locks. Returns each range detached with the runs kept from
-    it. The detached tables are left for retention.finish_detached. Skips (returns []) when
-    another dispatcher holds LOCK_KEY."""
+    where they land in the DEFAULT partition: one transaction per partition, oldest
+    first, each under LOCK_KEY and, for its detach and copy-back only, the three tables'
+    exclusive locks (the rows it copies back are read before the locks: _warm). Returns
+    each range detached with the runs kept from it. The detached tables are left for
+    retention.finish_detached. Stops (returning what it did) when another dispatcher holds
+    LOCK_KEY. Raises django.db.OperationalError when the tables stay locked past
+    LOCK_TIMEOUT (the partitions detached before it stay detached)."""
+    with connections[using].cursor() as cursor:
+        due = expired(cursor, before)
+    done = []
+    for bounds in due:
+        kept = _detach_one(using, before, bounds)
+        if kept is None:
+            break
+        done.append((bounds, kept))
+    return done
+
+
+def _detach_one(using: str, before: datetime, bounds: Range) -> int | None:
+    """detach_expired's transaction for partition ``bounds``; returns the runs copied
+    back, None when another session holds LOCK_KEY. A partition another dispatcher
+    detached meanwhile counts as done (0 kept)."""
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        if not expired(cursor, before):
-            return []
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
         if not cursor.fetchone()[0]:
-            return []
+            return None
+        if bounds not in expired(cursor, before):
+            return 0
         # The copy-back's statements cost the planner over jit_above_cost at 10 M rows,
         # and compiling them (9-15 functions each) took longer than running them, all
         # under the locks (BENCHMARKS.md, "Partitioned history").
         cursor.execute("SET LOCAL jit = off")
-        for bounds in expired(cursor, before):
-            _warm(cursor, bounds.suffix, *keeper(before, f"{TABLES[0][0]}_{bounds.suffix}"))
+        # The commit need not wait for its WAL flush while holding the locks: a crash
+        # that loses it loses the detach whole (the partition attached again, the copies
+        # gone with it), which the next pass redoes; the DROP after it flushes it first.
+        cursor.execute("SET LOCAL synchronous_commit = off")
+        run, attempt, line = (f"{table}_{bounds.suffix}" for table, _ in TABLES)
+        kept, params = keeper(before, run)
+        _warm(cursor, bounds.suffix, kept, params)
         lock_tables(cursor)
-        done = []
-        for bounds in expired(cursor, before):
-            for table, _ in TABLES:
-                cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {table}_{bounds.suffix}")
-            run, attempt, line = (f"{table}_{bounds.suffix}" for table, _ in TABLES)
-            # A detached partition keeps the foreign key to jobs as its own: without it,
-            # the one-off jobs it leaves with no run can go before it is dropped.
-            cursor.execute("SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass "
-                           "AND contype = 'f'", [run])
-            for (name,) in cursor.fetchall():
-                cursor.execute(f"ALTER TABLE {run} DROP CONSTRAINT {name}")
-            kept, params = keeper(before, run)
-            cursor.execute(f"INSERT INTO runs_run SELECT * FROM {run} WHERE {kept}", params)
-            done.append((bounds, cursor.rowcount))
-            keepers = f"(SELECT {run}.id FROM {run} WHERE {kept})"
-            cursor.execute(f"INSERT INTO runs_attempt SELECT a.* FROM {attempt} a "
-                           f"WHERE a.run_id IN {keepers}", params)
-            cursor.execute(f"INSERT INTO runs_logline SELECT l.* FROM {line} l "
-                           f"WHERE l.attempt_id IN (SELECT a.id FROM {attempt} a "
-                           f"WHERE a.run_id IN {keepers})", params)
-            _copy_back_hook_keepers(cursor, bounds.suffix, kept, params)
-    return done
+        for table, _ in TABLES:
+            cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {table}_{bounds.suffix}")
+        # A detached partition keeps the foreign key to jobs as its own: without it,
+        # the one-off jobs it leaves with no run can go before it is dropped.
+        cursor.execute("SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass "
+                       "AND contype = 'f'", [run])
+        for (name,) in cursor.fetchall():
+            cursor.execute(f"ALTER TABLE {run} DROP CONSTRAINT {name}")
+        cursor.execute(f"INSERT INTO runs_run SELECT * FROM {run} WHERE {kept}", params)
+        copied = cursor.rowcount
+        keepers = f"(SELECT {run}.id FROM {run} WHERE {kept})"
+        cursor.execute(f"INSERT INTO runs_attempt SELECT a.* FROM {attempt} a "
+                       f"WHERE a.run_id IN {keepers}", params)
+        cursor.execute(f"INSERT INTO runs_logline SELECT l.* FROM {line} l "
+                       f"WHERE l.attempt_id IN (SELECT a.id FROM {attempt} a "
+                       f"WHERE a.run_id IN {keepers})", params)
+        _copy_back_hook_keepers(cursor, bounds.suffix, kept, params)
+    return copied
 
 
 def _warm(cursor, suffix: str, kept: str, params: list) -> None:

@@ -292,7 +292,9 @@ def test_the_dispatcher_drops_expired_partitions_and_creates_them_ahead(layout, 
             cursor.execute(f"DROP TABLE {table}_{newest.suffix}")
     settings.SCHEDULER = {"HISTORY_RETENTION_S": 7 * 86_400}
 
-    Dispatcher("default").round()
+    dispatcher = Dispatcher("default")
+    dispatcher.round()
+    dispatcher.finisher.join()  # the retire thread detaches
 
     with connection.cursor() as cursor:
         present = hp.ranges(cursor)
