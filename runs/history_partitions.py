@@ -239,14 +239,14 @@ def _detach_one(using: str, before: datetime, bounds: Range) -> int | None:
                        "AND contype = 'f'", [run])
         for (name,) in cursor.fetchall():
             cursor.execute(f"ALTER TABLE {run} DROP CONSTRAINT {name}")
-        cursor.execute(f"INSERT INTO runs_run SELECT * FROM {run} WHERE {kept}", params)
-        copied = cursor.rowcount
-        keepers = f"(SELECT {run}.id FROM {run} WHERE {kept})"
-        cursor.execute(f"INSERT INTO runs_attempt SELECT a.* FROM {attempt} a "
-                       f"WHERE a.run_id IN {keepers}", params)
-        cursor.execute(f"INSERT INTO runs_logline SELECT l.* FROM {line} l "
-                       f"WHERE l.attempt_id IN (SELECT a.id FROM {attempt} a "
-                       f"WHERE a.run_id IN {keepers})", params)
+        # One statement, so the keepers and their attempts are each found once.
+        cursor.execute(
+            f"WITH r AS (INSERT INTO runs_run SELECT * FROM {run} WHERE {kept} "
+            f"RETURNING id), a AS (INSERT INTO runs_attempt SELECT a.* FROM {attempt} a "
+            f"WHERE a.run_id IN (SELECT id FROM r) RETURNING id), l AS (INSERT INTO "
+            f"runs_logline SELECT l.* FROM {line} l WHERE l.attempt_id IN (SELECT id FROM a) "
+            f"RETURNING 1) SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM l)", params)
+        copied = cursor.fetchone()[0]
         _copy_back_hook_keepers(cursor, bounds.suffix, kept, params)
     return copied
 
