@@ -17,12 +17,6 @@ __all__ = ["pair"]  # the fixture, imported for its use here
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finish_if_done ends a paused workflow run whose nodes all ended (here: a dead, b "
-    "upstream_failed) as failed, and the requeue revives a failed one as running: the "
-    "operator's pause is forgotten and b starts without a resume. Fix to decide: "
-    "finish_if_done ends only running workflow runs (resume ends a paused one whose "
-    "nodes all ended, as its docstring says), or a paused one only as succeeded"))
 def test_a_requeue_of_a_run_paused_then_failed_starts_nothing_before_the_resume(pair):
     wr = start(pair, [node("a", max_attempts=1), node("b")], [["a", "b"]])
     assert control.pause_workflow_run(wr, using=pair.using)

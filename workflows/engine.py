@@ -34,7 +34,6 @@ from scheduler_core.models import Job
 from workflows import ready_pg
 from workflows.graph import propagate
 from workflows.models import (
-    LIVE_WORKFLOW_STATES,
     NodeRun,
     NodeState,
     WorkflowEdge,
@@ -289,9 +288,12 @@ def _succeed_node_runs(run_ids: list[int], now: datetime, using: str) -> list[tu
 
 
 def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
-    """End each live workflow run of ``workflow_run_ids`` none of whose nodes is pending or
-    running: ``succeeded`` if every node succeeded, else ``failed`` with the nodes that did
-    not succeed in ``error``. Returns the ids ended."""
+    """End each running workflow run of ``workflow_run_ids`` none of whose nodes is
+    pending or running: ``succeeded`` if every node succeeded, else ``failed`` with the
+    nodes that did not succeed in ``error``. Returns the ids ended. A paused one is left
+    paused, whatever its nodes did: its outcome is decided when it is resumed (resume
+    calls this), so a requeue of its dead node revives it still paused
+    (docs/workflows.md, "Cancel and pause")."""
     ids = set(workflow_run_ids)
     if not ids:
         return []
@@ -307,7 +309,7 @@ def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
                                .exclude(state=NodeState.SUCCEEDED).order_by("id")
                                .values_list("workflow_run_id", "node__name", "state")):
         unsuccessful.setdefault(wr_id, []).append((name, state))
-    runs = WorkflowRun.objects.using(using).filter(state__in=LIVE_WORKFLOW_STATES)
+    runs = WorkflowRun.objects.using(using).filter(state=WorkflowRunState.RUNNING)
     ended = []
     for wr_id in sorted(done):
         failed = unsuccessful.get(wr_id)
