@@ -162,18 +162,36 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
     # Runs the worker knows are watched (continued on it, runs/continuation.py) skip the
     # one statement that would only hand them on, and the read that would find them.
     known = {o.lease.run_id for o in outcomes if o.watched}
-    if one_statement(using) and not known and all(
-            o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes):
+    plain = one_statement(using) and all(
+        o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes)
+    if plain and len(known) == len(outcomes):
+        accepted = _listener_ack(outcomes, using)
+        if accepted is not None:
+            return accepted, []
+    elif plain and not known:
         accepted, watched = _succeed_only_pg(outcomes, using)
         if not watched:
             return accepted, []
         held = [i for i, o in enumerate(outcomes) if o.lease.run_id in watched]
-        again, retried = _complete([outcomes[i] for i in held], using, watched)
+        batch = [outcomes[i] for i in held]
+        again, retried = _listener_ack(batch, using), []
+        if again is None:
+            again, retried = _complete(batch, using, watched)
         for i, ok in zip(held, again, strict=True):
             accepted[i] = ok
         return accepted, retried
     return _complete(outcomes, using, known | hooks.watched(
         [o.lease.run_id for o in outcomes if o.lease.run_id not in known], using))
+
+
+def _listener_ack(outcomes: list[Outcome], using: str) -> list[bool] | None:
+    """The listener's own ack (runs/hooks.py, ack_successes: a workflow's nodes in one
+    round trip on PostgreSQL) of ``outcomes``, successes of runs it watches; None when a
+    result is refused (the attempt fails) or the listener leaves them to _complete."""
+    _refuse_results(outcomes, {o.lease.run_id for o in outcomes})
+    if any(o.outcome != AttemptOutcome.SUCCEEDED for o in outcomes):
+        return None
+    return hooks.ack_successes(outcomes, using)
 
 
 def _complete(outcomes: list[Outcome], using: str,

@@ -50,6 +50,8 @@ class Offer:
     ttl_s: float
     taken: list[tuple[Lease, int | None]] = field(default_factory=list)
     pushed: int = 0
+    # The owners with a policy's max_running, read once per ack (continuable).
+    limited_owners: frozenset[int] | None = None
 
 
 @contextmanager
@@ -92,13 +94,24 @@ def continuable(queue: str, owner_id: int | None, using: str) -> bool:
     offer = current()
     if offer is None or queue not in offer.queues:
         return False
-    limits = policy.queue_limits(queue)
-    if limits.max_running or limits.rate:
+    if queue in limited_queues():
         return False
-    if owner_id is not None and (conf.get("OWNER_CONCURRENCY")
-                                 or owner_id in owner_limits(using)):
-        return False
+    if owner_id is not None:
+        if conf.get("OWNER_CONCURRENCY"):
+            return False
+        if offer.limited_owners is None:
+            offer.limited_owners = frozenset(owner_limits(using))
+        if owner_id in offer.limited_owners:
+            return False
     return True
+
+
+def limited_queues() -> frozenset[str]:
+    """The queues a lease applies a limit to (QUEUE_CONCURRENCY, QUEUE_RATE): their runs
+    are never continued."""
+    return frozenset(queue for queue, limits in policy.parse_queue_limits(
+        conf.get("QUEUE_CONCURRENCY"), conf.get("QUEUE_RATE")).items()
+        if limits.max_running or limits.rate)
 
 
 def take(runs: list[tuple[int, int | None]], using: str) -> set[int]:

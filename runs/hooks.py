@@ -45,6 +45,15 @@ class RunListener:
     def changed(self, event: str, run_ids: list[int], now, using: str) -> None:
         pass
 
+    def ack_successes(self, outcomes: list, using: str) -> list[bool] | None:
+        """Ack ``outcomes`` (successes without log lines, every one of a run this listener
+        watches, results accepted by refuse_result) itself, doing in the same
+        transaction what ``changed(SUCCEEDED, ...)`` would, in fewer round trips; returns
+        per outcome whether it was applied, or None to leave the batch to the caller's
+        general path (then nothing may have changed). The worker's offer is
+        runs/continuation.current()."""
+        return None
+
 
 _listeners: list[RunListener] = []
 # One-off jobs the history retention must keep although no run is left: (table, column)
@@ -148,6 +157,15 @@ def watched_sql(run_id: str) -> str:
     """The listeners' watched_sql conditions on the SQL expression ``run_id``, OR-ed."""
     return "(" + " OR ".join(f"({listener.watched_sql(run_id)})"
                              for listener in _listeners) + ")"
+
+
+def ack_successes(outcomes: list, using: str) -> list[bool] | None:
+    """The one listener's own ack of ``outcomes`` (RunListener.ack_successes), or None:
+    none offers one, or several listeners are registered (each must be told in the
+    general path's transaction)."""
+    if len(_listeners) != 1:
+        return None
+    return _listeners[0].ack_successes(outcomes, using)
 
 
 def refuse_result(run_id: int, result) -> str | None:

@@ -6,6 +6,7 @@ import json
 
 from runs import continuation, hooks
 from scheduler_core import conf
+from workflows import ack_pg
 from workflows.engine import nodes_succeeded
 from workflows.failures import nodes_failed, nodes_requeued
 from workflows.models import NodeRun, NodeState
@@ -43,6 +44,12 @@ class WorkflowListener(hooks.RunListener):
 
     def refuse_result(self, run_id: int, result) -> str | None:
         return result_size_problem(result)
+
+    def ack_successes(self, outcomes: list, using: str) -> list[bool] | None:
+        # One round trip on PostgreSQL (workflows/ack_pg.py); elsewhere the general path.
+        if not ack_pg.usable(using):
+            return None
+        return ack_pg.ack_successes(outcomes, using)
 
     def changed(self, event: str, run_ids: list[int], now, using: str) -> None:
         if event == hooks.SUCCEEDED:

@@ -84,6 +84,15 @@ class Broker(ABC):
         ``_claim`` would have. Nothing to do where claims are the database's rows."""
         return None
 
+    def _settle(self, finished: list[Slot], taken: list[tuple[Lease, int | None]],
+                ttl_s: float) -> None:
+        """After an ack's commit: ``_forget(finished)`` and ``_adopt(taken, ttl_s)``
+        (each under _after_commit's rule); a broker that can does both in one round trip
+        (Redis: one pipeline)."""
+        self._after_commit(self._forget, finished)
+        if taken:
+            self._after_commit(self._adopt, taken, ttl_s)
+
     def _extend(self, leases: list[Lease], ttl_s: float) -> None:
         """Extend the broker-side record of ``leases`` (the database row is the authority)."""
         return None
@@ -241,10 +250,9 @@ class Broker(ABC):
             accepted, retried = completion.complete(outcomes, self.using)
         # A refused ack's run may be leased to another worker by now: its broker-side
         # lease (and the limit counters) are that worker's; a lapsed one is reaped.
-        self._after_commit(self._forget, [_slot(o.lease) for o, ok
-                                          in zip(outcomes, accepted, strict=True) if ok])
-        if offer is not None and offer.taken:
-            self._after_commit(self._adopt, offer.taken, offer.ttl_s)
+        self._settle([_slot(o.lease) for o, ok in zip(outcomes, accepted, strict=True) if ok],
+                     offer.taken if offer is not None else [],
+                     offer.ttl_s if offer is not None else 0.0)
         self._after_commit(self._push_ids, retried)
         return accepted
 

@@ -251,10 +251,14 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
     def _forget(self, slots: list[Slot]) -> None:
         if not slots:
             return
+        pipe = self._pipe()
+        self._forget_into(pipe, slots)
+        pipe.execute()
+
+    def _forget_into(self, pipe: Pipe, slots: list[Slot]) -> None:
         by_shard = defaultdict(list)
         for run_id, queue, shard in slots:
             by_shard[(queue, shard)].append(run_id)
-        pipe = self._pipe()
         for (queue, shard), ids in by_shard.items():
             pipe.script("forget", [self.keys.leased(queue, shard),
                                    self.keys.owners(queue, shard),
@@ -262,22 +266,43 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
                         [queue, *ids])
         # A finished run may make room for its owner's parked runs in this shard.
         self._unpark_into(pipe, list(by_shard))
-        pipe.execute()
 
     @translate_errors
     def _adopt(self, taken: list[tuple[Lease, int | None]], ttl_s: float) -> None:
+        pipe = self._pipe()
+        self._adopt_into(pipe, taken, ttl_s)
+        pipe.execute()
+
+    def _adopt_into(self, pipe: Pipe, taken: list[tuple[Lease, int | None]],
+                    ttl_s: float) -> None:
         by_shard = defaultdict(list)
         for lease, owner in taken:
             by_shard[(lease.queue, lease.shard)] += [lease.run_id,
                                                      "" if owner is None else owner]
         ttl_ms = int(ttl_s * 1000)
-        pipe = self._pipe()
         for (queue, shard), args in by_shard.items():
             # Known to the reap of lapsed claims (reap.lua reads the queues set).
             pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
             pipe.script("adopt", [self.keys.leased(queue, shard),
                                   self.keys.owners(queue, shard), self.keys.running(queue)],
                         [queue, ttl_ms, *args])
+
+    def _settle(self, finished: list[Slot], taken: list[tuple[Lease, int | None]],
+                ttl_s: float) -> None:
+        # One pipeline, one round trip: an ack of a chain's node paid two (BENCHMARKS.md,
+        # "Workflows (W7)"). Its failure is _after_commit's: reap and reconcile repair it.
+        if not finished and not taken:
+            return
+        self._after_commit(self._settle_now, finished, taken, ttl_s)
+
+    @translate_errors
+    def _settle_now(self, finished: list[Slot], taken: list[tuple[Lease, int | None]],
+                    ttl_s: float) -> None:
+        pipe = self._pipe()
+        if finished:
+            self._forget_into(pipe, finished)
+        if taken:
+            self._adopt_into(pipe, taken, ttl_s)
         pipe.execute()
 
     @translate_errors

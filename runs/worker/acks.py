@@ -9,6 +9,7 @@ gathered, instead of queueing small batches behind each other (BENCHMARKS.md, "W
 """
 
 import time
+from dataclasses import dataclass, field
 
 from django.db import DataError
 
@@ -28,6 +29,19 @@ UNACKED_MAX = ACK_BATCH_MAX * (ACKS_IN_FLIGHT + 1)
 # What an outcome the database or the JSON encoder cannot take raises: acked alone, then
 # recorded as a failure (e.g. an int result longer than json.dumps allows).
 POISON = (DataError, ValueError, TypeError)
+
+
+@dataclass
+class AckBatch:
+    """One batch of outcomes on its way through the ack lane: the ``offer`` made with it
+    (runs/continuation.py; None: none), and what its ack continued here (``leased``, the
+    runs the ack leased to this worker, with their tasks) and left to the broker
+    (``pushed``; None until the ack has run). Made by flush, filled by the lane's
+    ack_call, taken by harvest_acks."""
+
+    offer: continuation.Offer | None
+    leased: list = field(default_factory=list)
+    pushed: int | None = None
 
 
 class Acks:
@@ -59,8 +73,9 @@ class Acks:
         while self.outcomes:
             outcomes = self.outcomes[:ACK_BATCH_MAX]
             del self.outcomes[:ACK_BATCH_MAX]
-            # Made here, not in the lane: it reads the slots the main thread changes.
-            self.offers[id(outcomes)] = self.offer(outcomes)
+            # The offer is made here, not in the lane: it reads the slots the main
+            # thread changes.
+            self.batches[id(outcomes)] = AckBatch(self.offer(outcomes))
             self.acking.append((self.lanes.ack.submit(self.ack_call, outcomes), outcomes))
             if not (force or self.stopping):
                 break  # the rest goes with the next ack, when this one has committed
@@ -83,9 +98,10 @@ class Acks:
 
     def ack_call(self, outcomes: list[Outcome]) -> list[bool]:
         """In the ack lane: ack ``outcomes`` in one transaction; returns which applied.
-        The runs the ack continued on this worker wait in ``continued`` (keyed by the
-        batch's id) for harvest_acks."""
-        offer = self.offers.pop(id(outcomes), None)
+        The runs the ack continued on this worker wait in the batch's record
+        (``batches``, keyed by the batch's id) for harvest_acks."""
+        batch = self.batches.get(id(outcomes))
+        offer = batch.offer if batch is not None else None
         try:
             accepted = self.broker.complete(outcomes, offer)
         except POISON:
@@ -103,7 +119,7 @@ class Acks:
                 self.log.warning("worker: runs %s continued but not readable; left to "
                                  "lapse", [lease.run_id for lease, _ in offer.taken])
                 leased = []
-            self.continued[id(outcomes)] = (leased, offer.pushed)
+            batch.leased, batch.pushed = leased, offer.pushed
         return accepted
 
     def harvest_acks(self) -> None:
@@ -112,7 +128,7 @@ class Acks:
         acked again in a second."""
         while self.acking and self.acking[0][0].done():
             future, outcomes = self.acking.pop(0)
-            self.offers.pop(id(outcomes), None)  # left by an ack call that did not run
+            batch = self.batches.pop(id(outcomes), None) or AckBatch(None)
             try:
                 accepted = future.result()
             except TRANSIENT as exc:
@@ -121,7 +137,7 @@ class Acks:
                 self.outcomes = outcomes + self.outcomes
                 continue
             self.finished += len(outcomes)
-            leased, pushed = self.continued.pop(id(outcomes), ([], None))
+            leased, pushed = batch.leased, batch.pushed
             if leased:
                 # Runs this ack made ready and leased to this worker (runs/continuation.py):
                 # first in line, for the children the ack has just freed.

@@ -29,7 +29,7 @@ from runs.models import WorkerProcess
 from runs.outcomes import flush_counts
 from runs.types import Outcome
 from runs.worker import child as child_process
-from runs.worker.acks import Acks
+from runs.worker.acks import AckBatch, Acks
 from runs.worker.cancels import Cancels
 from runs.worker.lanes import Lanes
 from runs.worker.lease_ahead import LEASES_IN_FLIGHT, LeaseAhead, Leased
@@ -107,10 +107,10 @@ class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
         # Lease calls in the lease lane not yet harvested, with the runs each asked for.
         self.leasing: list[tuple[Future, int]] = []
         self.acking: list[tuple[Future, list[Outcome]]] = []  # ack calls in the ack lane
-        # id of an ack batch -> (runs its ack continued here, runs it pushed): written by
-        # the ack lane, taken by harvest_acks (runs/continuation.py).
-        self.continued: dict[int, tuple[list[Leased], int]] = {}
-        self.offers: dict[int, object] = {}  # id of an ack batch -> its Offer, for the lane
+        # id of an ack batch (its outcomes list, alive in ``acking`` until harvested) ->
+        # its record: the offer made with it, what its ack continued here and pushed
+        # (runs/worker/acks.py, AckBatch; runs/continuation.py).
+        self.batches: dict[int, AckBatch] = {}
 
     # --- lifecycle --------------------------------------------------------------------
 

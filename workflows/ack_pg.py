@@ -1,0 +1,93 @@
+"""The ack of workflow nodes' successes in one round trip on PostgreSQL: one call of the
+function workflows_ack_succeeded (workflows/migrations/0002_ack_function.py), in
+autocommit, so the call is its own transaction and its commit (docs/workflows.md,
+"Latency"; BENCHMARKS.md, "Workflows (W7)").
+
+It does what runs/completion.py's general path and this app's listener do for a batch of
+successes, statement for statement: the runs and their attempts succeed (fenced on the
+attempt), their node runs succeed, the pending node runs below them are locked in id
+order, the ready ones read in a statement of their own (so the lock-then-read rule of
+docs/workflows.md, "The rules", holds: each statement of the function takes its own
+snapshot), their runs inserted and pointed at, those the acking worker offered to run
+continued on it (runs/continuation.py), the workflow runs that are done ended. The
+engine's part runs in a subtransaction: its error is logged and the ack stands, as a
+listener's is (runs/hooks.py). The rare cases the function leaves to the ORM path (a node
+of a cancelled job, a schedule's jitter still ahead, a workflow run ending failed) undo
+the whole call; the caller then acks through that path.
+"""
+
+import json
+import logging
+
+from django.db import DatabaseError, connections
+
+from runs import continuation
+from runs.brokers import get_broker
+from runs.clock import from_us
+from runs.transitions import int_array
+from runs.types import Lease, Outcome, RunRef
+from scheduler_core import conf
+
+log = logging.getLogger("scheduler.hooks")
+
+LEFT_TO_ORM = "WFA01"  # the function's SQLSTATE for a case it leaves to the ORM path
+SQL = ("SELECT * FROM workflows_ack_succeeded(%s::bigint[], %s::int[], %s::text[], %s,"
+       " %s::text[], %s, %s, %s::text[], %s, %s)")
+
+
+def usable(using: str) -> bool:
+    """Whether the one-call ack can serve ``using``: PostgreSQL, outside a transaction
+    (the call must be its own, and a refused call must not break the caller's)."""
+    connection = connections[using]
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def ack_successes(outcomes: list[Outcome], using: str) -> list[bool] | None:
+    """Ack ``outcomes`` (successes without log lines of runs that are workflow nodes,
+    results already checked) in one call, with the current offer
+    (runs/continuation.py); returns per outcome whether it was applied, or None when the
+    function left the batch to the ORM path (nothing changed then). Fills the offer's
+    ``taken`` and ``pushed``; pushes the other runs made ready to the broker. Raises what
+    the database raises (DatabaseError and its kinds), nothing changed then either."""
+    offer = continuation.current()
+    room = 0 if offer is None else offer.room - len(offer.taken)
+    results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
+    params = [int_array([o.lease.run_id for o in outcomes]),
+              int_array([o.lease.attempt for o in outcomes]), results,
+              "" if offer is None else offer.worker_id,
+              [] if offer is None else sorted(offer.queues), room,
+              conf.get("LEASE_TTL_S") if offer is None else offer.ttl_s,
+              sorted(continuation.limited_queues()), bool(conf.get("OWNER_CONCURRENCY")),
+              conf.get("SHARDS")]
+    try:
+        with connections[using].cursor() as cursor:
+            cursor.execute(SQL, params)
+            rows = cursor.fetchall()
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == LEFT_TO_ORM:
+            return None
+        raise
+    acked, taken, pushed = set(), [], []
+    for kind, run_id, attempt, queue, shard, priority, run_at, owner, expires_us, job_id, \
+            scheduled_us, handler, payload, timeout_s in rows:
+        if kind == "acked":
+            acked.add((run_id, attempt))
+        elif kind == "leased":
+            taken.append((Lease(run_id, attempt, queue, shard, from_us(expires_us), task={
+                "job_id": job_id, "scheduled_at_us": scheduled_us, "handler": handler,
+                "payload": payload, "timeout_s": timeout_s}), owner))
+        elif kind == "pushed":
+            pushed.append(RunRef(run_id, queue, shard, priority, run_at, owner))
+        else:
+            log.error("run listener WorkflowListener failed on succeeded runs %s (%s); "
+                      "its reconcile repairs it", sorted(a[0] for a in acked)[:20], handler)
+    if offer is not None:
+        offer.taken += taken
+        offer.pushed += len(pushed)
+    get_broker(using).push_after_commit(pushed)
+    accepted = [(o.lease.run_id, o.lease.attempt) in acked for o in outcomes]
+    for o, ok in zip(outcomes, accepted, strict=True):
+        o.watched = True
+        if ok:
+            o.fate = "succeeded"
+    return accepted
