@@ -18,7 +18,7 @@ from runs.types import Lease, Outcome
 from runs.worker import ACK_BATCH_MAX, Worker
 from runs.worker.child import result_problem
 from runs.worker.lanes import Lane, Lanes
-from tests.conftest import make_runs
+from tests.conftest import make_runs, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -119,3 +119,38 @@ def test_a_class_whose_last_run_waits_on_its_owner_does_not_hold_back_the_others
 
     assert first == []
     assert [int(i) for i in second] == [2]
+
+
+def test_a_call_queued_by_a_lane_call_runs_after_it_and_at_once_while_the_lane_stops():
+    # The ack queues the broker's bookkeeping behind itself (runs/worker/acks.py); a
+    # lane stopping (a child's replacement pauses the lanes) refused new calls, which
+    # killed the worker ("cannot schedule new futures after shutdown").
+    _, wake = os.pipe()
+    lane = Lane("t", wake)
+    order = []
+
+    def first():
+        lane.later(lambda: order.append("queued"))
+        order.append("first")
+
+    lane.submit(first).result(5)
+    lane.submit(lambda: None).result(5)
+    assert order == ["first", "queued"]
+
+    inside, go = threading.Event(), threading.Event()
+
+    def slow():
+        inside.set()
+        assert go.wait(5)
+        lane.later(lambda: order.append("inline"))
+        order.append("slow")
+
+    future = lane.submit(slow)
+    assert inside.wait(5)
+    stopper = threading.Thread(target=lane.stop)
+    stopper.start()
+    wait_until(lambda: lane.stopping, timeout=5)
+    go.set()
+    stopper.join(5)
+    future.result(5)
+    assert order[2:] == ["inline", "slow"]

@@ -267,3 +267,34 @@ def test_two_upstreams_in_two_calls_at_once_make_the_downstream_run_once(pg_pair
     assert c.state == "running" and c.run_id is not None
     assert Run.objects.filter(job_id=c.node.job_id).count() == 1
     assert drain(broker, wr)["state"] == "succeeded"
+
+
+def test_the_brokers_bookkeeping_after_an_ack_can_be_handed_on(pair):
+    # The worker queues it on its ack lane (runs/worker/acks.py): until it runs, the
+    # broker still holds the finished run as leased and not yet the continued one.
+    broker = pair
+    wr = chain(broker, "a", "b")
+    [lease] = lease_all(broker, 1)
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+    later = []
+
+    assert broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED)], offer,
+                           after=later.append) == [True]
+
+    [(b_lease, _)] = offer.taken
+    assert run_of(broker, wr, "b").state == RunState.RUNNING
+    assert len(later) == 1
+    if broker.name == "redis":
+        leased = broker.keys.leased("default", lease.shard)
+        assert broker.client.zscore(leased, str(lease.run_id)) is not None
+        assert broker.client.zscore(broker.keys.leased("default", b_lease.shard),
+                                    str(b_lease.run_id)) is None
+    later[0]()
+    if broker.name == "redis":
+        assert broker.client.zscore(leased, str(lease.run_id)) is None
+        assert broker.client.zscore(broker.keys.leased("default", b_lease.shard),
+                                    str(b_lease.run_id)) is not None
+        running = broker.client.hget(broker.keys.running("default"), "q:default")
+        assert int(running or 0) == 1
+    assert broker.complete([Outcome(b_lease, AttemptOutcome.SUCCEEDED, watched=True)]) == [True]
+    assert services.get_workflow_run(wr.pk, using=broker.using)["state"] == "succeeded"

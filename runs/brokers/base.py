@@ -238,22 +238,36 @@ class Broker(ABC):
         self._after_commit(self._extend, held, ttl_s)
         return held
 
-    def complete(self, outcomes: list[Outcome],
-                 offer: continuation.Offer | None = None) -> list[bool]:
+    def complete(self, outcomes: list[Outcome], offer: continuation.Offer | None = None,
+                 after=None) -> list[bool]:
         """Ack attempts (success, failure, timeout, crash), fenced; returns per outcome
         whether it was applied (False: the lease was stale, nothing changed).
 
         ``offer`` (the acking worker's, runs/continuation.py): runs the ack makes ready
         may be leased to that worker in the ack's transaction; they are in
-        ``offer.taken`` once this returns, recorded as leased by the broker too."""
+        ``offer.taken`` once this returns, recorded as leased by the broker too.
+
+        ``after`` (optional, a callable taking a no-argument callable): the broker's
+        bookkeeping after the commit (forget the finished runs, adopt the continued ones,
+        push the retries) is handed to it instead of done before returning; the worker
+        queues it on its ack lane, ahead of any later ack, so the runs its ack continued
+        reach the children a broker round trip sooner (docs/workflows.md, "Latency")."""
         with continuation.offering(offer):
             accepted, retried = completion.complete(outcomes, self.using)
         # A refused ack's run may be leased to another worker by now: its broker-side
         # lease (and the limit counters) are that worker's; a lapsed one is reaped.
-        self._settle([_slot(o.lease) for o, ok in zip(outcomes, accepted, strict=True) if ok],
-                     offer.taken if offer is not None else [],
-                     offer.ttl_s if offer is not None else 0.0)
-        self._after_commit(self._push_ids, retried)
+        finished = [_slot(o.lease) for o, ok in zip(outcomes, accepted, strict=True) if ok]
+        taken = list(offer.taken) if offer is not None else []
+        ttl_s = offer.ttl_s if offer is not None else 0.0
+
+        def bookkeeping() -> None:
+            self._settle(finished, taken, ttl_s)
+            self._after_commit(self._push_ids, retried)
+
+        if after is None:
+            bookkeeping()
+        else:
+            after(bookkeeping)
         return accepted
 
     def release(self, leases: list[Lease]) -> list[int]:

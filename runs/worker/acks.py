@@ -103,7 +103,10 @@ class Acks:
         batch = self.batches.get(id(outcomes))
         offer = batch.offer if batch is not None else None
         try:
-            accepted = self.broker.complete(outcomes, offer)
+            # The broker's bookkeeping (forget, adopt) goes behind this call in the lane:
+            # the continued runs are handed to the children without waiting for it, and
+            # every later ack, theirs included, comes after it (the lane is one thread).
+            accepted = self.broker.complete(outcomes, offer, after=self.lanes.ack.later)
         except POISON:
             # One outcome the database refuses must not wedge the batch: ack one by one
             # and record a poison outcome as a plain failure.

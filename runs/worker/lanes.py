@@ -40,6 +40,10 @@ class Lane:
         self.threads = threads
         self.executor: ThreadPoolExecutor | None = None
         self.local = threading.local()  # per thread: when its connections were housekept
+        # Held while a call is queued by ``later`` and while stop() begins: nothing is
+        # queued behind the closing calls.
+        self.guard = threading.Lock()
+        self.stopping = False
 
     def submit(self, fn, *args) -> Future:
         """Run ``fn(*args)``: after the calls submitted before it with one thread, beside
@@ -49,6 +53,17 @@ class Lane:
         future = self.executor.submit(self._call, fn, args)
         future.add_done_callback(self._wake)
         return future
+
+    def later(self, fn) -> None:
+        """From one of this lane's calls: run ``fn()`` after the calls submitted so far
+        (with one thread: before any submitted later). While the lane stops, at once,
+        in the caller: a call queued behind the closing calls would open a connection
+        again."""
+        with self.guard:
+            if not self.stopping and self.executor is not None:
+                self.submit(fn)
+                return
+        fn()
 
     def _call(self, fn, args):
         # Django's per-request care of connections (CONN_MAX_AGE, health checks) runs in
@@ -75,6 +90,8 @@ class Lane:
         """Finish the calls submitted, close this lane's connections, join its threads."""
         if self.executor is None:
             return
+        with self.guard:
+            self.stopping = True
         # Django's connections belong to the thread that opened them: one closing call
         # per thread, each held at a barrier until all have theirs (the pool starts any
         # thread it had not started yet, and no thread takes two).
@@ -86,6 +103,7 @@ class Lane:
             self.executor.submit(self._close, barrier)
         self.executor.shutdown(wait=True)
         self.executor = None
+        self.stopping = False
 
     @staticmethod
     def _close(barrier: threading.Barrier) -> None:

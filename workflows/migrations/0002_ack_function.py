@@ -8,7 +8,7 @@
 # error is returned as a row and the runs' ack stands. What the function does not do
 # itself (a node of a cancelled job, a schedule's jitter still ahead, a workflow run that
 # ends failed) raises SQLSTATE WFA01, which undoes the whole call: the caller then acks
-# through the ORM path.
+# through the ORM path. Its plans are generic (plan_cache_mode), made once per connection.
 
 from django.db import migrations
 
@@ -43,13 +43,19 @@ RETURNS TABLE (o_kind text, o_id bigint, o_attempt int, o_queue text, o_shard in
                o_priority int, o_run_at timestamptz, o_owner bigint, o_expires_us bigint,
                o_job bigint, o_scheduled_us bigint, o_handler text, o_payload text,
                o_timeout int)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+-- Each statement's plan made once per connection, not at every call: with the runs'
+-- tables partitioned, PostgreSQL's choice of a custom plan per call planned every
+-- partition each time, 2-3x the statements' own cost (BENCHMARKS.md, "Workflows (W7)").
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
   v_now timestamptz := clock_timestamp();
   v_acked bigint[];
   v_acked_at int[];
   v_wruns bigint[];
   v_nodes bigint[];
+  v_down bigint[];
   v_locked bigint[];
   v_running bigint[] := '{}';
   v_take bigint[];
@@ -99,12 +105,15 @@ BEGIN
     IF v_wruns IS NULL THEN
       RETURN;
     END IF;
-    -- ... the pending node runs below them are locked, in id order (ready_pg.lock_below) ...
+    -- ... the pending node runs below them are locked, in id order (ready_pg.lock_below),
+    -- looked up by (workflow run, node): as a subquery, the plan walked every node run
+    -- of the workflow run, a chain's every hop (edges never change once stored) ...
+    v_down := ARRAY(SELECT e.downstream_id FROM workflows_workflowedge AS e
+                    WHERE e.upstream_id = ANY(v_nodes));
     v_locked := ARRAY(
       SELECT n.id FROM workflows_noderun AS n
-      WHERE n.workflow_run_id = ANY(v_wruns) AND n.state = 'pending'
-        AND n.node_id IN (SELECT e.downstream_id FROM workflows_workflowedge AS e
-                          WHERE e.upstream_id = ANY(v_nodes))
+      WHERE n.workflow_run_id = ANY(v_wruns) AND n.node_id = ANY(v_down)
+        AND n.state = 'pending'
       ORDER BY n.id FOR UPDATE OF n);
     -- ... and, in a statement of its own, those ready are read (ready_pg.ready_rows).
     IF cardinality(v_locked) > 0 THEN
@@ -173,7 +182,7 @@ BEGIN
       pointed AS (
         UPDATE workflows_noderun AS n SET state = 'running', run_id = p.id, ready_at = v_now,
             error = ''
-        FROM paired AS p WHERE n.id = p.nid AND n.state = 'pending'
+        FROM paired AS p WHERE n.id = ANY(a_nid) AND n.id = p.nid AND n.state = 'pending'
         RETURNING n.workflow_run_id)
       SELECT ARRAY(SELECT DISTINCT workflow_run_id FROM pointed),
              COALESCE(array_agg(p.id ORDER BY p.id), '{}'),
