@@ -44,9 +44,11 @@ RETURNS TABLE (o_kind text, o_id bigint, o_attempt int, o_queue text, o_shard in
                o_job bigint, o_scheduled_us bigint, o_handler text, o_payload text,
                o_timeout int)
 LANGUAGE plpgsql VOLATILE
--- Each statement's plan made once per connection, not at every call: with the runs'
--- tables partitioned, PostgreSQL's choice of a custom plan per call planned every
--- partition each time, 2-3x the statements' own cost (BENCHMARKS.md, "Workflows (W7)").
+-- A handoff's few rows: each statement's plan made once per connection, not at every
+-- call (with the runs' tables partitioned, a custom plan per call planned every
+-- partition each time, 2-3x the statements' own cost). Batches of more rows plan each
+-- statement for its arrays (below): a generic plan joined a fan-out's 998 new runs to
+-- their node runs in nested loops (BENCHMARKS.md, "Workflows (W7)").
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
@@ -74,6 +76,9 @@ DECLARE
   l_sched bigint[] := '{}'; l_handler text[] := '{}'; l_payload text[] := '{}';
   l_timeout int[] := '{}'; l_owner bigint[] := '{}';
 BEGIN
+  IF cardinality(p_ids) > 8 THEN
+    PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);  -- until the return
+  END IF;
   -- The runs' ack, fenced on (id, attempt, running): runs/completion.py, _succeed. A row
   -- a concurrent reap holds is re-checked against the fence once its lock is granted.
   WITH v AS (SELECT * FROM unnest(p_ids, p_attempts, p_results) AS v(id, number, result)),
@@ -152,6 +157,9 @@ BEGIN
         a_prio := a_prio || r.priority;
         a_max := a_max || r.max_attempts;
       END LOOP;
+    END IF;
+    IF cardinality(a_nid) > 8 THEN
+      PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
     IF cardinality(a_nid) > 0 THEN
       -- engine._make_runs: the runs inserted (or found: UNIQUE (job, scheduled_at)) and
