@@ -298,3 +298,21 @@ def test_the_brokers_bookkeeping_after_an_ack_can_be_handed_on(pair):
         assert int(running or 0) == 1
     assert broker.complete([Outcome(b_lease, AttemptOutcome.SUCCEEDED, watched=True)]) == [True]
     assert services.get_workflow_run(wr.pk, using=broker.using)["state"] == "succeeded"
+
+
+def test_a_paused_workflow_run_whose_last_node_succeeds_in_the_call_stays_paused(pair):
+    # As engine.finish_if_done: a paused run's outcome is its resume's to decide.
+    broker = pair
+    wr = chain(broker, "a", "b")
+    [lease] = lease_all(broker, 1)
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+    assert broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED)], offer) == [True]
+    [(b_lease, _)] = offer.taken
+    assert control.pause_workflow_run(wr, using=broker.using)
+
+    assert broker.complete([Outcome(b_lease, AttemptOutcome.SUCCEEDED, watched=True)]) == [True]
+
+    view = services.get_workflow_run(wr.pk, using=broker.using)
+    assert (view["state"], states(view)) == ("paused", {"a": "succeeded", "b": "succeeded"})
+    assert control.resume_workflow_run(wr, using=broker.using)
+    assert services.get_workflow_run(wr.pk, using=broker.using)["state"] == "succeeded"

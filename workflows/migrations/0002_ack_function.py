@@ -246,17 +246,20 @@ BEGIN
         END LOOP;
       END IF;
     END IF;
-    -- engine.finish_if_done, for the workflow runs in which no node has just started.
+    -- engine.finish_if_done, for the workflow runs in which no node has just started; a
+    -- paused one is left paused (its resume decides its outcome).
     FOR r IN SELECT w.id FROM unnest(v_wruns) AS w(id)
              WHERE NOT (w.id = ANY(v_running)) ORDER BY w.id LOOP
       CONTINUE WHEN EXISTS (SELECT 1 FROM workflows_noderun
                             WHERE workflow_run_id = r.id AND state IN ('pending', 'running'));
+      CONTINUE WHEN NOT EXISTS (SELECT 1 FROM workflows_workflowrun
+                                WHERE id = r.id AND state = 'running');
       IF EXISTS (SELECT 1 FROM workflows_noderun
                  WHERE workflow_run_id = r.id AND state <> 'succeeded') THEN
         RAISE EXCEPTION 'workflow run % ends failed', r.id USING ERRCODE = 'WFA01';
       END IF;
       UPDATE workflows_workflowrun SET state = 'succeeded', finished_at = v_now, error = ''
-      WHERE id = r.id AND state IN ('running', 'paused');
+      WHERE id = r.id AND state = 'running';
     END LOOP;
   EXCEPTION WHEN OTHERS THEN
     IF SQLSTATE = 'WFA01' THEN
