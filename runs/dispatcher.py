@@ -163,6 +163,8 @@ class Dispatcher(Daemon):
         Tables kept locked by others past the lock timeout, or a deadlock, leave it for
         the next pass: the dispatcher goes on serving."""
         try:
+            if not history_partitions.partitioned(self.using):
+                return  # SQLite, or plain tables: the row prune does it all
             history_partitions.create_ahead(self.using)
             if self.finisher is not None and self.finisher.is_alive():
                 return  # the last ones are still being retired: more next pass

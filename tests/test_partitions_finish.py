@@ -134,3 +134,16 @@ def test_the_dispatchers_round_does_not_wait_for_the_detach(monkeypatch):
     assert Run.objects.filter(pk=runs["b_dead"].pk).exists()
     assert not table_exists(old)
     flush_redis()
+
+
+def test_on_sqlite_the_dispatcher_keeps_no_partitions_and_warns_nothing(caplog):
+    """SQLite keeps plain tables: the partition pass is skipped, not run and failed (it
+    logged 'time partitions not kept this round (unrecognized token)' every minute)."""
+    from runs.dispatcher import Dispatcher
+
+    dispatcher = Dispatcher("sqlite")
+    with caplog.at_level("WARNING", logger="scheduler"):
+        dispatcher.keep_partitions(retention.cutoff(7 * 86_400, "sqlite"))
+
+    assert dispatcher.finisher is None
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
