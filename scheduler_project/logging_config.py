@@ -7,6 +7,7 @@ carries ``run_id``, ``job_id``, ``handler``, ``attempt``, ``outcome``, ``state``
 ``duration_s``, runs/outcomes.py), and ``exc_info`` with the traceback when there is one.
 """
 
+import logging
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -46,6 +47,18 @@ def run_outcomes_level(scheduler_level: str) -> str:
     return scheduler_level
 
 
+class NoTraceback(logging.Filter):
+    """Drops a record's traceback, keeping its line: a refused Host header
+    (django.security.DisallowedHost) is a client's mistake or a scanner, and Django logs
+    each with its full traceback at ERROR, 20 lines of our own code's frames for one
+    bad request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
 def django_logging(scheduler_level: str) -> dict:
     """settings.LOGGING: Django's warnings and the scheduler's loggers (``scheduler.*``
     at ``scheduler_level``; ``scheduler.runs`` as run_outcomes_level says) to the
@@ -54,12 +67,17 @@ def django_logging(scheduler_level: str) -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"line": formatter()},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+        "filters": {"no_traceback": {"()": NoTraceback}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"},
+                     "console_line": {"class": "logging.StreamHandler", "formatter": "line",
+                                      "filters": ["no_traceback"]}},
         "loggers": {
             # Django's default sends request errors (500s with their traceback, refused
             # Host headers) to the console only with DEBUG on, and otherwise to ADMINS by
             # mail, which nobody configures here: with DEBUG off they would be lost.
             "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+            "django.security.DisallowedHost": {"handlers": ["console_line"],
+                                               "level": "WARNING", "propagate": False},
             "scheduler": {"handlers": ["console"], "level": scheduler_level,
                           "propagate": False},
             "scheduler.runs": {"level": run_outcomes_level(scheduler_level)},

@@ -101,3 +101,28 @@ def test_log_run_outcomes_refuses_a_typo(monkeypatch):
     monkeypatch.setenv("LOG_RUN_OUTCOMES", "flase")
     with pytest.raises(ImproperlyConfigured, match="LOG_RUN_OUTCOMES must be true or false"):
         django_logging("INFO")
+
+
+def test_a_refused_host_header_is_one_line_and_other_errors_keep_their_traceback():
+    from django.conf import settings
+
+    logging.config.dictConfig(django_logging("INFO"))
+    try:
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            exc_info = sys.exc_info()
+        lines = {}
+        for name in ("django.security.DisallowedHost", "django.request"):
+            logger = logging.getLogger(name)
+            handler = (logger.handlers or logging.getLogger("django").handlers)[0]
+            record = logger.makeRecord(name, logging.ERROR, __file__, 1,
+                                       "Invalid HTTP_HOST header: 'evil'", (), exc_info)
+            assert handler.filter(record)
+            lines[name] = handler.format(record)
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+
+    assert lines["django.security.DisallowedHost"].endswith("Invalid HTTP_HOST header: 'evil'")
+    assert "Traceback" not in lines["django.security.DisallowedHost"]
+    assert "Traceback" in lines["django.request"]
