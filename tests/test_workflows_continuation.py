@@ -149,8 +149,8 @@ def test_a_worker_at_its_max_runs_takes_no_continuation(pair):
     "downstream run (priority 9) in the ack while a priority-0 run waits ready in the "
     "same queue, so a chain keeps its child for its whole length and more urgent runs "
     "(any owner's) wait behind it; the fix (compare with the queue's most urgent ready "
-    "run before continuing) is in runs/continuation.py and the broker, which the "
-    "wfperf branch is changing now"))
+    "run before continuing) is not built: docs/workflows.md, 'Latency', states the "
+    "inversion and its bound"))
 def test_no_continuation_while_a_more_urgent_run_waits_in_the_queue(pair, settings):
     from runs import transitions
     from tests.conftest import make_runs
