@@ -223,8 +223,9 @@ def table(workload: str, wsum: dict) -> list[str]:
                 fig = f"failed: {row['failed'][:120]}"
             load = row.get("load_1m")
             hist = {True: "yes", False: "no", None: "?"}[row.get("durable_history")]
+            # An N of 0 (W3's rows summarised before pairs.size_of) is no N: not "0.00".
             lines.append(
-                f"| {label} | {row.get('config') or ''} | {hist} | {fmt(row.get('n'))} | "
+                f"| {label} | {row.get('config') or ''} | {hist} | {fmt(row.get('n') or None)} | "
                 f"{fig} {unit} | {span(row.get('ours'))} | {times(row.get('ratio'))} | "
                 f"{row.get('pairs', 0)} | {'' if not load else f'{load[0]:.1f}-{load[1]:.1f}'}"
                 f" | {when} |")

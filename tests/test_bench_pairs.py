@@ -115,3 +115,12 @@ def test_a_cell_not_reached_yet_gives_no_row(monkeypatch):
     summary = run.summarise("W3", cells, "2026-12-02", False)
     assert "celery" not in summary
     assert summary["rq"]["default"]["pairs"] == 1
+
+
+def test_a_w3_row_summarised_with_n_0_shows_no_n_not_0_00():
+    import report
+
+    line = report.table("W3", {"ours": {"default": {
+        "n": 0, "figure": {"median": 46.9, "range": [7.1, 148.0], "n": 36},
+        "durable_history": True, "unit": "ms", "pairs": 36}}})[4]
+    assert "| 0.00 |" not in line and "| — |" in line
