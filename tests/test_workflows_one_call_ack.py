@@ -18,7 +18,12 @@ from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.types import Outcome
 from tests.conftest import wait_until
 from tests.test_workflows_engine import drain, node, start, states
-from tests.test_workflows_pause_race import b_run, in_thread, waiting_on_a_lock
+from tests.test_workflows_pause_race import (
+    b_finishes_paused_then_the_resume_ends_it,
+    b_run,
+    in_thread,
+    waiting_on_a_lock,
+)
 from tests.test_workflows_races import lease_all
 from workflows import control, reconcile, services
 from workflows.models import NodeRun
@@ -193,14 +198,7 @@ def test_pause_during_a_one_call_ack_returns_only_once_no_new_node_run_can_appea
     assert seen["returned"] is True
     assert b_run(pg_pair.using, wr) == seen["b_run_at_return"]
     assert services.get_workflow_run(wr.pk, using=pg_pair.using)["state"] == "paused"
-    wait_until(lambda: (drain(pg_pair, wr, until=("paused",)) and states(
-        services.get_workflow_run(wr.pk, using=pg_pair.using))["b"] == "succeeded"),
-        timeout=60, message="b to finish while paused")
-    view = services.get_workflow_run(wr.pk, using=pg_pair.using)
-    assert (view["state"], states(view)["c"], view["nodes"][2]["run_id"]) == (
-        "paused", "pending", None)
-    assert control.resume_workflow_run(wr, using=pg_pair.using)
-    assert drain(pg_pair, wr)["state"] == "succeeded"
+    b_finishes_paused_then_the_resume_ends_it(pg_pair, wr)
 
 
 def test_resume_during_a_one_call_ack_starts_what_the_ack_made_ready(pg_pair):

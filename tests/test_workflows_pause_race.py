@@ -116,14 +116,7 @@ def test_pause_during_an_ack_returns_only_once_no_new_node_run_can_appear(pg_pai
     view = services.get_workflow_run(wr.pk, using=pg_pair.using)
     assert view["state"] == "paused"
     # b's run was made before the pause; it runs, and c, which it makes ready, waits.
-    wait_until(lambda: (drain(pg_pair, wr, until=("paused",)) and states(
-        services.get_workflow_run(wr.pk, using=pg_pair.using))["b"] == "succeeded"),
-        timeout=60, message="b to finish while paused")
-    view = services.get_workflow_run(wr.pk, using=pg_pair.using)
-    assert (view["state"], states(view)["c"], view["nodes"][2]["run_id"]) == (
-        "paused", "pending", None)
-    assert control.resume_workflow_run(wr, using=pg_pair.using)
-    assert drain(pg_pair, wr)["state"] == "succeeded"
+    b_finishes_paused_then_the_resume_ends_it(pg_pair, wr)
 
 
 def test_resume_during_an_ack_starts_what_the_ack_made_ready(pg_pair):
@@ -136,4 +129,18 @@ def test_resume_during_an_ack_starts_what_the_ack_made_ready(pg_pair):
     # a succeeded in the ack, paused; the resume, racing it, must still start b.
     view = services.get_workflow_run(wr.pk, using=pg_pair.using)
     assert (view["state"], states(view)) == ("running", {"a": "succeeded", "b": "running"})
+    assert drain(pg_pair, wr)["state"] == "succeeded"
+
+
+def b_finishes_paused_then_the_resume_ends_it(pg_pair, wr):
+    """After a pause that won its race with a's ack (a -> b -> c): b, made before the
+    pause, runs; c, which b makes ready, waits with no run; the resume runs it to the
+    end."""
+    wait_until(lambda: (drain(pg_pair, wr, until=("paused",)) and states(
+        services.get_workflow_run(wr.pk, using=pg_pair.using))["b"] == "succeeded"),
+        timeout=60, message="b to finish while paused")
+    view = services.get_workflow_run(wr.pk, using=pg_pair.using)
+    assert (view["state"], states(view)["c"], view["nodes"][2]["run_id"]) == (
+        "paused", "pending", None)
+    assert control.resume_workflow_run(wr, using=pg_pair.using)
     assert drain(pg_pair, wr)["state"] == "succeeded"
