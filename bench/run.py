@@ -38,6 +38,7 @@ generated blocks of BENCHMARKS.md and bench/results/plots/*.png.
 """
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
@@ -158,6 +159,10 @@ def main() -> None:
     # Ours runs alone only when asked for (no --only, or --only naming it); otherwise it
     # is there to pair with the peers named.
     ours_alone = "ours" in systems
+    if not args.no_md and importlib.util.find_spec("matplotlib") is None:
+        # Found out at the end, this cost a full run its plots (2026-12-02): say it first.
+        parser.error("matplotlib is missing, so the plots of BENCHMARKS.md cannot be "
+                     "drawn: pip install -e '.[bench]' (or pass --no-md)")
     if "ours" not in systems and not args.no_ours:
         systems.insert(0, "ours")
     workloads = parse_list(args.workloads, rows.WORKLOADS, "workloads")
