@@ -16,13 +16,19 @@ counters and its own reap stay consistent.
 What a continuation may not do is skip a rule the broker's lease applies: a run of a
 queue with a concurrency or rate limit, or of an owner with a concurrency limit, is never
 continued (it is pushed and leased as any run); nor more runs than the ack finished
-(``room``), so a worker never holds more than the children it had. A continued run is
-not compared with other ready runs by priority: it takes the child its upstream used.
+(``room``), so a worker never holds more than the children it had; nor a run while a
+more urgent one (a lower priority number) waits ready in its queue, so a long chain
+cannot keep a child from the runs its lease would have taken first (docs/workflows.md,
+"Latency"). What waits is read from the broker once per ack (``Broker.most_urgent_ready``,
+a snapshot: a run pushed a moment later is not seen, as it would not be by a lease made
+a moment earlier); if the broker cannot tell, nothing is continued and the ack stands.
 
 The offer lives for one ack call in the thread that makes it (the worker's ack lane).
 """
 
+import logging
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -31,6 +37,7 @@ from runs.limits import owner_limits
 from runs.types import Lease
 from scheduler_core import conf
 
+log = logging.getLogger("scheduler.worker")
 _local = threading.local()
 
 
@@ -40,7 +47,10 @@ class Offer:
 
     ``worker_id`` is the acking worker, ``queues`` the queues it serves, ``room`` the most
     runs it takes (at most the runs the ack finishes), ``ttl_s`` the lease's length in
-    seconds. The engine fills ``taken`` with ``(lease, owner id or None)`` of the runs it
+    seconds, ``ready_head`` a callable taking the queues (a sorted list of str) and
+    returning {queue: the most urgent priority (0-9) waiting ready in it}
+    (``Broker.most_urgent_ready``; the broker's ``complete`` sets its own when None). The
+    engine fills ``taken`` with ``(lease, owner id or None)`` of the runs it
     started for the worker, and counts in ``pushed`` the runs it made and left to the
     broker (the worker then leases at once, as before)."""
 
@@ -50,8 +60,11 @@ class Offer:
     ttl_s: float
     taken: list[tuple[Lease, int | None]] = field(default_factory=list)
     pushed: int = 0
+    ready_head: Callable[[list[str]], dict[str, int]] | None = None
     # The owners with a policy's max_running, read once per ack (continuable).
     limited_owners: frozenset[int] | None = None
+    # The queues' most urgent waiting priority, read once per ack (urgent).
+    waiting: dict[str, int] | None = None
 
 
 @contextmanager
@@ -87,14 +100,19 @@ def undo_to(count: int) -> None:
         del offer.taken[count:]
 
 
-def continuable(queue: str, owner_id: int | None, using: str) -> bool:
-    """Whether a run of ``queue`` and owner ``owner_id`` may be continued: the worker
-    offering serves the queue and no limit of the broker's lease applies (docs/isolation.md:
-    QUEUE_CONCURRENCY, QUEUE_RATE, OWNER_CONCURRENCY and owner policies)."""
+def continuable(queue: str, owner_id: int | None, priority: int, using: str) -> bool:
+    """Whether a run of ``queue``, owner ``owner_id`` and ``priority`` (0-9, 0 the most
+    urgent) may be continued: the worker offering serves the queue, no limit of the
+    broker's lease applies (docs/isolation.md: QUEUE_CONCURRENCY, QUEUE_RATE,
+    OWNER_CONCURRENCY and owner policies) and no more urgent run waits ready in the queue
+    (``urgent``)."""
     offer = current()
     if offer is None or queue not in offer.queues:
         return False
     if queue in limited_queues():
+        return False
+    waiting = urgent(offer).get(queue)
+    if waiting is not None and waiting < priority:
         return False
     if owner_id is not None:
         if conf.get("OWNER_CONCURRENCY"):
@@ -104,6 +122,25 @@ def continuable(queue: str, owner_id: int | None, using: str) -> bool:
         if owner_id in offer.limited_owners:
             return False
     return True
+
+
+def urgent(offer: Offer) -> dict[str, int]:
+    """{queue: the most urgent priority waiting ready in it} for ``offer``'s queues, read
+    once per offer from its ``ready_head`` (no ``ready_head``: nothing waits). When the
+    broker cannot be read (its errors, whatever they are), every queue counts as holding
+    a run of priority -1, more urgent than any: nothing is continued, the runs are pushed
+    and leased in order, and the ack itself stands."""
+    if offer.waiting is None:
+        if offer.ready_head is None:
+            offer.waiting = {}
+        else:
+            try:
+                offer.waiting = dict(offer.ready_head(sorted(offer.queues)))
+            except Exception as exc:  # noqa: BLE001 - any failure: continue nothing
+                log.warning("continuation: the broker's ready runs could not be read "
+                            "(%s: %s); this ack continues nothing", type(exc).__name__, exc)
+                offer.waiting = dict.fromkeys(offer.queues, -1)
+    return offer.waiting
 
 
 def limited_queues() -> frozenset[str]:

@@ -144,13 +144,6 @@ def test_a_worker_at_its_max_runs_takes_no_continuation(pair):
     assert (b.state, b.attempt) in ((RunState.SCHEDULED, 0), (RunState.QUEUED, 0))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "continuation skips the lease's priority order: the acking worker leases the "
-    "downstream run (priority 9) in the ack while a priority-0 run waits ready in the "
-    "same queue, so a chain keeps its child for its whole length and more urgent runs "
-    "(any owner's) wait behind it; the fix (compare with the queue's most urgent ready "
-    "run before continuing) is not built: docs/workflows.md, 'Latency', states the "
-    "inversion and its bound"))
 def test_no_continuation_while_a_more_urgent_run_waits_in_the_queue(pair, settings):
     from runs import transitions
     from tests.conftest import make_runs
@@ -170,6 +163,63 @@ def test_no_continuation_while_a_more_urgent_run_waits_in_the_queue(pair, settin
     assert run_of(broker, workflow_run, "b").state != RunState.RUNNING
     assert offer.taken == []
     assert lease_first(broker).run_id == urgent.pk
+
+
+def low_chain_with_a_waiting_run(broker, priority, queue="default"):
+    """A started chain a -> b of priority 5, a leased, and one run of ``priority`` in
+    ``queue`` pushed and waiting; returns (workflow run, a's lease, the waiting run)."""
+    from runs import transitions
+    from tests.conftest import make_runs
+
+    nodes = [{"name": n, "handler": "wf.cont", "payload": {}, "priority": 5} for n in "ab"]
+    workflow = services.create_workflow("mid", nodes, [("a", "b")], using=broker.using)
+    workflow_run = services.start_workflow_run(workflow, using=broker.using)
+    lease = lease_first(broker)
+    [waiting] = make_runs(broker.using, 1, handler="wf.cont", priority=priority, queue=queue)
+    broker.push(transitions.run_refs(Run.objects.using(broker.using).filter(pk=waiting.pk)))
+    return workflow_run, lease, waiting
+
+
+@pytest.mark.parametrize("why", ["same priority", "less urgent", "another queue"])
+def test_a_waiting_run_no_more_urgent_in_the_queue_leaves_the_continuation(pair, settings,
+                                                                            why):
+    broker = pair
+    settings.SCHEDULER = {**settings.SCHEDULER, "PRIORITY_CLASSES": ""}
+    priority = {"same priority": 5, "less urgent": 8, "another queue": 0}[why]
+    queue = "other" if why == "another queue" else "default"
+    workflow_run, lease, waiting = low_chain_with_a_waiting_run(broker, priority, queue)
+    offer = Offer("w1", frozenset({"default", "other"}), room=1, ttl_s=30.0)
+
+    broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED)], offer)
+
+    b = run_of(broker, workflow_run, "b")
+    assert (b.state, b.worker_id) == (RunState.RUNNING, "w1")
+    assert [taken.run_id for taken, _ in offer.taken] == [b.pk]
+    assert lease_first(broker, queue=queue).run_id == waiting.pk
+
+
+def test_a_broker_that_cannot_tell_what_waits_continues_nothing_and_the_ack_stands(pair):
+    """The read of what waits fails (a Redis down for a moment, say): the ack is applied,
+    the downstream run goes to the broker for a lease in order, nothing is continued."""
+    from scheduler_core.exceptions import BrokerUnavailable
+
+    broker = pair
+    if broker.ready_when_stored:
+        pytest.skip("the database broker's ready runs are rows of the ack's own database")
+    workflow_run = chain(broker, "a", "b")
+    lease = lease_first(broker)
+
+    def unreadable(queues):
+        raise BrokerUnavailable("the broker's ready sets cannot be read")
+
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0, ready_head=unreadable)
+    assert broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED)], offer) == [True]
+
+    assert offer.taken == []
+    assert run_of(broker, workflow_run, "a").state == RunState.SUCCEEDED
+    b = run_of(broker, workflow_run, "b")
+    assert b.state in (RunState.SCHEDULED, RunState.QUEUED)
+    assert lease_first(broker, "w2").run_id == b.pk
 
 
 @pytest.mark.parametrize("why", ["queue rate", "owner default limit", "owner policy"])

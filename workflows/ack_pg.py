@@ -1,5 +1,6 @@
 """The ack of workflow nodes' successes in one round trip on PostgreSQL: one call of the
-function workflows_ack_succeeded (workflows/migrations/0002_ack_function.py), in
+function workflows_ack_succeeded (workflows/migrations/0002_ack_function.py, with
+0003_ack_urgent.py's priority rule), in
 autocommit, so the call is its own transaction and its commit (docs/workflows.md,
 "Latency"; BENCHMARKS.md, "Workflows (W7)").
 
@@ -32,7 +33,7 @@ log = logging.getLogger("scheduler.hooks")
 
 LEFT_TO_ORM = "WFA01"  # the function's SQLSTATE for a case it leaves to the ORM path
 SQL = ("SELECT * FROM workflows_ack_succeeded(%s::bigint[], %s::int[], %s::text[], %s,"
-       " %s::text[], %s, %s, %s::text[], %s, %s)")
+       " %s::text[], %s, %s, %s::text[], %s, %s, %s::text[], %s::int[])")
 
 
 def usable(using: str) -> bool:
@@ -52,13 +53,23 @@ def ack_successes(outcomes: list[Outcome], using: str) -> list[bool] | None:
     offer = continuation.current()
     room = 0 if offer is None else offer.room - len(offer.taken)
     results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
+    broker = get_broker(using)
+    if offer is None or room <= 0:
+        urgent_queues, urgent_priorities = [], []
+    elif broker.ready_when_stored:
+        # The database broker's ready runs are rows: the function reads them itself.
+        urgent_queues = urgent_priorities = None
+    else:
+        waiting = sorted(continuation.urgent(offer).items())
+        urgent_queues = [q for q, _ in waiting]
+        urgent_priorities = [p for _, p in waiting]
     params = [int_array([o.lease.run_id for o in outcomes]),
               int_array([o.lease.attempt for o in outcomes]), results,
               "" if offer is None else offer.worker_id,
               [] if offer is None else sorted(offer.queues), room,
               conf.get("LEASE_TTL_S") if offer is None else offer.ttl_s,
               sorted(continuation.limited_queues()), bool(conf.get("OWNER_CONCURRENCY")),
-              conf.get("SHARDS")]
+              conf.get("SHARDS"), urgent_queues, urgent_priorities]
     try:
         with connections[using].cursor() as cursor:
             cursor.execute(SQL, params)
@@ -84,7 +95,7 @@ def ack_successes(outcomes: list[Outcome], using: str) -> list[bool] | None:
     if offer is not None:
         offer.taken += taken
         offer.pushed += len(pushed)
-    get_broker(using).push_after_commit(pushed)
+    broker.push_after_commit(pushed)
     accepted = [(o.lease.run_id, o.lease.attempt) in acked for o in outcomes]
     for o, ok in zip(outcomes, accepted, strict=True):
         o.watched = True

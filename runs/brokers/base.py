@@ -113,6 +113,13 @@ class Broker(ABC):
         long instead of a whole WORKER_POLL_S."""
         return None
 
+    def most_urgent_ready(self, queues: list[str]) -> dict[str, int]:
+        """{queue: the most urgent priority (0-9, 0 first) among the runs of ``queues``
+        ready to lease now}, queues with none left out. An ack continues no run while a
+        more urgent one waits in its queue (runs/continuation.py). Raises BrokerUnavailable
+        when the broker cannot be read. This default knows of nothing waiting."""
+        return {}
+
     def shard_count(self) -> int:
         """How many shards each queue is split into (SHARDS)."""
         return max(conf.get("SHARDS"), 1)
@@ -252,6 +259,8 @@ class Broker(ABC):
         push the retries) is handed to it instead of done before returning; the worker
         queues it on its ack lane, ahead of any later ack, so the runs its ack continued
         reach the children a broker round trip sooner (docs/workflows.md, "Latency")."""
+        if offer is not None and offer.ready_head is None:
+            offer.ready_head = self.most_urgent_ready
         with continuation.offering(offer):
             accepted, retried = completion.complete(outcomes, self.using)
         # A refused ack's run may be leased to another worker by now: its broker-side

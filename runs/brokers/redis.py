@@ -223,6 +223,23 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
         run_at_ms = min(heads) // 10  # score: run_at_ms * 10 + priority
         return max(run_at_ms / 1000 - time.time(), 0.0)
 
+    @translate_errors
+    def most_urgent_ready(self, queues: list[str]) -> dict[str, int]:
+        # The head of each shard's ready set, in one pipeline: its score is
+        # priority * PRIORITY_SPAN + run_at_ms (runs/policy.py).
+        pipe = self.client.pipeline(transaction=False)
+        asked = []
+        for queue in queues:
+            for shard in self._shards_of(queue):
+                pipe.zrange(self.keys.ready(queue, shard), 0, 0, withscores=True)
+                asked.append(queue)
+        found: dict[str, int] = {}
+        for queue, reply in zip(asked, pipe.execute(), strict=True):
+            for _, score in reply:
+                priority = int(score) // policy.PRIORITY_SPAN
+                found[queue] = min(priority, found.get(queue, priority))
+        return found
+
     def _lease_calls(self, queue: str, calls) -> list[list[int]]:
         """Run the lease script once per ``(shard, n, classes)`` in one pipeline; returns
         the leased run ids of each call."""
