@@ -326,3 +326,70 @@ def test_an_acks_queries_do_not_grow_with_its_fan_out(pair, settings, monkeypatc
     narrow = ack_queries(broker, owner, 10)
     wide = ack_queries(broker, owner, 200)
     assert wide <= narrow + 2, (narrow, wide)
+
+
+def test_redis_reads_what_waits_again_once_its_snapshot_is_older_than_heads_fresh_s(pair):
+    """The heads read with an ack's bookkeeping serve the next acks for HEADS_FRESH_S
+    (runs/brokers/redis.py); past that a more urgent run pushed since is seen."""
+    from runs import transitions
+    from runs.brokers import redis as redis_broker
+    from tests.conftest import make_runs
+
+    broker = pair
+    if broker.name != "redis":
+        pytest.skip("the database broker reads its rows inside the ack")
+    workflow_run = chain(broker, "a", "b", "c")
+    first = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+    broker.complete([Outcome(lease_first(broker), AttemptOutcome.SUCCEEDED)], first)
+    [(b_lease, _)] = first.taken
+    [urgent] = make_runs(broker.using, 1, handler="wf.cont", priority=0)
+    broker.push(transitions.run_refs(Run.objects.using(broker.using).filter(pk=urgent.pk)))
+
+    time.sleep(redis_broker.HEADS_FRESH_S + 0.05)
+    second = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+    broker.complete([Outcome(b_lease, AttemptOutcome.SUCCEEDED)], second)
+
+    assert second.taken == []
+    assert run_of(broker, workflow_run, "c").state != RunState.RUNNING
+    assert lease_first(broker, "w2").run_id == urgent.pk
+
+
+def test_redis_refreshes_what_waits_with_each_acks_bookkeeping(pair, monkeypatch):
+    """The snapshot is renewed in the same pipeline as every ack's forget and adopt, so
+    an ack sees a run pushed before the previous ack's bookkeeping even while the
+    snapshot is fresh; without that ack in between, it would not (the bound
+    HEADS_FRESH_S documents)."""
+    from runs import transitions
+    from runs.brokers import redis as redis_broker
+    from tests.conftest import make_runs
+
+    broker = pair
+    if broker.name != "redis":
+        pytest.skip("the database broker reads its rows inside the ack")
+    monkeypatch.setattr(redis_broker, "HEADS_FRESH_S", 60.0)
+    [other] = make_runs(broker.using, 1, handler="wf.cont", queue="other")
+    broker.push(transitions.run_refs(Run.objects.using(broker.using).filter(pk=other.pk)))
+    broker.promote()
+    [other_lease] = broker.lease(["other"], 1, "w1")
+    workflow_runs = [chain(broker, "a", "b", "c") for _ in range(2)]
+
+    def ack_a_then_b(between):
+        broker._heads = None  # each round starts without a snapshot, as a new worker
+        first = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+        broker.complete([Outcome(lease_first(broker), AttemptOutcome.SUCCEEDED)], first)
+        [(b_lease, _)] = first.taken
+        [urgent] = make_runs(broker.using, 1, handler="wf.cont", priority=0)
+        broker.push(transitions.run_refs(Run.objects.using(broker.using).filter(
+            pk=urgent.pk)))
+        between()
+        second = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+        broker.complete([Outcome(b_lease, AttemptOutcome.SUCCEEDED)], second)
+        assert lease_first(broker, "w2").run_id == urgent.pk  # the queue's head, leased
+        return second.taken
+
+    # Stale on purpose: a's bookkeeping read the heads before the urgent run came.
+    assert len(ack_a_then_b(lambda: None)) == 1
+    # An ack of another queue's run in between: its bookkeeping reads them again.
+    assert ack_a_then_b(lambda: broker.complete(
+        [Outcome(other_lease, AttemptOutcome.SUCCEEDED)])) == []
+    assert run_of(broker, workflow_runs[1], "c").state != RunState.RUNNING

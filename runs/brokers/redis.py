@@ -31,6 +31,9 @@ SCRIPTS = ("push", "promote", "lease", "heartbeat", "reap", "forget", "unpark", 
            "adopt")
 PUSH_CHUNK = 1000
 PROMOTE_IN_LEASE = 1000  # most due runs a lease promotes per shard (as lease.lua does)
+# How long the ready sets' heads read with an ack's bookkeeping serve the next acks'
+# continuations (most_urgent_ready) before they are read again, in seconds.
+HEADS_FRESH_S = 0.05
 
 
 class RedisBroker(RedisInspection, RedisLimits, Broker):
@@ -49,6 +52,8 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
         self._known: list[tuple[str, int]] = []
         self._known_at = float("-inf")
         self._limited: set[str] = set()  # cluster: queues whose limits hash is filled
+        # (monotonic time read, queues, {queue: most urgent waiting priority}) or None
+        self._heads: tuple[float, tuple[str, ...], dict[str, int]] | None = None
 
     def _pipe(self) -> Pipe:
         return Pipe(self.client, self.sources)
@@ -225,20 +230,40 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
 
     @translate_errors
     def most_urgent_ready(self, queues: list[str]) -> dict[str, int]:
-        # The head of each shard's ready set, in one pipeline: its score is
-        # priority * PRIORITY_SPAN + run_at_ms (runs/policy.py).
-        pipe = self.client.pipeline(transaction=False)
+        """As Broker.most_urgent_ready, from the heads read with the last ack's
+        bookkeeping (_settle_now, the same pipeline as its forget and adopt) when they are
+        of the same queues and at most HEADS_FRESH_S old, else read now. A read of its own
+        before each ack cost a chain about 2 ms a handoff in the worker, ten times the
+        round trip (BENCHMARKS.md, "Workflows (W7)")."""
+        key = tuple(queues)
+        cached = self._heads
+        if (cached is not None and cached[1] == key
+                and time.monotonic() - cached[0] <= HEADS_FRESH_S):
+            return dict(cached[2])
+        pipe = self._pipe()
+        asked = self._heads_into(pipe, key)
+        return self._heads_from(key, asked, pipe.execute(), time.monotonic())
+
+    def _heads_into(self, pipe: Pipe, queues: tuple[str, ...]) -> list[str]:
+        """Queue the read of the head of every ready set of ``queues`` (its score is
+        priority * PRIORITY_SPAN + run_at_ms, runs/policy.py); returns the queue of each
+        reply, in order."""
         asked = []
         for queue in queues:
             for shard in self._shards_of(queue):
-                pipe.zrange(self.keys.ready(queue, shard), 0, 0, withscores=True)
+                pipe.pipe.zrange(self.keys.ready(queue, shard), 0, 0, withscores=True)
                 asked.append(queue)
+        return asked
+
+    def _heads_from(self, queues: tuple[str, ...], asked: list[str], replies: list,
+                    read_at: float) -> dict[str, int]:
         found: dict[str, int] = {}
-        for queue, reply in zip(asked, pipe.execute(), strict=True):
+        for queue, reply in zip(asked, replies, strict=True):
             for _, score in reply:
                 priority = int(score) // policy.PRIORITY_SPAN
                 found[queue] = min(priority, found.get(queue, priority))
-        return found
+        self._heads = (read_at, queues, found)
+        return dict(found)
 
     def _lease_calls(self, queue: str, calls) -> list[list[int]]:
         """Run the lease script once per ``(shard, n, classes)`` in one pipeline; returns
@@ -320,7 +345,15 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
             self._forget_into(pipe, finished)
         if taken:
             self._adopt_into(pipe, taken, ttl_s)
-        pipe.execute()
+        cached = self._heads
+        if cached is None:
+            pipe.execute()
+            return
+        # The next ack's continuations compare with these (most_urgent_ready).
+        read_at = time.monotonic()
+        asked = self._heads_into(pipe, cached[1])
+        replies = pipe.execute()
+        self._heads_from(cached[1], asked, replies[len(replies) - len(asked):], read_at)
 
     @translate_errors
     def _extend(self, leases: list[Lease], ttl_s: float) -> None:
