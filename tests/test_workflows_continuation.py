@@ -393,3 +393,35 @@ def test_redis_refreshes_what_waits_with_each_acks_bookkeeping(pair, monkeypatch
     assert ack_a_then_b(lambda: broker.complete(
         [Outcome(other_lease, AttemptOutcome.SUCCEEDED)])) == []
     assert run_of(broker, workflow_runs[1], "c").state != RunState.RUNNING
+
+
+def test_a_chain_continued_hop_by_hop_leases_from_the_broker_once_not_at_every_hop(
+        pair, settings, monkeypatch):
+    """Every hop of a chain is continued on the worker and pushes nothing: the broker
+    has nothing new, so the worker's idle child must not make a lease at every hop (in
+    W7 that lease competed with the hop itself for the 2 cores)."""
+    from runs.worker import Worker
+
+    broker = pair
+    names = [f"n{i}" for i in range(12)]
+    workflow_run = chain(broker, *names)
+    broker.promote()
+    leases = []
+    real_lease = type(broker).lease
+
+    def counted(self, *args, **kwargs):
+        got = real_lease(self, *args, **kwargs)
+        leases.append(len(got))
+        return got
+
+    monkeypatch.setattr(type(broker), "lease", counted)
+    Worker(["default"], concurrency=2, using=broker.using, burst=True).serve()
+
+    assert WorkflowRun.objects.using(broker.using).get(pk=workflow_run.pk).state == "succeeded"
+    continued = Attempt.objects.using(broker.using).filter(
+        run__in=[run_of(broker, workflow_run, n).pk for n in names[1:]],
+        number=1, worker_id__isnull=False).count()
+    assert continued == len(names) - 1
+    # The first lease takes n0, an empty one lets the idle child sleep until its poll
+    # (WORKER_POLL_S); the chain's 11 hops add none (one each before: 12 or more).
+    assert len(leases) <= 5, leases

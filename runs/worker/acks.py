@@ -145,10 +145,12 @@ class Acks:
                 # Runs this ack made ready and leased to this worker (runs/continuation.py):
                 # first in line, for the children the ack has just freed.
                 self.ahead.extendleft(reversed(leased))
-                self.idle = False
-            if self.idle and any(accepted):
+            if self.idle and any(accepted) and not (leased and pushed == 0):
                 # An ack may have made runs ready (a workflow's downstream nodes, in its
-                # transaction): look at once rather than after the idle poll.
+                # transaction): look at once rather than after the idle poll. Not when it
+                # continued here every run it made: the broker has nothing new, and a
+                # lease at every hop of a chain competed with the hop for the 2 cores
+                # (BENCHMARKS.md, "Workflows (W7)").
                 self.wake_at = None
             if pushed != 0 and any(o.watched for o, ok
                                    in zip(outcomes, accepted, strict=True) if ok):
