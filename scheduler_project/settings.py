@@ -91,6 +91,9 @@ INSTALLED_APPS = [
     "runs",
     "scheduler_tasks",
     "workflows",
+    # Your own apps (SCHEDULER_APPS=etl,billing): their handlers.py and tasks modules are
+    # loaded by every process, as this project's are (README.md, "Python API").
+    *env_list("SCHEDULER_APPS"),
 ]
 
 MIDDLEWARE = [

@@ -211,3 +211,21 @@ def test_check_deploy_finds_nothing_in_the_documented_production_environment(tmp
     assert "SECURE_SSL_REDIRECT" in env and "SECRET_KEY" in env
     assert check.returncode == 0, check.stderr
     assert "System check identified no issues (0 silenced)." in check.stdout, check.stderr
+
+
+@pytest.mark.parametrize("apps, found", [("", False), ("chaos", True)])
+def test_scheduler_apps_adds_a_users_apps_whose_handlers_every_process_loads(tmp_path, apps,
+                                                                            found):
+    """SCHEDULER_APPS (README.md, "Production"): the apps of one's own handlers, installed
+    in every process of this project without editing settings.py; here the fault-injection
+    app, whose handlers.py registers busy_loop."""
+    env = {k: v for k, v in os.environ.items() if k not in DEPLOY_VARS}
+    env.update(DJANGO_SETTINGS_MODULE="scheduler_project.settings", DEBUG="true",
+               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", SCHEDULER_APPS=apps)
+    probe = ("from scheduler_core.registry import handler_names; "
+             "print('busy_loop' in handler_names())")
+    shell = subprocess.run([sys.executable, str(ROOT / "manage.py"), "shell", "-c", probe],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.strip().splitlines()[-1] == str(found)
