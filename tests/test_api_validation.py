@@ -76,7 +76,9 @@ BAD = [
     ({**CRON, "colour": "red"}, "colour", "unknown field"),
     ({**CRON, "cron": "@daily"}, "cron", "unknown field (did you mean 'schedule'?)"),
     ({**CRON, "timezone_name": "UTC"}, "timezone_name", "did you mean 'timezone'?"),
-    ({**CRON, "max_attempts": 3}, "max_attempts", "unknown field"),
+    ({**CRON, "max_attempts": 3}, "max_attempts", "use 'max_retries', which is max_attempts - 1"),
+    ({**CRON, "delay": 5}, "delay", "did you mean 'delay_s'?"),
+    ({**CRON, "tz": "UTC"}, "tz", "did you mean 'timezone'?"),
 ]
 
 
