@@ -6,6 +6,7 @@ broker only after that transaction commits (docs/architecture.md, "Conventions i
 commit first, then push).
 """
 
+import inspect
 from datetime import datetime
 
 import psycopg
@@ -64,6 +65,23 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=N
     return spec
 
 
+# Names a user of the REST API (or of another queue) reaches for, against create_job's own.
+OPTION_HINTS = {"schedule": "cron_expr", "cron": "cron_expr", "timezone": "timezone_name",
+                "tz": "timezone_name", "delay": "delay_s", "timeout": "timeout_s",
+                "max_retries": "max_attempts (max_retries + 1: it counts the first try)"}
+
+
+def _check_options(options: dict) -> None:
+    """Refuse an option create_job does not take with a TypeError naming create_job (not
+    the helper that builds the spec) and the name meant, where one is known."""
+    known = inspect.signature(_spec).parameters
+    for name in options:
+        if name not in known or name in ("handler", "payload"):
+            hint = OPTION_HINTS.get(name)
+            raise TypeError(f"create_job() got an unexpected keyword argument {name!r}"
+                            + (f" (did you mean {hint}?)" if hint else ""))
+
+
 def create_job(handler: str, payload: dict | None = None, *, owner=None, using="default",
                **options) -> Job:
     """Create one job and, for a one-off job, its run.
@@ -79,8 +97,9 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     and ``unique_states`` (jobs/unique.py): when an earlier job holds the key, that job is
     returned, with ``conflict`` True (a new job has it False). With an ``owner``, its
     bounds apply (see create_jobs). Raises InvalidJob naming each bad field,
-    tenants.QuotaExceeded.
+    tenants.QuotaExceeded; TypeError for an option it does not take.
     """
+    _check_options(options)
     spec = _spec(handler, payload, using=using, **options)
     bounds = tenants.bounds_of(owner.pk if owner is not None else None, using)
     try:

@@ -56,3 +56,16 @@ def test_trigger_refuses_a_naive_time_and_a_second_run_at_the_same_time():
     with pytest.raises(SchedulerError, match="already has a run"):
         services.trigger(job.pk, at=at)
     assert Run.objects.filter(job=job).count() == 1
+
+
+@pytest.mark.parametrize("option, hint", [
+    ("schedule", "did you mean cron_expr?"), ("timezone", "did you mean timezone_name?"),
+    ("max_retries", "did you mean max_attempts"), ("colour", None)])
+def test_an_option_create_job_does_not_take_is_a_type_error_naming_it(option, hint):
+    with pytest.raises(TypeError) as error:
+        services.create_job("noop", {}, **{option: 1})
+
+    message = str(error.value)
+    assert message.startswith(f"create_job() got an unexpected keyword argument '{option}'")
+    assert (hint in message) if hint else "did you mean" not in message
+    assert Job.objects.count() == 0
