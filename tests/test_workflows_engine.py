@@ -282,3 +282,33 @@ def test_a_node_run_whose_lease_expired_is_retried_and_the_workflow_run_complete
     outcomes = list(Run.objects.using(pair.using).get(pk=lost.run_id).attempts
                     .order_by("number").values_list("outcome", flat=True))
     assert outcomes == ["lease_expired", "succeeded"]
+
+
+@handler("wf.misread")
+def misread(ctx, payload):
+    """Reads an upstream by a name that is not one of its upstreams."""
+    return ctx.upstream["extract"]
+
+
+def test_an_upstream_read_by_a_wrong_name_says_which_names_there_are(pair):
+    broker = pair
+    workflow = services.create_workflow(
+        "misread", [node("a"), node("b", "wf.misread", max_attempts=1)], [("a", "b")],
+        using=broker.using)
+    view = drain(broker, services.start_workflow_run(workflow, using=broker.using),
+                 until=("failed",))
+
+    b = next(n for n in view["nodes"] if n["name"] == "b")
+    error = Run.objects.using(broker.using).get(pk=b["run_id"]).error
+    assert "'extract' is not an upstream node of this node; its upstream nodes: a" in error
+
+
+def test_a_node_not_started_yet_shows_its_jobs_max_attempts(pair):
+    broker = pair
+    workflow = services.create_workflow(
+        "pending", [node("a"), node("b", max_attempts=7)], [("a", "b")], using=broker.using)
+    workflow_run = services.start_workflow_run(workflow, using=broker.using)
+
+    view = services.get_workflow_run(workflow_run.pk, using=broker.using)
+    b = next(n for n in view["nodes"] if n["name"] == "b")
+    assert (b["state"], b["run_id"], b["max_attempts"]) == ("pending", None, 7)

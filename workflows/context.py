@@ -20,6 +20,16 @@ from workflows.models import NodeRun, WorkflowEdge, WorkflowNode
 _own: dict[tuple[int, str], object] = {}  # (process id, alias) -> its private connection
 
 
+class Results(dict):
+    """Upstream results by node name; a name that is not an upstream of this node is a
+    KeyError that says which names are (a bare ``KeyError: 'extract'`` did not)."""
+
+    def __missing__(self, name):
+        known = ", ".join(sorted(self)) or "none (no workflow node's run, or no upstream)"
+        raise KeyError(f"{name!r} is not an upstream node of this node; its upstream "
+                       f"nodes: {known}")
+
+
 def _connection(alias: str = "default"):
     key = (os.getpid(), alias)
     connection = _own.get(key)
@@ -45,9 +55,9 @@ def upstream_results(run_id: int, alias: str = "default") -> MappingProxyType:
         cursor.execute(sql, [run_id])
         rows = cursor.fetchall()
     # jsonb comes as text (Django's loader) or decoded, SQLite's as text.
-    return MappingProxyType({
+    return MappingProxyType(Results({
         name: json.loads(value) if isinstance(value, str | bytes) else value
-        for name, value in rows})
+        for name, value in rows}))
 
 
 def upstream_of(context) -> MappingProxyType:

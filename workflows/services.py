@@ -247,7 +247,7 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
     start, ``started_at`` the current or last attempt's. Raises WorkflowRun.DoesNotExist."""
     wr = WorkflowRun.objects.using(using).get(pk=_pk(workflow_run))
     node_runs = list(NodeRun.objects.using(using).filter(workflow_run=wr)
-                     .select_related("node").order_by("node_id"))
+                     .select_related("node__job").order_by("node_id"))
     upstream: dict[int, list[str]] = {}
     for down, name in (WorkflowEdge.objects.using(using).filter(workflow_id=wr.workflow_id)
                        .values_list("downstream_id", "upstream__name")):
@@ -259,7 +259,8 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
                  .values_list("run_id", "started_at"))
     nodes = []
     for n in node_runs:
-        run = runs.get(n.run_id, (None, 0, None, None))
+        # A node not started yet has no run: its attempts are its job's.
+        run = runs.get(n.run_id, (None, 0, n.node.job.max_attempts, None))
         nodes.append({"name": n.node.name, "state": n.state,
                       "upstream": sorted(upstream.get(n.node_id, [])), "run_id": n.run_id,
                       "run_state": run[0], "attempt": run[1], "max_attempts": run[2],
