@@ -30,6 +30,13 @@ class TokenAuthentication(KnoxTokenAuthentication):
     guessing tokens is throttled too (429 past API_ANON_THROTTLE_RATE, then 401)."""
 
     def authenticate(self, request):
+        scheme = request.META.get("HTTP_AUTHORIZATION", "").split(" ", 1)[0]
+        if scheme.lower() == "bearer":
+            # Otherwise "credentials were not provided", though they were, in the scheme
+            # /metrics uses (docs/api.md, "Conventions": Login).
+            throttle_anonymous(request._request, None)
+            raise AuthenticationFailed("this API takes 'Authorization: Token <token>', "
+                                       "not Bearer")
         try:
             return super().authenticate(request)
         except AuthenticationFailed:

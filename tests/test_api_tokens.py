@@ -137,3 +137,17 @@ def test_wrong_tokens_are_throttled_like_requests_without_a_login():
 
     assert set(answers) == {401}
     assert refused.status_code == 429
+
+
+def test_a_token_sent_as_bearer_is_a_401_that_names_the_scheme_to_use():
+    from jobs.tokens import create_token
+
+    key = create_token(User.objects.create_user("bearer"))
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    response = api.get("/api/jobs/")
+
+    assert response.status_code == 401
+    assert "'Authorization: Token <token>', not Bearer" in response.json()["detail"]
+    assert api_with(key).get("/api/jobs/").status_code == 200
