@@ -152,17 +152,21 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
 
     def _shards_of(self, queue: str) -> list[int]:
         """The shards of ``queue`` to lease from, starting at a different one each call so
-        no shard, shard 0 included, is favoured: the configured ones, plus any a larger
-        SHARDS left runs in (known from the queues set, re-read at most once a second,
-        or at once when a lease finds nothing)."""
+        no shard, shard 0 included, is favoured (``_known_shards``, rotated)."""
+        shards = self._known_shards(queue)
+        offset = next(self._rotation) % len(shards)
+        return shards[offset:] + shards[:offset]
+
+    def _known_shards(self, queue: str) -> list[int]:
+        """The shards of ``queue`` in order: the configured ones, plus any a larger SHARDS
+        left runs in (known from the queues set, re-read at most once a second, or at once
+        when a lease finds nothing)."""
         now = time.monotonic()
         if now - self._known_at > 1.0:
             self._known = self._queue_shards()
             self._known_at = now
         count = self.shard_count()
-        shards = sorted(set(range(count)) | {s for q, s in self._known if q == queue})
-        offset = next(self._rotation) % len(shards)
-        return shards[offset:] + shards[:offset]
+        return sorted(set(range(count)) | {s for q, s in self._known if q == queue})
 
     def _claim_across(self, queue: str, shards: list[int], n: int) -> list[Slot]:
         """Lease ``n`` runs of a queue split into several shards with the priority classes'
@@ -245,12 +249,17 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
         return self._heads_from(key, asked, pipe.execute(), time.monotonic())
 
     def _heads_into(self, pipe: Pipe, queues: tuple[str, ...]) -> list[str]:
-        """Queue the read of the head of every ready set of ``queues`` (its score is
-        priority * PRIORITY_SPAN + run_at_ms, runs/policy.py); returns the queue of each
-        reply, in order."""
+        """Queue, for every shard of ``queues``, the promotion of its delayed runs that
+        have fallen due (as lease.lua does before it leases: a due retry or delayed run
+        is what a lease would take) and the read of its ready set's head (its score is
+        priority * PRIORITY_SPAN + run_at_ms, runs/policy.py): two replies a shard.
+        Returns the queue of each shard, in order."""
         asked = []
         for queue in queues:
-            for shard in self._shards_of(queue):
+            # In order, not rotated: the leases' rotation must not advance with these.
+            for shard in self._known_shards(queue):
+                pipe.script("promote", [self.keys.delayed(queue, shard),
+                                        self.keys.ready(queue, shard)], [PROMOTE_IN_LEASE])
                 pipe.pipe.zrange(self.keys.ready(queue, shard), 0, 0, withscores=True)
                 asked.append(queue)
         return asked
@@ -258,7 +267,7 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
     def _heads_from(self, queues: tuple[str, ...], asked: list[str], replies: list,
                     read_at: float) -> dict[str, int]:
         found: dict[str, int] = {}
-        for queue, reply in zip(asked, replies, strict=True):
+        for queue, reply in zip(asked, replies[1::2], strict=True):
             for _, score in reply:
                 priority = int(score) // policy.PRIORITY_SPAN
                 found[queue] = min(priority, found.get(queue, priority))
@@ -353,7 +362,7 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
         read_at = time.monotonic()
         asked = self._heads_into(pipe, cached[1])
         replies = pipe.execute()
-        self._heads_from(cached[1], asked, replies[len(replies) - len(asked):], read_at)
+        self._heads_from(cached[1], asked, replies[len(replies) - 2 * len(asked):], read_at)
 
     @translate_errors
     def _extend(self, leases: list[Lease], ttl_s: float) -> None:
