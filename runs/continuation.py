@@ -17,11 +17,13 @@ What a continuation may not do is skip a rule the broker's lease applies: a run 
 queue with a concurrency or rate limit, or of an owner with a concurrency limit, is never
 continued (it is pushed and leased as any run); nor more runs than the ack finished
 (``room``), so a worker never holds more than the children it had; nor a run while a
-more urgent one (a lower priority number) waits ready in its queue, so a long chain
-cannot keep a child from the runs its lease would have taken first (docs/workflows.md,
-"Latency"). What waits is read from the broker once per ack (``Broker.most_urgent_ready``,
-a snapshot: a run pushed a moment later is not seen, as it would not be by a lease made
-a moment earlier); if the broker cannot tell, nothing is continued and the ack stands.
+more urgent one (a lower priority number) waits ready in its queue or is left to the
+broker by the same ack (``choose`` takes the ack's runs in the lease's order), so a long
+chain cannot keep a child from the runs its lease would have taken first
+(docs/workflows.md, "Latency"). What waits is read from the broker once per ack
+(``Broker.most_urgent_ready``, a snapshot: a run pushed a moment later is not seen, as it
+would not be by a lease made a moment earlier); if the broker cannot tell, nothing is
+continued and the ack stands.
 
 The offer lives for one ack call in the thread that makes it (the worker's ack lane).
 """
@@ -149,6 +151,31 @@ def limited_queues() -> frozenset[str]:
     return frozenset(queue for queue, limits in policy.parse_queue_limits(
         conf.get("QUEUE_CONCURRENCY"), conf.get("QUEUE_RATE")).items()
         if limits.max_running or limits.rate)
+
+
+def choose(refs: list, now, using: str) -> list[tuple[int, int | None]]:
+    """Of ``refs`` (runs/types.RunRef) an ack has just made ready, those to continue, as
+    (run id, owner id or None), in the lease's order (priority, run_at, id; Redis scores
+    and the run_ready index alike) and up to the offer's room: each due at ``now`` (an
+    aware UTC datetime), ``continuable``, and not behind a more urgent run of its queue
+    that this ack leaves to the broker (one it may not continue, an owner's limit say).
+    Empty without an offer."""
+    offer = current()
+    if offer is None:
+        return []
+    room = offer.room - len(offer.taken)
+    left: dict[str, int] = {}  # queue -> most urgent priority this ack leaves waiting
+    picked: list[tuple[int, int | None]] = []
+    for ref in sorted(refs, key=lambda r: (r.priority, r.run_at, r.id)):
+        if ref.run_at > now:
+            continue  # not ready: it waits for no one and no one waits for it
+        behind = left.get(ref.queue)
+        if (len(picked) < room and (behind is None or behind >= ref.priority)
+                and continuable(ref.queue, ref.owner, ref.priority, using)):
+            picked.append((ref.id, ref.owner))
+        else:
+            left[ref.queue] = ref.priority if behind is None else min(behind, ref.priority)
+    return picked
 
 
 def take(runs: list[tuple[int, int | None]], using: str) -> set[int]:

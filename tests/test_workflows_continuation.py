@@ -403,6 +403,8 @@ def test_a_chain_continued_hop_by_hop_leases_from_the_broker_once_not_at_every_h
     from runs.worker import Worker
 
     broker = pair
+    # The idle child's own poll, long enough not to count on a slow machine.
+    settings.SCHEDULER = {**settings.SCHEDULER, "WORKER_POLL_S": 2.0}
     names = [f"n{i}" for i in range(12)]
     workflow_run = chain(broker, *names)
     broker.promote()
@@ -425,3 +427,117 @@ def test_a_chain_continued_hop_by_hop_leases_from_the_broker_once_not_at_every_h
     # The first lease takes n0, an empty one lets the idle child sleep until its poll
     # (WORKER_POLL_S); the chain's 11 hops add none (one each before: 12 or more).
     assert len(leases) <= 5, leases
+
+
+
+def nodes_of(*spec):
+    """Node dicts from (name, priority) pairs."""
+    return [{"name": n, "handler": "wf.cont", "payload": {}, "priority": p} for n, p in spec]
+
+
+@pytest.mark.parametrize("path", ["one call", "orm"])
+def test_an_ack_continues_the_most_urgent_of_the_runs_it_makes_first(pair, settings,
+                                                                    monkeypatch, path):
+    """root -> lo (priority 9, made first, the lower id) and hi (priority 0), room 1: the
+    lease's order takes hi, and so must the continuation (it took the lowest id)."""
+    from workflows import ack_pg
+
+    broker = pair
+    settings.SCHEDULER = {**settings.SCHEDULER, "PRIORITY_CLASSES": ""}
+    if path == "orm":
+        monkeypatch.setattr(ack_pg, "usable", lambda using: False)
+    workflow = services.create_workflow("fan", nodes_of(("root", 0), ("lo", 9), ("hi", 0)),
+                                        [("root", "lo"), ("root", "hi")], using=broker.using)
+    workflow_run = services.start_workflow_run(workflow, using=broker.using)
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+
+    broker.complete([Outcome(lease_first(broker), AttemptOutcome.SUCCEEDED)], offer)
+
+    lo, hi = run_of(broker, workflow_run, "lo"), run_of(broker, workflow_run, "hi")
+    assert lo.pk < hi.pk
+    assert [taken.run_id for taken, _ in offer.taken] == [hi.pk]
+    assert lease_first(broker, "w2").run_id == lo.pk
+
+
+def test_one_ack_of_two_chains_with_room_for_one_continues_the_more_urgent(pair, settings):
+    broker = pair
+    settings.SCHEDULER = {**settings.SCHEDULER, "PRIORITY_CLASSES": ""}
+    runs = []
+    for name, priority in (("p", 9), ("q", 0)):
+        workflow = services.create_workflow(name, nodes_of(("x", priority), ("y", priority)),
+                                            [("x", "y")], using=broker.using)
+        runs.append(services.start_workflow_run(workflow, using=broker.using))
+    broker.promote()
+    leases = broker.lease(["default"], 2, "w1")
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+
+    broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED) for lease in leases], offer)
+
+    assert [t.run_id for t, _ in offer.taken] == [run_of(broker, runs[1], "y").pk]
+    assert run_of(broker, runs[0], "y").state != RunState.RUNNING
+
+
+def test_no_continuation_past_a_more_urgent_run_the_same_ack_leaves_to_the_broker(
+        pair, settings):
+    """One ack, two workflows: a tenant's under an owner policy (never continued) at
+    priority 0, and an ownerless one at priority 9. The tenant's downstream run is pushed;
+    continuing the ownerless one would run priority 9 while that priority 0 waits."""
+    from django.contrib.auth.models import User
+
+    from jobs.tenants import set_owner_policy
+
+    broker = pair
+    settings.SCHEDULER = {**settings.SCHEDULER, "PRIORITY_CLASSES": "",
+                          "OWNER_CONCURRENCY": 0, "OWNER_HIGHEST_PRIORITY": 0}
+    tenant = User.objects.db_manager(broker.using).create_user("tenant")
+    set_owner_policy(tenant, max_running=5, using=broker.using)
+    limited = services.create_workflow("t", nodes_of(("x", 0), ("y", 0)), [("x", "y")],
+                                       owner=tenant, using=broker.using)
+    free = services.create_workflow("f", nodes_of(("x", 9), ("y", 9)), [("x", "y")],
+                                    using=broker.using)
+    runs = [services.start_workflow_run(w, using=broker.using) for w in (limited, free)]
+    broker.promote()
+    leases = broker.lease(["default"], 2, "w1")
+    offer = Offer("w1", frozenset({"default"}), room=2, ttl_s=30.0)
+
+    broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED) for lease in leases], offer)
+
+    assert offer.taken == []
+    assert lease_first(broker, "w2").run_id == run_of(broker, runs[0], "y").pk
+
+
+def test_a_more_urgent_retry_whose_backoff_has_passed_is_not_jumped(pair, settings):
+    """On Redis a due retry sits in the delayed set until a promotion, which a lease does
+    first: what waits is read the same way (runs/brokers/redis.py, _heads_into)."""
+    from tests.conftest import make_runs
+
+    broker = pair
+    settings.SCHEDULER = {**settings.SCHEDULER, "PRIORITY_CLASSES": ""}
+    workflow = services.create_workflow("low", nodes_of(("a", 9), ("b", 9)), [("a", "b")],
+                                        using=broker.using)
+    workflow_run = services.start_workflow_run(workflow, using=broker.using)
+    lease = lease_first(broker)
+    [urgent] = make_runs(broker.using, 1, handler="wf.cont", priority=0)
+    broker.push(transitions_refs(broker, urgent))
+    [urgent_lease] = broker.lease(["default"], 1, "w3")
+    broker.complete([Outcome(urgent_lease, AttemptOutcome.FAILED, error="boom")])
+    time.sleep(0.3)  # past its backoff (RETRY_BACKOFF_BASE_S 0.05 s)
+    if broker.ready_when_stored:
+        # Its ready runs are the rows the dispatcher promoted, for its lease as for this.
+        broker.promote()
+    else:
+        broker._heads = None  # a worker's first ack: no snapshot; the retry not promoted
+    offer = Offer("w1", frozenset({"default"}), room=1, ttl_s=30.0)
+
+    broker.complete([Outcome(lease, AttemptOutcome.SUCCEEDED)], offer)
+
+    assert offer.taken == []
+    assert run_of(broker, workflow_run, "b").state != RunState.RUNNING
+    broker.promote()
+    assert broker.lease(["default"], 1, "w2")[0].run_id == urgent.pk
+
+
+def transitions_refs(broker, run):
+    from runs import transitions
+
+    return transitions.run_refs(Run.objects.using(broker.using).filter(pk=run.pk))

@@ -314,3 +314,17 @@ def test_a_paused_workflow_run_whose_last_node_succeeds_in_the_call_stays_paused
     assert (view["state"], states(view)) == ("paused", {"a": "succeeded", "b": "succeeded"})
     assert control.resume_workflow_run(wr, using=broker.using)
     assert services.get_workflow_run(wr.pk, using=broker.using)["state"] == "succeeded"
+
+
+def test_the_previous_releases_function_stays_beside_the_new_one_for_a_rolling_deploy():
+    """Migration 0003 adds its signature (the priority rule's two arrays) without dropping
+    0002's: a worker of the release before, still running mid-deploy, calls 0002's and
+    its acks go on being applied."""
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        pytest.skip("the function is PostgreSQL's")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_function_identity_arguments(oid) FROM pg_proc "
+                       "WHERE proname = 'workflows_ack_succeeded'")
+        signatures = sorted(row[0].count(",") + 1 for row in cursor.fetchall())
+    assert signatures == [10, 12]

@@ -173,16 +173,14 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> set[int]:
 def _continue(refs: list[RunRef], now: datetime, using: str) -> list[RunRef]:
     """Of the runs ``refs`` just made ready, lease those the acking worker offered to run
     at once in this transaction (runs/continuation.py: due now, a queue it serves, no
-    limit the broker's lease applies, no more urgent run waiting); returns the rest, for
-    the broker. The runs were made in this transaction, so no other one can hold their
-    rows: starting them here takes no lock out of the order runs, node runs, workflow
-    run."""
+    limit the broker's lease applies, none behind a more urgent run: continuation.choose,
+    in the lease's order); returns the rest, for the broker. The runs were made in this
+    transaction, so no other one can hold their rows: starting them here takes no lock
+    out of the order runs, node runs, workflow run."""
     offer = continuation.current()
     if offer is None:
         return refs
-    wanted = [(ref.id, ref.owner) for ref in refs if ref.run_at <= now
-              and continuation.continuable(ref.queue, ref.owner, ref.priority, using)]
-    taken = continuation.take(wanted, using)
+    taken = continuation.take(continuation.choose(refs, now, using), using)
     rest = [ref for ref in refs if ref.id not in taken]
     offer.pushed += len(rest)
     return rest

@@ -2,8 +2,10 @@
 # queue (runs/continuation.py; docs/workflows.md, "Latency"). Two parameters more:
 # p_urgent_queues / p_urgent_priorities, the broker's {queue: most urgent waiting
 # priority} read by the caller (Redis), or NULL for "read the runs table here" (the
-# database broker, whose ready runs are rows: no round trip more). The body is 0002's
-# with those edits, each applied exactly once.
+# database broker, whose ready runs are rows: no round trip more); and its candidates go
+# in the lease's order (priority, run_at, id), not by id. The body is 0002's with those
+# edits, each applied exactly once; 0002's function stays beside it, for the workers of
+# the release before during a rolling deploy.
 
 import importlib
 
@@ -27,7 +29,16 @@ EDITS = [
               ELSE NOT EXISTS (
                 SELECT 1 FROM unnest(p_urgent_queues, p_urgent_priorities) AS u(queue, prio)
                 WHERE u.queue = x.queue AND u.prio < x.priority) END
-        ORDER BY x.id LIMIT GREATEST(p_room, 0));"""),
+          -- nor is a more urgent run this ack makes in the queue left to the broker (its
+          -- owner's limit): runs/continuation.py, choose
+          AND NOT EXISTS (
+            SELECT 1 FROM unnest(f_queue, f_run_at, f_owner, f_prio)
+              AS y(queue, run_at, owner_id, priority)
+            WHERE y.queue = x.queue AND y.priority < x.priority AND y.run_at <= v_now
+              AND y.owner_id IS NOT NULL AND (p_owner_limited OR EXISTS (
+                SELECT 1 FROM jobs_ownerpolicy AS o
+                WHERE o.owner_id = y.owner_id AND o.max_running IS NOT NULL)))
+        ORDER BY x.priority, x.run_at, x.id LIMIT GREATEST(p_room, 0));"""),
 ]
 
 
@@ -40,18 +51,18 @@ def edited(sql: str) -> str:
 
 
 ACK = edited(BEFORE.ACK)
-OLD_SIGNATURE = ("workflows_ack_succeeded(bigint[], int[], text[], text, text[], int, float8, "
-                 "text[], boolean, int)")
 NEW_SIGNATURE = ("workflows_ack_succeeded(bigint[], int[], text[], text, text[], int, float8, "
                  "text[], boolean, int, text[], int[])")
 
 
 def forward(apps, schema_editor):
-    BEFORE._run(schema_editor, f"DROP FUNCTION IF EXISTS {OLD_SIGNATURE}", ACK)
+    # A function of its own beside 0002's, which stays: workers of the previous release
+    # call that one until a rolling deploy has replaced them all.
+    BEFORE._run(schema_editor, ACK)
 
 
 def backward(apps, schema_editor):
-    BEFORE._run(schema_editor, f"DROP FUNCTION IF EXISTS {NEW_SIGNATURE}", BEFORE.ACK)
+    BEFORE._run(schema_editor, f"DROP FUNCTION IF EXISTS {NEW_SIGNATURE}")
 
 
 class Migration(migrations.Migration):
