@@ -91,9 +91,9 @@ INSTALLED_APPS = [
     "runs",
     "scheduler_tasks",
     "workflows",
-    # Your own apps (SCHEDULER_APPS=etl,billing): their handlers.py and tasks modules are
+    # Your own apps (EXTRA_APPS=etl,billing): their handlers.py and tasks modules are
     # loaded by every process, as this project's are (README.md, "Python API").
-    *env_list("SCHEDULER_APPS"),
+    *env_list("EXTRA_APPS"),
 ]
 
 MIDDLEWARE = [

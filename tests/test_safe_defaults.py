@@ -214,14 +214,14 @@ def test_check_deploy_finds_nothing_in_the_documented_production_environment(tmp
 
 
 @pytest.mark.parametrize("apps, found", [("", False), ("chaos", True)])
-def test_scheduler_apps_adds_a_users_apps_whose_handlers_every_process_loads(tmp_path, apps,
+def test_extra_apps_adds_a_users_apps_whose_handlers_every_process_loads(tmp_path, apps,
                                                                             found):
-    """SCHEDULER_APPS (README.md, "Production"): the apps of one's own handlers, installed
+    """EXTRA_APPS (README.md, "Production"): the apps of one's own handlers, installed
     in every process of this project without editing settings.py; here the fault-injection
     app, whose handlers.py registers busy_loop."""
     env = {k: v for k, v in os.environ.items() if k not in DEPLOY_VARS}
     env.update(DJANGO_SETTINGS_MODULE="scheduler_project.settings", DEBUG="true",
-               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", SCHEDULER_APPS=apps)
+               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", EXTRA_APPS=apps)
     probe = ("from scheduler_core.registry import handler_names; "
              "print('busy_loop' in handler_names())")
     shell = subprocess.run([sys.executable, str(ROOT / "manage.py"), "shell", "-c", probe],
