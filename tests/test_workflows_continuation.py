@@ -541,3 +541,22 @@ def transitions_refs(broker, run):
     from runs import transitions
 
     return transitions.run_refs(Run.objects.using(broker.using).filter(pk=run.pk))
+
+
+def test_a_worker_with_runs_leased_ahead_offers_no_continuation(pair):
+    """A continued run goes first in the worker's line: with runs it leased ahead waiting
+    for a child (in the lease's order, maybe more urgent), it would jump them."""
+    from runs.worker import Worker
+    from tests.conftest import make_runs
+
+    broker = pair
+    worker = Worker(["default"], concurrency=2, using=broker.using)
+    [run] = make_runs(broker.using, 1, handler="wf.cont", priority=0)
+    broker.push(transitions_refs(broker, run))
+    [lease] = broker.lease(["default"], 1, "w-ahead")
+    outcomes = [Outcome(lease, AttemptOutcome.SUCCEEDED)]
+    assert worker.offer(outcomes) is not None
+
+    worker.ahead.extend(worker.leased_of([lease]))
+
+    assert worker.offer(outcomes) is None

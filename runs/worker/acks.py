@@ -83,7 +83,9 @@ class Acks:
     def offer(self, outcomes: list[Outcome]) -> continuation.Offer | None:
         """What this worker offers to run at once of the runs the ack of ``outcomes`` may
         make ready (runs/continuation.py): as many as the successes it acks, at most one
-        per child and never past ``max_runs``; none while stopping."""
+        per child and never past ``max_runs``; none while stopping, nor while runs leased
+        ahead wait here for a child (a continued run goes first in line: it would jump
+        runs the lease's order put before it)."""
         room = min(self.concurrency,
                    sum(1 for o in outcomes if o.outcome == AttemptOutcome.SUCCEEDED))
         if self.max_runs is not None:
@@ -91,7 +93,7 @@ class Acks:
             # here, or the last ack before max_runs continues a run past it.
             held = len(self.ahead) + len(self.handed()) + len(outcomes)
             room = min(room, self.max_runs - self.finished - self.acked_pending() - held)
-        if room <= 0 or self.stopping:
+        if room <= 0 or self.stopping or self.ahead:
             return None
         return continuation.Offer(self.worker_id, frozenset(self.queues), room,
                                   conf.get("LEASE_TTL_S"))
