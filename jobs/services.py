@@ -71,12 +71,15 @@ OPTION_HINTS = {"schedule": "cron_expr", "cron": "cron_expr", "timezone": "timez
                 "max_retries": "max_attempts (max_retries + 1: it counts the first try)"}
 
 
+# The options create_job passes on to _spec, read once.
+SPEC_OPTIONS = frozenset(inspect.signature(_spec).parameters) - {"handler", "payload"}
+
+
 def _check_options(options: dict) -> None:
     """Refuse an option create_job does not take with a TypeError naming create_job (not
     the helper that builds the spec) and the name meant, where one is known."""
-    known = inspect.signature(_spec).parameters
     for name in options:
-        if name not in known or name in ("handler", "payload"):
+        if name not in SPEC_OPTIONS:
             hint = OPTION_HINTS.get(name)
             raise TypeError(f"create_job() got an unexpected keyword argument {name!r}"
                             + (f" (did you mean {hint}?)" if hint else ""))
