@@ -31,13 +31,12 @@ class TokenAuthentication(KnoxTokenAuthentication):
 
     def authenticate(self, request):
         scheme = request.META.get("HTTP_AUTHORIZATION", "").split(" ", 1)[0]
-        if scheme.lower() == "bearer":
-            # Otherwise "credentials were not provided", though they were, in the scheme
-            # /metrics uses (docs/api.md, "Conventions": Login).
-            throttle_anonymous(request._request, None)
-            raise AuthenticationFailed("this API takes 'Authorization: Token <token>', "
-                                       "not Bearer")
         try:
+            if scheme.lower() == "bearer":
+                # Otherwise "credentials were not provided", though they were, in the
+                # scheme /metrics uses (docs/api.md, "Conventions": Login).
+                raise AuthenticationFailed("this API takes 'Authorization: Token <token>', "
+                                           "not Bearer")
             return super().authenticate(request)
         except AuthenticationFailed:
             # The Django request: DRF's own would authenticate again to find its user.
