@@ -4,6 +4,8 @@ in the ack's transaction) leases at once instead of sleeping out WORKER_POLL_S
 it is idle with nothing in flight: before, its own ack's downstream run was left for the
 next worker."""
 
+import time
+
 import pytest
 
 from jobs.registry import handler
@@ -33,3 +35,64 @@ def test_a_burst_worker_runs_the_downstream_node_its_own_ack_made_ready(broker, 
                   .values_list("node__name", "state"))
     assert states == {"a": "succeeded", "b": "succeeded", "c": "succeeded"}
     assert WorkflowRun.objects.using(broker.using).get(pk=workflow_run.pk).state == "succeeded"
+
+
+# --- an idle worker blocks on the broker's wake lists (runs/brokers/redis_wake.py) -----
+
+
+def test_a_push_of_runs_due_now_leaves_tokens_and_a_delayed_one_none(redis_kind):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.brokers import get_broker
+    from runs.brokers.redis_wake import WAKE_TOKENS
+    from runs.types import RunRef
+
+    broker = get_broker("default", name="redis")
+    later = timezone.now() + timedelta(hours=1)
+    broker.push([RunRef(1, "default", 0, 5, later, None)])
+    assert broker.client.llen(broker.keys.wake("default")) == 0
+
+    now = timezone.now()
+    broker.push([RunRef(i, "default", 0, 5, now, None) for i in range(10, 10 + 3)])
+    assert broker.client.llen(broker.keys.wake("default")) == 3
+    broker.push([RunRef(i, "default", 0, 5, now, None) for i in range(100, 100 + 2 * WAKE_TOKENS)])
+    assert broker.client.llen(broker.keys.wake("default")) == WAKE_TOKENS
+    assert broker.client.llen(broker.keys.wake("other")) == 0
+    # Each wait takes one token; one over several queues (one slot on a cluster) too.
+    assert broker.wait_ready(["other", "default"], 5.0) is True
+    assert broker.client.llen(broker.keys.wake("default")) == WAKE_TOKENS - 1
+
+
+def test_an_idle_worker_starts_a_pushed_run_without_sleeping_out_its_poll(redis_kind,
+                                                                          settings):
+    """With a poll of 60 s, a worker that found nothing and went idle starts a job created
+    a moment later at once: the push wakes it (before, it slept out the poll). The bound
+    is the poll's quarter, not a speed: a woken worker takes milliseconds."""
+    import threading
+
+    from jobs.services import create_job
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": "redis", "WORKER_POLL_S": 60.0}
+    made = []
+
+    def create_soon():
+        from django.db import connection
+
+        time.sleep(1.0)  # the worker's first lease has come back empty by then
+        try:
+            made.append(create_job("wake.noop"))
+        finally:
+            connection.close()
+
+    creator = threading.Thread(target=create_soon)
+    began = time.monotonic()
+    creator.start()
+    Worker(["default"], concurrency=1, max_runs=1).serve()
+    waited = time.monotonic() - began
+    creator.join()
+
+    run = made[0].runs.get()
+    assert run.state == "succeeded"
+    assert waited < 15, f"the worker slept {waited:.1f} s: the push did not wake it"

@@ -113,6 +113,14 @@ class Broker(ABC):
         long instead of a whole WORKER_POLL_S."""
         return None
 
+    def wait_ready(self, queues: list[str], timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` seconds until runs may have become ready in
+        ``queues`` (a push woke it), for an idle worker between two empty leases; returns
+        True if it waited (woken or timed out: the caller leases again now), False if
+        this broker cannot wait so (the caller sleeps until its next lease itself).
+        Raises BrokerUnavailable when the broker cannot be reached. This default cannot."""
+        return False
+
     def most_urgent_ready(self, queues: list[str]) -> dict[str, int]:
         """{queue: the most urgent priority (0-9, 0 first) among the runs of ``queues``
         ready to lease now}, queues with none left out. An ack continues no run while a

@@ -82,6 +82,14 @@ class Keys:
         """``[delayed, ready, leased]`` of one queue shard."""
         return [self.delayed(queue, shard), self.ready(queue, shard), self.leased(queue, shard)]
 
+    def wake(self, queue: str) -> str:
+        """LIST of wake-up tokens of ``queue``: each push of runs ready now adds some (at
+        most WAKE_TOKENS, runs/brokers/redis.py), and an idle worker blocks on its queues'
+        lists (BLPOP) rather than sleeping out WORKER_POLL_S. One hash tag for every
+        queue, so a worker's BLPOP over several queues names keys of one slot on a
+        cluster too; a token is a hint, never a run: losing one costs at most a poll."""
+        return f"{self.prefix}:{{wake}}:{queue}"
+
     @property
     def queues(self) -> str:
         """SET of ``"<queue>:<shard>"`` members: every queue shard ever pushed to."""

@@ -20,6 +20,7 @@ from runs.brokers.base import Broker
 from runs.brokers.keys import Keys
 from runs.brokers.redis_inspect import RedisInspection
 from runs.brokers.redis_limits import RedisLimits
+from runs.brokers.redis_wake import RedisWake
 from runs.brokers.redis_wire import Pipe, is_cluster_url, redis_client, translate_errors
 from runs.clock import to_ms
 from runs.models import DELAYED_STATES, Run, RunState
@@ -36,7 +37,7 @@ PROMOTE_IN_LEASE = 1000  # most due runs a lease promotes per shard (as lease.lu
 HEADS_FRESH_S = 0.05
 
 
-class RedisBroker(RedisInspection, RedisLimits, Broker):
+class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
     """The production broker. ``url`` defaults to settings.REDIS_URL."""
 
     name = "redis"
@@ -105,6 +106,7 @@ class RedisBroker(RedisInspection, RedisLimits, Broker):
                     args += [ref.id, to_ms(ref.run_at), ref.priority,
                              "" if ref.owner is None else ref.owner]
                 pipe.script("push", keys, args)
+        self._wake_into(pipe.pipe, runs)
         pipe.execute()
 
     @translate_errors

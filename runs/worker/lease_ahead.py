@@ -142,11 +142,22 @@ class LeaseAhead:
 
     def lease_call(self, want: int) -> tuple[list["Leased"], float | None]:
         """In the lease lane: lease up to ``want`` runs with what their children need;
-        with none ready, also the seconds until the next falls due (None: unknown)."""
+        with none ready, also the seconds until the next falls due (None: unknown). With
+        none ready on a broker that can wait (Broker.wait_ready), it first waits there
+        for a push, as long as the worker would have slept, and leases once more; the
+        seconds are then 0 (lease again now: the wait is done)."""
         leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
-        if not leases:
-            return [], self.broker.next_due_s(self.queues)
-        return self.leased_of(leases), None
+        if leases:
+            return self.leased_of(leases), None
+        due_in = self.broker.next_due_s(self.queues)
+        wait_s = self.poll_s if due_in is None else min(due_in, self.poll_s)
+        # A burst worker does not wait: it stops once idle (main.py, round).
+        if self.stopping or self.burst or not self.broker.wait_ready(self.queues, wait_s):
+            return [], due_in
+        if self.stopping:
+            return [], 0.0
+        leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
+        return self.leased_of(leases), None if leases else 0.0
 
     def leased_of(self, leases: list[Lease]) -> list["Leased"]:
         """``leases`` with what their children need (the lease's own ``task`` where the
