@@ -79,7 +79,7 @@ def test_an_explicit_shard_key_overrides_the_handler(settings, db):
 def test_every_redis_key_a_script_touches_is_named_by_keys_py_in_one_slot(settings, broker):
     """Scripts build no key names (a Redis Cluster refuses keys a script was not given
     in KEYS, or keys of two slots): after a push, a lease that parks, and an unpark,
-    every key in Redis but the Python-only queue set and alive marks is one keys.py
+    every key in Redis but the Python-only queue set, alive marks and wake lists is one keys.py
     names for that queue shard; on a cluster they share one slot, on a single Redis the
     shard's keys carry its {queue:shard} tag (docs/isolation.md, "Redis Cluster")."""
     if broker.name != "redis":
@@ -96,7 +96,8 @@ def test_every_redis_key_a_script_touches_is_named_by_keys_py_in_one_slot(settin
     queue = {k.running("default"), k.limits("default"), k.bucket("default"),
              k.queue_fair("default")}
     keys = {key.decode() for key in broker.client.scan_iter(match=f"{k.prefix}:*")}
-    scripted = keys - {k.queues, k.limits("")} - {k.alive(s) for s in range(4)}
+    python_only = {k.queues, k.limits(""), k.wake("default")} | {k.alive(s) for s in range(4)}
+    scripted = keys - python_only
     assert scripted <= shard | queue
     assert k.parked("default", 2) in keys
     if k.cluster:
