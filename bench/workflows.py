@@ -45,10 +45,10 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 
 import common  # noqa: E402
+import harness  # noqa: E402
 import w7shapes  # noqa: E402
 
 RESULTS = BENCH / "results" / "workflows.json"
-CELERY_PYTHON = BENCH / ".venvs" / "celery" / "bin" / "python"
 WORKFLOW_TABLES = ["workflows_noderun", "workflows_workflowrun", "workflows_workflowedge",
                    "workflows_workflownode", "workflows_workflow"]
 # The figures come from the nodes' own timestamps, not from this poll: it only says when
@@ -148,13 +148,13 @@ def _times(node_runs: dict[str, int]):
 # --- the driver ------------------------------------------------------------------------
 
 
-def one_run(system: str, name: str, log_dir: Path) -> dict:
-    """One run in a subprocess (ours with this interpreter, Celery in its virtualenv),
-    with the load before and after."""
+def one_run(system: str, name: str, log_dir: Path, celery_python: Path | None) -> dict:
+    """One run in a subprocess (ours with this interpreter, Celery with
+    ``celery_python``, its virtualenv's), with the load before and after."""
     if system == "ours":
         cmd = [sys.executable, str(Path(__file__).resolve()), "--run", "ours", name]
     else:
-        cmd = [str(CELERY_PYTHON), str(BENCH / "peers" / "celery" / "canvas.py"), name]
+        cmd = [str(celery_python), str(BENCH / "peers" / "celery" / "canvas.py"), name]
     load = os.getloadavg()[0]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     (log_dir / f"{system}-{name}.stderr").write_text(proc.stderr)
@@ -218,14 +218,19 @@ def main() -> None:
     systems = args.only.split(",")
     log_dir = Path(os.environ.get("BENCH_W7_LOGS", "/tmp/bench-w7-logs"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    # Built (or brought to its pins) before the first pair, as bench/run.py does, so a
+    # clean checkout runs this script alone and no install lands inside a timed pair.
+    celery_python = harness.ensure_venv("celery", notes) if "celery" in systems else None
     runs = []
     for pair in range(args.pairs):
         order = systems if pair % 2 == 0 else systems[::-1]
         for name in args.shapes.split(","):
             for system in order:
-                runs.append({"pair": pair + 1, **one_run(system, name, log_dir)})
+                runs.append({"pair": pair + 1,
+                             **one_run(system, name, log_dir, celery_python)})
     report = {"workload": "W7", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "hardware": common.hardware(), "pairs": args.pairs,
+              "hardware": common.hardware(), "pairs": args.pairs, "notes": notes,
               "summary": summarise(runs), "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
