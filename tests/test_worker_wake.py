@@ -96,3 +96,15 @@ def test_an_idle_worker_starts_a_pushed_run_without_sleeping_out_its_poll(redis_
     run = made[0].runs.get()
     assert run.state == "succeeded"
     assert waited < 15, f"the worker slept {waited:.1f} s: the push did not wake it"
+
+
+def test_a_wait_longer_than_the_redis_socket_timeout_returns_instead_of_failing(redis_kind):
+    """A WORKER_POLL_S above the Redis client's socket_timeout (5 s) made the idle BLPOP
+    outlast it: redis-py gave up on the reply and the wait failed as "Redis unreachable"
+    (a warning and a second's pause each time). The wait is cut to WAKE_WAIT_MAX_S."""
+    from runs.brokers import get_broker
+    from runs.brokers.redis_wake import WAKE_WAIT_MAX_S
+
+    broker = get_broker("default", name="redis")
+    assert WAKE_WAIT_MAX_S < 5
+    assert broker.wait_ready(["default"], 6.0) is True

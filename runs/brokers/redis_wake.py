@@ -20,6 +20,11 @@ from runs.types import RunRef
 # push of many runs wakes as many idle workers, and tokens left by pushes no worker
 # waited for cost the next idle workers at most this many empty leases.
 WAKE_TOKENS = 32
+# Longest one wait blocks, whatever WORKER_POLL_S says: under the client's socket_timeout
+# (5 s, runs/brokers/redis_wire.py), past which redis-py gives up on the BLOCKed reply and
+# the idle wait failed as "Redis unreachable". A wait cut short costs one empty lease a
+# second of idleness, and bounds how long a SIGTERMed idle worker waits for its lease lane.
+WAKE_WAIT_MAX_S = 1.0
 
 
 class RedisWake:
@@ -38,10 +43,12 @@ class RedisWake:
 
     @translate_errors
     def wait_ready(self, queues: list[str], timeout_s: float) -> bool:
-        """As Broker.wait_ready: block up to ``timeout_s`` seconds (Redis takes
-        fractions, to the millisecond) on the wake lists of ``queues``; True."""
+        """As Broker.wait_ready: block up to ``timeout_s`` seconds, at most
+        WAKE_WAIT_MAX_S (Redis takes fractions, to the millisecond), on the wake lists of
+        ``queues``; True."""
         if timeout_s <= 0 or not queues:
             return False
+        timeout_s = min(timeout_s, WAKE_WAIT_MAX_S)
         self.client.blpop([self.keys.wake(queue) for queue in queues],
                           timeout=max(round(timeout_s, 3), 0.001))
         return True
