@@ -73,7 +73,8 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
     if below is not None and connections[using].vendor == "postgresql":
         # A handoff's reads as plain SQL (workflows/ready_pg.py).
         locked = ready_pg.lock_below(workflow_run_ids, below, using)
-        ready = ready_pg.ready_rows(locked, using) if locked else []
+        with ready_pg.by_index(len(locked), using):
+            ready = ready_pg.ready_rows(locked, using) if locked else []
         return _start(ready, now, using, running)
     if below is not None:
         node_ids = downstream_of(below, using)
@@ -86,15 +87,17 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                   .values_list("id", flat=True))
     if not locked:
         return []
-    ready = list(
-        NodeRun.objects.using(using).filter(pk__in=locked, state=NodeState.PENDING,
-                                            workflow_run__state=WorkflowRunState.RUNNING)
-        .filter(~blocked_by_upstream())
-        .values_list("id", "workflow_run__workflow_id", "workflow_run__scheduled_at",
-                     "workflow_run__started_by", "workflow_run__workflow__schedule__jitter_s",
-                     "node__job_id", "node__job__queue", "node__job__priority",
-                     "node__job__max_attempts", "node__job__shard_key", "node__job__handler",
-                     "node__job__owner_id", "node__job__status"))
+    with ready_pg.by_index(len(locked), using):
+        ready = list(
+            NodeRun.objects.using(using).filter(pk__in=locked, state=NodeState.PENDING,
+                                                workflow_run__state=WorkflowRunState.RUNNING)
+            .filter(~blocked_by_upstream())
+            .values_list("id", "workflow_run__workflow_id", "workflow_run__scheduled_at",
+                         "workflow_run__started_by",
+                         "workflow_run__workflow__schedule__jitter_s",
+                         "node__job_id", "node__job__queue", "node__job__priority",
+                         "node__job__max_attempts", "node__job__shard_key",
+                         "node__job__handler", "node__job__owner_id", "node__job__status"))
     return _start(ready, now, using, running)
 
 

@@ -6,6 +6,8 @@ spent 2-6 ms of a chain's 20 ms handoff compiling them on a loaded machine (BENC
 concurrent ack committed while this one waited on the lock (docs/workflows.md, "The
 rules"), which a statement's own snapshot would not."""
 
+from contextlib import contextmanager
+
 from django.db import connections
 
 from runs.transitions import int_array
@@ -19,6 +21,31 @@ from workflows.models import (
     WorkflowRun,
     WorkflowRunState,
 )
+
+# Candidates above which a readiness read is planned without sequential scans (as the
+# one-call ack's are: workflows/migrations/0004_ack_index_scans.py); a handoff's few rows
+# are not worth the two statements.
+BY_INDEX_ABOVE = 8
+
+
+@contextmanager
+def by_index(candidates: int, using: str):
+    """Plan the statements inside without sequential scans (SET LOCAL enable_seqscan =
+    off, then back to the default) when ``candidates`` node runs are read on PostgreSQL,
+    more than BY_INDEX_ABOVE; call inside a transaction. With statistics taken when every
+    node run had succeeded, the readiness read's NOT EXISTS over the upstream node runs
+    was planned as a scan of every node run per candidate: a start or an ack making 300
+    runs read 90,000 rows (tests/test_workflows_stale_stats.py). The statements find
+    their rows by key, for which an index is right at any size. Raises what the database
+    raises; after an error the setting goes with the transaction's rollback."""
+    if candidates <= BY_INDEX_ABOVE or connections[using].vendor != "postgresql":
+        yield
+        return
+    with connections[using].cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    yield
+    with connections[using].cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan TO DEFAULT")
 
 
 def _tables() -> dict[str, str]:
