@@ -166,8 +166,12 @@ def begin_run(workflow: Workflow, scheduled_at: datetime, started_by: str,
     roots = WorkflowNode.objects.using(using).filter(workflow=workflow).exclude(
         pk__in=WorkflowEdge.objects.using(using).filter(workflow=workflow)
         .values("downstream_id")).values("pk")
-    start_ready([workflow_run.pk], now, using, node_ids=roots)
-    finish_if_done([workflow_run.pk], now, using)  # when no node could start
+    running: set = set()
+    start_ready([workflow_run.pk], now, using, node_ids=roots, running=running)
+    if workflow_run.pk not in running:
+        # No node could start (PostgreSQL says which did; elsewhere always asked): a run
+        # with a node just started is not done, and asking cost a tenth of the start.
+        finish_if_done([workflow_run.pk], now, using)
     workflow_run.created = True
     return workflow_run
 
