@@ -23,7 +23,10 @@ class UnknownHandler(InvalidJob):
     """No handler is registered under that name."""
 
     def __init__(self, name: str):
-        super().__init__({"handler": f"no handler is registered as {name!r}"})
+        super().__init__({"handler": f"no handler is registered as {name!r} (register it with "
+                                     "@handler in a handlers.py of an installed app, on "
+                                     "every worker too; the demo's need "
+                                     "SCHEDULER_DEMO_HANDLERS=true)"})
 
 
 class BrokerUnavailable(SchedulerError):

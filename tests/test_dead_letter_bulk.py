@@ -70,7 +70,7 @@ def test_the_command_counts_requeues_and_discards_by_filter(dead):
     out = StringIO()
     call_command("deadletter", "requeue", "--owner", "alice", "--handler", "echo",
                  "--dry-run", stdout=out)
-    assert out.getvalue().strip() == "1 dead runs match would be requeued (dry run)."
+    assert out.getvalue().strip() == "1 dead runs match; they would be requeued (dry run)."
     assert states(dead)["echo"] == "dead"
 
     out = StringIO()

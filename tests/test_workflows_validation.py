@@ -45,6 +45,23 @@ def test_a_cycle_is_refused_naming_the_nodes_on_it():
     assert steps == {("a", "b"), ("b", "c"), ("c", "a")}
 
 
+def test_a_cycle_is_named_with_the_other_problems_not_after_they_are_fixed():
+    errors = refused([node("a"), node("b"), node("a"), node("c", handler="no.such.handler")],
+                     [["a", "b"], ["b", "a"], ["b", "b"], ["a", "zz"]])
+
+    assert "already the name" in errors["nodes[2].name"]
+    assert "no handler" in errors["nodes[3].handler"]
+    assert "self-edge" in errors["edges[2]"] and "'zz'" in errors["edges[3]"]
+    assert "cycle: " in errors["edges"] and set(
+        errors["edges"].split(": ", 1)[1].split(";")[0].split(" -> ")) == {"a", "b"}
+
+
+def test_a_node_given_max_retries_is_pointed_at_max_attempts():
+    errors = refused([node("a", max_retries=2)])
+
+    assert "did you mean max_attempts" in errors["nodes[0].max_retries"]
+
+
 @pytest.mark.parametrize("nodes, edges, field, words", [
     ([node("a"), node("a")], [], "nodes[1].name", "already the name of nodes[0]"),
     ([node("a")], [["a", "zz"]], "edges[0]", "'zz'"),

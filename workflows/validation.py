@@ -50,6 +50,10 @@ def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -
     unknown = sorted(set(node) - NODE_KEYS)
     for key in unknown:
         errors[f"{where}.{key}"] = f"is not a node field (fields: {', '.join(sorted(NODE_KEYS))})"
+    if "max_retries" in unknown:
+        # The REST API's jobs take max_retries (= max_attempts - 1); a node, as a job of
+        # the Python API, takes max_attempts (docs/workflows.md, "Node jobs").
+        errors[f"{where}.max_retries"] += "; did you mean max_attempts (max_retries + 1)?"
     spec = {key: node.get(key) for key in ("queue", "priority", "timeout_s", "max_attempts")}
     has_handler, has_task = node.get("handler") is not None, node.get("task") is not None
     if has_handler == has_task:
@@ -193,8 +197,9 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
         elif pair[0] in known and pair[1] in known:
             pairs.append(pair)
             pair_set.add(pair)
-    if not errors:
-        errors.update(check_graph(names, pairs))
+    # The valid edges' cycle is one whatever else is wrong: named with the rest, not after.
+    for key, reason in check_graph(names, pairs).items():
+        errors.setdefault(key, reason)
     clean_schedule = _schedule(schedule, errors)
     cleaned = _node_jobs(specs, bounds, errors, name)
     if errors:

@@ -35,7 +35,8 @@ class Command(BaseCommand):
         runs = chosen.select()
         if action == "count" or dry_run:
             count = runs.count()
-            would = "" if action == "count" else f" would be {dead_letter.DONE[action]} (dry run)"
+            would = ("" if action == "count"
+                     else f"; they would be {dead_letter.DONE[action]} (dry run)")
             self.stdout.write(f"{count} dead runs match{would}.")
             return
         total = runs.count()
