@@ -204,6 +204,20 @@ def test_unknown_handler_and_missing_file_are_command_errors(tmp_path):
     assert not Job.objects.exists()
 
 
+def test_the_internal_django_task_handler_is_neither_listed_nor_taken(tmp_path):
+    """Its payload names a task, not a crontab line's command: every run would fail."""
+    path = write(tmp_path, "0 * * * * /bin/ok\n")
+
+    with pytest.raises(CommandError) as caught:
+        run(path, "--handler", "django_task")
+    assert "no handler registered as 'django_task'" in str(caught.value)
+    assert "django_task," not in str(caught.value) and "echo" in str(caught.value)
+    with pytest.raises(CommandError) as caught:
+        run(path, "--handler", "nope")
+    assert "django_task" not in str(caught.value)
+    assert not Job.objects.exists()
+
+
 def test_a_file_without_schedule_lines_creates_nothing_quietly(tmp_path):
     path = write(tmp_path, "# only a comment\nMAILTO=x\n\n")
 

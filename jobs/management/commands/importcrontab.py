@@ -22,7 +22,7 @@ from jobs.services import InvalidJobs, create_jobs
 from jobs.validation import validate_job
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.progress import progress
-from scheduler_core.registry import get_handler, handler_names
+from scheduler_core.registry import creatable_handler_names, get_handler
 
 NAME_WIDTH = 40
 # next_run_at is itself the first run, so the table lists from just before it.
@@ -73,11 +73,16 @@ class Command(BaseCommand):
         path = Path(file)
         if not path.is_file():
             raise CommandError(f"{path}: no such crontab file")
+        names = creatable_handler_names()
         try:
             get_handler(handler)
+            if handler not in names:
+                # An internal handler (django_task) takes a payload of its own, not a
+                # crontab line's command: every run would fail.
+                raise InvalidJob({"handler": "internal"})
         except InvalidJob:
             raise CommandError(f"--handler: no handler registered as {handler!r} "
-                               f"(registered: {', '.join(handler_names())})") from None
+                               f"(registered: {', '.join(names)})") from None
         user = self.owner(owner)
         parsed = crontab.parse_file(
             path, system={"auto": None, "user": False, "system": True}[crontab_format])
