@@ -108,3 +108,79 @@ def test_a_wait_longer_than_the_redis_socket_timeout_returns_instead_of_failing(
     broker = get_broker("default", name="redis")
     assert WAKE_WAIT_MAX_S < 5
     assert broker.wait_ready(["default"], 6.0) is True
+
+
+def test_a_run_due_within_a_blocked_wait_leaves_a_token_and_one_due_later_none(redis_kind):
+    """A worker blocked in BLPOP comes back up to WAIT_SLACK_S after its timeout: a push
+    of a run due before the wait could end wakes it, to wait for that run exactly."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.brokers import get_broker
+    from runs.types import RunRef
+
+    broker = get_broker("default", name="redis")
+    now = timezone.now()
+    broker.push([RunRef(1, "default", 0, 5, now + timedelta(milliseconds=60), None)])
+    assert broker.client.llen(broker.keys.wake("default")) == 1
+    broker.push([RunRef(2, "default", 0, 5, now + timedelta(seconds=3), None)])
+    assert broker.client.llen(broker.keys.wake("default")) == 1
+
+
+def test_a_worker_whose_next_run_falls_due_within_its_wait_sleeps_to_it_not_in_redis(
+        redis_kind, settings):
+    """Redis checks a BLPOP's timeout at its ticks (10 a second by default): a worker
+    that blocked there for a run due in 0.3 s started it up to 100 ms late. It returns
+    at once with the seconds until the run, and its main loop sleeps to that instant."""
+    from jobs.services import create_job
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": "redis", "WORKER_POLL_S": 0.5}
+    create_job("wake.noop", delay_s=0.3)
+    worker = Worker(["default"], concurrency=1)
+
+    leased, due_in = worker.lease_call(1)
+
+    assert leased == [] and due_in is not None and 0 < due_in <= 0.3
+
+
+def test_a_push_stands_when_its_wake_tokens_cannot_be_written(redis_kind):
+    """On a cluster the wake lists' slot may sit on a master that is down while the
+    queue's is up: the push failed with it. Here the list's key holds a string, so the
+    tokens' LPUSH is refused (WRONGTYPE) and the push must stand."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.brokers import get_broker
+    from runs.types import RunRef
+
+    broker = get_broker("default", name="redis")
+    broker.client.set(broker.keys.wake("default"), "not a list")
+    # A second ago: ready by Redis's clock too, not a delayed run.
+    broker.push([RunRef(7, "default", 0, 5, timezone.now() - timedelta(seconds=1), None)])
+
+    assert broker.client.zcard(broker.keys.ready("default", 0)) == 1
+
+
+def test_a_socket_timeout_under_the_wait_cuts_the_wait_instead_of_failing_it(redis_kind,
+                                                                             settings):
+    """A REDIS_URL's socket_timeout of 0.5 s made every idle wait of 1 s fail as "Redis
+    unreachable": one wait blocks at most half the client's socket timeout."""
+    from runs.brokers.redis import RedisBroker
+
+    url = settings.REDIS_URL
+    broker = RedisBroker(url=url + ("&" if "?" in url else "?") + "socket_timeout=0.5")
+
+    assert broker.wait_ready(["default"], 1.0) is True
+
+
+def test_a_wait_on_lists_that_cannot_be_read_returns_no_wait_instead_of_failing(db):
+    """The lists are hints: on a cluster their master may be down while the queues' are
+    up, and the idle worker's wait failed its lease every second. Unreadable (here no
+    Redis at all on that port), the wait says it did not wait and the worker polls."""
+    from runs.brokers.redis import RedisBroker
+
+    broker = RedisBroker(url="redis://127.0.0.1:9/0")
+
+    assert broker.wait_ready(["default"], 0.2) is False

@@ -113,12 +113,17 @@ class Broker(ABC):
         long instead of a whole WORKER_POLL_S."""
         return None
 
+    # How late wait_ready may come back after its timeout: a worker whose next run falls
+    # due within its wait plus this does not wait here (runs/worker/lease_ahead.py).
+    wait_slack_s = 0.0
+
     def wait_ready(self, queues: list[str], timeout_s: float) -> bool:
         """Block up to ``timeout_s`` seconds until runs may have become ready in
         ``queues`` (a push woke it), for an idle worker between two empty leases; returns
         True if it waited (woken or timed out: the caller leases again now), False if
-        this broker cannot wait so (the caller sleeps until its next lease itself).
-        Raises BrokerUnavailable when the broker cannot be reached. This default cannot."""
+        this broker cannot wait so, or not now (the caller sleeps until its next lease
+        itself). Raises nothing: the lease reports an unreachable broker. This default
+        cannot wait."""
         return False
 
     def most_urgent_ready(self, queues: list[str]) -> dict[str, int]:

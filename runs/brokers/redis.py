@@ -106,8 +106,8 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
                     args += [ref.id, to_ms(ref.run_at), ref.priority,
                              "" if ref.owner is None else ref.owner]
                 pipe.script("push", keys, args)
-        self._wake_into(pipe.pipe, runs)
         pipe.execute()
+        self._wake(runs)
 
     @translate_errors
     def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:

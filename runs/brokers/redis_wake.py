@@ -7,48 +7,97 @@ list per queue (keys.wake) and an idle worker blocks on its queues' lists (BLPOP
 long as it would have slept: a push wakes it at once, as Celery's and RQ's workers wake
 on their BRPOP. The tokens are hints only: the lease that follows is what takes runs, a
 lost token costs at most one poll, a spare one one empty lease.
+
+Two limits shape the wait. Redis checks a blocked client's timeout at its event loop's
+ticks (``hz``, 10 a second by default), so a BLPOP may return up to WAIT_SLACK_S after
+its timeout: a worker whose next run falls due sooner than its wait plus that slack
+sleeps in its own process instead, to the millisecond, and a push of runs due before a
+blocked wait could end (within WORKER_POLL_S, at most WAKE_WAIT_MAX_S, plus the slack)
+leaves tokens too, so a worker blocked when such a run arrives comes back to wait for it
+exactly. And redis-py gives up on a reply after the client's socket timeout (5 s,
+or the URL's ``socket_timeout``): one wait blocks at most half of it, and WAKE_WAIT_MAX_S.
 """
 
+import logging
 import time
 from collections import Counter
 
-from runs.brokers.redis_wire import translate_errors
+import redis
+
 from runs.clock import to_ms
 from runs.types import RunRef
+from scheduler_core import conf
+
+log = logging.getLogger("scheduler.broker")
 
 # Most tokens a queue's list holds: one per run a push makes ready, up to this many, so a
 # push of many runs wakes as many idle workers, and tokens left by pushes no worker
 # waited for cost the next idle workers at most this many empty leases.
 WAKE_TOKENS = 32
-# Longest one wait blocks, whatever WORKER_POLL_S says: under the client's socket_timeout
-# (5 s, runs/brokers/redis_wire.py), past which redis-py gives up on the BLOCKed reply and
-# the idle wait failed as "Redis unreachable". A wait cut short costs one empty lease a
-# second of idleness, and bounds how long a SIGTERMed idle worker waits for its lease lane.
+# Longest one wait blocks, whatever WORKER_POLL_S says (and at most half the client's
+# socket timeout): a wait cut short costs one empty lease a second of idleness, and
+# bounds how long a SIGTERMed idle worker waits for its lease lane.
 WAKE_WAIT_MAX_S = 1.0
+# How late a BLPOP may return after its timeout: one tick of Redis's event loop at its
+# default hz of 10 (redis.conf, "hz").
+WAIT_SLACK_S = 0.1
+
+
+def socket_timeout_s(client) -> float | None:
+    """The socket timeout (seconds) of ``client`` (redis.Redis or RedisCluster), None
+    for none."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kwargs = pool.connection_kwargs
+    else:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {})
+    timeout = kwargs.get("socket_timeout")
+    return float(timeout) if timeout else None
 
 
 class RedisWake:
     """A mixin of runs/brokers/redis.py's RedisBroker: ``client`` and ``keys`` are its."""
 
-    def _wake_into(self, pipe, runs: list[RunRef]) -> None:
-        """Queue on ``pipe`` (a redis-py pipeline) the tokens for ``runs`` being pushed:
-        one per run due now (by this process's clock, to the rounded-up millisecond of
-        clock.to_ms), at most WAKE_TOKENS per queue."""
-        now_ms = time.time() * 1000 + 1
-        due = Counter(ref.queue for ref in runs if to_ms(ref.run_at) <= now_ms)
-        for queue, count in due.items():
-            key = self.keys.wake(queue)
-            pipe.lpush(key, *["1"] * min(count, WAKE_TOKENS))
-            pipe.ltrim(key, 0, WAKE_TOKENS - 1)
+    wait_slack_s = WAIT_SLACK_S
 
-    @translate_errors
+    def _wake(self, runs: list[RunRef]) -> None:
+        """After a push of ``runs``: one token per run due before a blocked wait could end
+        (now, or within WORKER_POLL_S, at most WAKE_WAIT_MAX_S, plus WAIT_SLACK_S; by this
+        process's clock), at most WAKE_TOKENS per queue, in a call of its own whose
+        failure is only logged: on a cluster the lists' slot may be on a master that is
+        down while the queues' are up, and the push must not fail for a hint."""
+        ahead_s = min(conf.get("WORKER_POLL_S"), WAKE_WAIT_MAX_S) + WAIT_SLACK_S
+        horizon_ms = (time.time() + ahead_s) * 1000 + 1
+        due = Counter(ref.queue for ref in runs if to_ms(ref.run_at) <= horizon_ms)
+        if not due:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for queue, count in due.items():
+                key = self.keys.wake(queue)
+                pipe.lpush(key, *["1"] * min(count, WAKE_TOKENS))
+                pipe.ltrim(key, 0, WAKE_TOKENS - 1)
+            pipe.execute()
+        except (redis.RedisError, OSError) as exc:
+            log.debug("wake tokens not sent (idle workers find the runs at their next "
+                      "poll): %s", exc)
+
     def wait_ready(self, queues: list[str], timeout_s: float) -> bool:
         """As Broker.wait_ready: block up to ``timeout_s`` seconds, at most
-        WAKE_WAIT_MAX_S (Redis takes fractions, to the millisecond), on the wake lists of
-        ``queues``; True."""
-        if timeout_s <= 0 or not queues:
+        WAKE_WAIT_MAX_S and half the client's socket timeout (Redis takes fractions, to
+        the millisecond), on the wake lists of ``queues``; True. False (no wait: the
+        caller sleeps itself) when that leaves no time to wait, or when the lists cannot
+        be read: they are hints, and on a cluster their master may be down while the
+        queues' are up (the lease, not this, reports an unreachable Redis)."""
+        limit = socket_timeout_s(self.client)
+        timeout_s = min(timeout_s, WAKE_WAIT_MAX_S,
+                        float("inf") if limit is None else limit / 2)
+        if timeout_s < 0.001 or not queues:
             return False
-        timeout_s = min(timeout_s, WAKE_WAIT_MAX_S)
-        self.client.blpop([self.keys.wake(queue) for queue in queues],
-                          timeout=max(round(timeout_s, 3), 0.001))
+        try:
+            self.client.blpop([self.keys.wake(queue) for queue in queues],
+                              timeout=round(timeout_s, 3))
+        except (redis.RedisError, OSError) as exc:
+            log.debug("wake lists not readable, polling: %s", exc)
+            return False
         return True

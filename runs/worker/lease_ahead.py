@@ -151,8 +151,12 @@ class LeaseAhead:
             return self.leased_of(leases), None
         due_in = self.broker.next_due_s(self.queues)
         wait_s = self.poll_s if due_in is None else min(due_in, self.poll_s)
-        # A burst worker does not wait: it stops once idle (main.py, round).
-        if self.stopping or self.burst or not self.broker.wait_ready(self.queues, wait_s):
+        # A burst worker does not wait: it stops once idle (main.py, round). Nor does a
+        # worker whose next run falls due before the broker's wait could end for sure:
+        # it sleeps to that instant itself (redis_wake.py, WAIT_SLACK_S).
+        exact = due_in is not None and due_in < wait_s + self.broker.wait_slack_s
+        if (self.stopping or self.burst or exact
+                or not self.broker.wait_ready(self.queues, wait_s)):
             return [], due_in
         if self.stopping:
             return [], 0.0
