@@ -45,18 +45,24 @@ def seq_rows_read(using: str) -> int:
     return table_stat(using, "seq_tup_read")
 
 
+def statistics_of_finished_runs(broker) -> None:
+    """Statistics of the node runs' table that say every node run has succeeded: one
+    small workflow run to its end, then ANALYZE."""
+    done = services.create_workflow("done", [{"name": n, "handler": "wf.stale"}
+                                             for n in ("a", "b")], [["a", "b"]],
+                                    using=broker.using)
+    drain(broker, services.start_workflow_run(done, using=broker.using))
+    with connections[broker.using].cursor() as cursor:
+        cursor.execute(f"ANALYZE {NodeRun._meta.db_table}")
+
+
 def test_a_wide_fan_outs_root_ack_does_not_scan_every_node_run_per_candidate(broker,
                                                                               settings):
     if broker.using != "default":
         pytest.skip("the statistics and plans are PostgreSQL's")
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
     using = broker.using
-    # Statistics that say every node run has succeeded.
-    done = services.create_workflow("done", [{"name": n, "handler": "wf.stale"}
-                                             for n in ("a", "b")], [["a", "b"]], using=using)
-    drain(broker, services.start_workflow_run(done, using=using))
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"ANALYZE {NodeRun._meta.db_table}")
+    statistics_of_finished_runs(broker)
 
     names = [f"n{i}" for i in range(FAN)]
     fan = services.create_workflow(
@@ -80,11 +86,7 @@ def test_a_start_of_many_roots_does_not_scan_every_node_run_per_root(broker, set
         pytest.skip("the statistics and plans are PostgreSQL's")
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
     using = broker.using
-    done = services.create_workflow("done", [{"name": n, "handler": "wf.stale"}
-                                             for n in ("a", "b")], [["a", "b"]], using=using)
-    drain(broker, services.start_workflow_run(done, using=using))
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"ANALYZE {NodeRun._meta.db_table}")
+    statistics_of_finished_runs(broker)
     names = [f"n{i}" for i in range(FAN)]
     wide = services.create_workflow(
         "wide", [{"name": n, "handler": "wf.stale"} for n in [*names, "sink"]],

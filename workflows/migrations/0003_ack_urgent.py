@@ -42,10 +42,12 @@ EDITS = [
 ]
 
 
-def edited(sql: str) -> str:
-    for old, new in EDITS:
+def edited(sql: str, edits=EDITS, by: str = "0003_ack_urgent", of: str = "0002") -> str:
+    """``sql`` with each (old, new) of ``edits`` applied once (``by``: the migration
+    that edits, ``of``: the one whose body it edits, for the error)."""
+    for old, new in edits:
         if sql.count(old) != 1:
-            raise RuntimeError(f"0003_ack_urgent: {old[:60]!r} is not in 0002's body once")
+            raise RuntimeError(f"{by}: {old[:60]!r} is not in {of}'s body once")
         sql = sql.replace(old, new)
     return sql
 

@@ -51,16 +51,7 @@ EDITS = [
 ]
 
 
-def edited(sql: str) -> str:
-    for old, new in EDITS:
-        if sql.count(old) != 1:
-            raise RuntimeError(f"0005_ack_take_once_per_queue: {old[:60]!r} is not in "
-                               "0003's body once")
-        sql = sql.replace(old, new)
-    return sql
-
-
-ACK = edited(URGENT.ACK)
+ACK = URGENT.edited(URGENT.ACK, EDITS, by="0005_ack_take_once_per_queue", of="0003")
 
 
 def forward(apps, schema_editor):
