@@ -166,7 +166,8 @@ DEFAULTS: dict[str, Tunable] = {
 
 def _configured() -> dict:
     overrides = getattr(settings, "SCHEDULER", {}) or {}
-    unknown = set(overrides) - set(DEFAULTS)
+    # The few keys given, not a set of every default: get() is called on every ack.
+    unknown = [key for key in overrides if key not in DEFAULTS]
     if unknown:
         raise ImproperlyConfigured(f"Unknown SCHEDULER settings: {', '.join(sorted(unknown))}")
     return overrides
