@@ -76,3 +76,18 @@ class QueueDepth:
     ready: int
     delayed: int
     leased: int
+
+
+@dataclass
+class Books:
+    """The broker's bookkeeping an ack owes after its commit (Broker.complete_only, then
+    Broker.keep_books): ``finished``, the slots ((run id, queue, shard)) of the runs it
+    finished, to forget; ``taken``, the (lease, owner id or None) of the runs it continued
+    on the acking worker (runs/continuation.py), to record as leased for ``ttl_s``
+    seconds; ``retried``, ids of runs it sent to a retry, to push. Plain data, so a
+    worker's child can hand it to its worker (runs/worker/handoff.py)."""
+
+    finished: list[Slot]
+    taken: list[tuple[Lease, int | None]]
+    ttl_s: float
+    retried: list[int]

@@ -97,6 +97,10 @@ DEFAULTS: dict[str, Tunable] = {
     "RECONCILE_INTERVAL_S": Tunable(10.0, float, "seconds between DB -> broker reconciles"),
     "WORKER_POLL_S": Tunable(0.05, float, "seconds a worker with free slots waits when idle"),
     "WORKER_GRACE_S": Tunable(30.0, float, "seconds a SIGTERMed worker waits for in-flight runs"),
+    "WORKER_CHILD_ACKS": Tunable(
+        True, flag, "PostgreSQL: a worker's child acks a workflow node's success itself and "
+        "starts the run that ack continued (docs/workflows.md, \"Latency\"); off: the "
+        "worker acks every run"),
     "CANCEL_CHECK_S": Tunable(
         1.0, float, "seconds between a worker's checks whether a run it has been running "
         "for that long was cancelled (docs/architecture.md, \"Cancelling a running run\")"),

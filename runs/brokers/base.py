@@ -28,7 +28,7 @@ from django.db import DatabaseError, transaction
 
 from runs import completion, continuation, transitions
 from runs.models import PENDING_STATES, Run, RunState
-from runs.types import Lease, Outcome, QueueDepth, RunRef, Slot
+from runs.types import Books, Lease, Outcome, QueueDepth, RunRef, Slot
 from scheduler_core import conf
 from scheduler_core.exceptions import BrokerUnavailable
 
@@ -272,6 +272,18 @@ class Broker(ABC):
         push the retries) is handed to it instead of done before returning; the worker
         queues it on its ack lane, ahead of any later ack, so the runs its ack continued
         reach the children a broker round trip sooner (docs/workflows.md, "Latency")."""
+        accepted, books = self.complete_only(outcomes, offer)
+        if after is None:
+            self.keep_books(books)
+        else:
+            after(lambda: self.keep_books(books))
+        return accepted
+
+    def complete_only(self, outcomes: list[Outcome], offer: continuation.Offer | None = None
+                      ) -> tuple[list[bool], Books]:
+        """``complete`` without the broker's bookkeeping: returns (accepted, the
+        bookkeeping owed, for ``keep_books``, in this process or another: a worker's
+        child that acked a workflow node hands it to its worker, runs/worker/handoff.py)."""
         if offer is not None and offer.ready_head is None:
             offer.ready_head = self.most_urgent_ready
         with continuation.offering(offer):
@@ -281,16 +293,14 @@ class Broker(ABC):
         finished = [_slot(o.lease) for o, ok in zip(outcomes, accepted, strict=True) if ok]
         taken = list(offer.taken) if offer is not None else []
         ttl_s = offer.ttl_s if offer is not None else 0.0
+        return accepted, Books(finished, taken, ttl_s, list(retried))
 
-        def bookkeeping() -> None:
-            self._settle(finished, taken, ttl_s)
-            self._after_commit(self._push_ids, retried)
-
-        if after is None:
-            bookkeeping()
-        else:
-            after(bookkeeping)
-        return accepted
+    def keep_books(self, books: Books) -> None:
+        """The bookkeeping after an ack's commit (complete_only): forget the finished
+        runs, adopt the continued ones, push the retries; a broker outage is logged, not
+        raised (_after_commit)."""
+        self._settle(books.finished, books.taken, books.ttl_s)
+        self._after_commit(self._push_ids, books.retried)
 
     def release(self, leases: list[Lease]) -> list[int]:
         """Give leased runs back for another worker at once (graceful shutdown); the

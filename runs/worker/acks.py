@@ -70,6 +70,9 @@ class Acks:
                or len(self.outcomes) >= ACK_BATCH_MAX)
         if not due:
             return
+        # The books of the children's acks go first: a run one of them continued may be
+        # among these outcomes (runs/worker/child_acks.py).
+        self.keep_books(force=True)
         while self.outcomes:
             outcomes = self.outcomes[:ACK_BATCH_MAX]
             del self.outcomes[:ACK_BATCH_MAX]

@@ -34,7 +34,7 @@ class Cancels:
             return
         self.next_cancel_check = now + self.cancel_check_s
         long = [slot for slot in self.in_flight()
-                if slot.current.cancel_deadline == float("inf")
+                if slot.current.cancel_deadline == float("inf") and slot.current.pending is None
                 and now - slot.current.began >= self.cancel_check_s]
         if not long:
             return

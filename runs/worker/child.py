@@ -1,8 +1,10 @@
 """The child process that runs handlers for a worker (one run at a time per child).
 
-The worker (parent) owns every database and broker connection; a child only executes
-handler code and reports back over a pipe, so the parent can cut off a handler stuck in a
-busy loop by killing the child, and survive a handler that kills its own process.
+The worker (parent) owns the database and broker connections of leases, heartbeats and
+acks; a child executes handler code and reports back over a pipe, so the parent can cut
+off a handler stuck in a busy loop by killing the child, and survive a handler that kills
+its own process. The one exception: a child acks a workflow node's success itself when
+its worker allows it, on a session of its own (runs/worker/handoff.py).
 
 What crosses the pipe, and how: runs/worker/wire.py.
 """
@@ -20,6 +22,7 @@ from datetime import UTC, datetime
 
 from runs.clock import from_us
 from runs.context import RunContext
+from runs.worker import handoff
 from runs.worker.wire import message_sender
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
 
@@ -236,10 +239,13 @@ def take_task(task: dict, control, lock) -> bool:
         return True
 
 
-def child_main(conn, control, lock) -> None:
+def child_main(conn, control, lock, handoff_config=None) -> None:
     """Entry point of a worker's child process: serve tasks until the pipe closes.
-    ``control`` (a shared array of two int64) and ``lock``: see runs/worker/wire.py."""
+    ``control`` (a shared array of int64) and ``lock``: see runs/worker/wire.py;
+    ``handoff_config`` (a handoff.Handoff, or None): what this child needs to ack
+    workflow nodes itself (runs/worker/handoff.py)."""
     _die_with_parent()
+    handoff.HANDOFF[0] = handoff_config
     # A process-group SIGTERM (honcho, Ctrl-C in a terminal) is meant for the worker; it
     # decides whether the run finishes or is released, and kills children itself.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -255,6 +261,7 @@ def child_main(conn, control, lock) -> None:
     # Handler logging must land on the attempt, not only on the worker's console.
     logging.getLogger("jobs").propagate = True
     threading.Thread(target=stream_logs, args=(capture, send), daemon=True).start()
+    forget_inherited_connections()
     while True:
         try:
             tasks = conn.recv()
@@ -264,5 +271,38 @@ def child_main(conn, control, lock) -> None:
             os._exit(0)
         for task in tasks:
             if take_task(task, control, lock):
-                send(execute(task, capture, send))
+                run_task(task, capture, send, control, lock)
+
+
+def run_task(task: dict, capture: CaptureHandler, send, control, lock) -> None:
+    """Execute ``task`` and report it; a workflow node's success this child may ack
+    itself is acked here, and the run that ack continued executes next, and so on
+    (runs/worker/handoff.py)."""
+    while task is not None:
+        done = execute(task, capture, send)
+        # Lines the run logged, streamed already or not, go with the worker's ack.
+        quiet = done[3] and capture.kept == 0 and not capture.dropped
+        seq = handoff.claim(task, control, lock) if quiet else 0
+        if not seq:
+            send(done)
+            return
+        task = handoff.ack_here(task, done, seq, control, lock, send)
+
+
+# Database connections a replacement child inherited open from its worker, kept
+# referenced (never closed nor collected here): their sockets are the worker's sessions.
+_INHERITED: list = []
+
+
+def forget_inherited_connections() -> None:
+    """Drop, without closing, the database connections this child inherited at fork (a
+    replacement child is forked while the worker's main thread holds its own): a
+    handler's query, or an ack in the child, then opens a session of its own instead of
+    writing into the worker's."""
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None:
+            _INHERITED.append(connection.connection)
+            connection.connection = None
 

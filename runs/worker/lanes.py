@@ -45,13 +45,15 @@ class Lane:
         self.guard = threading.Lock()
         self.stopping = False
 
-    def submit(self, fn, *args) -> Future:
+    def submit(self, fn, *args, wake: bool = True) -> Future:
         """Run ``fn(*args)``: after the calls submitted before it with one thread, beside
-        them with more."""
+        them with more; ``wake``: wake the worker when it ends (False for a call whose
+        answer nobody waits for)."""
         if self.executor is None:
             self.executor = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
         future = self.executor.submit(self._call, fn, args)
-        future.add_done_callback(self._wake)
+        if wake:
+            future.add_done_callback(self._wake)
         return future
 
     def later(self, fn) -> None:

@@ -229,9 +229,13 @@ class LeaseAhead:
         # sending a big result. A run of any size goes to an idle child.
         if slot.queued and slot.waiting + size > PIPE_BUDGET:
             return None
-        slot.seq += 1
-        task = {**leased.task, "deadline": now + leased.timeout_s * 1_000_000,
-                "seq": slot.seq}
+        seq = slot.next_seq()
+        if seq is None:
+            return None  # its child died holding its lock: replaced (enforce_deadlines)
+        task = {**leased.task, "deadline": now + leased.timeout_s * 1_000_000, "seq": seq}
+        if leased.watched:
+            # Its child may ack it itself (runs/worker/handoff.py).
+            task.update(watched=True, queue=leased.lease.queue, shard=leased.lease.shard)
         slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s, size=size,
                                     seq=slot.seq, watched=leased.watched))
         slot.waiting += size
@@ -243,6 +247,7 @@ class LeaseAhead:
         """Runs a replaced child never started go back to the front of the queue."""
         for run in reversed(runs):
             self.ahead.appendleft(Leased(run.lease, run.task, run.timeout_s, run.watched))
+        self.allow_child_acks()  # runs wait ahead now: no child may jump them
 
     def take_back_stalled(self) -> None:
         """Runs waiting behind a run gone long (STALL_S) go back to the front of the

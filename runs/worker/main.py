@@ -1,8 +1,9 @@
 """The worker daemon (``runworker``): lease runs, execute them in child processes with a
 timeout, heartbeat, ack (fenced) (docs/architecture.md, "runworker").
 
-The worker process holds every database and broker connection and ``concurrency`` child
-processes (runs/worker/child.py) that only run handler code, one run each at a time. That is
+The worker process holds the database and broker connections and ``concurrency`` child
+processes (runs/worker/child.py) that run handler code, one run each at a time (and may
+ack a workflow node's success themselves: runs/worker/handoff.py). That is
 what lets the worker enforce ``timeout_s`` on a handler stuck in a busy loop (it kills the
 child, records the attempt as timed out and starts a new child) and survive a handler that
 kills its own process (recorded as crashed). Its leases and acks run in two background
@@ -29,8 +30,10 @@ from runs.models import WorkerProcess
 from runs.outcomes import flush_counts
 from runs.types import Outcome
 from runs.worker import child as child_process
+from runs.worker import handoff
 from runs.worker.acks import AckBatch, Acks
 from runs.worker.cancels import Cancels
+from runs.worker.child_acks import ChildAcks
 from runs.worker.lanes import Lanes
 from runs.worker.lease_ahead import LEASES_IN_FLIGHT, LeaseAhead, Leased
 from runs.worker.pool import InFlight, Slot
@@ -57,7 +60,7 @@ def default_concurrency() -> int:
         raise ValueError(f"WORKER_CONCURRENCY={value!r} is not a whole number") from None
 
 
-class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
+class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon):
     """Run leased runs of ``queues`` in ``concurrency`` child processes (None:
     default_concurrency()).
 
@@ -111,6 +114,7 @@ class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
         # its record: the offer made with it, what its ack continued here and pushed
         # (runs/worker/acks.py, AckBatch; runs/continuation.py).
         self.batches: dict[int, AckBatch] = {}
+        self.books_owed: list = []  # Books the children's acks left (runs/worker/child_acks.py)
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -124,8 +128,12 @@ class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
         # start and the loop (a registration refused: "database is locked" on SQLite) left
         # the worker waiting on them at exit, for ever.
         try:
+            if conf.get("WORKER_CHILD_ACKS") and handoff.usable(self.using):
+                self.handoff = handoff.Handoff(self.worker_id, tuple(self.queues),
+                                               conf.get("LEASE_TTL_S"), self.using,
+                                               self.broker.name)
             for _ in range(self.concurrency):
-                self.slots.append(Slot())
+                self.slots.append(Slot(self.handoff))
             self.lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
             try:
                 self.register()
@@ -169,9 +177,11 @@ class Worker(LeaseAhead, Acks, Supervision, Cancels, Shutdown, Daemon):
     def round(self) -> bool:
         self.harvest_lease()
         self.harvest_acks()
+        self.keep_books()
         if self.stopping and self.ahead:
             self.release_ahead()
         self.lease_more()
+        self.allow_child_acks()
         self.collect(self.wait_timeout())
         self.check_cancels()
         self.enforce_deadlines()

@@ -10,8 +10,8 @@ import signal
 from collections import deque
 from dataclasses import dataclass
 
-from runs.types import Lease
-from runs.worker import wire
+from runs.types import Lease, Outcome
+from runs.worker import handoff, wire
 from runs.worker.child import child_main
 
 FORK = multiprocessing.get_context("fork")
@@ -22,6 +22,9 @@ FORK = multiprocessing.get_context("fork")
 # more until it ends. So a short run waits at most about this long behind a long one
 # (docs/architecture.md).
 STALL_S = 0.1
+# Longest wait for a child's control lock (held for a few instructions at a time): past
+# it, the child died holding it (Slot.lock_or_kill).
+LOCK_WAIT_S = 0.1
 
 
 @dataclass
@@ -43,6 +46,9 @@ class InFlight:
     # is not being cancelled): its child is killed then (runs/worker/cancels.py).
     cancel_deadline: float = float("inf")
     watched: bool = False  # known to be a workflow node's run (runs/continuation.py)
+    # Its success, which the child is acking itself (runs/worker/handoff.py): what the
+    # worker acks if that ack does not come back.
+    pending: Outcome | None = None
 
 
 class Slot:
@@ -52,7 +58,8 @@ class Slot:
     long runs go one at a time, so a child never sits on runs another worker could start.
     """
 
-    def __init__(self):
+    def __init__(self, handoff_config: handoff.Handoff | None = None):
+        self.handoff = handoff_config  # what the child needs to ack itself (None: it does not)
         self.queued: deque[InFlight] = deque()
         self.waiting = 0  # bytes of the runs queued behind the head (estimated)
         self.seq = 0  # number of the last task handed to the child
@@ -84,14 +91,55 @@ class Slot:
         # it along): [number of the task it last started, number up to which it must
         # skip tasks], read and written under the lock (runs/worker/child.py, take_task);
         # and the task whose handler is to stop (signal_cancel), read without it.
+        # Then whether the child may ack workflow nodes itself, and the last task number
+        # given out, by the worker or the child (runs/worker/handoff.py).
         self.lock = FORK.Lock()
-        self.control = FORK.RawArray("q", 3)
-        self.process = FORK.Process(target=child_main, args=(child, self.control, self.lock),
+        self.control = FORK.RawArray("q", 5)
+        self.seq = 0
+        self.allowed = False  # what control[handoff.ALLOWED] says
+        self.lock_lost = False  # lock_or_kill could not have the lock: replace the child
+        self.process = FORK.Process(target=child_main,
+                                    args=(child, self.control, self.lock, self.handoff),
                                     daemon=True)
         self.process.start()
         child.close()
         self.conn = parent
         self.received = bytearray()
+
+    def next_seq(self) -> int | None:
+        """Number the next task handed to the child (under the lock: the child numbers
+        the runs it continues from the same counter, runs/worker/handoff.py); None when
+        the lock cannot be had (lock_lost)."""
+        if not self.lock_or_kill():
+            return None
+        try:
+            self.control[handoff.LAST_SEQ] += 1
+            self.seq = self.control[handoff.LAST_SEQ]
+        finally:
+            self.lock.release()
+        return self.seq
+
+    def allow(self, allowed: bool) -> None:
+        """Let the child ack workflow nodes itself, or stop it (runs/worker/handoff.py)."""
+        if not self.lock_or_kill():
+            return
+        try:
+            self.control[handoff.ALLOWED] = int(allowed)
+        finally:
+            self.lock.release()
+        self.allowed = allowed
+
+    def lock_or_kill(self) -> bool:
+        """Take the control lock within LOCK_WAIT_S. A child killed while holding it
+        (the OOM killer, say) holds it for ever: then the child is killed, if it still
+        lives, and ``lock_lost`` set, for the worker to replace it (its new child comes
+        with a new lock). Returns whether the lock is held."""
+        if self.lock.acquire(timeout=LOCK_WAIT_S):
+            return True
+        self.lock_lost = True
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+        return False
 
     def send(self, tasks: list[dict]) -> None:
         """Send ``tasks`` (runs in order) to the child as one message (wire.send_tasks)."""
@@ -120,7 +168,7 @@ class Slot:
         them. Returns them in order ([] if the lock cannot be had: a child killed holding
         it is replaced anyway). The lock makes it exact: the child either started a run
         before, and it stays, or sees it is to be skipped."""
-        if not self.lock.acquire(timeout=0.1):
+        if not self.lock.acquire(timeout=LOCK_WAIT_S):
             return []
         try:
             started = self.control[0]

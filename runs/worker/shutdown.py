@@ -45,7 +45,12 @@ class Shutdown:
         for slot in self.slots:
             for message in slot.halt():
                 self.handle_message(slot, message)
+            # A success its child was acking when it stopped: acked here, not released.
+            self.take_pending(slot)
         self.flush(force=True)
+        self.keep_books(force=True)
+        if self.books_call is not None:
+            self.books_call.exception()  # adopted before the release below forgets them
         for future, _ in self.acking:
             future.exception()
         self.harvest_acks()
@@ -61,6 +66,9 @@ class Shutdown:
             self.log.info("worker %s: released %d in-flight runs", self.worker_id, len(released))
         for slot in self.slots:
             slot.kill()
+        if self.acked_in_children:
+            self.log.info("worker %s: %d runs acked in its children (runs/worker/handoff.py)",
+                          self.worker_id, self.acked_in_children)
         flush_counts(self.using)
         WorkerProcess.objects.using(self.using).filter(worker_id=self.worker_id).update(
             stopped_at=db_now(self.using))

@@ -57,6 +57,8 @@ class Supervision:
             for message in messages:
                 self.handle_message(slot, message)
         self.dispatch()
+        # Right after the hand: a continued run handed now may end before the next round.
+        self.allow_child_acks()
 
     def handle_message(self, slot: Slot, message: tuple) -> None:
         kind, run_id = message[0], message[1]
@@ -66,6 +68,8 @@ class Supervision:
         if kind == "log":
             current.logs = (current.logs or []) + message[2]
             current.dropped = message[3]
+            return
+        if self.child_message(slot, current, message):
             return
         if kind == "heartbeat":
             try:
@@ -115,6 +119,9 @@ class Supervision:
                     self.handle_message(slot, message)
         except (EOFError, OSError):
             pass
+        if slot.current is not None and slot.current.pending is not None:
+            self.ack_pending_and_restart(slot, "died")
+            return
         current = slot.current
         if current is None:
             self.restart(slot)
@@ -143,6 +150,9 @@ class Supervision:
             return slot.restart()
 
     def enforce_deadlines(self) -> None:
+        for slot in [s for s in self.slots if s.lock_lost]:
+            self.log.warning("worker: a child died holding its control lock; replacing it")
+            self.child_died(slot)
         now = time.monotonic()
         for slot in self.in_flight():
             current = slot.current
@@ -150,6 +160,9 @@ class Supervision:
                 self.child_died(slot)
             elif now >= current.cancel_deadline:
                 self.cancel_expired(slot)
+            elif now >= current.deadline and current.pending is not None:
+                self.ack_pending_and_restart(
+                    slot, f"did not return from the ack in {conf.get('LEASE_TTL_S')} s")
             elif now >= current.deadline:
                 self.log.warning("worker: run %s exceeded timeout_s=%s; cutting it off",
                                  current.lease.run_id, current.timeout_s)
@@ -185,6 +198,8 @@ class Supervision:
             key = (current.lease.run_id, current.lease.attempt)
             if key in held:
                 current.lease = held[key]
+            elif current.pending is not None:
+                current.lost = True  # its child's ack has committed: nothing is lost
             else:
                 current.lost = True
                 self.log.warning("worker: lease on run %s lost; its outcome will be refused",

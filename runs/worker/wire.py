@@ -21,9 +21,19 @@ runs them in order. ``seq`` numbers the tasks sent to one child, 1, 2, ...: the 
 take back the tasks waiting behind a run that has gone long (runs/worker/pool.py,
 Slot.take_back) through two integers it shares with the child under a lock, ``control``:
 [the seq of the task the child last started, the seq up to which it must skip tasks, the
-seq of the task whose handler is to stop]. A skipped task gets no reply. To stop a
+seq of the task whose handler is to stop, whether the child may ack workflow nodes
+itself, the last seq given out]. A skipped task gets no reply. To stop a
 cancelled run's handler the parent sets the third and sends the child SIGUSR1
 (runs/worker/child.py, RunCancelled).
+A workflow node's task also carries ``watched`` (True), ``queue`` and ``shard``: its
+child may ack its success itself and then start the run that ack continued, numbered by
+the child (runs/worker/handoff.py). It then sends, instead of ``done``,
+``("acking", <done's fields>)`` before the ack and, after it, either ``("ack_back",
+run_id)`` (the parent acks the outcome it was sent) or ``("acked", run_id, attempt,
+outcome, error, fate, pushed, books, continued, at)``: the state the ack gave the run, how
+many runs it left to the broker (None: not known), the broker's bookkeeping owed
+(handoff.books_wire), the seq of the continued run the child started (0: none; its
+lease is the books' first taken) and the child's time.monotonic() then.
 
 Every message is framed as Connection.send_bytes frames it: a 4-byte big-endian length,
 then the pickle.
@@ -62,19 +72,23 @@ def receive_messages(conn, received: bytearray) -> list[tuple]:
 
 
 def message_sender(conn):
-    """Child side: ``send(message)`` over ``conn`` with plain pickle: Connection.send's
+    """Child side: ``send(message)`` over ``conn`` with plain pickle (True: sent as
+    given; False: a ``done`` or ``acking`` whose result pickle refused went as a
+    ``done`` failure instead): Connection.send's
     ForkingPickler copies the copyreg dispatch table on every call, a cost paid per run
     (BENCHMARKS.md); messages between worker and child hold only builtins and datetimes.
     ``send.lock`` (an RLock, held while sending) keeps messages from the child's threads
     whole and in order."""
     lock = threading.RLock()
 
-    def send(message) -> None:
+    def send(message) -> bool:
+        sent = True
         try:
             data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - a result JSON took but pickle cannot
-            if message[0] != "done":
+            if message[0] not in ("done", "acking"):
                 raise
+            sent = False
             # e.g. nested deeper than pickle's recursion allows, or an instance of a
             # local dict subclass: a failure naming the result, not a dead child.
             _, run_id, attempt, _, _, _, logs, began, finished, _ = message
@@ -83,6 +97,7 @@ def message_sender(conn):
                                  finished, None), pickle.HIGHEST_PROTOCOL)
         with lock:
             conn.send_bytes(data)
+        return sent
 
     send.lock = lock
     return send

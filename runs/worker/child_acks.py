@@ -1,0 +1,158 @@
+"""The worker's side of acks made in its children (runs/worker/handoff.py has the rule
+and the child's side): when to allow them, what the child's ``acking``, ``acked`` and
+``ack_back`` messages change, and what happens to an outcome whose child never said how
+its ack went (the worker acks it itself, fenced).
+"""
+
+import time
+from concurrent.futures import Future
+
+from runs.models import AttemptOutcome
+from runs.types import Books, Outcome
+from runs.worker import handoff
+from runs.worker.acks import report_outcome
+from runs.worker.pool import InFlight, Slot
+from scheduler_core import conf
+
+
+class ChildAcks:
+    """A mixin of runs/worker/main.py's Worker, whose attributes it uses; ``handoff``
+    (a handoff.Handoff, or None: no acks in the children) is set before the children
+    are made."""
+
+    handoff: "handoff.Handoff | None" = None
+    acked_in_children = 0  # acks its children made (child_acked): for operators and tests
+    books_call: Future | None = None  # the last keep_books call in the ack lane
+
+    def allow_child_acks(self) -> None:
+        """Allow the children to ack workflow nodes themselves while the worker holds no
+        run leased ahead (a continued run would jump it), is not stopping and has no
+        ``max_runs`` (a run continued in a child is counted after the fact)."""
+        allowed = (self.handoff is not None and not self.stopping and not self.ahead
+                   and self.max_runs is None)
+        for slot in self.slots:
+            if slot.allowed != allowed:
+                slot.allow(allowed)
+
+    def child_message(self, slot: Slot, current: InFlight, message: tuple) -> bool:
+        """Handle ``message`` if it is about an ack in the child (True), else False."""
+        kind = message[0]
+        if kind == "acking":
+            self.child_acking(current, message)
+        elif kind == "acked":
+            self.child_acked(slot, current, message)
+        elif kind == "ack_back":
+            self.take_pending(slot)
+            slot.begin_head(time.monotonic())
+        else:
+            return False
+        return True
+
+    def child_acking(self, current: InFlight, message: tuple) -> None:
+        """The child's run succeeded and its child is acking it: hold the outcome, and
+        give the ack as long as a lease lasts before the child is cut off."""
+        _, _, _, _, result, _, _, began, finished, _ = message
+        took = finished - began
+        current.pending = Outcome(lease=current.lease, outcome=AttemptOutcome.SUCCEEDED,
+                                  result=result, took_s=took, task=current.task,
+                                  watched=True)
+        current.deadline = time.monotonic() + conf.get("LEASE_TTL_S")
+        self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
+
+    def child_acked(self, slot: Slot, current: InFlight, message: tuple) -> None:
+        """The child's ack committed: count and report it, keep the broker's books in the
+        ack lane (behind the acks before it, ahead of those after), and take the run it
+        continued as the child's run now executing."""
+        _, _, _, state, error, fate, pushed, books, started, at = message
+        outcome = current.pending
+        outcome.outcome, outcome.error, outcome.fate = state, error, fate
+        slot.queued.popleft()
+        self.finished += 1
+        self.acked_in_children += 1
+        report_outcome(outcome)
+        books = handoff.books_of(books)
+        self.books_owed.append(books)
+        self.keep_books()
+        if pushed != 0:
+            # The ack left runs to the broker (or cannot say): lease now, as
+            # harvest_acks does after an ack of its own.
+            self.wake_at, self.lease_again = None, True
+        taken = [lease for lease, _ in books.taken]
+        if started:
+            lease = taken.pop(0)
+            task = {"run_id": lease.run_id, "job_id": lease.task["job_id"],
+                    "attempt": lease.attempt, "scheduled_at": lease.task["scheduled_at_us"],
+                    "handler": lease.task["handler"], "payload": lease.task["payload"]}
+            timeout_s = lease.task["timeout_s"]
+            slot.queued.appendleft(InFlight(lease, task, timeout_s, began=at,
+                                            deadline=at + timeout_s, seq=started,
+                                            watched=True))
+        else:
+            slot.begin_head(at)
+        if taken:
+            # Continued without its task (not on PostgreSQL's lease statement): handed as
+            # a run leased ahead.
+            for leased in reversed(self.leased_of(taken)):
+                leased.watched = True
+                self.ahead.appendleft(leased)
+            self.allow_child_acks()
+
+    def keep_books(self, force: bool = False) -> None:
+        """Hand the books the children's acks left (Books) to the ack lane, all owed in
+        one call, when the last such call has ended (or ``force``: before an ack of the
+        worker's own, which must come after them, and at the stop). A fast chain's hops
+        then share the broker's round trips, as the worker's own acks share commits."""
+        if not self.books_owed:
+            return
+        if not force and self.books_call is not None and not self.books_call.done():
+            return
+        owed, self.books_owed = self.books_owed, []
+        merged = merge_books(owed)
+        self.books_call = self.lanes.ack.submit(self.broker.keep_books, merged, wake=False)
+
+    def take_pending(self, slot: Slot) -> bool:
+        """If ``slot``'s run is one its child was acking, ack its outcome here instead
+        (fenced: refused if the child's ack committed) and drop it from the slot."""
+        current = slot.current
+        if current is None or current.pending is None:
+            return False
+        outcome = current.pending
+        if current.cancel_deadline != float("inf"):
+            outcome = self.cancelled_outcome(current, [], "the handler stopped")
+        self.add_outcome(outcome)
+        slot.queued.popleft()
+        return True
+
+    def ack_pending_and_restart(self, slot: Slot, how: str) -> None:
+        """``slot``'s child ``how`` (died, say) while acking its run: ack that run's
+        success here, replace the child, and hand again the runs queued behind it (none
+        had started: the child starts the next only after its ack's answer)."""
+        self.log.warning("worker: the child acking run %s %s; acking it here",
+                         slot.current.lease.run_id, how)
+        self.take_pending(slot)
+        waiting = list(slot.queued)
+        slot.queued.clear()
+        slot.waiting = 0
+        self.restart(slot)
+        self.requeue(waiting)
+
+
+def merge_books(owed: list[Books]) -> Books:
+    """The Books of several acks, in order, as one: the broker forgets every finished
+    run before it adopts every continued one, so a run one ack continued and a later
+    one finished is left out of both (applied in order, its adoption and its forget
+    would cancel out; merged, the forget would come first and the run stay leased)."""
+    adopted: set[int] = set()
+    ended: set[int] = set()
+    finished, taken = [], []
+    for books in owed:
+        for slot in books.finished:
+            if slot[0] in adopted:
+                ended.add(slot[0])
+            else:
+                finished.append(slot)
+        for lease, owner in books.taken:
+            adopted.add(lease.run_id)
+            taken.append((lease, owner))
+    taken = [(lease, owner) for lease, owner in taken if lease.run_id not in ended]
+    return Books(finished, taken, owed[-1].ttl_s, [r for b in owed for r in b.retried])
