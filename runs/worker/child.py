@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from runs.clock import from_us
 from runs.context import RunContext
 from runs.worker import handoff
-from runs.worker.wire import message_sender
+from runs.worker.wire import message_sender, quiet_sender
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
 
 PR_SET_PDEATHSIG = 1
@@ -239,11 +239,12 @@ def take_task(task: dict, control, lock) -> bool:
         return True
 
 
-def child_main(conn, control, lock, handoff_config=None) -> None:
+def child_main(conn, control, lock, handoff_config=None, quiet_fd=None) -> None:
     """Entry point of a worker's child process: serve tasks until the pipe closes.
     ``control`` (a shared array of int64) and ``lock``: see runs/worker/wire.py;
     ``handoff_config`` (a handoff.Handoff, or None): what this child needs to ack
-    workflow nodes itself (runs/worker/handoff.py)."""
+    workflow nodes itself (runs/worker/handoff.py), ``quiet_fd`` the write end of its
+    quiet pipe for the messages about those acks (wire.quiet_sender)."""
     _die_with_parent()
     handoff.HANDOFF[0] = handoff_config
     # A process-group SIGTERM (honcho, Ctrl-C in a terminal) is meant for the worker; it
@@ -254,6 +255,7 @@ def child_main(conn, control, lock, handoff_config=None) -> None:
     from scheduler_core import conf
 
     send = message_sender(conn)
+    quiet = quiet_sender(quiet_fd, send)
     capture = CaptureHandler(conf.get("MAX_LOG_LINES"), lock=send.lock)
     root = logging.getLogger()
     root.addHandler(capture)
@@ -271,22 +273,23 @@ def child_main(conn, control, lock, handoff_config=None) -> None:
             os._exit(0)
         for task in tasks:
             if take_task(task, control, lock):
-                run_task(task, capture, send, control, lock)
+                run_task(task, capture, send, control, lock, quiet)
 
 
-def run_task(task: dict, capture: CaptureHandler, send, control, lock) -> None:
+def run_task(task: dict, capture: CaptureHandler, send, control, lock, quiet=None) -> None:
     """Execute ``task`` and report it; a workflow node's success this child may ack
     itself is acked here, and the run that ack continued executes next, and so on
-    (runs/worker/handoff.py)."""
+    (runs/worker/handoff.py; ``quiet``: the quiet pipe's sender, default ``send``)."""
     while task is not None:
         done = execute(task, capture, send)
         # Lines the run logged, streamed already or not, go with the worker's ack.
-        quiet = done[3] and capture.kept == 0 and not capture.dropped
-        seq = handoff.claim(task, control, lock) if quiet else 0
+        silent = done[3] and capture.kept == 0 and not capture.dropped
+        seq = handoff.claim(task, control, lock) if silent else 0
         if not seq:
             send(done)
             return
-        task = handoff.ack_here(task, done, seq, control, lock, send)
+        task = handoff.ack_here(task, done, seq, control, lock, send,
+                                quiet or quiet_sender(None, send))
 
 
 # Database connections a replacement child inherited open from its worker, kept

@@ -109,14 +109,17 @@ def books_of(wire: tuple) -> Books:
                  retried)
 
 
-def ack_here(task: dict, done: tuple, seq: int, control, lock, send) -> dict | None:
+def ack_here(task: dict, done: tuple, seq: int, control, lock, send, quiet) -> dict | None:
     """Ack ``done`` (the child's ``("done", ...)`` message for ``task``, a success without
     log lines) in this child, continuing at most one run under number ``seq`` (claim's);
-    returns the continued run's task, to execute next, or None. Tells the worker
-    everything through ``send``; raises nothing an ack raises (the worker then acks)."""
+    returns the continued run's task, to execute next, or None. Tells the worker through
+    ``quiet`` (``acking``, ``acked``: the quiet pipe, wire.quiet_sender) and ``send``
+    (``ack_back``: the worker must act); raises nothing an ack raises (the worker then
+    acks)."""
     config = HANDOFF[0]
     _, run_id, attempt, ok, result, error, logs, began, finished, retry = done
-    if not send(("acking", *done[1:])):
+    went = quiet(("acking", *done[1:]))
+    if not went:
         return None  # the result could not be sent: the worker has a failure instead
     # The child does not know the lease's expiry; the ack does not read it (it is fenced
     # on the attempt), so the handler's deadline stands in.
@@ -147,8 +150,9 @@ def ack_here(task: dict, done: tuple, seq: int, control, lock, send) -> dict | N
         nxt = continued_task(offer.taken[0][0], seq)
         with lock:
             control[0] = seq  # started: the worker's take_back must not count it waiting
-    send(("acked", run_id, attempt, outcome.outcome, outcome.error, outcome.fate,
-          offer.pushed, books_wire(books), seq if nxt is not None else 0, time.monotonic()))
+    quiet(("acked", run_id, attempt, outcome.outcome, outcome.error, outcome.fate,
+          offer.pushed, books_wire(books), seq if nxt is not None else 0, time.monotonic()),
+          main=went == "main")
     return nxt
 
 

@@ -98,13 +98,20 @@ class Slot:
         self.seq = 0
         self.allowed = False  # what control[handoff.ALLOWED] says
         self.lock_lost = False  # lock_or_kill could not have the lock: replace the child
+        # The quiet pipe: the child's messages about its own acks, read by the worker
+        # before the main pipe but never waited on (wire.quiet_sender).
+        self.quiet_fd, quiet_w = os.pipe()
+        os.set_blocking(self.quiet_fd, False)
         self.process = FORK.Process(target=child_main,
-                                    args=(child, self.control, self.lock, self.handoff),
+                                    args=(child, self.control, self.lock, self.handoff,
+                                          quiet_w),
                                     daemon=True)
         self.process.start()
         child.close()
+        os.close(quiet_w)
         self.conn = parent
         self.received = bytearray()
+        self.quiet_received = bytearray()
 
     def next_seq(self) -> int | None:
         """Number the next task handed to the child (under the lock: the child numbers
@@ -146,9 +153,21 @@ class Slot:
         wire.send_tasks(self.conn, tasks)
 
     def receive(self) -> list[tuple]:
-        """The messages the child has sent so far (wire.receive_messages). Raises
-        EOFError once the child is gone."""
-        return wire.receive_messages(self.conn, self.received)
+        """The messages the child has sent so far, its quiet pipe's first (written
+        before those read now from the main pipe: wire.quiet_sender), then the main
+        pipe's (wire.receive_messages). Raises EOFError once the child is gone."""
+        quiet = self.receive_quiet()
+        try:
+            main = wire.receive_messages(self.conn, self.received)
+        except (EOFError, OSError):
+            if quiet:
+                return quiet  # the end of the pipe is seen at the next call
+            raise
+        return quiet + main
+
+    def receive_quiet(self) -> list[tuple]:
+        """The messages waiting in the child's quiet pipe, without waiting."""
+        return wire.receive_quiet(self.quiet_fd, self.quiet_received)
 
     def halt(self) -> list[tuple]:
         """SIGKILL the child; returns the messages it sent before it died, unread until
@@ -195,6 +214,9 @@ class Slot:
             os.kill(self.process.pid, signal.SIGKILL)
         self.process.join(5)
         self.conn.close()
+        if self.quiet_fd >= 0:  # kill may come twice (shutdown, then serve's end)
+            os.close(self.quiet_fd)
+            self.quiet_fd = -1
 
     def restart(self) -> list[InFlight]:
         """Replace the child; returns the runs handed to it that it had not started."""

@@ -15,6 +15,10 @@ from runs.worker.child import dropped_note
 from runs.worker.pool import STALL_S, InFlight, Slot
 from scheduler_core import conf
 
+# Longest wait between two reads of a child's quiet pipe while it may ack: what it said
+# of its acks (the run it continued, whose timeout the worker then keeps) is that late.
+CHILD_ACKS_READ_S = 0.05
+
 
 class Supervision:
     """The worker's watch over its children: wait for them (wait_timeout, collect),
@@ -28,6 +32,9 @@ class Supervision:
         others waiting behind it goes long (take_back_stalled)."""
         busy = self.in_flight()
         timeout = self.poll_s if len(busy) < len(self.slots) else 0.5
+        if busy and self.handoff is not None:
+            # Its child's acks are read at the next round (handoff.py, the quiet pipe).
+            timeout = min(timeout, CHILD_ACKS_READ_S)
         if self.idle and self.wake_at is not None and not self.leasing:
             timeout = min(timeout, self.wake_at - time.monotonic())
         if busy:
@@ -44,7 +51,8 @@ class Supervision:
         """Wait up to ``timeout`` seconds for a child's message or a lane's answer, and
         handle the children's messages."""
         busy = {slot.conn: slot for slot in self.in_flight()}
-        for conn in wait([*busy, self.lanes.wake_fd], timeout):
+        ready = wait([*busy, self.lanes.wake_fd], timeout)
+        for conn in ready:
             if conn == self.lanes.wake_fd:
                 self.lanes.drain_wakeups()
                 continue
@@ -56,6 +64,11 @@ class Supervision:
                 continue
             for message in messages:
                 self.handle_message(slot, message)
+        for conn, slot in busy.items():
+            if conn not in ready:
+                # What its child said of its own acks, which wakes nobody (handoff.py).
+                for message in slot.receive_quiet():
+                    self.handle_message(slot, message)
         self.dispatch()
         # Right after the hand: a continued run handed now may end before the next round.
         self.allow_child_acks()
