@@ -27,6 +27,11 @@ expiry, as a dead worker's (the reaper retries it). On ``("acked", ...)`` the wo
 counts and reports the outcome, keeps the books and, when a run was continued, records it
 as the child's run executing, its deadline armed from the instant the child started it.
 
+Those two messages go through the child's quiet pipe (wire.quiet_sender), which the
+worker reads before the main pipe, and at least every 50 ms while it may be written to,
+but never waits on: a write to the main pipe woke the worker, which took the child's core
+for about 150 µs, twice a hop (BENCHMARKS.md, "Workflows (W7)").
+
 The wire (runs/worker/wire.py): times in integer microseconds or the child's
 time.monotonic(), leases as plain tuples (``lease_wire``), the books as
 ``books_wire``: pickling datetimes costs 15-20 µs each, paid on the hop.

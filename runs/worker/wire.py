@@ -33,7 +33,9 @@ run_id)`` (the parent acks the outcome it was sent) or ``("acked", run_id, attem
 outcome, error, fate, pushed, books, continued, at)``: the state the ack gave the run, how
 many runs it left to the broker (None: not known), the broker's bookkeeping owed
 (handoff.books_wire), the seq of the continued run the child started (0: none; its
-lease is the books' first taken) and the child's time.monotonic() then.
+lease is the books' first taken) and the child's time.monotonic() then. ``acking`` and
+``acked`` go through the child's quiet pipe (quiet_sender), read by the parent before the
+main one and at least every CHILD_ACKS_READ_S (runs/worker/supervise.py).
 
 Every message is framed as Connection.send_bytes frames it: a 4-byte big-endian length,
 then the pickle.
