@@ -12,11 +12,26 @@ class InvalidJob(SchedulerError, ValueError):
     """A job definition is invalid.
 
     ``errors`` maps a field name to the reason, e.g. ``{"schedule": "bad minute field"}``.
+    The message names each reason once, with the fields that have it: a workflow of 100
+    nodes naming one unknown handler said its long hint 100 times.
     """
 
     def __init__(self, errors: dict[str, str]):
         self.errors = errors
-        super().__init__("; ".join(f"{field}: {reason}" for field, reason in errors.items()))
+        super().__init__(summary(errors))
+
+
+def summary(errors: dict[str, str]) -> str:
+    """``errors`` ({field: reason}) as one line: "field: reason; ...", fields of the same
+    reason together ("a, b: reason"; past three, "a, b, c and 97 more: reason")."""
+    fields: dict[str, list[str]] = {}
+    for field, reason in errors.items():
+        fields.setdefault(reason, []).append(field)
+    parts = []
+    for reason, named in fields.items():
+        shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        parts.append(f"{shown}: {reason}")
+    return "; ".join(parts)
 
 
 class UnknownHandler(InvalidJob):

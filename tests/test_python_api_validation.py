@@ -69,3 +69,18 @@ def test_an_option_create_job_does_not_take_is_a_type_error_naming_it(option, hi
     assert message.startswith(f"create_job() got an unexpected keyword argument '{option}'")
     assert (hint in message) if hint else "did you mean" not in message
     assert Job.objects.count() == 0
+
+
+def test_a_reason_many_fields_share_is_said_once_in_the_message():
+    """A workflow of 100 nodes naming one unknown handler repeated the whole hint 100
+    times in its error's message; the errors themselves stay one per field."""
+    from workflows import services as workflows
+    from workflows.validation import InvalidWorkflow
+
+    nodes = [{"name": f"n{i}", "handler": "no.such.handler"} for i in range(100)]
+    with pytest.raises(InvalidWorkflow) as caught:
+        workflows.create_workflow("many", nodes, [])
+    assert len(caught.value.errors) == 100
+    message = str(caught.value)
+    assert message.count("no handler is registered as 'no.such.handler'") == 1
+    assert "nodes[0].handler, nodes[1].handler, nodes[2].handler and 97 more: " in message
