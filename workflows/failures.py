@@ -9,6 +9,7 @@ the transaction that changed the runs.
 
 from datetime import datetime
 
+from runs.models import Run
 from workflows.engine import finish_if_done, node_runs_of
 from workflows.graph import BLOCKING, propagate
 from workflows.models import NodeRun, NodeState, WorkflowRun, WorkflowRunState
@@ -17,6 +18,7 @@ __all__ = ["BLOCKING", "nodes_failed", "nodes_requeued", "propagate"]
 
 WHY = {NodeState.FAILED: "its run went to the dead letter",
        NodeState.CANCELLED: "its run was cancelled"}
+CAUSE_MAX = 300  # characters of the run's last error line a failed node run repeats
 
 
 def nodes_failed(run_ids: list[int], state: str, now: datetime, using: str) -> None:
@@ -26,12 +28,33 @@ def nodes_failed(run_ids: list[int], state: str, now: datetime, using: str) -> N
     rows = node_runs_of(run_ids, [NodeState.RUNNING], using)
     if not rows:
         return
-    NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows],
-                                        state=NodeState.RUNNING).update(
-        state=state, finished_at=now, error=WHY[state])
+    running = NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows],
+                                                  state=NodeState.RUNNING)
+    if state == NodeState.FAILED:
+        # The run's own last error, said where the node's state is read (the workflow
+        # run's page and API), not one request further on.
+        cause = dict(Run.objects.using(using).filter(pk__in=run_ids)
+                     .values_list("pk", "error"))
+        for node_run_id, run_id in running.values_list("pk", "run_id"):
+            NodeRun.objects.using(using).filter(pk=node_run_id).update(
+                state=state, finished_at=now, error=why_failed(cause.get(run_id, "")))
+    else:
+        running.update(state=state, finished_at=now, error=WHY[state])
     workflow_runs = {r[1] for r in rows}
     propagate(workflow_runs, now, using)
     finish_if_done(workflow_runs, now, using)
+
+
+def why_failed(run_error: str) -> str:
+    """A failed node run's error: WHY's, then the last line of its run's error (a
+    traceback's last line is the exception), at most CAUSE_MAX characters of it."""
+    lines = [line.strip() for line in (run_error or "").splitlines() if line.strip()]
+    if not lines:
+        return WHY[NodeState.FAILED]
+    last = lines[-1]
+    if len(last) > CAUSE_MAX:
+        last = last[:CAUSE_MAX - 1] + "…"
+    return f"{WHY[NodeState.FAILED]}: {last}"
 
 
 def nodes_requeued(run_ids: list[int], now: datetime, using: str) -> None:
