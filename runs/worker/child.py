@@ -276,10 +276,10 @@ def child_main(conn, control, lock, handoff_config=None, quiet_fd=None) -> None:
                 run_task(task, capture, send, control, lock, quiet)
 
 
-def run_task(task: dict, capture: CaptureHandler, send, control, lock, quiet=None) -> None:
+def run_task(task: dict, capture: CaptureHandler, send, control, lock, quiet) -> None:
     """Execute ``task`` and report it; a workflow node's success this child may ack
     itself is acked here, and the run that ack continued executes next, and so on
-    (runs/worker/handoff.py; ``quiet``: the quiet pipe's sender, default ``send``)."""
+    (runs/worker/handoff.py; ``quiet``: the quiet pipe's sender, wire.quiet_sender)."""
     while task is not None:
         done = execute(task, capture, send)
         # Lines the run logged, streamed already or not, go with the worker's ack.
@@ -288,8 +288,7 @@ def run_task(task: dict, capture: CaptureHandler, send, control, lock, quiet=Non
         if not seq:
             send(done)
             return
-        task = handoff.ack_here(task, done, seq, control, lock, send,
-                                quiet or quiet_sender(None, send))
+        task = handoff.ack_here(task, done, seq, control, lock, send, quiet)
 
 
 # Database connections a replacement child inherited open from its worker, kept

@@ -12,7 +12,6 @@ from runs.types import Books, Outcome
 from runs.worker import handoff
 from runs.worker.acks import report_outcome
 from runs.worker.pool import InFlight, Slot
-from scheduler_core import conf
 
 
 class ChildAcks:
@@ -56,8 +55,8 @@ class ChildAcks:
         current.pending = Outcome(lease=current.lease, outcome=AttemptOutcome.SUCCEEDED,
                                   result=result, took_s=took, task=current.task,
                                   watched=True)
-        current.deadline = time.monotonic() + conf.get("LEASE_TTL_S")
-        self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
+        current.deadline = time.monotonic() + self.handoff.ttl_s
+        self.note_run_time(took)
 
     def child_acked(self, slot: Slot, current: InFlight, message: tuple) -> None:
         """The child's ack committed: count and report it, keep the broker's books in the
@@ -77,22 +76,18 @@ class ChildAcks:
             # The ack left runs to the broker (or cannot say): lease now, as
             # harvest_acks does after an ack of its own.
             self.wake_at, self.lease_again = None, True
-        taken = [lease for lease, _ in books.taken]
+        continued = self.leased_of([lease for lease, _ in books.taken])
         if started:
-            lease = taken.pop(0)
-            task = {"run_id": lease.run_id, "job_id": lease.task["job_id"],
-                    "attempt": lease.attempt, "scheduled_at": lease.task["scheduled_at_us"],
-                    "handler": lease.task["handler"], "payload": lease.task["payload"]}
-            timeout_s = lease.task["timeout_s"]
-            slot.queued.appendleft(InFlight(lease, task, timeout_s, began=at,
-                                            deadline=at + timeout_s, seq=started,
+            run = continued.pop(0)
+            slot.queued.appendleft(InFlight(run.lease, run.task, run.timeout_s, began=at,
+                                            deadline=at + run.timeout_s, seq=started,
                                             watched=True))
         else:
             slot.begin_head(at)
-        if taken:
+        if continued:
             # Continued without its task (not on PostgreSQL's lease statement): handed as
             # a run leased ahead.
-            for leased in reversed(self.leased_of(taken)):
+            for leased in reversed(continued):
                 leased.watched = True
                 self.ahead.appendleft(leased)
             self.allow_child_acks()

@@ -46,6 +46,7 @@ from runs import continuation
 from runs.clock import from_us, to_us
 from runs.models import AttemptOutcome
 from runs.types import Books, Lease, Outcome
+from runs.worker import wire
 
 # Indices in the child's shared ``control`` array (runs/worker/wire.py; 0-2 are the
 # task started, the task up to which to skip, the task to stop).
@@ -176,8 +177,6 @@ def continued_task(lease: Lease, seq: int) -> dict:
     """The task of a run an ack continued on this child (as runs/worker/lease_ahead.py's
     hand would build it), numbered ``seq``."""
     t = lease.task
-    return {"run_id": lease.run_id, "job_id": t["job_id"], "attempt": lease.attempt,
-            "scheduled_at": t["scheduled_at_us"], "handler": t["handler"],
-            "payload": t["payload"], "seq": seq, "watched": True, "queue": lease.queue,
-            "shard": lease.shard, "timeout_s": t["timeout_s"],
+    return {**wire.task_of(lease.run_id, lease.attempt, t), "seq": seq, "watched": True,
+            "queue": lease.queue, "shard": lease.shard,
             "deadline": time.time_ns() // 1000 + t["timeout_s"] * 1_000_000}

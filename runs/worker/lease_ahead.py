@@ -22,6 +22,7 @@ from runs.clock import to_us
 from runs.daemon import TRANSIENT
 from runs.models import Run
 from runs.types import Lease
+from runs.worker import wire
 from runs.worker.acks import ACKS_IN_FLIGHT, UNACKED_MAX
 from runs.worker.pool import InFlight, Slot
 
@@ -179,11 +180,8 @@ class LeaseAhead:
         leased = []
         for lease in leases:
             t = lease.task if lease.task is not None else runs[lease.run_id]
-            leased.append(Leased(lease, {
-                "run_id": lease.run_id, "job_id": t["job_id"], "attempt": lease.attempt,
-                "scheduled_at": t["scheduled_at_us"], "handler": t["handler"],
-                "payload": t["payload"],
-            }, t["timeout_s"]))
+            leased.append(Leased(lease, wire.task_of(lease.run_id, lease.attempt, t),
+                                 t["timeout_s"]))
         return leased
 
     def dispatch(self) -> None:
@@ -237,7 +235,7 @@ class LeaseAhead:
             # Its child may ack it itself (runs/worker/handoff.py).
             task.update(watched=True, queue=leased.lease.queue, shard=leased.lease.shard)
         slot.queued.append(InFlight(leased.lease, leased.task, leased.timeout_s, size=size,
-                                    seq=slot.seq, watched=leased.watched))
+                                    seq=seq, watched=leased.watched))
         slot.waiting += size
         if len(slot.queued) == 1:
             slot.begin_head(time.monotonic())

@@ -62,7 +62,6 @@ class Slot:
         self.handoff = handoff_config  # what the child needs to ack itself (None: it does not)
         self.queued: deque[InFlight] = deque()
         self.waiting = 0  # bytes of the runs queued behind the head (estimated)
-        self.seq = 0  # number of the last task handed to the child
         self.start()
 
     @property
@@ -95,7 +94,7 @@ class Slot:
         # given out, by the worker or the child (runs/worker/handoff.py).
         self.lock = FORK.Lock()
         self.control = FORK.RawArray("q", 5)
-        self.seq = 0
+        self.seq = 0  # number of the last task handed to the child (its counter is new)
         self.allowed = False  # what control[handoff.ALLOWED] says
         self.lock_lost = False  # lock_or_kill could not have the lock: replace the child
         # The quiet pipe: the child's messages about its own acks, read by the worker

@@ -64,7 +64,7 @@ class Supervision:
                 continue
             for message in messages:
                 self.handle_message(slot, message)
-        for conn, slot in busy.items():
+        for conn, slot in busy.items() if self.handoff is not None else ():
             if conn not in ready:
                 # What its child said of its own acks, which wakes nobody (handoff.py).
                 for message in slot.receive_quiet():
@@ -110,10 +110,14 @@ class Supervision:
                 result=result, error=error, logs=logs, took_s=took, retry=retry,
                 task=current.task, watched=current.watched,
             ))
-        self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
+        self.note_run_time(took)
         slot.queued.popleft()
         # The next run in the pipe started when this one finished (same monotonic clock).
         slot.begin_head(finished)
+
+    def note_run_time(self, took: float) -> None:
+        """A handler ran ``took`` seconds: the moving average the prefetch reads."""
+        self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
 
     def streamed_logs(self, run: InFlight) -> list:
         """The log of a run that never returned: the lines its child streamed, and a

@@ -51,6 +51,15 @@ import threading
 QUIET_MAX = select.PIPE_BUF
 
 
+def task_of(run_id: int, attempt: int, t: dict) -> dict:
+    """The task the pipe carries for attempt ``attempt`` of run ``run_id`` (without its
+    ``deadline`` and ``seq``), from ``t``, a lease's task (Lease.task: job_id,
+    scheduled_at_us, handler, payload as JSON text)."""
+    return {"run_id": run_id, "job_id": t["job_id"], "attempt": attempt,
+            "scheduled_at": t["scheduled_at_us"], "handler": t["handler"],
+            "payload": t["payload"]}
+
+
 def send_tasks(conn, tasks: list[dict]) -> None:
     """Parent side: send ``tasks`` (runs in order) over ``conn`` as one message. Raises
     OSError when the child is gone."""
