@@ -9,6 +9,8 @@ the transaction that changed the runs.
 
 from datetime import datetime
 
+from django.db.models import Case, Value, When
+
 from runs.models import Run
 from workflows.engine import finish_if_done, node_runs_of
 from workflows.graph import BLOCKING, propagate
@@ -35,9 +37,10 @@ def nodes_failed(run_ids: list[int], state: str, now: datetime, using: str) -> N
         # run's page and API), not one request further on.
         cause = dict(Run.objects.using(using).filter(pk__in=run_ids)
                      .values_list("pk", "error"))
-        for node_run_id, run_id in running.values_list("pk", "run_id"):
-            NodeRun.objects.using(using).filter(pk=node_run_id).update(
-                state=state, finished_at=now, error=why_failed(cause.get(run_id, "")))
+        errors = [When(pk=node_run_id, then=Value(why_failed(cause.get(run_id, ""))))
+                  for node_run_id, run_id in running.values_list("pk", "run_id")]
+        running.update(state=state, finished_at=now,
+                       error=Case(*errors, default=Value(WHY[state])))
     else:
         running.update(state=state, finished_at=now, error=WHY[state])
     workflow_runs = {r[1] for r in rows}
