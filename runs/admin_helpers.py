@@ -129,7 +129,7 @@ class InputFilter(admin.SimpleListFilter):
     possibilities to list (ids). Subclasses give ``title``, ``parameter_name``, ``lookup``
     (the ORM path the value is matched against) and ``placeholder``."""
 
-    template = "admin/filters/input.html"
+    template = "admin/runs/filters/input.html"
     lookup = ""
     placeholder = ""
 
@@ -196,7 +196,7 @@ class TimeRangeFilter(admin.ListFilter):
 
     Use ``TimeRangeFilter.on("created_at", "time")`` in ``list_filter``."""
 
-    template = "admin/filters/time_range.html"
+    template = "admin/runs/filters/time_range.html"
     field_path = ""
     PRESETS = [("last 15 min", timedelta(minutes=15)), ("last hour", timedelta(hours=1)),
                ("last 24 h", timedelta(days=1)), ("last 7 days", timedelta(days=7))]
@@ -280,7 +280,7 @@ def confirm_then(modeladmin: admin.ModelAdmin, request, queryset: QuerySet, *,
                  describe: Callable[[object], str] | None = None) -> TemplateResponse | None:
     """Run an irreversible bulk action only after a confirmation page.
 
-    The first POST (from the action menu) renders templates/admin/confirm_action.html,
+    The first POST (from the action menu) renders runs/templates/admin/runs/confirm_action.html,
     listing the selected objects and reposting the same action form fields with
     ``confirm=yes``; the second POST calls ``apply(ids)`` (a service function returning how
     many objects it changed) and reports that count (``done`` is the past tense of
@@ -307,7 +307,7 @@ def confirm_then(modeladmin: admin.ModelAdmin, request, queryset: QuerySet, *,
             "confirm_field": CONFIRM_FIELD,
         }
         request.current_app = modeladmin.admin_site.name
-        return TemplateResponse(request, "admin/confirm_action.html", context)
+        return TemplateResponse(request, "admin/runs/confirm_action.html", context)
     ids = list(queryset.values_list("pk", flat=True))
     changed = apply(ids)
     report_count(modeladmin, request, changed, len(ids), done, skipped_reason)

@@ -29,7 +29,7 @@ def dashboard(request):
         "snapshot": snapshot(),
         "refresh_ms": int(REFRESH_S * 1000),
     }
-    return TemplateResponse(request, "dashboard/index.html", context)
+    return TemplateResponse(request, "admin/runs/dashboard.html", context)
 
 
 @never_cache
