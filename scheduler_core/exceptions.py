@@ -39,9 +39,11 @@ class UnknownHandler(InvalidJob):
 
     def __init__(self, name: str):
         super().__init__({"handler": f"no handler is registered as {name!r} (register it with "
-                                     "@handler in a handlers.py of an installed app, its "
-                                     "name in EXTRA_APPS, in this process and on every "
-                                     "worker; the demo's need SCHEDULER_DEMO_HANDLERS=true)"})
+                                     "@handler in a handlers.py of an app in INSTALLED_APPS, "
+                                     "in this process and on every worker; in this "
+                                     "repository's own project an app of yours goes in "
+                                     "EXTRA_APPS; the demo's need "
+                                     "SCHEDULER_DEMO_HANDLERS=true)"})
 
 
 class BrokerUnavailable(SchedulerError):

@@ -17,6 +17,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduler_core import drf_settings
 from scheduler_core.conf import flag
 from scheduler_core.startup import DEV_SECRET_KEY, proxy_ssl_header
 from scheduler_project.logging_config import django_logging
@@ -249,46 +250,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # API_THROTTLE_RATE, API_MAX_BODY_BYTES, API_BULK_MAX_BODY_BYTES, API_BULK_MAX_JOBS,
 # IDEMPOTENCY_TTL_S), read per request so that they can be changed from the environment or
 # override_settings.
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "jobs.tokens.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["jobs.throttling.IsAuthenticatedOrThrottled"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PARSER_CLASSES": ["jobs.parsers.CappedJSONParser"],
-    "DEFAULT_THROTTLE_CLASSES": ["jobs.throttling.OwnerRateThrottle",
-                                 "jobs.throttling.AnonymousRateThrottle"],
-    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
-}
-
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Job scheduler API",
-    "DESCRIPTION": (
-        "Jobs (one-off and cron), their runs, attempts and logs, the dead letter, queue "
-        "figures, and workflows (graphs of jobs) with their runs. Authenticate with "
-        "`Authorization: Token <key>` (manage.py createapitoken USER) or a session. You see "
-        "your own jobs, runs and workflows only; other owners' need Django's "
-        "model permissions (view_job, change_job, view_run, change_run, and the workflows' "
-        "view_workflow, change_workflow, view_workflowrun, change_workflowrun). See "
-        "docs/api.md."
-    ),
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["jobs.throttling.IsAuthenticatedOrThrottled"],
-    "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {
-        "RunStateEnum": "runs.models.RunState",
-        "JobStatusEnum": "jobs.models.Job.Status",
-        "MisfirePolicyEnum": "jobs.models.MisfirePolicy",
-        "AttemptOutcomeEnum": "runs.models.AttemptOutcome",
-        "WorkflowStatusEnum": "workflows.models.Workflow.Status",
-        "WorkflowRunStateEnum": "workflows.models.WorkflowRunState",
-        "NodeStateEnum": "workflows.models.NodeState",
-        "JobShownStatusEnum": "jobs.lifecycle.SHOWN_STATUSES",
-    },
-}
+# The API's DRF and drf-spectacular settings live in scheduler_core/drf_settings.py, where a
+# project of your own takes them from too (docs/own-project.md).
+REST_FRAMEWORK = {**drf_settings.REST_FRAMEWORK, "NUM_PROXIES": TRUSTED_PROXY_COUNT}
+SPECTACULAR_SETTINGS = drf_settings.SPECTACULAR_SETTINGS
 
 LOGGING = django_logging(os.environ.get("SCHEDULER_LOG_LEVEL", "INFO"))
 

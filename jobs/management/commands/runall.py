@@ -15,6 +15,7 @@ import sys
 
 import honcho.manager
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.worker.main import DEFAULT_CONCURRENCY, default_concurrency
@@ -48,6 +49,20 @@ class Supervisor(honcho.manager.Manager):
         super()._start()
 
 
+def wsgi_app() -> str:
+    """settings.WSGI_APPLICATION ("pkg.wsgi.application") as gunicorn's "pkg.wsgi:application":
+    the project's own, which is this checkout's scheduler_project.wsgi only in this
+    checkout (docs/own-project.md, "Daemons"). Raises ImproperlyConfigured when the setting
+    is missing or not a dotted path."""
+    path = getattr(settings, "WSGI_APPLICATION", None) or ""
+    module, _, name = path.rpartition(".")
+    if not module:
+        raise ImproperlyConfigured(
+            f"runall --web serves settings.WSGI_APPLICATION, a dotted path such as "
+            f"'mysite.wsgi.application'; it is {path!r}")
+    return f"{module}:{name}"
+
+
 def commands(*, web: bool, bind: str, workers: int, concurrency: int, queues: str
              ) -> dict[str, list[str]]:
     """The processes runall starts, name -> argv: the Procfile's, with this interpreter."""
@@ -59,7 +74,7 @@ def commands(*, web: bool, bind: str, workers: int, concurrency: int, queues: st
     if web:
         # gunicorn, as in the Procfile: it stops cleanly on SIGTERM (runserver dies of it).
         # No control socket: its default path is per user, so two runalls would share it.
-        found["web"] = [sys.executable, "-m", "gunicorn", "scheduler_project.wsgi",
+        found["web"] = [sys.executable, "-m", "gunicorn", wsgi_app(),
                         "--bind", bind, "--workers", "2", "--access-logfile", "-",
                         "--no-control-socket"]
     return found
