@@ -112,9 +112,9 @@ def _value(index: int, field: str, token: str) -> int:
     if token.isdigit():
         number = int(token)
         if not low <= number <= high:
-            # A lone number needs no explanation (and cron(8) users know the message).
-            raise (ValueError(f"bad {FIELD_NAMES[index]} field {field!r}") if token == field
-                   else _bad(index, field, f"{number} is out of range {low}-{high}"))
+            # The range even for a lone number: "bad minute field '61'" alone left a new
+            # user guessing whether minutes count from 0 or 1.
+            raise _bad(index, field, f"{number} is out of range {low}-{high}")
         return number
     names = NAMES[index]
     if names is None or token.upper() not in names:

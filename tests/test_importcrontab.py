@@ -162,7 +162,7 @@ def test_the_errors_name_file_line_and_reason(tmp_path):
                      stdout=StringIO())
 
     lines = err.getvalue().splitlines()
-    assert lines[0] == f"{path}:3: bad minute field '61'"
+    assert lines[0] == f"{path}:3: bad minute field '61': 61 is out of range 0-59"
     assert lines[1].startswith(f"{path}:4: @reboot has no meaning here")
     assert lines[2].startswith(f"{path}:5: unknown IANA timezone 'Mars/Olympus'")
     assert lines[3].startswith(f"{path}:6: unknown IANA timezone 'Mars/Olympus'")

@@ -141,7 +141,7 @@ def test_bad_lines_are_reported_and_skipped_not_fatal(tmp_path):
     out, err = loaddemo(str(path))
     lines = err.splitlines()
     assert lines[0].startswith(f"{path}:1: skipped: @reboot")
-    assert lines[1] == f"{path}:2: skipped: bad minute field '61'"
+    assert lines[1] == f"{path}:2: skipped: bad minute field '61': 61 is out of range 0-59"
     assert lines[2].startswith(f"{path}:5: skipped: unknown IANA timezone 'Nowhere/Land'")
     assert lines[3].startswith(f"{path}:6: skipped: unknown IANA timezone")
     (job,) = Job.objects.all()  # no one-off demo jobs when files are given
