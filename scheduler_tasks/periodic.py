@@ -22,7 +22,9 @@ from jobs.validation import validate_job
 from scheduler_core import conf
 from scheduler_tasks.results import HANDLER, load_task, payload_of
 
-log = logging.getLogger("scheduler_tasks.periodic")
+# Under "scheduler", the logger a project configures for the daemons (docs/django-tasks.md):
+# as "scheduler_tasks.periodic" the start-up sync was silent in a project of its own.
+log = logging.getLogger("scheduler.tasks")
 PREFIX = "periodic:"
 # pg_advisory_xact_lock key of the sync: two schedulers starting at once must not both
 # create a task's job.

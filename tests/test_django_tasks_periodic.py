@@ -33,6 +33,17 @@ def test_a_starting_scheduler_creates_the_cron_job_of_a_periodic_task_once():
     assert periodic.sync() == {"created": [], "updated": [], "cancelled": []}
 
 
+def test_the_start_up_sync_says_what_it_made_under_the_scheduler_logger(caplog):
+    # A project of its own configures the "scheduler" logger (docs/django-tasks.md); the
+    # sync logged under "scheduler_tasks.periodic" and was silent there.
+    with caplog.at_level("INFO", logger="scheduler"):
+        Scheduler(partitions=1).serve(max_rounds=1)
+    said = [r for r in caplog.records if r.name.startswith("scheduler.")
+            and "periodic tasks: created" in r.getMessage()]
+    assert len(said) == 1
+    assert "tests.djtasks_tasks.every_five_minutes" in said[0].getMessage()
+
+
 def test_a_deploy_that_changes_a_schedule_updates_the_same_job(monkeypatch):
     periodic.sync()
     [before] = live()
