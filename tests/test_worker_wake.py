@@ -184,3 +184,29 @@ def test_a_wait_on_lists_that_cannot_be_read_returns_no_wait_instead_of_failing(
     broker = RedisBroker(url="redis://127.0.0.1:9/0")
 
     assert broker.wait_ready(["default"], 0.2) is False
+
+
+def test_a_worker_told_to_stop_in_its_wait_passes_the_wake_on(redis_kind, settings):
+    """A worker stopping while blocked on the wake lists took the token of a push and did
+    not lease: another idle worker slept out its wait (up to WAKE_WAIT_MAX_S) before it
+    started the run. The token now goes back, and the run stays ready for that worker."""
+    import threading
+
+    from jobs.services import create_job
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": "redis", "WORKER_POLL_S": 5.0}
+    worker = Worker(["default"], concurrency=1)
+    wake = worker.broker.keys.wake("default")
+    worker.broker.client.delete(wake)
+    answer = []
+    leasing = threading.Thread(target=lambda: answer.append(worker.lease_call(1)))
+    leasing.start()
+    time.sleep(0.3)  # its first lease came back empty: it blocks on the wake list now
+    worker.stopping = True
+    job = create_job("wake.noop")
+    leasing.join(timeout=10)
+
+    assert answer and answer[0][0] == []
+    assert worker.broker.client.llen(wake) == 1
+    taken = Worker(["default"], concurrency=1).broker.lease(["default"], 1, "other:1")
+    assert [lease.run_id for lease in taken] == [job.runs.get().pk]

@@ -22,6 +22,7 @@ Times are aware UTC datetimes; durations are seconds unless a name ends in ``_ms
 import logging
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import nullcontext
 
 from django.db import DatabaseError, transaction
@@ -117,13 +118,15 @@ class Broker(ABC):
     # due within its wait plus this does not wait here (runs/worker/lease_ahead.py).
     wait_slack_s = 0.0
 
-    def wait_ready(self, queues: list[str], timeout_s: float) -> bool:
+    def wait_ready(self, queues: list[str], timeout_s: float,
+                   passing_on: Callable[[], bool] | None = None) -> bool:
         """Block up to ``timeout_s`` seconds until runs may have become ready in
         ``queues`` (a push woke it), for an idle worker between two empty leases; returns
         True if it waited (woken or timed out: the caller leases again now), False if
         this broker cannot wait so, or not now (the caller sleeps until its next lease
-        itself). Raises nothing: the lease reports an unreachable broker. This default
-        cannot wait."""
+        itself). ``passing_on``, asked once woken: True when the caller will not lease
+        after all (it is stopping), so the wake goes to another waiting worker. Raises
+        nothing: the lease reports an unreachable broker. This default cannot wait."""
         return False
 
     def most_urgent_ready(self, queues: list[str]) -> dict[str, int]:

@@ -21,6 +21,7 @@ or the URL's ``socket_timeout``): one wait blocks at most half of it, and WAKE_W
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import redis
 
@@ -82,21 +83,27 @@ class RedisWake:
             log.debug("wake tokens not sent (idle workers find the runs at their next "
                       "poll): %s", exc)
 
-    def wait_ready(self, queues: list[str], timeout_s: float) -> bool:
+    def wait_ready(self, queues: list[str], timeout_s: float,
+                   passing_on: Callable[[], bool] | None = None) -> bool:
         """As Broker.wait_ready: block up to ``timeout_s`` seconds, at most
         WAKE_WAIT_MAX_S and half the client's socket timeout (Redis takes fractions, to
         the millisecond), on the wake lists of ``queues``; True. False (no wait: the
         caller sleeps itself) when that leaves no time to wait, or when the lists cannot
         be read: they are hints, and on a cluster their master may be down while the
-        queues' are up (the lease, not this, reports an unreachable Redis)."""
+        queues' are up (the lease, not this, reports an unreachable Redis). A token taken
+        while ``passing_on()`` says the caller will not lease goes back to its list: a
+        worker told to stop in its wait swallowed it, and another idle worker slept out
+        its wait (up to WAKE_WAIT_MAX_S) before starting the run it announced."""
         limit = socket_timeout_s(self.client)
         timeout_s = min(timeout_s, WAKE_WAIT_MAX_S,
                         float("inf") if limit is None else limit / 2)
         if timeout_s < 0.001 or not queues:
             return False
         try:
-            self.client.blpop([self.keys.wake(queue) for queue in queues],
-                              timeout=round(timeout_s, 3))
+            token = self.client.blpop([self.keys.wake(queue) for queue in queues],
+                                      timeout=round(timeout_s, 3))
+            if token is not None and passing_on is not None and passing_on():
+                self.client.lpush(*token)
         except (redis.RedisError, OSError) as exc:
             log.debug("wake lists not readable, polling: %s", exc)
             return False

@@ -157,7 +157,8 @@ class LeaseAhead:
         # it sleeps to that instant itself (redis_wake.py, WAIT_SLACK_S).
         exact = due_in is not None and due_in < wait_s + self.broker.wait_slack_s
         if (self.stopping or self.burst or exact
-                or not self.broker.wait_ready(self.queues, wait_s)):
+                or not self.broker.wait_ready(self.queues, wait_s,
+                                              passing_on=lambda: self.stopping)):
             return [], due_in
         if self.stopping:
             return [], 0.0
