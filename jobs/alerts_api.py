@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from jobs.access import may_change_all
 from jobs.api import COMMON, FIELD_ERRORS
+from jobs.api_policy import ApiPolicy
 from jobs.models import Job
 from runs.alerts.models import AlertPolicy, new_secret
 from runs.alerts.policy import FIELDS, merge
@@ -81,7 +82,7 @@ def _job_data(job: Job) -> dict:
     return {**data, "effective": _effective(owner_row, row)}
 
 
-class OwnerAlertsView(APIView):
+class OwnerAlertsView(ApiPolicy, APIView):
     """The caller's alert policy."""
 
     @extend_schema(summary="Your alert policy", responses={200: OwnerAlertsSerializer,
@@ -106,7 +107,7 @@ class OwnerAlertsView(APIView):
         return Response(OwnerAlertsSerializer(_owner_data(request.user)).data)
 
 
-class JobAlertsView(APIView):
+class JobAlertsView(ApiPolicy, APIView):
     """One job's alert overrides."""
 
     def _job(self, request, job_pk: int) -> Job:

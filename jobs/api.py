@@ -29,6 +29,7 @@ from rest_framework.response import Response
 
 from jobs import services, tenants
 from jobs.access import OwnerOrModelPermission, may_view_all
+from jobs.api_policy import ApiPolicy
 from jobs.bulk_serializers import (
     BulkCreatedSerializer,
     BulkErrorSerializer,
@@ -143,8 +144,8 @@ class JobPagination(PageNumberPagination):
         summary="Cancel a job and its pending runs (the job is kept, status cancelled)",
         responses={200: JobSerializer, 409: DetailSerializer, **COMMON}),
 )
-class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                 viewsets.GenericViewSet):
+class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
+                 mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """/api/jobs/: list, create, retrieve, partial update, cancel (DELETE), pause, resume,
     trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (jobs/runs_api.py)."""
 

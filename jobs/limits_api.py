@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from jobs.access import may_change_all, may_view_all, perm
 from jobs.api import COMMON, FIELD_ERRORS
+from jobs.api_policy import ApiPolicy
 from jobs.models import QUEUE_RE, Job, OwnerPolicy
 from jobs.tenants import POLICY_FIELDS, bounds_from, set_owner_policy
 from runs.models import PENDING_STATES, Run, RunState
@@ -81,7 +82,7 @@ def _describe(user) -> dict:
     }
 
 
-class LimitsView(APIView):
+class LimitsView(ApiPolicy, APIView):
     """Read (GET) or, with the change permission, set (PUT) an owner's bounds, queues and
     default queue."""
 

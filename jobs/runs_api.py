@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from jobs.access import OwnerOrModelPermission, may_change_all, may_view_all
 from jobs.api import COMMON, FIELD_ERRORS, LISTED, Conflict, DetailSerializer, QuotaRefused
+from jobs.api_policy import ApiPolicy
 from jobs.models import Job
 from jobs.owner_lists import OwnerScopedCursor, owner_job_ids
 from jobs.serializers import StrictFieldsMixin
@@ -110,7 +111,8 @@ def visible_job(request, job_pk) -> Job:
     retrieve=extend_schema(summary="One run with its attempts",
                            responses={200: RunSerializer, **COMMON}),
 )
-class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class RunViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                 viewsets.GenericViewSet):
     """/api/runs/ and /api/jobs/{job_pk}/runs/: runs with their attempts; retry and cancel
     one run."""
 
@@ -170,7 +172,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 @extend_schema_view(list=extend_schema(
     summary="The log lines of a run's attempts (filter by level, text, attempt)",
     responses={200: LogLineSerializer(many=True), **LISTED}))
-class LogLineViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class LogLineViewSet(ApiPolicy, mixins.ListModelMixin, viewsets.GenericViewSet):
     """/api/runs/{run_pk}/logs/: every attempt's log lines, oldest first."""
 
     serializer_class = LogLineSerializer
@@ -218,7 +220,7 @@ class DeadLetterBulkResultSerializer(serializers.Serializer):
     retrieve=extend_schema(summary="One dead run",
                            responses={200: DeadRunSerializer, **COMMON}),
 )
-class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
+class DeadLetterViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
     """/api/dead-letter/: runs whose attempts are exhausted. Retry one with
     POST /api/runs/{id}/retry/; requeue or discard many by filter with
@@ -277,7 +279,7 @@ class DeadLetterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
                          "dry_run": dry_run})
 
 
-class QueueView(APIView):
+class QueueView(ApiPolicy, APIView):
     """/api/queues/: per queue and per shard, ready / delayed / leased depth in the broker,
     the age of the oldest ready run, throughput and lag over the last 60 s, and live
     workers with their slots (docs/scaling.md). The figures are the whole queue's (queues

@@ -1,31 +1,15 @@
-"""The REST API's Django REST framework and drf-spectacular settings, for this checkout's
-project and for a project of your own (docs/own-project.md, "Settings"). Strings only:
-this module imports nothing of the apps, so settings.py can import it.
+"""The REST API's settings for Django REST framework and drf-spectacular, for this
+checkout's project and for a project of your own (docs/own-project.md, "Settings").
+Strings only: this module imports nothing of the apps, so settings.py can import it.
 
-The API's views rely on these defaults rather than naming their own classes: the token
-authentication (``Authorization: Token <key>``, jobs/tokens.py), owner isolation's
-permission and the API's throttles (docs/isolation.md), the JSON parser that caps a
-body's size (docs/api.md, "Limits"), django-filter and the OpenAPI schema class. A
-project whose other APIs want other defaults keeps its own and merges these in:
-``REST_FRAMEWORK = {**drf_settings.REST_FRAMEWORK, **mine}`` gives yours precedence, so
-check the API's keys (above) are still these.
+The API's views name their own authentication, permission, throttles and parser
+(jobs/api_policy.py), so of ``REST_FRAMEWORK`` they need only what drf-spectacular's
+install asks of every project: its schema class as DEFAULT_SCHEMA_CLASS (without it
+``/api/schema/`` fails, "Incompatible AutoSchema"). ``SPECTACULAR_SETTINGS``: the
+schema's title, description and enum names.
 """
 
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "jobs.tokens.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["jobs.throttling.IsAuthenticatedOrThrottled"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PARSER_CLASSES": ["jobs.parsers.CappedJSONParser"],
-    "DEFAULT_THROTTLE_CLASSES": ["jobs.throttling.OwnerRateThrottle",
-                                 "jobs.throttling.AnonymousRateThrottle"],
-    # How many reverse proxies in front set X-Forwarded-For (the anonymous throttle's
-    # client address): this checkout's settings take it from TRUSTED_PROXY_COUNT.
-    "NUM_PROXIES": 0,
-}
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Job scheduler API",

@@ -7,6 +7,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 
+from jobs.api_policy import ApiPolicy
+
 LOG_IN_HINT = ("log in at /admin/ (or /api/auth/login/) in this browser first, then open "
                "/api/docs/ again; API clients send an Authorization: Token header")
 
@@ -23,11 +25,11 @@ class JSONErrors:
         return response
 
 
-class SchemaView(JSONErrors, SpectacularAPIView):
+class SchemaView(JSONErrors, ApiPolicy, SpectacularAPIView):
     """``GET /api/schema/``: the OpenAPI 3 schema (YAML; ``?format=json``); errors JSON."""
 
 
-class DocsView(JSONErrors, SpectacularSwaggerView):
+class DocsView(JSONErrors, ApiPolicy, SpectacularSwaggerView):
     """``GET /api/docs/``: the Swagger UI; without a login a JSON 401/403 whose detail says
     where to log in (docs/api.md, "The schema")."""
 

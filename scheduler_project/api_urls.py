@@ -7,6 +7,7 @@ from rest_framework.routers import DefaultRouter
 
 from jobs.alerts_api import JobAlertsView, OwnerAlertsView
 from jobs.api import JobViewSet
+from jobs.api_policy import ApiPolicy
 from jobs.limits_api import LimitsView
 from jobs.runs_api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 from scheduler_project.api_docs import DocsView, SchemaView
@@ -20,6 +21,8 @@ class Router(DefaultRouter):
 
     EXTRA = {"queues": "queues", "limits": "limits", "alerts": "alerts", "schema": "schema",
              "docs": "swagger-ui"}
+    # Logged in, as every endpoint it lists, whatever the project's REST_FRAMEWORK says.
+    APIRootView = type("APIRootView", (ApiPolicy, DefaultRouter.APIRootView), {})
 
     def get_api_root_view(self, api_urls=None):
         list_name = self.routes[0].name

@@ -250,8 +250,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # API_THROTTLE_RATE, API_MAX_BODY_BYTES, API_BULK_MAX_BODY_BYTES, API_BULK_MAX_JOBS,
 # IDEMPOTENCY_TTL_S), read per request so that they can be changed from the environment or
 # override_settings.
-# The API's DRF and drf-spectacular settings live in scheduler_core/drf_settings.py, where a
-# project of your own takes them from too (docs/own-project.md).
+# The API's views name their own authentication, permission, throttles and parser
+# (jobs/api_policy.py); from here DRF takes drf-spectacular's schema class
+# (scheduler_core/drf_settings.py, where a project of your own takes it from too) and how
+# many proxies to trust for the client address of the anonymous throttle.
 REST_FRAMEWORK = {**drf_settings.REST_FRAMEWORK, "NUM_PROXIES": TRUSTED_PROXY_COUNT}
 SPECTACULAR_SETTINGS = drf_settings.SPECTACULAR_SETTINGS
 

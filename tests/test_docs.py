@@ -20,7 +20,8 @@ from scheduler_core import conf
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-APP_CODE = ["jobs", "runs", "scheduler_project", "scheduler_tasks", "workflows", "chaos"]
+APP_CODE = ["scheduler_core", "jobs", "runs", "scheduler_project", "scheduler_tasks", "workflows",
+            "chaos"]
 CAPS = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 # Names the docs use that belong to other software, not to this project's configuration.
 NOT_OURS = {

@@ -1,9 +1,12 @@
 """docs/own-project.md: a project of its own built from the doc's settings.py and urls.py
 blocks (as written there, plus what `startproject` gives every project), run outside the
-checkout so only what the install ships is found: every admin page of the apps and the
-API's entry points answer 200. The admin's templates lived in the checkout's top-level
-templates/ folder, which no install ships: a new user's project got TemplateDoesNotExist
-on the run, dead-letter and workflow-run pages."""
+checkout so only what the install ships is found: every admin page of the apps, the
+dashboard's static files and the API's entry points answer 200, every API endpoint
+answers 401 to a request without credentials, an unknown API path a JSON 404. The
+admin's templates lived in the checkout's top-level templates/ folder, which no install
+ships (a new user's project got TemplateDoesNotExist on the run, dead-letter and
+workflow-run pages), and the API's views took their login requirement and throttles from
+the project's REST_FRAMEWORK defaults (DRF's AllowAny let anonymous requests in)."""
 
 import re
 import subprocess
@@ -18,6 +21,9 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "own-project.md"
 # What `django-admin startproject` writes besides INSTALLED_APPS (Django 6.1), trimmed to
 # the settings the pages need.
 STARTPROJECT = """
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "a test key of this project's own, not the development one"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver"]
@@ -82,7 +88,18 @@ flow_run = workflows.start_workflow_run(flow)
 admin = Client()
 admin.force_login(boss)
 api = Client(headers={"Authorization": f"Token {token}"})
+call_command("collectstatic", interactive=False, verbosity=0)
+anonymous = Client()
+for url in ["/api/", "/api/jobs/", f"/api/jobs/{job.pk}/runs/", "/api/runs/",
+            f"/api/runs/{run.pk}/", f"/api/runs/{run.pk}/logs/", "/api/dead-letter/",
+            "/api/queues/", "/api/limits/", "/api/alerts/", f"/api/jobs/{job.pk}/alerts/",
+            "/api/workflows/", f"/api/workflow-runs/{flow_run.pk}/", "/api/schema/",
+            "/api/docs/"]:
+    print(f"anonymous {url}={anonymous.get(url).status_code}", flush=True)
+missing = api.get("/api/no-such-thing/")
+print(f"unknown api path={missing.status_code} {missing.headers['Content-Type']}", flush=True)
 pages = {
+    "dashboard script": (admin, "/static/runs/dashboard.js"),
     "admin index": (admin, "/admin/"),
     "job": (admin, f"/admin/jobs/job/{job.pk}/change/"),
     "runs": (admin, "/admin/runs/run/"),
@@ -122,10 +139,15 @@ def test_a_project_of_the_docs_settings_and_urls_serves_every_admin_page_and_the
     done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-    statuses = dict(line.split("=", 1) for line in done.stdout.splitlines()
-                    if re.fullmatch(r"[a-z ]+=\d+", line))
+    said = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    anonymous = {k: v for k, v in said.items() if k.startswith("anonymous ")}
+    # Every endpoint wants a login though the project's REST_FRAMEWORK leaves DRF's
+    # AllowAny default in place (jobs/api_policy.py).
+    assert anonymous == {k: "401" for k in anonymous} and len(anonymous) == 15, anonymous
+    assert said.pop("unknown api path") == "404 application/json"
+    statuses = {k: v for k, v in said.items() if k not in anonymous}
     assert statuses == {name: "200" for name in statuses}, statuses
-    assert len(statuses) == 12
+    assert len(statuses) == 13
 
 
 def test_runall_web_serves_the_projects_own_wsgi_application(settings):

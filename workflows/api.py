@@ -31,6 +31,7 @@ from jobs.api import (
     JobPagination,
     QuotaRefused,
 )
+from jobs.api_policy import ApiPolicy
 from jobs.idempotency import idempotent
 from jobs.runs_api import CheckedCursor
 from jobs.serializers import api_errors
@@ -108,7 +109,7 @@ class WorkflowRunFilter(filters.FilterSet):
                    422: DetailSerializer, **COMMON},
         examples=[OpenApiExample("a chain on a schedule", request_only=True, value=EXAMPLE)]),
 )
-class WorkflowViewSet(mixins.CreateModelMixin, mixins.ListModelMixin,
+class WorkflowViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
                       mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """/api/workflows/: create, list, retrieve, pause, resume, trigger. A workflow's runs
     are at /api/workflows/{id}/runs/ (WorkflowRunViewSet)."""
@@ -217,7 +218,7 @@ class WorkflowViewSet(mixins.CreateModelMixin, mixins.ListModelMixin,
         summary="One workflow run with every node's state, run, attempts and timing",
         responses={200: WorkflowRunDetailSerializer, **COMMON}),
 )
-class WorkflowRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
+class WorkflowRunViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                          viewsets.GenericViewSet):
     """/api/workflow-runs/ and /api/workflows/{workflow_pk}/runs/: workflow runs; one with
     its nodes; cancel, pause and resume one."""
