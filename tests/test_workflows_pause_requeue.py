@@ -29,3 +29,35 @@ def test_a_requeue_of_a_run_paused_then_failed_starts_nothing_before_the_resume(
 
     view = services.get_workflow_run(wr.pk, using=pair.using)
     assert (view["state"], states(view)) == ("paused", {"a": "succeeded", "b": "pending"})
+
+
+def test_a_requeued_node_of_a_cancelled_workflow_run_runs_alone_to_its_end(pair):
+    """docs/workflows.md, "Failure": a requeued run of a cancelled workflow run runs alone.
+    The requeue set its node run back to running, and the reconcile's sweep of a cancelled
+    workflow run's live nodes cancelled the run again within seconds (an adversary's
+    finding). Its node keeps its state now, and the run ends as its handler says."""
+    from runs.models import Run
+    from workflows.reconcile import reconcile
+
+    wr = start(pair, [node("a", max_attempts=1), node("b"), node("c")], [["a", "b"]])
+    leases = lease_all(pair, 2)  # c still running keeps the workflow run live
+    lease = next(x for x in leases if x.run_id == states_runs(wr, pair)["a"])
+    pair.complete([Outcome(lease, AttemptOutcome.FAILED, error="boom", retry=False)])
+    assert control.cancel_workflow_run(wr, using=pair.using)
+    assert run_services.requeue([lease.run_id], using=pair.using)
+
+    reconcile(using=pair.using)
+    [again] = lease_all(pair, 1)
+    reconcile(using=pair.using)
+    pair.complete([Outcome(again, AttemptOutcome.SUCCEEDED, result={})])
+
+    assert Run.objects.using(pair.using).get(pk=lease.run_id).state == "succeeded"
+    view = services.get_workflow_run(wr.pk, using=pair.using)
+    assert (view["state"], states(view)) == (
+        "cancelled", {"a": "failed", "b": "upstream_failed", "c": "cancelled"})
+
+
+def states_runs(wr, pair) -> dict[str, int]:
+    """{node name: run id} of the workflow run ``wr``'s started nodes."""
+    return {n["name"]: n["run_id"] for n in services.get_workflow_run(wr.pk, using=pair.using)[
+        "nodes"] if n["run_id"] is not None}

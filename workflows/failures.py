@@ -61,21 +61,24 @@ def why_failed(run_error: str) -> str:
 
 
 def nodes_requeued(run_ids: list[int], now: datetime, using: str) -> None:
-    """The dead or cancelled runs ``run_ids`` went back to the queue: their node runs are
-    running again; in each workflow run concerned that was not cancelled, the
+    """The dead or cancelled runs ``run_ids`` went back to the queue: in each workflow run
+    concerned that was not cancelled, their node runs are running again, the
     upstream_failed nodes go back to pending (those still below another failed node
-    are marked again) and a failed workflow run is running again."""
+    are marked again) and a failed workflow run is running again. A node run of a
+    cancelled workflow run keeps its state: its run runs alone (docs/workflows.md,
+    "Failure"); running again, the reconcile's sweep of a cancelled workflow run's live
+    nodes cancelled the run within seconds of its requeue."""
     rows = node_runs_of(run_ids, BLOCKING, using)
     if not rows:
         return
-    NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows]).update(
-        state=NodeState.RUNNING, finished_at=None, error="")
-    revived = list(WorkflowRun.objects.using(using)
-                   .filter(pk__in={r[1] for r in rows})
-                   .exclude(state=WorkflowRunState.CANCELLED)
-                   .values_list("pk", flat=True))
+    revived = set(WorkflowRun.objects.using(using)
+                  .filter(pk__in={r[1] for r in rows})
+                  .exclude(state=WorkflowRunState.CANCELLED)
+                  .values_list("pk", flat=True))
     if not revived:
         return
+    NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows if r[1] in revived]).update(
+        state=NodeState.RUNNING, finished_at=None, error="")
     NodeRun.objects.using(using).filter(workflow_run_id__in=revived,
                                         state=NodeState.UPSTREAM_FAILED).update(
         state=NodeState.PENDING, finished_at=None, error="")
