@@ -45,6 +45,19 @@ class RunListener:
     def changed(self, event: str, run_ids: list[int], now, using: str) -> None:
         pass
 
+    def requeue_revives(self, run_ids: list[int], using: str) -> dict[int, int]:
+        """{run id: how many more runs this app will make, in time, of the requeue of
+        that run} (a workflow node's descendants marked upstream_failed, pending again
+        once it is requeued), for the requeue's ``max_pending`` check; runs left out
+        revive nothing. Called inside the requeue's transaction."""
+        return {}
+
+    def promised(self, bounds, using: str) -> int:
+        """How many runs this app has admitted for the owner of ``bounds``
+        (runs.quotas.Bounds) and will make later without asking the quota again (the
+        nodes not yet started of its live workflow runs)."""
+        return 0
+
     def ack_successes(self, outcomes: list, using: str) -> list[bool] | None:
         """Ack ``outcomes`` (successes without log lines, every one of a run this listener
         watches, results accepted by refuse_result) itself, doing in the same
@@ -136,6 +149,20 @@ def annotate_holders(runs):
 def holders_of(run) -> list[tuple[str, str]]:
     """What ``run`` (from a QuerySet annotate_holders made) holds up: (text, URL) pairs."""
     return [pair for _, describe in _holders for pair in describe(run)]
+
+
+def requeue_revives(run_ids: list[int], using: str) -> dict[int, int]:
+    """The listeners' RunListener.requeue_revives of ``run_ids``, summed per run."""
+    found: dict[int, int] = {}
+    for listener in _listeners:
+        for run_id, count in listener.requeue_revives(run_ids, using).items():
+            found[run_id] = found.get(run_id, 0) + count
+    return found
+
+
+def promised(bounds, using: str) -> int:
+    """The listeners' RunListener.promised for the owner of ``bounds``, summed."""
+    return sum(listener.promised(bounds, using) for listener in _listeners)
 
 
 def watched(run_ids: list[int], using: str) -> set[int]:

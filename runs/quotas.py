@@ -137,13 +137,20 @@ def _over_pending(cap: int, words: str, adds: int) -> QuotaExceeded:
         f"run (max_pending); it has {words} and this request adds {adds}"))
 
 
-def fit_pending(owned: list[tuple[int, int | None]],
-                using: str = "default") -> tuple[list[int], QuotaExceeded | None]:
+def fit_pending(owned: list[tuple[int, int | None]], using: str = "default",
+                revives: dict[int, int] | None = None,
+                promised: Callable[[Bounds, str], int] | None = None,
+                ) -> tuple[list[int], QuotaExceeded | None]:
     """Which of the runs ``owned`` ((run id, owner id or None) pairs) may become pending
-    without taking their owner over ``max_pending``: per owner, the lowest ids up to the
-    room left (runs without an owner always fit). Returns (ids that fit, the QuotaExceeded
-    of the first owner some of whose runs did not, or None). Call it inside the
-    transaction that makes them pending: it takes check_quotas' lock per owner."""
+    without taking their owner over ``max_pending``: per owner, the lowest ids while they
+    fit in the room left (runs without an owner always fit). A run costs itself plus
+    ``revives[run id]``, the runs an app above will make of it in time (a workflow node's
+    descendants); the room is ``max_pending`` less the owner's pending runs and
+    ``promised(bounds, using)`` (as check_quotas). Returns (ids that fit, the
+    QuotaExceeded of the first owner some of whose runs did not, or None). Call it
+    inside the transaction that makes them pending: it takes check_quotas' lock per
+    owner."""
+    revives = revives or {}
     by_owner: dict[int | None, list[int]] = {}
     for run_id, owner_id in sorted(owned, key=lambda pair: pair[0]):
         by_owner.setdefault(owner_id, []).append(run_id)
@@ -156,8 +163,16 @@ def fit_pending(owned: list[tuple[int, int | None]],
             continue
         _lock(bounds, using)
         have, words = _pending(bounds, using)
+        if promised is not None and have <= bounds.max_pending:
+            later = promised(bounds, using)
+            have, words = have + later, f"{have + later} ({later} of them not yet made)"
         room = max(bounds.max_pending - have, 0)
-        fits += ids[:room]
-        if len(ids) > room and refused is None:
-            refused = _over_pending(bounds.max_pending, words, len(ids))
+        costs = [1 + revives.get(run_id, 0) for run_id in ids]
+        taken = 0
+        while taken < len(ids) and costs[taken] <= room:
+            room -= costs[taken]
+            taken += 1
+        fits += ids[:taken]
+        if taken < len(ids) and refused is None:
+            refused = _over_pending(bounds.max_pending, words, sum(costs))
     return fits, refused

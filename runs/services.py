@@ -24,8 +24,10 @@ def requeue(run_ids, using: str = "default", states=REQUEUEABLE,
     no longer in one of ``states`` (a subset of REQUEUEABLE) when their row is locked, are
     left alone, and so are the runs that would take their owner over its pending-runs
     quota (``max_pending``, runs/quotas.py's fit_pending: lowest ids first), as a trigger
-    would be refused (docs/isolation.md, "Tenant bounds"). With ``strict``, such a run
-    raises runs.quotas.QuotaExceeded instead and nothing is requeued. Returns how many
+    would be refused (docs/isolation.md, "Tenant bounds"); a run counts with the runs its
+    requeue revives (a workflow node's descendants: runs/hooks.py, requeue_revives).
+    With ``strict``, such a run raises runs.quotas.QuotaExceeded instead and nothing is
+    requeued. Returns how many
     runs were requeued."""
     broker = get_broker(using)
     with transaction.atomic(using=using):
@@ -33,7 +35,8 @@ def requeue(run_ids, using: str = "default", states=REQUEUEABLE,
             pk__in=list(run_ids), state__in=states, job__status="active"
         )
         owned = list(runs.select_for_update(of=("self",)).values_list("pk", "job__owner_id"))
-        ids, refused = fit_pending(owned, using)
+        ids, refused = fit_pending(owned, using, hooks.requeue_revives([o[0] for o in owned],
+                                                                       using), hooks.promised)
         if refused is not None and strict:
             raise refused
         now = db_now(using)

@@ -8,6 +8,7 @@ import pytest
 from jobs import services as job_services
 from jobs.models import Job, Schedule
 from jobs.tenants import QuotaExceeded, set_owner_policy
+from runs.brokers import get_broker
 from runs.models import Run
 from scheduler_core.exceptions import InvalidJob
 from workflows import services
@@ -99,3 +100,36 @@ def test_nodes_a_live_workflow_run_has_not_started_count_as_pending(alice):
 
     assert "3 of them not yet made" in str(caught.value)
     assert WorkflowRun.objects.count() == 1 and Run.objects.count() == 1
+
+
+def test_a_requeue_counts_the_nodes_it_revives_against_max_pending(alice, settings):
+    """A requeue of a dead root counted one run, but revives its upstream_failed fan-out
+    too: a tenant at max_pending 10 requeued the roots of two failed 1-to-8 fan-outs and
+    held 18 pending runs in time (an adversary's finding, 984 at max_pending 300)."""
+    from runs import services as run_services
+    from runs.models import AttemptOutcome
+    from runs.types import Outcome
+    from tests.test_workflows_races import lease_all
+    from workflows.models import NodeRun
+
+    # The database broker: its ready runs are rows this test's transaction sees.
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": "database"}
+    set_owner_policy(alice, max_pending=10)
+    workflow = services.create_workflow(
+        "fan", [{"name": "root", "handler": "noop", "max_attempts": 1},
+                *({"name": f"n{i}", "handler": "noop"} for i in range(8))],
+        [["root", f"n{i}"] for i in range(8)], owner=alice)
+    broker = get_broker("default", name="database")
+    roots = []
+    for key in ("first", "second"):
+        services.start_workflow_run(workflow, run_key=key)
+        [lease] = lease_all(broker, 1)
+        broker.complete([Outcome(lease, AttemptOutcome.FAILED, error="boom", retry=False)])
+        roots.append(lease.run_id)
+    assert NodeRun.objects.filter(state="upstream_failed").count() == 16
+
+    with pytest.raises(QuotaExceeded) as caught:
+        run_services.requeue(roots, strict=True)
+    assert caught.value.limit == "max_pending"
+    assert run_services.requeue(roots) == 1  # 9 of 10: the second would make 18
+    assert NodeRun.objects.filter(state="upstream_failed").count() == 8

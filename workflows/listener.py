@@ -10,6 +10,7 @@ from workflows import ack_pg
 from workflows.engine import nodes_succeeded
 from workflows.failures import nodes_failed, nodes_requeued
 from workflows.models import NodeRun, NodeState
+from workflows.quota import revived_by_requeue, unmade_node_runs
 
 
 def result_size_problem(result, cap: int | None = None) -> str | None:
@@ -67,6 +68,12 @@ class WorkflowListener(hooks.RunListener):
             nodes_failed(run_ids, NodeState.CANCELLED, now, using)
         elif event == hooks.REQUEUED:
             nodes_requeued(run_ids, now, using)
+
+    def requeue_revives(self, run_ids: list[int], using: str) -> dict[int, int]:
+        return revived_by_requeue(run_ids, using)
+
+    def promised(self, bounds, using: str) -> int:
+        return unmade_node_runs(bounds, using)
 
 
 LISTENER = WorkflowListener()

@@ -25,7 +25,6 @@ from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
-    LIVE_WORKFLOW_STATES,
     RUN_KEY_MAX,
     NodeRun,
     NodeState,
@@ -34,6 +33,7 @@ from workflows.models import (
     WorkflowNode,
     WorkflowRun,
 )
+from workflows.quota import unmade_node_runs
 from workflows.validation import InvalidWorkflow, validate_workflow
 
 __all__ = ["InvalidWorkflow", "create_workflow", "get_workflow", "get_workflow_run",
@@ -220,15 +220,6 @@ def start_workflow_run(workflow, *, run_key: str | None = None,
         if existing is not None:
             return existing
         raise SchedulerError(f"workflow {wf.pk} already has a run at {when.isoformat()}")
-
-
-def unmade_node_runs(bounds, using: str = "default") -> int:
-    """How many node runs of the owner's live (running or paused) workflow runs are still
-    pending, i.e. runs the engine will make without asking the quota again (a count; ``bounds``
-    is the owner's runs.quotas.Bounds)."""
-    return NodeRun.objects.using(using).filter(
-        workflow_run__workflow__owner_id=bounds.owner_id,
-        workflow_run__state__in=LIVE_WORKFLOW_STATES, state=NodeState.PENDING).count()
 
 
 def _by_key(workflow: Workflow, run_key: str | None, using: str) -> WorkflowRun | None:

@@ -1,0 +1,48 @@
+"""What workflows hold of their owner's pending-runs quota, ``max_pending``
+(docs/workflows.md, "Starts"): the nodes its live workflow runs will still make runs of,
+and the nodes a requeue of a dead node's run brings back. A start is admitted for all of
+a workflow's nodes at once and the engine then makes their runs without asking the quota
+again, so every path that makes nodes pending again must count them as a start does."""
+
+from django.db import models
+
+from workflows.graph import BLOCKING
+from workflows.models import (
+    LIVE_WORKFLOW_STATES,
+    NodeRun,
+    NodeState,
+    WorkflowRunState,
+)
+
+
+def unmade_node_runs(bounds, using: str = "default") -> int:
+    """How many node runs of the owner's live (running or paused) workflow runs are still
+    pending, i.e. runs the engine will make without asking the quota again (a count; ``bounds``
+    is the owner's runs.quotas.Bounds)."""
+    return NodeRun.objects.using(using).filter(
+        workflow_run__workflow__owner_id=bounds.owner_id,
+        workflow_run__state__in=LIVE_WORKFLOW_STATES, state=NodeState.PENDING).count()
+
+
+def revived_by_requeue(run_ids: list[int], using: str) -> dict[int, int]:
+    """{run id: node runs a requeue of it makes pending again}: for the failed or cancelled
+    node runs of ``run_ids`` in workflow runs that are not cancelled, the upstream_failed
+    node runs of their workflow run (failures.nodes_requeued), counted once per workflow
+    run, at its lowest run id. An upper bound: those still below another failed node are
+    marked again. Without it, a tenant at max_pending N requeued the dead roots of failed
+    1-to-200 fan-outs, one run each by the count, 200 each in time (an adversary's
+    finding: 984 pending runs at max_pending 300)."""
+    rows = sorted(NodeRun.objects.using(using)
+                  .filter(run_id__in=run_ids, state__in=BLOCKING)
+                  .exclude(workflow_run__state=WorkflowRunState.CANCELLED)
+                  .values_list("run_id", "workflow_run_id"))
+    first: dict[int, int] = {}
+    for run_id, workflow_run_id in rows:
+        first.setdefault(workflow_run_id, run_id)
+    if not first:
+        return {}
+    counts = dict(NodeRun.objects.using(using)
+                  .filter(workflow_run_id__in=list(first), state=NodeState.UPSTREAM_FAILED)
+                  .values("workflow_run_id").annotate(n=models.Count("pk"))
+                  .values_list("workflow_run_id", "n"))
+    return {run_id: counts[wr] for wr, run_id in first.items() if counts.get(wr)}
