@@ -52,6 +52,8 @@ NAMES = (None, None, None, MONTHS, DAYS)
 # years never matches.
 SEARCH_YEARS = 400
 MAX_JITTER_S = 86_400
+# The stored form's longest: scheduler_core/models.py, Schedule.cron (max_length).
+MAX_TEXT = 200
 ONE_MINUTE = timedelta(minutes=1)
 
 _VALUE = r"[0-9]+|[A-Za-z]{3}"
@@ -232,8 +234,15 @@ def _ever_matches(spec: CronSpec) -> bool:
 
 def normalize(expression: str) -> str:
     """Return the five-field form of ``expression`` (macros expanded, blanks collapsed to
-    one space, values as written). Raises ValueError as ``parse`` does."""
-    return parse(expression).text
+    one space, values as written). Raises ValueError as ``parse`` does, and when that
+    form is longer than MAX_TEXT characters (the schedule's column: a valid list of every
+    minute and hour reached the database and failed a workflow's creation with a 500)."""
+    text = parse(expression).text
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"a cron expression may have at most {MAX_TEXT} characters; this "
+                         f"one has {len(text)} (a range or step, such as 0-59 or */5, says "
+                         f"a long list in less)")
+    return text
 
 
 def zone(name: str) -> ZoneInfo:

@@ -292,3 +292,17 @@ def test_docs_state_the_defaults_the_model_has():
     assert fields["misfire_policy"] == MisfirePolicy.RUN_ONCE and "`run_once` (default)" in text
     assert fields["max_lag_s"] == 3600 and re.search(r"`max_lag_s` \| `3600`", text)
     assert fields["jitter_s"] == 0 and re.search(r"`jitter_s` \| `0`", text)
+
+
+def test_a_valid_cron_longer_than_its_column_is_a_value_error_not_a_database_error():
+    """Every minute and hour listed is valid cron(5) and 237 characters: the REST job
+    serializer refused it, but a workflow's schedule and the Python API reached the
+    200-character column and failed with a DataError (a 500 over REST)."""
+    from scheduler_core.models import Schedule
+
+    every = (",".join(str(m) for m in range(60)) + " "
+             + ",".join(str(h) for h in range(24)) + " * * *")
+    assert cron.MAX_TEXT == Schedule._meta.get_field("cron").max_length
+    with pytest.raises(ValueError, match="at most 200 characters; this one has 237"):
+        cron.normalize(every)
+    assert cron.normalize("0-59 0-23 * * *") == "0-59 0-23 * * *"

@@ -133,3 +133,13 @@ def test_a_requeue_counts_the_nodes_it_revives_against_max_pending(alice, settin
     assert caught.value.limit == "max_pending"
     assert run_services.requeue(roots) == 1  # 9 of 10: the second would make 18
     assert NodeRun.objects.filter(state="upstream_failed").count() == 8
+
+
+def test_a_schedule_over_the_column_is_a_400_naming_it_and_stores_nothing(api):
+    every = (",".join(str(m) for m in range(60)) + " "
+             + ",".join(str(h) for h in range(24)) + " * * *")
+    response = post(api, [{"name": "a", "handler": "noop"}], schedule=every)
+
+    assert response.status_code == 400, response.content
+    assert "at most 200 characters" in str(response.json()["schedule"])
+    assert Workflow.objects.count() == 0 and Schedule.objects.count() == 0
