@@ -27,7 +27,7 @@ def job_limits() -> dict[str, int]:
                                               "MAX_PAYLOAD_BYTES")}
 
 
-def _utf8(text: str) -> bool:
+def utf8(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
     if text.isascii():  # the common case, without building the bytes
         return True
@@ -56,9 +56,10 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     name = spec.get("name")
     if name is None or name == "":
         name = spec.get("handler") if isinstance(spec.get("handler"), str) else ""
-    if (not isinstance(name, str) or len(name) > NAME_MAX or "\x00" in name
-            or not _utf8(name)):
+    if not isinstance(name, str) or len(name) > NAME_MAX or "\x00" in name:
         errors["name"] = f"must be text of at most {NAME_MAX} characters"
+    elif not utf8(name):
+        errors["name"] = "must be valid Unicode text (it holds a lone UTF-16 surrogate)"
     clean["name"] = str(name)[:NAME_MAX]
     try:
         get_handler(spec.get("handler") or "")
@@ -80,7 +81,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
         errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
     shard_key = spec.get("shard_key") or ""
     if (not isinstance(shard_key, str) or len(shard_key) > 200 or "\x00" in shard_key
-            or not _utf8(shard_key)):
+            or not utf8(shard_key)):
         errors["shard_key"] = "must be text of at most 200 characters"
     for field, low, high in (("priority", 0, 9), ("timeout_s", 1, limits["MAX_TIMEOUT_S"]),
                              ("max_attempts", 1, limits["MAX_RETRIES"] + 1)):

@@ -143,3 +143,39 @@ def test_a_schedule_over_the_column_is_a_400_naming_it_and_stores_nothing(api):
     assert response.status_code == 400, response.content
     assert "at most 200 characters" in str(response.json()["schedule"])
     assert Workflow.objects.count() == 0 and Schedule.objects.count() == 0
+
+
+def test_a_lone_surrogate_is_named_as_such_and_only_where_it_is():
+    """A lone surrogate in a node's name was reported as 'must be text of at most 200
+    characters', and one in the workflow's name under nodes[0].name as well (through the
+    node's job name, which the workflow's name begins)."""
+    with pytest.raises(InvalidJob) as caught:
+        services.create_workflow("w\udc00", [{"name": "a\udc00", "handler": "noop"},
+                                             {"name": "b", "handler": "noop"}])
+
+    assert caught.value.errors == {
+        "name": "must be valid Unicode text (it holds a lone UTF-16 surrogate)",
+        "nodes[0].name": "must be valid Unicode text (it holds a lone UTF-16 surrogate)"}
+    assert Workflow.objects.count() == 0 and Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda wf: services.start_workflow_run(wf, started_by="evil"), "started_by"),
+    (lambda wf: services.create_workflow("w2", [{"name": "a", "handler": "noop"}], owner=7),
+     "owner"),
+])
+def test_bad_python_api_arguments_are_field_errors_storing_nothing(call, field):
+    """started_by "evil" was stored as it was; an owner given as an id failed with an
+    AttributeError."""
+    workflow = services.create_workflow("w", [{"name": "a", "handler": "noop"}])
+    with pytest.raises(InvalidJob) as caught:
+        call(workflow)
+
+    assert list(caught.value.errors) == [field]
+    assert WorkflowRun.objects.count() == 0 and Workflow.objects.count() == 1
+
+
+def test_edges_none_is_a_workflow_without_edges():
+    workflow = services.create_workflow("w", [{"name": "a", "handler": "noop"}], None)
+
+    assert workflow.edges.count() == 0

@@ -58,12 +58,14 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
     workflow starts a run at each occurrence (docs/cron.md's rules: timezone, misfire
     policy, max lag, jitter). ``allow_tasks`` False refuses task nodes (the REST API's
     rule, docs/security.md); a node may never name the ``django_task`` handler. Raises
-    InvalidWorkflow naming every bad field (a cycle is named node by node),
-    runs.quotas.QuotaExceeded; nothing is stored then.
+    InvalidWorkflow naming every bad field (a cycle is named node by node; an ``owner``
+    that is no user), runs.quotas.QuotaExceeded; nothing is stored then.
     """
+    if owner is not None and not isinstance(getattr(owner, "pk", None), int):
+        raise InvalidWorkflow({"owner": f"must be a user (a model instance), not {owner!r}"})
     owner_id = owner.pk if owner is not None else None
     bounds = tenants.bounds_of(owner_id, using)
-    clean = validate_workflow(name, nodes, list(edges), schedule, bounds=bounds,
+    clean = validate_workflow(name, nodes, edges, schedule, bounds=bounds,
                               allow_tasks=allow_tasks)
     tenant_queue = bounds.default_queue if bounds is not None else tenants.SHARED_QUEUE
     with transaction.atomic(using=using):
@@ -130,8 +132,10 @@ def list_workflow_runs(workflow=None, *, state: str | None = None,
     return runs
 
 
-def _check_start(run_key, scheduled_at) -> None:
+def _check_start(run_key, scheduled_at, started_by) -> None:
     errors = {}
+    if started_by not in WorkflowRun.StartedBy.values:
+        errors["started_by"] = f"must be one of {', '.join(WorkflowRun.StartedBy.values)}"
     if run_key is not None and (not isinstance(run_key, str) or not run_key
                                 or len(run_key) > RUN_KEY_MAX or "\x00" in run_key):
         errors["run_key"] = f"must be a non-empty text of at most {RUN_KEY_MAX} characters"
@@ -185,14 +189,15 @@ def start_workflow_run(workflow, *, run_key: str | None = None,
 
     ``run_key`` (text, at most 200 characters) makes the start idempotent: a workflow run
     of this workflow with that key is returned as it is instead, with ``created`` False
-    (a new one has ``created`` True), also when two starts race. Raises InvalidJob for a
-    bad ``run_key`` or ``scheduled_at``, SchedulerError when the workflow is paused or
+    (a new one has ``created`` True), also when two starts race. ``started_by`` is one of
+    WorkflowRun.StartedBy's values. Raises InvalidJob for a bad ``run_key``,
+    ``scheduled_at`` or ``started_by``, SchedulerError when the workflow is paused or
     already has a run at ``scheduled_at``, runs.quotas.QuotaExceeded when its nodes (all of
     them: each becomes a pending run in time) with the owner's pending runs and the nodes
     its live workflow runs have yet to start would exceed ``max_pending``,
     Workflow.DoesNotExist.
     """
-    _check_start(run_key, scheduled_at)
+    _check_start(run_key, scheduled_at, started_by)
     with transaction.atomic(using=using):
         # Locked, so a pause_workflow waits for this start and one that returned first is
         # read here: no run appears once a pause has returned (docs/workflows.md, "Cancel

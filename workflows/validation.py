@@ -14,7 +14,7 @@ from graphlib import CycleError, TopologicalSorter
 from jobs import cron
 from jobs.models import MisfirePolicy
 from jobs.services import InvalidJobs, validate_specs
-from jobs.validation import NAME_MAX
+from jobs.validation import NAME_MAX, utf8
 from runs.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
@@ -39,6 +39,8 @@ def _name_problem(name) -> str | None:
         return f"must be at most {NAME_MAX} characters"
     if "\x00" in name:
         return "must not contain NUL characters"
+    if not utf8(name):
+        return "must be valid Unicode text (it holds a lone UTF-16 surrogate)"
     return None
 
 
@@ -150,6 +152,8 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
     max_nodes, max_edges = conf.get("WORKFLOW_MAX_NODES"), conf.get("WORKFLOW_MAX_EDGES")
     if not isinstance(nodes, list | tuple) or not nodes:
         raise InvalidWorkflow({**errors, "nodes": "must be a non-empty list of nodes"})
+    if edges is None:
+        edges = []  # no edges, as when the argument is left out
     if not isinstance(edges, list | tuple):
         raise InvalidWorkflow({**errors, "edges": "must be a list of edges"})
     if len(nodes) > max_nodes:
@@ -212,7 +216,9 @@ def _node_jobs(specs: list[tuple], bounds, errors: dict, workflow_name) -> list[
     (jobs/services.py, validate_specs); field errors land under ``nodes[i].<field>``."""
     if not specs:
         return []
-    title = workflow_name if isinstance(workflow_name, str) else ""
+    # A workflow name with a problem of its own is named under "name", not again under
+    # each node's job name.
+    title = workflow_name if _name_problem(workflow_name) is None else ""
     job_specs = [{**spec, "name": f"{title}/{node_name}"[-NAME_MAX:]}
                  for _, node_name, spec in specs]
     try:
