@@ -239,3 +239,32 @@ def test_the_workflow_routes_count_against_the_owners_throttle(api):
     assert answers[:3] == [200, 201, 200]
     assert answers[3].status_code == 429 and int(answers[3]["Retry-After"]) >= 1
     assert Workflow.objects.count() == 1
+
+
+def test_delete_cancels_a_workflow_its_live_runs_and_node_jobs_freeing_max_jobs(api, alice):
+    """A tenant could not free the max_jobs its node jobs held: a workflow could not be
+    deleted (405) nor a node job cancelled (409); an adversary filled the quota so.
+    DELETE cancels the workflow for good (docs/workflows.md, "Cancel and pause")."""
+    from tests.test_api_helpers import client_for
+
+    set_owner_policy(alice, max_jobs=4)
+    wf = create(api).json()
+    base = f"/api/workflows/{wf['id']}"
+    run = api.post(f"{base}/trigger/").json()
+    assert create(api, name="second").status_code == 403  # 4 node jobs held already
+    bob = client_for(User.objects.create_user("bob"))
+    assert bob.delete(f"{base}/").status_code == 404
+
+    deleted = api.delete(f"{base}/")
+    again = api.delete(f"{base}/")
+
+    assert deleted.status_code == 200 and deleted.json()["status"] == "cancelled"
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"
+    shown = api.get(f"/api/workflow-runs/{run['id']}/").json()
+    assert shown["state"] == "cancelled"
+    assert {n["state"] for n in shown["nodes"]} == {"cancelled"}
+    assert set(Job.objects.filter(workflow_node__workflow_id=wf["id"])
+               .values_list("status", flat=True)) == {"cancelled"}
+    assert api.post(f"{base}/trigger/").status_code == 409
+    assert api.post(f"{base}/resume/").status_code == 409
+    assert create(api, name="second").status_code == 201  # the quota is free again

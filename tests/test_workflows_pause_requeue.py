@@ -61,3 +61,28 @@ def states_runs(wr, pair) -> dict[str, int]:
     """{node name: run id} of the workflow run ``wr``'s started nodes."""
     return {n["name"]: n["run_id"] for n in services.get_workflow_run(wr.pk, using=pair.using)[
         "nodes"] if n["run_id"] is not None}
+
+
+def test_a_cancelled_workflow_stops_its_running_node_and_starts_nothing_after(pair):
+    """control.cancel_workflow (docs/workflows.md, "Cancel and pause"): the node running
+    when it is cancelled has its run cancelled, its ack then changes nothing, nothing below
+    starts, and no start is taken again."""
+    from jobs.models import Job
+    from runs.models import Run
+    from scheduler_core.exceptions import SchedulerError
+
+    wr = start(pair, [node("a"), node("b")], [["a", "b"]])
+    [lease] = lease_all(pair, 1)
+
+    assert control.cancel_workflow(wr.workflow_id, using=pair.using)
+    pair.complete([Outcome(lease, AttemptOutcome.SUCCEEDED, result={})])
+
+    assert Run.objects.using(pair.using).get(pk=lease.run_id).state == "cancelled"
+    view = services.get_workflow_run(wr.pk, using=pair.using)
+    assert (view["state"], states(view)) == ("cancelled", {"a": "cancelled", "b": "cancelled"})
+    assert set(Job.objects.using(pair.using).filter(workflow_node__workflow_id=wr.workflow_id)
+               .values_list("status", flat=True)) == {"cancelled"}
+    with pytest.raises(SchedulerError, match="cancelled: it starts no run again"):
+        services.start_workflow_run(wr.workflow_id, using=pair.using)
+    assert not control.cancel_workflow(wr.workflow_id, using=pair.using)
+    assert not control.resume_workflow(wr.workflow_id, using=pair.using)

@@ -157,6 +157,14 @@ class WorkflowViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
         return Response(shown, status=status.HTTP_201_CREATED,
                         headers={"Location": f"/api/workflows/{workflow.pk}/"})
 
+    @extend_schema(summary="Cancel a workflow for good: no run starts on it again, its live "
+                           "workflow runs and its node jobs are cancelled (history stays)",
+                   request=None, responses={200: WorkflowSerializer, **COMMON})
+    def destroy(self, request, pk=None):
+        workflow = self.get_object()
+        control.cancel_workflow(workflow.pk)  # again on a cancelled one: nothing to do
+        return self._shown(workflow.pk)
+
     @extend_schema(summary="Pause a workflow's schedule: no run starts on it (runs already "
                            "started go on); a trigger is refused",
                    request=None, responses={200: WorkflowSerializer, 409: DetailSerializer,

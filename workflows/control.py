@@ -1,5 +1,5 @@
-"""Cancel, pause and resume of a workflow run, and pause and resume of a workflow's
-schedule (docs/workflows.md, "Cancel and pause"). The REST API and the admin call these.
+"""Cancel, pause and resume of a workflow run, and cancel, pause and resume of a workflow
+(docs/workflows.md, "Cancel and pause"). The REST API and the admin call these.
 
 A paused workflow run starts no new node: the runs it has already made go on and finish
 (as Airflow's paused DAGs let running tasks finish), and a node that becomes ready waits,
@@ -11,15 +11,17 @@ occurrences of the pause are skipped, as a job's resume does by default).
 from django.db import transaction
 
 from jobs import cron
+from jobs.models import Job
 from runs import services as run_services
 from runs.clock import db_now
-from runs.models import Run
+from runs.models import PENDING_STATES, Run, RunState
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
     NodeRun,
     NodeState,
     Workflow,
+    WorkflowNode,
     WorkflowRun,
     WorkflowRunState,
 )
@@ -167,4 +169,37 @@ def resume_workflow(workflow, using: str = "default") -> bool:
         if wf.schedule is not None:
             wf.next_run_at = cron.next_after(wf.schedule.cron, wf.schedule.timezone, now)
         wf.save(using=using, update_fields=["status", "paused_at", "next_run_at", "updated_at"])
+    return True
+
+
+def cancel_workflow(workflow, using: str = "default") -> bool:
+    """Cancel a workflow for good: it starts no run again (its schedule, a trigger, the
+    API; a resume is refused), each of its live workflow runs is cancelled as
+    cancel_workflow_run does, and its node jobs are cancelled with any pending run of
+    theirs, so they no longer count against the owner's ``max_jobs`` (a tenant could not
+    free that quota: a workflow could not be deleted, nor a node job cancelled). Its
+    history stays: workflow runs, node runs, runs and attempts (docs/workflows.md,
+    "Cancel and pause"). Returns False when it was cancelled already."""
+    pk = _pk(workflow)
+    with transaction.atomic(using=using):
+        # The UPDATE waits for a start holding the workflow's row lock
+        # (services.start_workflow_run); a start after it reads cancelled.
+        if not Workflow.objects.using(using).filter(
+                pk=pk, status__in=[Workflow.Status.ACTIVE, Workflow.Status.PAUSED]).update(
+                status=Workflow.Status.CANCELLED, paused_at=None, updated_at=db_now(using)):
+            return False
+    for wr_id in WorkflowRun.objects.using(using).filter(
+            workflow_id=pk, state__in=LIVE_WORKFLOW_STATES).values_list("pk", flat=True):
+        cancel_workflow_run(wr_id, using)
+    with transaction.atomic(using=using):
+        now = db_now(using)
+        job_ids = list(WorkflowNode.objects.using(using).filter(workflow_id=pk)
+                       .values_list("job_id", flat=True))
+        Job.objects.using(using).filter(
+            pk__in=job_ids, status__in=[Job.Status.ACTIVE, Job.Status.PAUSED]).update(
+            status=Job.Status.CANCELLED, paused_at=None, updated_at=now)
+        # A requeued node run of a cancelled workflow run runs alone (failures.py); one
+        # still waiting goes with its workflow.
+        Run.objects.using(using).filter(job_id__in=job_ids, state__in=PENDING_STATES).update(
+            state=RunState.CANCELLED, finished_at=now)
     return True

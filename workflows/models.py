@@ -33,6 +33,7 @@ class Workflow(models.Model):
     class Status(models.TextChoices):
         ACTIVE = "active"
         PAUSED = "paused"
+        CANCELLED = "cancelled"  # for good: control.cancel_workflow
 
     name = models.CharField(max_length=NAME_MAX)
     owner = models.ForeignKey(

@@ -206,6 +206,8 @@ def start_workflow_run(workflow, *, run_key: str | None = None,
         existing = _by_key(wf, run_key, using)
         if existing is not None:
             return existing
+        if wf.status == Workflow.Status.CANCELLED:
+            raise SchedulerError(f"workflow {wf.pk} is cancelled: it starts no run again")
         if wf.status != Workflow.Status.ACTIVE:
             raise SchedulerError(f"workflow {wf.pk} is {wf.status}; resume it to start runs")
         bounds = tenants.bounds_of(wf.owner_id, using)
