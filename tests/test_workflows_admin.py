@@ -14,7 +14,7 @@ from runs.models import Run, RunState
 from tests.test_api_helpers import user_with
 from workflows import services
 from workflows.graph_svg import layers, positions
-from workflows.models import NodeRun, NodeState, WorkflowRun
+from workflows.models import NodeRun, NodeState, Workflow, WorkflowRun
 
 pytestmark = pytest.mark.django_db
 
@@ -132,6 +132,23 @@ def test_an_operator_pauses_and_triggers_a_workflow(client):
 
     assert "left alone" in refused
     assert WorkflowRun.objects.filter(workflow=wf).count() == 1
+
+
+def test_an_operator_cancels_a_workflow_after_a_confirmation(client):
+    wf = services.create_workflow("wf", NODES, EDGES)
+    wr = services.trigger(wf)
+    client.force_login(user_with("op", "workflows.view_workflow", "workflows.change_workflow",
+                                 is_staff=True))
+    act = {"_selected_action": [str(wf.pk)]}
+
+    confirm = client.post("/admin/workflows/workflow/", {"action": "cancel_workflows", **act})
+    unchanged = Workflow.objects.get(pk=wf.pk).status
+    client.post("/admin/workflows/workflow/",
+                {"action": "cancel_workflows", "confirm": "yes", **act})
+
+    assert "Cancel 1 workflow?" in text(confirm) and unchanged == "active"
+    assert Workflow.objects.get(pk=wf.pk).status == "cancelled"
+    assert WorkflowRun.objects.get(pk=wr.pk).state == "cancelled"
 
 
 def test_the_layout_puts_every_node_right_of_its_upstreams():

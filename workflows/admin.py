@@ -53,7 +53,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
     search_help_text = "Workflow id, name, owner's username."
     list_select_related = ("owner", "schedule")
     ordering = ("-id",)
-    actions = ["pause_workflows", "resume_workflows", "trigger_workflows"]
+    actions = ["pause_workflows", "resume_workflows", "trigger_workflows", "cancel_workflows"]
     fields = (("name", "owner"), ("status_display", "paused"), ("schedule_display",
               "next_run"), "created", "graph", "nodes_table", "recent_runs")
     readonly_fields = fields[0] + fields[1] + fields[2] + (
@@ -128,6 +128,18 @@ class WorkflowAdmin(ReadOnlyAdmin):
         done = sum(control.resume_workflow(pk) for pk in ids)
         report_count(self, request, done, len(ids), "resumed",
                      "only paused workflows can be resumed")
+
+    @admin.action(description="Cancel selected workflows for good (their runs and node jobs)",
+                  permissions=["operate"], location=BOTH)
+    def cancel_workflows(self, request, queryset):
+        return confirm_then(
+            self, request, queryset, verb="cancel", done="cancelled",
+            explanation="They start no run again; their running and paused workflow runs are "
+                        "cancelled, and their node jobs, which then no longer count against "
+                        "their owner's max_jobs. Their history stays.",
+            apply=lambda ids: sum(control.cancel_workflow(pk) for pk in ids),
+            skipped_reason="they were cancelled already",
+            describe=lambda wf: wf.status)
 
     @admin.action(description="Trigger selected workflows now (one workflow run each)",
                   permissions=["operate"], location=BOTH)
