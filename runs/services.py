@@ -12,6 +12,7 @@ from runs.limits import owner_limits
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.quotas import fit_pending
 from runs.transitions import run_refs
+from scheduler_core.models import Job
 
 REQUEUEABLE = (RunState.DEAD, RunState.CANCELLED)
 
@@ -34,7 +35,15 @@ def requeue(run_ids, using: str = "default", states=REQUEUEABLE,
         runs = Run.objects.using(using).filter(
             pk__in=list(run_ids), state__in=states, job__status="active"
         )
-        owned = list(runs.select_for_update(of=("self",)).values_list("pk", "job__owner_id"))
+        locked = list(runs.select_for_update(of=("self",)).values_list(
+            "pk", "job__owner_id", "job_id"))
+        # Their jobs locked too, and read again once locked: a cancel of their workflow
+        # (workflows/control.py, cancel_workflow) waits for this requeue, or this one
+        # waits for it and finds the jobs no longer active.
+        active = set(Job.objects.using(using).filter(
+            pk__in={row[2] for row in locked}, status=Job.Status.ACTIVE)
+            .select_for_update().values_list("pk", flat=True))
+        owned = [(pk, owner_id) for pk, owner_id, job_id in locked if job_id in active]
         ids, refused = fit_pending(owned, using, hooks.requeue_revives([o[0] for o in owned],
                                                                        using), hooks.promised)
         if refused is not None and strict:

@@ -28,10 +28,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.models.RunState",
+        # A workflow's status has the same choices (active, paused, cancelled): one enum.
         "JobStatusEnum": "jobs.models.Job.Status",
         "MisfirePolicyEnum": "jobs.models.MisfirePolicy",
         "AttemptOutcomeEnum": "runs.models.AttemptOutcome",
-        "WorkflowStatusEnum": "workflows.models.Workflow.Status",
         "WorkflowRunStateEnum": "workflows.models.WorkflowRunState",
         "NodeStateEnum": "workflows.models.NodeState",
         "JobShownStatusEnum": "jobs.lifecycle.SHOWN_STATUSES",

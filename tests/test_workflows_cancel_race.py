@@ -129,3 +129,49 @@ def test_a_cancel_racing_a_resume_cancels_the_run_the_resume_made(pg_pair):
     live = list(Run.objects.using(broker.using).filter(
         pk__in=made, state__in=[*PENDING_STATES, RunState.RUNNING]).values_list("pk", "state"))
     assert (view["state"], live) == ("cancelled", [])
+
+
+def test_a_requeue_while_a_workflow_is_cancelled_revives_nothing_of_it(pg_pair):
+    """cancel_workflow cancelled the node jobs last, after cancelling each live workflow
+    run: a retry of a dead node of a failed workflow run in between was accepted and
+    revived it, and its nodes ran after the cancel had returned (an adversary's finding).
+    Here a pending node run of a live workflow run is held locked, so the cancel waits
+    between its first transaction and the cancel of that run; the requeue made then
+    must leave the dead run dead."""
+    from runs import services as run_services
+    from workflows.models import NodeRun, WorkflowRun
+
+    broker = pg_pair
+    failed = start(broker, [node("a", max_attempts=1), node("b")], [["a", "b"]])
+    [dead] = lease_all(broker, 1)
+    broker.complete([Outcome(dead, AttemptOutcome.FAILED, error="boom", retry=False)])
+    assert WorkflowRun.objects.get(pk=failed.pk).state == "failed"
+    live = services.start_workflow_run(failed.workflow_id, run_key="live")
+    held_row = NodeRun.objects.get(workflow_run=live, node__name="b").pk
+    holding, release, seen, done = threading.Event(), threading.Event(), {}, {}
+
+    def hold():
+        with transaction.atomic():
+            NodeRun.objects.select_for_update().get(pk=held_row)
+            holding.set()
+            release.wait(30)
+
+    def cancel():
+        pid_of(seen, "cancel")
+        done["cancelled"] = control.cancel_workflow(failed.workflow_id)
+
+    holder = in_thread(hold)
+    assert holding.wait(10)
+    canceller = in_thread(cancel)
+    wait_until(lambda: waiting_on_a_lock(seen.get("cancel")), timeout=10,
+               message="the cancel waiting on the held node run")
+    requeued = run_services.requeue([dead.run_id])
+    release.set()
+    holder.join(10)
+    canceller.join(30)
+
+    assert done == {"cancelled": True} and requeued == 0
+    assert set(WorkflowRun.objects.filter(workflow_id=failed.workflow_id)
+               .values_list("state", flat=True)) == {"failed", "cancelled"}
+    assert not Run.objects.filter(job__workflow_node__workflow_id=failed.workflow_id,
+                                  state__in=[*PENDING_STATES, RunState.RUNNING]).exists()

@@ -14,7 +14,7 @@ from jobs import cron
 from jobs.models import Job
 from runs import services as run_services
 from runs.clock import db_now
-from runs.models import PENDING_STATES, Run, RunState
+from runs.models import PENDING_STATES, Run
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
@@ -25,6 +25,10 @@ from workflows.models import (
     WorkflowRun,
     WorkflowRunState,
 )
+
+# Rounds of cancel_workflow's cancel of live workflow runs: one more than the requeues
+# committing in the first round's instant can revive (none after it: module docstring).
+CANCEL_ROUNDS = 3
 
 
 def _pk(obj) -> int:
@@ -179,27 +183,39 @@ def cancel_workflow(workflow, using: str = "default") -> bool:
     theirs, so they no longer count against the owner's ``max_jobs`` (a tenant could not
     free that quota: a workflow could not be deleted, nor a node job cancelled). Its
     history stays: workflow runs, node runs, runs and attempts (docs/workflows.md,
-    "Cancel and pause"). Returns False when it was cancelled already."""
+    "Cancel and pause"). Returns False when it was cancelled already.
+
+    Exact once it returns: the node jobs are cancelled in the first transaction, with the
+    workflow, and a requeue locks the jobs of the runs it requeues (runs/services.py), so
+    a requeue in flight commits before that transaction (and the workflow run it revived
+    is among those cancelled next) and one after it finds the jobs cancelled and leaves
+    the runs dead; an adversary revived a failed workflow run of the workflow that way."""
     pk = _pk(workflow)
     with transaction.atomic(using=using):
+        now = db_now(using)
         # The UPDATE waits for a start holding the workflow's row lock
         # (services.start_workflow_run); a start after it reads cancelled.
         if not Workflow.objects.using(using).filter(
                 pk=pk, status__in=[Workflow.Status.ACTIVE, Workflow.Status.PAUSED]).update(
-                status=Workflow.Status.CANCELLED, paused_at=None, updated_at=db_now(using)):
+                status=Workflow.Status.CANCELLED, paused_at=None, updated_at=now):
             return False
-    for wr_id in WorkflowRun.objects.using(using).filter(
-            workflow_id=pk, state__in=LIVE_WORKFLOW_STATES).values_list("pk", flat=True):
-        cancel_workflow_run(wr_id, using)
-    with transaction.atomic(using=using):
-        now = db_now(using)
         job_ids = list(WorkflowNode.objects.using(using).filter(workflow_id=pk)
                        .values_list("job_id", flat=True))
         Job.objects.using(using).filter(
             pk__in=job_ids, status__in=[Job.Status.ACTIVE, Job.Status.PAUSED]).update(
             status=Job.Status.CANCELLED, paused_at=None, updated_at=now)
-        # A requeued node run of a cancelled workflow run runs alone (failures.py); one
-        # still waiting goes with its workflow.
-        Run.objects.using(using).filter(job_id__in=job_ids, state__in=PENDING_STATES).update(
-            state=RunState.CANCELLED, finished_at=now)
+    for _ in range(CANCEL_ROUNDS):
+        live = list(WorkflowRun.objects.using(using).filter(
+            workflow_id=pk, state__in=LIVE_WORKFLOW_STATES).values_list("pk", flat=True))
+        if not live:
+            break
+        for wr_id in live:
+            cancel_workflow_run(wr_id, using)
+    # A requeued node run of a cancelled workflow run runs alone (failures.py); one still
+    # waiting goes with its workflow, through the hooks like any cancel.
+    pending = list(Run.objects.using(using).filter(job_id__in=job_ids,
+                                                   state__in=PENDING_STATES)
+                   .values_list("pk", flat=True))
+    if pending:
+        run_services.cancel(pending, using)
     return True
