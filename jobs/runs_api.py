@@ -154,6 +154,10 @@ class RunViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
             if run.state not in services.REQUEUEABLE:
                 raise Conflict(f"run {run.pk} is {run.state}; only dead or cancelled runs "
                                "can be retried")
+            if run.job.status == Job.Status.CANCELLED:
+                # A cancelled job is not resumed (a workflow's node job: its workflow was
+                # cancelled, docs/workflows.md, "Cancel and pause").
+                raise Conflict(f"run {run.pk}'s job is cancelled: its runs cannot run again")
             raise Conflict(f"run {run.pk}'s job is {run.job.status}; resume the job first")
         return Response(RunSerializer(self.get_queryset().get(pk=run.pk)).data)
 

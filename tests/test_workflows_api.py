@@ -268,3 +268,21 @@ def test_delete_cancels_a_workflow_its_live_runs_and_node_jobs_freeing_max_jobs(
     assert api.post(f"{base}/trigger/").status_code == 409
     assert api.post(f"{base}/resume/").status_code == 409
     assert create(api, name="second").status_code == 201  # the quota is free again
+
+
+def test_a_retry_of_a_dead_node_of_a_cancelled_workflow_says_it_cannot_run_again(api):
+    """The 409 said "resume the job first", which a node job of a cancelled workflow
+    cannot be (a 409 of its own)."""
+    from runs.models import Run
+
+    wf = create(api, {"name": "one", "nodes": [{"name": "a", "handler": "noop"}]}).json()
+    api.post(f"/api/workflows/{wf['id']}/trigger/")
+    run = Run.objects.get(job__workflow_node__workflow_id=wf["id"])
+    Run.objects.filter(pk=run.pk).update(state="dead")  # as if its attempts were used up
+    assert api.delete(f"/api/workflows/{wf['id']}/").status_code == 200
+    Run.objects.filter(pk=run.pk).update(state="dead")
+
+    answer = api.post(f"/api/runs/{run.pk}/retry/")
+
+    assert answer.status_code == 409
+    assert answer.json()["detail"] == f"run {run.pk}'s job is cancelled: its runs cannot run again"
