@@ -28,8 +28,7 @@ def requeue(run_ids, using: str = "default", states=REQUEUEABLE,
     would be refused (docs/isolation.md, "Tenant bounds"); a run counts with the runs its
     requeue revives (a workflow node's descendants: runs/hooks.py, requeue_revives).
     With ``strict``, such a run raises runs.quotas.QuotaExceeded instead and nothing is
-    requeued. Returns how many
-    runs were requeued."""
+    requeued. Returns how many runs were requeued."""
     broker = get_broker(using)
     with transaction.atomic(using=using):
         runs = Run.objects.using(using).filter(

@@ -26,10 +26,6 @@ from workflows.models import (
     WorkflowRunState,
 )
 
-# Rounds of cancel_workflow's cancel of live workflow runs: one more than the requeues
-# committing in the first round's instant can revive (none after it: module docstring).
-CANCEL_ROUNDS = 3
-
 
 def _pk(obj) -> int:
     return obj.pk if hasattr(obj, "pk") else int(obj)
@@ -204,13 +200,11 @@ def cancel_workflow(workflow, using: str = "default") -> bool:
         Job.objects.using(using).filter(
             pk__in=job_ids, status__in=[Job.Status.ACTIVE, Job.Status.PAUSED]).update(
             status=Job.Status.CANCELLED, paused_at=None, updated_at=now)
-    for _ in range(CANCEL_ROUNDS):
-        live = list(WorkflowRun.objects.using(using).filter(
-            workflow_id=pk, state__in=LIVE_WORKFLOW_STATES).values_list("pk", flat=True))
-        if not live:
-            break
-        for wr_id in live:
-            cancel_workflow_run(wr_id, using)
+    # One listing: after that transaction no start is taken and no requeue revives a
+    # workflow run of it (the docstring), so none becomes live that this does not see.
+    for wr_id in WorkflowRun.objects.using(using).filter(
+            workflow_id=pk, state__in=LIVE_WORKFLOW_STATES).values_list("pk", flat=True):
+        cancel_workflow_run(wr_id, using)
     # A requeued node run of a cancelled workflow run runs alone (failures.py); one still
     # waiting goes with its workflow, through the hooks like any cancel.
     pending = list(Run.objects.using(using).filter(job_id__in=job_ids,

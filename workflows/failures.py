@@ -60,6 +60,16 @@ def why_failed(run_error: str) -> str:
     return f"{WHY[NodeState.FAILED]}: {last}"
 
 
+def revived_node_runs(run_ids: list[int], using: str) -> list[tuple[int, int, int]]:
+    """(node run id, workflow run id, run id) of the failed or cancelled node runs whose
+    run is one of ``run_ids`` and whose workflow run is not cancelled: the node runs a
+    requeue of those runs revives (nodes_requeued; workflows/quota.py counts them)."""
+    return list(NodeRun.objects.using(using)
+                .filter(run_id__in=run_ids, state__in=BLOCKING)
+                .exclude(workflow_run__state=WorkflowRunState.CANCELLED)
+                .values_list("id", "workflow_run_id", "run_id"))
+
+
 def nodes_requeued(run_ids: list[int], now: datetime, using: str) -> None:
     """The dead or cancelled runs ``run_ids`` went back to the queue: in each workflow run
     concerned that was not cancelled, their node runs are running again, the
@@ -68,16 +78,11 @@ def nodes_requeued(run_ids: list[int], now: datetime, using: str) -> None:
     cancelled workflow run keeps its state: its run runs alone (docs/workflows.md,
     "Failure"); running again, the reconcile's sweep of a cancelled workflow run's live
     nodes cancelled the run within seconds of its requeue."""
-    rows = node_runs_of(run_ids, BLOCKING, using)
+    rows = revived_node_runs(run_ids, using)
     if not rows:
         return
-    revived = set(WorkflowRun.objects.using(using)
-                  .filter(pk__in={r[1] for r in rows})
-                  .exclude(state=WorkflowRunState.CANCELLED)
-                  .values_list("pk", flat=True))
-    if not revived:
-        return
-    NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows if r[1] in revived]).update(
+    revived = {r[1] for r in rows}
+    NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows]).update(
         state=NodeState.RUNNING, finished_at=None, error="")
     NodeRun.objects.using(using).filter(workflow_run_id__in=revived,
                                         state=NodeState.UPSTREAM_FAILED).update(

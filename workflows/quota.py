@@ -6,13 +6,8 @@ again, so every path that makes nodes pending again must count them as a start d
 
 from django.db import models
 
-from workflows.graph import BLOCKING
-from workflows.models import (
-    LIVE_WORKFLOW_STATES,
-    NodeRun,
-    NodeState,
-    WorkflowRunState,
-)
+from workflows.failures import revived_node_runs
+from workflows.models import LIVE_WORKFLOW_STATES, NodeRun, NodeState
 
 
 def unmade_node_runs(bounds, using: str = "default") -> int:
@@ -32,12 +27,9 @@ def revived_by_requeue(run_ids: list[int], using: str) -> dict[int, int]:
     marked again. Without it, a tenant at max_pending N requeued the dead roots of failed
     1-to-200 fan-outs, one run each by the count, 200 each in time (an adversary's
     finding: 984 pending runs at max_pending 300)."""
-    rows = sorted(NodeRun.objects.using(using)
-                  .filter(run_id__in=run_ids, state__in=BLOCKING)
-                  .exclude(workflow_run__state=WorkflowRunState.CANCELLED)
-                  .values_list("run_id", "workflow_run_id"))
     first: dict[int, int] = {}
-    for run_id, workflow_run_id in rows:
+    for run_id, workflow_run_id in sorted((r[2], r[1])
+                                          for r in revived_node_runs(run_ids, using)):
         first.setdefault(workflow_run_id, run_id)
     if not first:
         return {}
