@@ -173,3 +173,43 @@ def test_the_payload_timeout_keeps_within_the_owners_longest_timeout(api):
     assert response.status_code == 400, response.content
     assert "this owner's longest timeout" in " ".join(response.json()["payload.timeout_s"])
 
+
+
+BAD_IDNA = "http://xn--a-.example/"  # an A-label ending in a hyphen: httpx parses it lazily
+
+
+def test_a_host_that_is_no_valid_idna_label_is_a_400_on_every_path(api, alice, admin_client):
+    """Reading such a URL's host raised idna's error outside the URL check: a 500 on each
+    path below, and the admin's add form."""
+    job = services.create_job("http", {"url": URL}, owner=alice, delay_s=600)
+    bad = {"url": BAD_IDNA}
+    answers = {
+        "create": api.post("/api/jobs/", {"handler": "http", "run_at": RUN_AT,
+                                          "payload": bad}, format="json"),
+        "bulk": api.post("/api/jobs/bulk/", {"jobs": [
+            {"handler": "http", "run_at": RUN_AT, "payload": bad}]}, format="json"),
+        "workflow": api.post("/api/workflows/", {"name": "w", "nodes": [
+            {"name": "a", "handler": "http", "payload": bad}]}, format="json"),
+        "patch": api.patch(f"/api/jobs/{job.pk}/", {"payload": bad}, format="json"),
+        "alerts": api.put("/api/alerts/", {"webhook_url": BAD_IDNA}, format="json"),
+    }
+
+    for path, response in answers.items():
+        assert response.status_code == 400, (path, response.content)
+        assert "url" in response.content.decode() and "valid URL" in response.content.decode()
+    assert Job.objects.get(pk=job.pk).payload["url"] == URL
+    assert Job.objects.count() == 1
+    page = admin_client.post("/admin/jobs/job/add/", {
+        "name": "idna", "handler": "http", "payload": json.dumps(bad), "queue": "default",
+        "misfire_policy": "run_once", "priority": "5", "timeout_s": "60",
+        "max_attempts": "4"})
+    assert page.status_code == 200 and "payload.url" in page.content.decode()
+    assert not Job.objects.filter(name="idna").exists()
+
+
+def test_a_redirect_to_a_host_that_is_no_valid_idna_label_is_refused_for_good():
+    from runs.outbound.client import target
+    from scheduler_core.exceptions import PermanentFailure
+
+    with pytest.raises(PermanentFailure, match="not a valid URL"):
+        target(BAD_IDNA)

@@ -48,11 +48,12 @@ def target(url: str | httpx.URL) -> tuple[httpx.URL, str, int]:
     scheme other than http/https, a URL without a host, or user info in the URL."""
     try:
         parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:  # e.g. a redirect's garbled Location
+        host = parsed.host  # decoded lazily: a bad IDNA label (xn--a-) raises only here
+    except (httpx.InvalidURL, ValueError) as exc:  # e.g. a redirect's garbled Location
         raise PermanentFailure(f"refused: not a valid URL: {exc}") from None
     if parsed.scheme not in SCHEMES:
         raise PermanentFailure(f"refused: scheme {parsed.scheme!r} (only http and https)")
-    if not parsed.host:
+    if not host:
         raise PermanentFailure("refused: the URL has no host")
     if parsed.userinfo:
         raise PermanentFailure("refused: credentials in the URL (use a secret header)")

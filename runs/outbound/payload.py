@@ -40,11 +40,12 @@ def url_problem(url) -> str | None:
         return f"must be at most {URL_MAX} characters"
     try:
         parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        host = parsed.host  # decoded lazily: a bad IDNA label (xn--a-) raises only here
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:  # idna's errors are ValueErrors
         return f"is not a valid URL: {exc}"
     if parsed.scheme not in ("http", "https"):
         return f"scheme {parsed.scheme or '(none)'!r} is not allowed: only http and https"
-    if not parsed.host:
+    if not host:
         return "must name a host"
     if parsed.userinfo:
         return "must not carry credentials (user:password@): put them in an Authorization " \
