@@ -100,7 +100,11 @@ class LimitsView(ApiPolicy, APIView):
     @extend_schema(summary="An owner's bounds, queues and default queue",
                    parameters=[OWNER], responses={200: OwnerPolicySerializer, **COMMON})
     def get(self, request):
-        user = self._owner(request, request.query_params.get("owner"))
+        asked = request.query_params.get("owner")
+        if asked:  # the PUT body's rules (no NUL, which PostgreSQL refuses)
+            query = OwnerPolicySerializer(data={"owner": asked}, partial=True)
+            query.is_valid(raise_exception=True)
+        user = self._owner(request, asked)
         return Response(OwnerPolicySerializer(_describe(user)).data)
 
     @extend_schema(summary="Set an owner's bounds, queues and default queue "

@@ -89,6 +89,14 @@ def test_bad_limits_are_refused_naming_the_field_and_nothing_is_stored(staff, al
     assert redis_limits() == {}
 
 
+def test_an_owner_name_with_a_nul_character_is_a_400_naming_the_field(staff):
+    """PostgreSQL text holds no NUL: the name reached the query and answered a 500."""
+    response = staff.get("/api/limits/?owner=a%00b")
+
+    assert response.status_code == 400, response.content
+    assert "Null characters" in response.json()["owner"][0]
+
+
 def test_the_admin_sets_and_removes_an_owners_limit(alice, client):
     admin = User.objects.create_superuser("root", password="pw")
     client.force_login(admin)
