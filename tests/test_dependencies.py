@@ -1,4 +1,4 @@
-"""Reproducible installs (README.md, "Dependencies"): every dependency in pyproject.toml has
+"""Reproducible installs (CONTRIBUTING.md, "Dependencies"): every dependency in pyproject.toml has
 an upper bound on its major, and requirements.lock pins a version of each base and [dev]
 dependency that its range allows, so `pip install -c requirements.lock -e .[dev]` installs
 what CI tested."""
