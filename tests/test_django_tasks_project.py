@@ -1,5 +1,5 @@
-"""README.md, "Using Django's task framework": a project of its own that adds only the
-apps the README names to INSTALLED_APPS, and no setting of this checkout's (no
+"""docs/django-tasks.md, "Example": a project of its own that adds only the
+apps that page names to INSTALLED_APPS, and no setting of this checkout's (no
 REDIS_URL, no SCHEDULER), migrates and enqueues a task. Run outside the checkout, so
 only what an install ships is importable."""
 

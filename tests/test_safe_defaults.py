@@ -216,7 +216,7 @@ def test_check_deploy_finds_nothing_in_the_documented_production_environment(tmp
 @pytest.mark.parametrize("apps, found", [("", False), ("chaos", True)])
 def test_extra_apps_adds_a_users_apps_whose_handlers_every_process_loads(tmp_path, apps,
                                                                             found):
-    """EXTRA_APPS (README.md, "Production"): the apps of one's own handlers, installed
+    """EXTRA_APPS (docs/deploy.md, "Environment"): the apps of one's own handlers, installed
     in every process of this project without editing settings.py; here the fault-injection
     app, whose handlers.py registers busy_loop."""
     env = {k: v for k, v in os.environ.items() if k not in DEPLOY_VARS}
