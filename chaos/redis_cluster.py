@@ -4,7 +4,7 @@ each with ``replicas`` replicas, joined by ``redis-cli --cluster create``, witho
 persistence, in a folder of their own.
 
 Run as a script it starts one, prints its URL (``redis+cluster://127.0.0.1:<port>/``,
-README's configuration) on stdout and its folder on the second line, and stays in the
+docs/deploy.md, "Environment") on stdout and its folder on the second line, and stays in the
 foreground until it gets SIGTERM or SIGINT, when it stops every node (scripts/test).
 """
 

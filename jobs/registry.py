@@ -1,5 +1,5 @@
-"""Where a project registers its handlers: ``from jobs.registry import handler`` (README,
-"Python API"). The registry itself is scheduler_core/registry.py, below both apps, since
+"""Where a project registers its handlers: ``from jobs.registry import handler`` (docs/python-api.md,
+"Handlers"). The registry itself is scheduler_core/registry.py, below both apps, since
 the worker (runs/) looks handlers up and runs never imports jobs (docs/architecture.md,
 "Code layout and dependency rule")."""
 

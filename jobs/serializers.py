@@ -79,28 +79,13 @@ class StrictFieldsMixin:
     cannot be set here; they get a clearer reason."""
 
     read_only_names: tuple[str, ...] = ()
-    # Names the Python API uses for a field the REST API names otherwise (services.
-    # create_jobs takes ``cron``; create_job ``cron_expr`` and ``timezone_name``): the
-    # error names the REST field, for a user coming from one to the other.
-    aliases = {"cron": "schedule", "cron_expr": "schedule", "timezone_name": "timezone",
-               "tz": "timezone", "delay": "delay_s", "delay_seconds": "delay_s",
-               "timeout": "timeout_s"}
-    # The Python API's and a workflow node's attempt count (first try included) against
-    # this API's retry count (README.md, "Python API").
-    hints = {"max_attempts": "unknown field: use 'max_retries', which is max_attempts - 1 "
-                             "(max_attempts counts the first try)",
-             "retries": "unknown field (did you mean 'max_retries'?)"}
 
     def unknown_reason(self, name: str) -> str:
-        """Why field ``name``, which this serializer does not declare, is refused."""
+        """Why field ``name``, which this serializer does not declare, is refused: with
+        the field probably meant (jobs/spec.py, unknown_message)."""
         if name in self.read_only_names:
             return "cannot be changed; create a new job instead"
-        if name in self.hints and "max_retries" in self.fields:
-            return self.hints[name]
-        alias = self.aliases.get(name)
-        if alias in self.fields:
-            return f"unknown field (did you mean '{alias}'?)"
-        return "unknown field"
+        return spec.unknown_message(name, set(self.fields) - set(spec.DEPRECATED))
 
     def to_internal_value(self, data):
         extra = {}

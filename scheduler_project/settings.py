@@ -93,7 +93,7 @@ INSTALLED_APPS = [
     "scheduler_tasks",
     "workflows",
     # Your own apps (EXTRA_APPS=etl,billing): their handlers.py and tasks modules are
-    # loaded by every process, as this project's are (README.md, "Python API").
+    # loaded by every process, as this project's are (docs/python-api.md, "Handlers").
     *env_list("EXTRA_APPS"),
 ]
 

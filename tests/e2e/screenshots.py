@@ -1,4 +1,4 @@
-"""Take the README's admin screenshots from a running server (not a test).
+"""Take the admin screenshots of README.md and docs/admin.md from a running server (not a test).
 
     python tests/e2e/screenshots.py http://127.0.0.1:8140 demo demo docs/screenshots
 
