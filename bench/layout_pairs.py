@@ -2,7 +2,7 @@
 2 worker processes) on runs/attempts/log lines in daily time partitions (the default on
 PostgreSQL) against the same code on plain tables (HISTORY_PARTITION_S=0 at migrate and in
 every daemon), in interleaved pairs whose order alternates, so a machine loaded by others
-weighs on both sides alike (BENCHMARKS.md, "Partitioned history").
+weighs on both sides alike (BENCHMARKS.md, "Cron, isolation, history").
 
     .venv/bin/python bench/layout_pairs.py [--pairs 3] [--n 20000]
 

@@ -341,7 +341,7 @@ def w2(args) -> None:
         # The dispatcher is a standing service, up before work arrives, as in a
         # deployment (and as no peer's W2 boots a scheduler on its clock): started and
         # holding its shards before the load, its start-up (0.65 s of CPU) no longer
-        # competes with the worker's on the clock (BENCHMARKS.md, "sixth look").
+        # competes with the worker's on the clock (BENCHMARKS.md, "W2 against the ceiling").
         daemons.start("dispatcher", "rundispatcher")
         if not wait_dispatcher_ready():
             raise SystemExit("W2: the dispatcher took no shard within 30 s")

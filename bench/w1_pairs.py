@@ -1,6 +1,6 @@
 """W1 ingest in interleaved pairs: ours (the Python bulk API and the REST bulk endpoint)
 against procrastinate's ``batch_defer``, with the CPU each process spent per job
-(BENCHMARKS.md, "W1 in pairs"; docs/performance-notes.md).
+(BENCHMARKS.md, "Ingest (W1)").
 
     .venv/bin/python bench/w1_pairs.py [--pairs 3] [--jobs 50000] [--batch 10000]
                                        [--peer-batches 1000,10000] [--clients 1]

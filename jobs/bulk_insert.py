@@ -1,7 +1,7 @@
 """Rows into PostgreSQL by COPY for the bulk create (jobs/ingest.py): ids for a whole batch
 from one ``nextval`` round trip, then one ``COPY … FROM STDIN`` of text lines built by the
 caller straight from the validated specs, with no model instance per row (BENCHMARKS.md,
-"Ingest (W1)"; docs/performance-notes.md).
+"Ingest (W1)").
 
 The lines are PostgreSQL's COPY text format (tab-separated, ``\\N`` for null, backslash
 escapes): ``text`` escapes a value, ``moment`` writes a timestamp.
@@ -72,8 +72,8 @@ def replan_checks(using: str = "default") -> None:
     it runs at commit included (Django makes them deferred). A session that created a few
     jobs while ``jobs_job`` was analysed empty keeps a check plan that scans the whole
     table, once per new run: a bulk commit of 10,000 runs took 7 to 43 s that way, growing
-    with the table, until an autoanalyze replaced the plan (docs/performance-notes.md,
-    "Ingest (W1): the commit stall"). Planned again after the COPY, the check reads the
+    with the table, until an autoanalyze replaced the plan (BENCHMARKS.md,
+    "Ingest (W1)"). Planned again after the COPY, the check reads the
     primary key."""
     with connections[using].cursor() as cursor:
         cursor.execute("DISCARD PLANS")

@@ -1,6 +1,6 @@
 """The transaction of ``services.create_jobs``: schedules, jobs and runs stored for
 validated specs, built straight into COPY text lines on PostgreSQL with no model instance
-per job (BENCHMARKS.md, "Ingest (W1)"; docs/performance-notes.md), and the answer,
+per job (BENCHMARKS.md, "Ingest (W1)"), and the answer,
 ``CreatedJobs``, which makes a job's instance only when it is asked for.
 
 Each payload is serialised once, by validation (``validate_job``'s ``payload_json``); the

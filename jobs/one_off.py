@@ -4,7 +4,7 @@ is nothing else to check in the transaction (no cron, no unique key, no owner qu
 count). The bulk path (jobs/ingest.py: the database clock read, then ids and a COPY per
 table) takes seven round trips and a commit for one job; this is one statement that reads
 the database clock itself, and outside a transaction that statement is its own commit
-(docs/performance-notes.md, "One job, one statement").
+(BENCHMARKS.md, "django.tasks").
 """
 
 from django.db import connections, transaction

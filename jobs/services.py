@@ -147,7 +147,7 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default"
     The answer is a sequence of Job instances (saved, owner and schedule cached), each
     made when first read; its ``ids`` (one per spec) and ``conflicts`` (indexes answered
     by a holder) are plain lists that make none (jobs/ingest.py, CreatedJobs).
-    Built for ingest peaks (BENCHMARKS.md, "Ingest (W1)"; docs/performance-notes.md):
+    Built for ingest peaks (BENCHMARKS.md, "Ingest (W1)"):
     the caps are read once, each payload serialised once, each distinct (cron, timezone)
     pair's next occurrence computed once, and on PostgreSQL the rows go in by COPY, built
     straight from the validated specs (jobs/ingest.py).

@@ -196,7 +196,7 @@ def payload_json(payload, cap: int | None = None) -> tuple[str | None, str | Non
     stored): it must be a JSON object of at most ``cap`` bytes (default MAX_PAYLOAD_BYTES)
     of compact UTF-8 JSON that PostgreSQL's jsonb accepts: no NUL character and no lone
     UTF-16 surrogate in any key or string. The text is what the bulk create stores, so
-    each payload is serialised once (docs/performance-notes.md)."""
+    each payload is serialised once (BENCHMARKS.md, "Ingest (W1)")."""
     if not isinstance(payload, dict):
         return None, "must be a JSON object"
     try:

@@ -221,7 +221,7 @@ def _detach_one(using: str, before: datetime, bounds: Range) -> int | None:
             return 0
         # The copy-back's statements cost the planner over jit_above_cost at 10 M rows,
         # and compiling them (9-15 functions each) took longer than running them, all
-        # under the locks (BENCHMARKS.md, "Partitioned history").
+        # under the locks (BENCHMARKS.md, "Cron, isolation, history").
         cursor.execute("SET LOCAL jit = off")
         # The commit need not wait for its WAL flush while holding the locks: a crash
         # that loses it loses the detach whole (the partition attached again, the copies

@@ -104,7 +104,7 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=200, blank=True, default="")
     # Unique where set (the constraint job_unique_lock below): a plain unique=True also
     # indexed the NULL of every job without a key, and added a LIKE index nothing uses:
-    # two index entries per bulk-created job for nothing (docs/performance-notes.md).
+    # two index entries per bulk-created job for nothing.
     unique_lock = models.CharField(  # noqa: DJ001 - NULL is "no lock", unlike ""
         max_length=255, null=True, blank=True, editable=False)
     unique_states = models.CharField(max_length=100, blank=True, default="", editable=False)

@@ -47,7 +47,7 @@ def _running_result(task, run_id: int, args: list, kwargs: dict, now: datetime):
     """A RUNNING TaskResult with ``args``/``kwargs`` as decoded from the run's JSON
     payload, built without TaskResult.__init__: its __post_init__ only passes args and
     kwargs through normalize_json, which gives JSON-decoded values back unchanged, and
-    per run that was most of this handler's cost (docs/performance-notes.md)."""
+    per run that was most of this handler's cost (BENCHMARKS.md, "django.tasks")."""
     result = object.__new__(TaskResult)
     values = {**_DEFAULTS, "task": task, "id": str(run_id),
               "status": TaskResultStatus.RUNNING, "enqueued_at": None, "started_at": now,

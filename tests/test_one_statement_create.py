@@ -1,7 +1,7 @@
 """A create of one one-off job (jobs/one_off.py): on PostgreSQL one statement stores the
 job and its run, outside a transaction its own commit; on the database broker a due run
-is stored ready, with nothing to push (docs/performance-notes.md, "One job, one
-statement"). On every broker/database pair."""
+is stored ready, with nothing to push (BENCHMARKS.md, "django.tasks"). On every
+broker/database pair."""
 
 import pytest
 from django.db import connections, transaction

@@ -1,6 +1,6 @@
 """push.lua, which places runs in a Redis queue shard (runs/brokers/lua/push.lua): one
 variadic command per step over a whole call's runs, with the per-run rules it had as a
-loop of seven commands per run (docs/performance-notes.md, "Ingest (W1): the push"). A
+loop of seven commands per run (BENCHMARKS.md, "Ingest (W1)"). A
 run pushed again leaves its lease (uncounted), its parked place and the other waiting set;
 a run given twice in one call ends as its last entry says; a call bigger than Lua's
 unpack takes at once is sliced."""

@@ -43,7 +43,7 @@ LEASES_IN_FLIGHT = 2
 # leases of 160 runs into about 90 of 220, for 3-4% more runs per CPU second. Doubling
 # PREFETCH_PER_SLOT gained about 1% more but doubled what a worker holds: the short runs
 # stranded while its children are all in long runs, the wait of a high-priority run, and
-# what a stopping worker releases (BENCHMARKS.md, "sixth look").
+# what a stopping worker releases (BENCHMARKS.md, "W2 against the ceiling").
 LEASE_MIN_SHARE = 3
 
 
@@ -253,7 +253,7 @@ class LeaseAhead:
         runs leased ahead, for the other children (dispatch skips the stalled child).
         When every child's run has gone long, they wait for the first to end: releasing
         them for other workers cost a release per run and churned (a worker alone
-        leased them back at once; BENCHMARKS.md, "fifth look")."""
+        leased them back at once; BENCHMARKS.md, "W2 against the ceiling")."""
         now = time.monotonic()
         back = [run for slot in self.slots if len(slot.queued) > 1 and slot.stalled(now)
                 for run in slot.take_back()]

@@ -16,8 +16,8 @@
 -- one after the other would leave it).
 -- Returns {ready_count, delayed_count}, each run counted once.
 -- Each step is one variadic command over the whole call's runs, not one per run: seven
--- commands per run cost Redis about 6 us of CPU per run at ingest (docs/performance-notes.md,
--- "Ingest (W1): the push"); the commands on one run's entries keep their order.
+-- commands per run cost Redis about 6 us of CPU per run at ingest (BENCHMARKS.md,
+-- "Ingest (W1)"); the commands on one run's entries keep their order.
 -- Waiting sets (delayed, ready, parked) hold each run id zero-padded to 19 digits, so
 -- runs of equal score (one priority, one run_at millisecond) come out in id order, the
 -- order they were created, and not the lexicographic order of their ids (100 before 95).
