@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from jobs.models import Job
 from runs.models import PENDING_STATES, Run, RunState
+from scheduler_core.text import line_problem
 
 KEY_MAX = 200
 PERIOD_MAX = 2_147_483_647  # seconds; the REST field's bound (PostgreSQL integer)
@@ -48,6 +49,8 @@ def problems(spec: dict) -> dict[str, str]:
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX
                             or "\x00" in key or not _utf8(key)):
         errors["unique_key"] = f"must be text of 1 to {KEY_MAX} characters"
+    elif key is not None and (problem := line_problem(key)):
+        errors["unique_key"] = problem
     period = spec.get("unique_period_s")
     if period is not None and (isinstance(period, bool) or not isinstance(period, int)
                                or not 1 <= period <= PERIOD_MAX):

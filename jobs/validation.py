@@ -14,6 +14,7 @@ from runs.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.registry import get_handler
+from scheduler_core.text import line_problem
 
 NAME_MAX = 200
 EARLIEST_YEAR, LATEST_YEAR = 1970, 9998  # what every clock, score and driver here can hold
@@ -60,6 +61,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
         errors["name"] = f"must be text of at most {NAME_MAX} characters"
     elif not utf8(name):
         errors["name"] = "must be valid Unicode text (it holds a lone UTF-16 surrogate)"
+    elif problem := line_problem(name):
+        errors["name"] = problem
     clean["name"] = str(name)[:NAME_MAX]
     try:
         get_handler(spec.get("handler") or "")
@@ -83,6 +86,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     if (not isinstance(shard_key, str) or len(shard_key) > 200 or "\x00" in shard_key
             or not utf8(shard_key)):
         errors["shard_key"] = "must be text of at most 200 characters"
+    elif problem := line_problem(shard_key):
+        errors["shard_key"] = problem
     for field, low, high in (("priority", 0, 9), ("timeout_s", 1, limits["MAX_TIMEOUT_S"]),
                              ("max_attempts", 1, limits["MAX_RETRIES"] + 1)):
         value = spec.get(field)

@@ -23,6 +23,7 @@ from runs.clock import db_now
 from runs.models import Attempt, Run
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
+from scheduler_core.text import line_problem
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     RUN_KEY_MAX,
@@ -139,6 +140,8 @@ def _check_start(run_key, scheduled_at, started_by) -> None:
     if run_key is not None and (not isinstance(run_key, str) or not run_key
                                 or len(run_key) > RUN_KEY_MAX or "\x00" in run_key):
         errors["run_key"] = f"must be a non-empty text of at most {RUN_KEY_MAX} characters"
+    elif run_key is not None and (problem := line_problem(run_key)):
+        errors["run_key"] = problem
     if scheduled_at is not None and (not isinstance(scheduled_at, datetime)
                                      or timezone.is_naive(scheduled_at)
                                      or moment_problem(scheduled_at)):

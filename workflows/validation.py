@@ -18,6 +18,7 @@ from jobs.validation import NAME_MAX, utf8
 from runs.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
+from scheduler_core.text import line_problem
 from scheduler_tasks.exceptions import NotATask
 from scheduler_tasks.results import HANDLER as TASK_HANDLER
 from scheduler_tasks.results import load_task
@@ -41,7 +42,7 @@ def _name_problem(name) -> str | None:
         return "must not contain NUL characters"
     if not utf8(name):
         return "must be valid Unicode text (it holds a lone UTF-16 surrogate)"
-    return None
+    return line_problem(name)
 
 
 def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -> dict:
