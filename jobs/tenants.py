@@ -28,6 +28,7 @@ from runs.quotas import (  # noqa: F401 - the tenant rules' API, kept where call
     fit_pending,
 )
 from runs.services import sync_owner_limits
+from scheduler_core import conf
 from scheduler_core.exceptions import SchedulerError
 
 
@@ -65,6 +66,35 @@ def field_problems(spec: dict, bounds: Bounds) -> dict[str, str]:
         errors["max_attempts"] = (f"at most {most} attempts, first try included: this "
                                   f"owner's max_attempts is {most}")
     return errors
+
+
+DEFAULT_PRIORITY = 5
+
+
+def defaults_within(bounds: Bounds | None) -> dict[str, int]:
+    """The ``priority``, ``timeout_s`` and ``max_attempts`` a job that names none gets: the
+    settings defaults (5, DEFAULT_TIMEOUT_S, DEFAULT_MAX_ATTEMPTS), each kept within the
+    owner's ``bounds`` (None: no owner, none apply). A client that asks for nothing is
+    never refused for a default, and never given more than its owner may ask for: with
+    max_timeout_s 60 a job without a timeout gets min(300, 60) s."""
+    values = {"priority": DEFAULT_PRIORITY, "timeout_s": conf.get("DEFAULT_TIMEOUT_S"),
+              "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS")}
+    if bounds is not None:
+        values["priority"] = max(values["priority"], bounds.highest_priority)
+        if bounds.max_timeout_s:
+            values["timeout_s"] = min(values["timeout_s"], bounds.max_timeout_s)
+        if bounds.max_attempts:
+            values["max_attempts"] = min(values["max_attempts"], bounds.max_attempts)
+    return values
+
+
+def with_defaults(spec: dict, defaults: dict[str, int]) -> dict:
+    """``spec`` with each key of ``defaults`` (defaults_within's) it leaves out or sets to
+    None filled in; ``spec`` itself when it names them all (no copy on the bulk path)."""
+    missing = [key for key in defaults if spec.get(key) is None]
+    if not missing:
+        return spec
+    return {**spec, **{key: defaults[key] for key in missing}}
 
 
 def clean_policy(values: dict) -> dict:

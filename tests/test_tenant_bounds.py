@@ -98,6 +98,37 @@ def test_asking_beyond_an_owners_bounds_is_a_400_naming_the_limit(api, alice, fi
     assert not Job.objects.exists()
 
 
+def test_a_job_or_node_that_names_no_timeout_attempts_or_priority_gets_the_default_within_bounds(
+        api, alice):
+    """A workflow node without them got 300 s, 4 attempts and priority 5 whatever the
+    owner's bounds (the defaults were filled in after the bounds check), while a plain job
+    without them was refused naming a field its client never sent. Both now get the
+    default, kept within the owner's bounds: min(300, 60), min(4, 3), max(5, 7)."""
+    set_owner_policy(alice, max_timeout_s=60, max_attempts=3, highest_priority=7)
+    within = {"timeout_s": 60, "max_attempts": 3, "priority": 7}
+
+    made = api.post("/api/jobs/", {"handler": "noop", "run_at": LATER}, format="json")
+    bulk = api.post("/api/jobs/bulk/", {"jobs": [{"handler": "noop", "run_at": LATER},
+                                                 {"handler": "noop"}]}, format="json")
+    flow = api.post("/api/workflows/", {"name": "w", "nodes": [{"name": "a", "handler": "noop"},
+                                                               {"name": "b", "handler": "noop"}],
+                                        "edges": [["a", "b"]]}, format="json")
+    python = services.create_job("noop", {}, owner=alice, delay_s=600)
+
+    for response in (made, bulk, flow):
+        assert response.status_code == 201, response.content
+    assert Job.objects.count() == 6
+    for job in Job.objects.all():
+        assert {field: getattr(job, field) for field in within} == within, job.name
+    assert {run.max_attempts for run in Run.objects.all()} == {3}
+    assert python.timeout_s == 60
+    refused = api.post("/api/jobs/", {"handler": "noop", "timeout_s": 61}, format="json")
+    node = api.post("/api/workflows/", {"name": "x", "nodes": [
+        {"name": "a", "handler": "noop", "max_attempts": 4}]}, format="json")
+    assert refused.status_code == node.status_code == 400
+    assert "nodes[0].max_attempts" in node.json(), node.json()
+
+
 def test_staff_raise_an_owners_bounds_through_its_policy(api, alice):
     staff = client_for(User.objects.create_user("ops", is_staff=True, is_superuser=True))
     response = staff.put("/api/limits/", {"owner": "alice", "highest_priority": 0,
