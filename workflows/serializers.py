@@ -10,7 +10,7 @@ workflow (the graph, each node's job fields, the owner's bounds) are the service
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from jobs.serializers import AwareDateTimeField, StrictFieldsMixin, TextField
+from jobs.serializers import AwareDateTimeField, PayloadField, StrictFieldsMixin, TextField
 from workflows.models import RUN_KEY_MAX, NodeState, Workflow, WorkflowRun, WorkflowRunState
 from workflows.validation import NAME_MAX
 
@@ -44,7 +44,7 @@ class WorkflowNodeSerializer(serializers.Serializer):
     job = serializers.IntegerField(source="job_id")
     handler = serializers.CharField()
     task = serializers.CharField(allow_null=True)
-    payload = serializers.JSONField()
+    payload = PayloadField(source="*", read_only=True)  # an http node's secrets redacted
     queue = serializers.CharField()
     priority = serializers.IntegerField()
     timeout_s = serializers.IntegerField()

@@ -7,7 +7,7 @@ from django.utils import timezone
 from jobs import services, tenants
 from jobs.models import Job, MisfirePolicy
 from jobs.validation import validate_job
-from runs.outbound.payload import redacted
+from runs.outbound.redact import shown_payload
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.registry import creatable_handler_names
 
@@ -85,6 +85,8 @@ class JobCreateForm(forms.ModelForm):
         bounds = tenants.bounds_of(self.owner.pk if self.owner else None)
         try:
             self.spec = validate_job(spec)
+            # As given: create_job seals an http job's secrets for the job it makes.
+            self.spec["payload"] = spec["payload"]
             if bounds is not None:
                 if problems := tenants.field_problems(spec, bounds):
                     raise InvalidJob(problems)
@@ -128,8 +130,8 @@ class JobChangeForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.instance.handler == "http":  # a "(encrypted)" sent back keeps the secret
-            self.initial["payload"] = redacted(self.instance.payload)
+        # An http job's secrets show as "(encrypted)"; sent back, that keeps them.
+        self.initial["payload"] = shown_payload(self.instance.handler, self.instance.payload)
         schedule = self.instance.schedule if self.instance.schedule_id else None
         if schedule is None:
             for name in SCHEDULE_FIELDS:

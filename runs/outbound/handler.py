@@ -17,9 +17,11 @@ from email.utils import parsedate_to_datetime
 import httpx
 
 from runs.outbound import client, guard, secrets
-from runs.outbound.payload import SECRET_HEADERS, normalize
+from runs.outbound.payload import SECRET_HEADERS, check_stored, opened, value_problem
+from runs.outbound.redact import scrub
 from scheduler_core import conf
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
+from scheduler_core.models import Job
 
 # httpx logs every request at INFO ("HTTP Request: ..."), which a worker's child stores on
 # the attempt: the handler logs its own line, so one is enough. httpcore's DEBUG lines
@@ -70,14 +72,20 @@ def result_of(answer: client.Answer, kept: list[str], elapsed_ms: int) -> dict:
     }
 
 
-def request_parts(payload: dict) -> tuple[dict[str, str], bytes | None]:
-    """The headers to send (secret ones decrypted) and the body of a stored payload."""
+def request_parts(payload: dict, owner_id: int | None) -> tuple[dict[str, str], bytes | None]:
+    """The headers to send (secret ones opened for ``owner_id``, the job's owner) and the
+    body of a stored, checked payload. Raises PermanentFailure naming a secret header
+    that does not open here or whose value cannot be sent (never the value)."""
     headers = dict(payload["headers"])
-    for name, token in payload["encrypted_headers"].items():
-        try:
-            headers[name] = secrets.decrypt(token)
-        except secrets.Undecryptable as exc:
-            raise PermanentFailure(f"secret header {name}: {exc}") from None
+    try:
+        secret = opened(payload, owner_id)
+    except (secrets.Undecryptable, secrets.Misbound) as exc:
+        raise PermanentFailure(f"a secret header does not open for this job: {exc}") from None
+    for name, value in secret.items():
+        # Sealed before values were checked this way: h11's refusal would echo the value.
+        if problem := value_problem(value):
+            raise PermanentFailure(f"secret header {name}: {problem}; give it again")
+    headers.update(secret)
     if "json" in payload:
         if not any(n.lower() == "content-type" for n in headers):
             headers["Content-Type"] = "application/json"
@@ -87,15 +95,33 @@ def request_parts(payload: dict) -> tuple[dict[str, str], bytes | None]:
     return headers, None
 
 
+def failure_text(exc: Exception, headers: dict[str, str]) -> str:
+    """What a failed request's error and log line say of ``exc``: its type and message,
+    without any of ``headers``' values (h11 and httpx put a refused one in their
+    message)."""
+    if isinstance(exc, httpx.LocalProtocolError | UnicodeError):
+        return f"{type(exc).__name__}: the request could not be sent (a header is not valid)"
+    return f"{type(exc).__name__}: {scrub(str(exc), headers.values())}"
+
+
+def _owner_id(ctx, payload: dict) -> int | None:
+    """The owner of the run's job, which its secrets are sealed for: read only when the
+    payload holds sealed secrets (most http jobs, e.g. alert webhooks, hold none)."""
+    if not payload.get("encrypted_headers"):
+        return None
+    return Job.objects.using(ctx.using).values_list("owner_id", flat=True).get(pk=ctx.job_id)
+
+
 def http(ctx, payload: dict) -> dict:
     """Send the request ``payload`` describes (payload.py, normalize) and return the
     result dict. Raises HttpError or RetryAfter (retry), PermanentFailure (no retry:
     a refused address, a bad payload, another status)."""
-    payload, errors = normalize(payload)
+    owner_id = _owner_id(ctx, payload)
+    payload, errors = check_stored(payload, owner_id)
     if errors:
         raise PermanentFailure("invalid http payload: " + "; ".join(
             f"{field}: {reason}" for field, reason in errors.items()))
-    headers, content = request_parts(payload)
+    headers, content = request_parts(payload, owner_id)
     marked = SECRET_HEADERS | {n.lower() for n in payload["encrypted_headers"]}
     began = time.monotonic()
     try:
@@ -104,9 +130,10 @@ def http(ctx, payload: dict) -> dict:
             timeout_s=payload["timeout_s"], max_redirects=conf.get("HTTP_MAX_REDIRECTS"),
             max_bytes=conf.get("HTTP_BODY_EXCERPT_BYTES"), secret_names=frozenset(marked))
     except (httpx.RequestError, client.TimedOut, guard.Unresolvable) as exc:
-        ctx.logger.warning("http %s %s: %s", payload["method"], payload["url"], exc)
-        raise HttpError(
-            f"{payload['method']} {payload['url']}: {type(exc).__name__}: {exc}") from exc
+        text = failure_text(exc, headers)
+        ctx.logger.warning("http %s %s: %s", payload["method"], payload["url"], text)
+        # from None: the chained exception's message and traceback would carry it again.
+        raise HttpError(f"{payload['method']} {payload['url']}: {text}") from None
     elapsed_ms = round((time.monotonic() - began) * 1000)
     ctx.logger.info("http %s %s -> %s in %d ms", payload["method"], answer.url,
                     answer.status, elapsed_ms)

@@ -1,6 +1,8 @@
 """The payload of an ``http`` job: checked when the job is created (a 400 naming each bad
-field, e.g. ``payload.url``) and again when it runs; secret header values are encrypted
-before it is stored (docs/http-handler.md, "Payload").
+field, e.g. ``payload.url``) and again when it runs; secret header values are sealed for
+the job before it is stored (docs/http-handler.md, "Payload"; docs/security.md,
+"Encrypted values"). Clients never send ciphertext: only the redaction marker, which
+keeps a secret the job already holds.
 
 ``http_payload(...)`` builds one from Python: other code that wants a URL called as a run
 (retried, visible in the API and the admin) calls it and passes the result to
@@ -12,6 +14,7 @@ import re
 import httpx
 
 from runs.outbound import secrets
+from runs.outbound.redact import REDACTED, SEAL, redacted
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 
@@ -25,8 +28,10 @@ FORBIDDEN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "c
                                "upgrade", "te", "trailer", "keep-alive"})
 TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")  # RFC 9110 field-name
 URL_MAX, HEADERS_MAX, VALUE_MAX = 2048, 50, 8192
+# What h11 sends (no leading or trailing space or tab: its error would echo the value),
+# in ASCII (httpx encodes header values as ASCII).
+VALUE_RE = re.compile(r"(?:[\x21-\x7e](?:[ \t]*[\x21-\x7e])*)?")
 DEFAULT_TIMEOUT_S = 10.0
-REDACTED = "(encrypted)"  # what the API and the admin show for an encrypted header
 KEYS = {"url", "method", "headers", "secret_headers", "encrypted_headers", "json", "body",
         "timeout_s", "success_statuses", "response_headers"}
 
@@ -63,8 +68,24 @@ def _names(value, field: str, errors: dict) -> list[str]:
     return [n.lower() for n in value]
 
 
-def _headers(payload: dict, errors: dict) -> tuple[dict[str, str], dict[str, str]]:
-    """(plain headers, encrypted headers) of ``payload``, the secret ones encrypted."""
+def value_problem(value) -> str | None:
+    """Why ``value`` cannot be sent as a header value, or None: text of at most VALUE_MAX
+    characters of printable ASCII (tabs and spaces only inside: h11 refuses a leading or
+    trailing one, and its error would echo the value), no control character."""
+    if not isinstance(value, str) or len(value) > VALUE_MAX:
+        return f"the value must be text of at most {VALUE_MAX} characters"
+    if not VALUE_RE.fullmatch(value):
+        return ("the value must be printable ASCII without control characters (CR, LF, "
+                "NUL), and without spaces or tabs at its start or end")
+    return None
+
+
+def _headers(payload: dict, errors: dict, binding, stored: dict | None
+             ) -> tuple[dict[str, str], dict[str, str]]:
+    """(plain headers, encrypted headers) of ``payload``: the secret ones sealed for
+    ``binding`` (a function of the header name giving a secrets.Binding), the ones sent
+    back as REDACTED kept from ``stored`` (the job's stored payload, None for a new
+    job)."""
     headers, encrypted = payload.get("headers") or {}, payload.get("encrypted_headers") or {}
     if not isinstance(headers, dict) or not isinstance(encrypted, dict):
         errors["payload.headers"] = "must be an object of header name -> text value"
@@ -77,26 +98,45 @@ def _headers(payload: dict, errors: dict) -> tuple[dict[str, str], dict[str, str
             errors["payload.headers"] = f"{name[:100]!r} is not a valid header name"
         elif lower in FORBIDDEN_HEADERS:
             errors["payload.headers"] = f"{name} is set by the client and cannot be given"
-        elif (not isinstance(value, str) or len(value) > VALUE_MAX
-              or any(c in value for c in "\r\n\x00")):
-            errors["payload.headers"] = (f"{name}: the value must be text of at most "
-                                         f"{VALUE_MAX} characters without CR, LF or NUL")
+        elif problem := value_problem(value):
+            errors[f"payload.headers.{name}"] = problem
         elif lower in SECRET_HEADERS or lower in marked:
-            sealed[name] = secrets.encrypt(value)
+            sealed[name] = secrets.seal(value, binding(name))
         else:
             plain[name] = value
-    for name, token in encrypted.items():
-        try:
-            secrets.decrypt(token)
-            sealed[name] = token
-        except secrets.Undecryptable as exc:
-            errors["payload.encrypted_headers"] = f"{name}: {exc}"
+    for name, value in encrypted.items():
+        field = f"payload.encrypted_headers.{name}"[:200]
+        if problem := _kept_problem(name, value, payload, stored, binding):
+            errors[field] = problem
+        else:
+            sealed[name] = stored["encrypted_headers"][name]
     lowered = [n.lower() for n in [*plain, *sealed]]
     if len(lowered) != len(set(lowered)):
         errors["payload.headers"] = "a header is given twice"
     if len(lowered) > HEADERS_MAX:
         errors["payload.headers"] = f"at most {HEADERS_MAX} headers"
     return plain, sealed
+
+
+def _kept_problem(name, value, payload: dict, stored: dict | None, binding) -> str | None:
+    """Why ``encrypted_headers[name] = value`` cannot keep the stored secret, or None.
+    Clients never send ciphertext: only REDACTED, naming a secret the job holds, while the
+    URL's origin is the stored one (whoever may change the job could otherwise point it
+    at their own server and have the secret sent there)."""
+    if value != REDACTED:
+        return (f"takes only {REDACTED!r}, which keeps the job's stored secret of that "
+                "name; give a new value in payload.headers (it is encrypted when stored)")
+    token = ((stored or {}).get("encrypted_headers") or {}).get(name)
+    if not isinstance(token, str):
+        return "the job holds no stored secret of that name; give its value in payload.headers"
+    if origin(payload.get("url")) != origin(stored.get("url")):
+        return ("the URL's origin (scheme, host, port) changed, so the stored secret is "
+                "not kept; give its value again in payload.headers")
+    try:
+        secrets.unseal(token, binding(name))
+    except (secrets.Undecryptable, secrets.Misbound) as exc:
+        return f"the stored secret cannot be used ({exc}); give its value again in payload.headers"
+    return None
 
 
 def _statuses(value, errors: dict) -> list[int] | None:
@@ -122,7 +162,9 @@ def _timeout(value, job_timeout_s: float | None, errors: dict) -> float:
     return float(value)
 
 
-def normalize(payload: dict, job_timeout_s: float | None = None) -> tuple[dict, dict[str, str]]:
+def normalize(payload: dict, job_timeout_s: float | None = None, *,
+              owner_id: int | None = None, stored: dict | None = None
+              ) -> tuple[dict, dict[str, str]]:
     """Check an http job's ``payload`` (a dict) and return ``(stored payload, errors)``;
     ``errors`` maps a field such as ``payload.url`` to the reason (empty: valid).
 
@@ -132,9 +174,16 @@ def normalize(payload: dict, job_timeout_s: float | None = None) -> tuple[dict, 
     (seconds, at most HTTP_MAX_TIMEOUT_S and ``job_timeout_s``; default 10);
     success_statuses (status codes that count as success; default any 2xx);
     response_headers (names of response headers kept in the result; default
-    Content-Type). The stored payload has the secret headers' values encrypted under
-    ``encrypted_headers`` (encrypted values given there are kept if this deployment can
-    decrypt them), so normalising a stored payload again changes nothing.
+    Content-Type). A header value is printable ASCII without a space or tab at either
+    end (``payload.headers.<name>`` names a bad one).
+
+    The stored payload has the secret headers' values sealed under ``encrypted_headers``
+    for ``owner_id`` (the job's owner, None for none), the job's seal (SEAL: ``stored``'s,
+    or a new one) and the header's name (secrets.Binding). ``stored`` is the job's stored
+    payload when it exists (an edit; a run checking its job's payload again passes
+    ``redacted(stored)`` as ``payload``): ``encrypted_headers`` takes only REDACTED,
+    keeping the stored secret of that name while the URL's origin is unchanged; anything
+    else there (ciphertext) is refused under ``payload.encrypted_headers.<name>``.
     """
     errors: dict[str, str] = {}
     unknown = set(payload) - KEYS
@@ -152,7 +201,10 @@ def normalize(payload: dict, job_timeout_s: float | None = None) -> tuple[dict, 
         errors["payload.body"] = "give json or body, not both"
     if payload.get("body") is not None and not isinstance(payload["body"], str):
         errors["payload.body"] = "must be text (use json for structured data)"
-    plain, sealed = _headers(payload, errors)
+    seal = (stored or {}).get(SEAL)
+    seal = seal if isinstance(seal, str) and seal else secrets.new_seal()
+    plain, sealed = _headers(payload, errors, lambda name: secrets.Binding(owner_id, seal, name),
+                             stored if isinstance(stored, dict) else None)
     kept = _names(payload.get("response_headers"), "payload.response_headers", errors)
     if SECRET_HEADERS & set(kept):
         errors["payload.response_headers"] = "secret headers (e.g. Set-Cookie) are never kept"
@@ -168,6 +220,8 @@ def normalize(payload: dict, job_timeout_s: float | None = None) -> tuple[dict, 
     statuses = _statuses(payload.get("success_statuses"), errors)
     if statuses is not None:
         clean["success_statuses"] = statuses
+    if sealed:
+        clean[SEAL] = seal
     return clean, errors
 
 
@@ -175,10 +229,11 @@ def http_payload(url: str, *, method: str | None = None, json=None, body: str | 
                  headers: dict[str, str] | None = None, secret_headers=(),
                  timeout_s: float | None = None, success_statuses: list[int] | None = None,
                  response_headers: list[str] | None = None) -> dict:
-    """The payload of an ``http`` job calling ``url``, as it is stored (secret headers
-    encrypted): pass it to ``jobs.services.create_job("http", payload, ...)``. Arguments
-    are normalize()'s keys (``json`` None: no JSON body). Raises InvalidJob naming each
-    bad field."""
+    """The payload of an ``http`` job calling ``url``, checked, for
+    ``jobs.services.create_job("http", payload, ...)``, which seals the secret headers
+    for the job it makes (a payload is not sealed before its job exists: a value sealed
+    for one job opens in no other). Arguments are normalize()'s keys (``json`` None: no
+    JSON body). Raises InvalidJob naming each bad field."""
     spec = {"url": url, "method": method, "headers": headers or {},
             "secret_headers": list(secret_headers), "timeout_s": timeout_s,
             "success_statuses": success_statuses, "response_headers": response_headers}
@@ -189,16 +244,14 @@ def http_payload(url: str, *, method: str | None = None, json=None, body: str | 
     clean, errors = normalize({k: v for k, v in spec.items() if v is not None})
     if errors:
         raise InvalidJob(errors)
+    secret = [name for name in clean["encrypted_headers"]]
+    clean["headers"] = {name: value for name, value in (headers or {}).items()
+                        if name in clean["headers"] or name in secret}
+    clean["encrypted_headers"] = {}
+    clean.pop(SEAL, None)
+    if secret_headers:
+        clean["secret_headers"] = list(secret_headers)
     return clean
-
-
-def redacted(payload: dict) -> dict:
-    """``payload`` for display (API, admin): each encrypted header's value replaced by
-    REDACTED, so not even the ciphertext leaves the database."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("encrypted_headers"), dict):
-        return payload
-    return {**payload, "encrypted_headers": {
-        name: REDACTED for name in payload["encrypted_headers"]}}
 
 
 def origin(url) -> tuple | None:
@@ -210,25 +263,17 @@ def origin(url) -> tuple | None:
     return parsed.scheme, parsed.host, parsed.port or {"http": 80, "https": 443}[parsed.scheme]
 
 
-def keep_sealed(changed, stored: dict):
-    """A changed payload as a client sends it back after reading the redacted one: each
-    encrypted header whose value is REDACTED keeps ``stored``'s token of that name (so a
-    PATCH or an admin edit need not repeat the secrets); other values are left for
-    normalize() to check.
+def check_stored(payload: dict, owner_id: int | None) -> tuple[dict, dict[str, str]]:
+    """normalize() of a payload as stored (a run checking its job's payload again before
+    it sends anything): its secrets must still open for ``owner_id`` (the job's owner),
+    the job's seal and their header names, else ``payload.encrypted_headers.<name>``
+    says why. Returns (payload, errors) as normalize does."""
+    return normalize(redacted(payload), owner_id=owner_id, stored=payload)
 
-    A stored secret is kept only while the URL's origin (scheme, host, port) is the
-    stored one: anyone allowed to change the job could otherwise point it at their own
-    server and have the secret sent there. Raises InvalidJob naming each such header,
-    whose value must then be given again (docs/http-handler.md, "Secrets")."""
-    sealed = changed.get("encrypted_headers") if isinstance(changed, dict) else None
-    if not isinstance(sealed, dict) or not isinstance(stored, dict):
-        return changed
-    old = stored.get("encrypted_headers") or {}
-    kept = [name for name, value in sealed.items() if value == REDACTED and name in old]
-    if kept and (origin(changed.get("url")) or ()) != origin(stored.get("url")):
-        raise InvalidJob({"payload.encrypted_headers": (
-            f"{', '.join(kept)}: the URL's origin (scheme, host, port) changed, so the "
-            "stored secret is not kept; give its value again in payload.headers")})
-    return {**changed, "encrypted_headers": {
-        name: old.get(name, value) if value == REDACTED else value
-        for name, value in sealed.items()}}
+
+def opened(payload: dict, owner_id: int | None) -> dict[str, str]:
+    """The secret headers of a stored, checked payload (check_stored), name -> value,
+    for the request only. Raises secrets.Undecryptable or secrets.Misbound."""
+    seal = payload.get(SEAL) or ""
+    return {name: secrets.unseal(token, secrets.Binding(owner_id, seal, name))
+            for name, token in payload["encrypted_headers"].items()}

@@ -1,17 +1,16 @@
 """``manage.py rotatehttpsecrets``: re-encrypt every stored secret header of the http jobs
-under the current SECRET_KEY, after a rotation (docs/http-handler.md, "Secrets").
+under the current SECRET_KEY, after a rotation (docs/http-handler.md, "Secrets"), and
+bind any encrypted before values were bound to their job (docs/security.md, "Encrypted
+values").
 
 Set the new SECRET_KEY with the old one in SECRET_KEY_FALLBACKS, restart, run this; then
 the old key can leave SECRET_KEY_FALLBACKS.
 """
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
 from jobs.models import Job
-from runs.outbound import secrets
-
-BATCH = 500
+from runs.outbound.reseal import reseal
 
 
 class Command(BaseCommand):
@@ -19,24 +18,17 @@ class Command(BaseCommand):
             "(after a rotation; the old key must still be in SECRET_KEY_FALLBACKS).")
 
     def handle(self, *args, **options):
-        ids = list(Job.objects.filter(handler="http", payload__has_key="encrypted_headers")
-                   .order_by("pk").values_list("pk", flat=True))
-        rotated, failed = 0, []
-        for start in range(0, len(ids), BATCH):
-            with transaction.atomic():
-                for job in Job.objects.select_for_update().filter(
-                        pk__in=ids[start:start + BATCH]):
-                    sealed = job.payload.get("encrypted_headers") or {}
-                    try:
-                        job.payload["encrypted_headers"] = {
-                            name: secrets.rotate(token) for name, token in sealed.items()}
-                    except secrets.Undecryptable:
-                        failed.append(job.pk)
-                        continue
-                    job.save(update_fields=["payload"])
-                    rotated += 1
-        self.stdout.write(f"re-encrypted the secret headers of {rotated} http jobs")
-        if failed:
-            raise CommandError(
-                f"{len(failed)} jobs hold headers no key opens (not under SECRET_KEY or "
-                f"SECRET_KEY_FALLBACKS): {', '.join(map(str, failed[:20]))}")
+        done = reseal(Job)
+        self.stdout.write(f"re-encrypted the secret headers of {done.rewritten} http jobs")
+        problems = []
+        if done.undecryptable:
+            problems.append(
+                f"{len(done.undecryptable)} jobs hold headers no key opens (not under "
+                f"SECRET_KEY or SECRET_KEY_FALLBACKS): "
+                f"{', '.join(map(str, done.undecryptable[:20]))}")
+        if done.shared:
+            problems.append(
+                f"{len(done.shared)} jobs hold a header copied between owners' jobs, left "
+                f"unusable (give its value again): {', '.join(map(str, done.shared[:20]))}")
+        if problems:
+            raise CommandError("; ".join(problems))
