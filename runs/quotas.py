@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from runs import hooks
 from runs.models import PENDING_STATES, Run
 from scheduler_core import conf
 from scheduler_core.exceptions import SchedulerError
@@ -85,12 +86,15 @@ def _count_upto(queryset, cap: int) -> tuple[int, str]:
 
 
 def check_quotas(bounds: Bounds, new_jobs: int, new_runs: int, using: str = "default",
-                 promised: Callable[[Bounds, str], int] | None = None) -> None:
+                 promised: Callable[[Bounds, str], int] = hooks.promised) -> None:
     """Raise QuotaExceeded if ``new_jobs`` more jobs or ``new_runs`` more pending runs
     would take the owner over ``max_jobs`` (its jobs that are not cancelled) or
     ``max_pending`` (its runs scheduled, queued or retrying, plus ``promised(bounds,
     using)``: the runs an app above the engine has already admitted and will make later,
-    e.g. the nodes not yet started of its live workflow runs). Inside a transaction on
+    e.g. the nodes not yet started of its live workflow runs; by default what the run
+    listeners promise, runs/hooks.py, so that no way of making runs forgets them: a job
+    create, bulk create, trigger and resume that did let a tenant go about 2x over
+    ``max_pending``). Inside a transaction on
     PostgreSQL it first takes a transaction-scoped advisory lock per owner, so that two
     racing requests of one owner cannot both pass and overshoot the quota (SQLite
     serialises writers anyway)."""
@@ -110,9 +114,9 @@ def check_quotas(bounds: Bounds, new_jobs: int, new_runs: int, using: str = "def
                 f"cancelled (max_jobs); it has {words} and this request adds {new_jobs}"))
     if check_runs:
         have, words = _pending(bounds, using)
-        if promised is not None and have <= bounds.max_pending:
-            later = promised(bounds, using)
-            have, words = have + later, f"{have + later} ({later} of them not yet made)"
+        if have <= bounds.max_pending:
+            if later := promised(bounds, using):
+                have, words = have + later, f"{have + later} ({later} of them not yet made)"
         if have + new_runs > bounds.max_pending:
             raise _over_pending(bounds.max_pending, words, new_runs)
 
@@ -139,7 +143,7 @@ def _over_pending(cap: int, words: str, adds: int) -> QuotaExceeded:
 
 def fit_pending(owned: list[tuple[int, int | None]], using: str = "default",
                 revives: dict[int, int] | None = None,
-                promised: Callable[[Bounds, str], int] | None = None,
+                promised: Callable[[Bounds, str], int] = hooks.promised,
                 ) -> tuple[list[int], QuotaExceeded | None]:
     """Which of the runs ``owned`` ((run id, owner id or None) pairs) may become pending
     without taking their owner over ``max_pending``: per owner, the lowest ids while they
@@ -163,9 +167,9 @@ def fit_pending(owned: list[tuple[int, int | None]], using: str = "default",
             continue
         _lock(bounds, using)
         have, words = _pending(bounds, using)
-        if promised is not None and have <= bounds.max_pending:
-            later = promised(bounds, using)
-            have, words = have + later, f"{have + later} ({later} of them not yet made)"
+        if have <= bounds.max_pending:
+            if later := promised(bounds, using):
+                have, words = have + later, f"{have + later} ({later} of them not yet made)"
         room = max(bounds.max_pending - have, 0)
         costs = [1 + revives.get(run_id, 0) for run_id in ids]
         taken = 0

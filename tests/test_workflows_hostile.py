@@ -179,3 +179,35 @@ def test_edges_none_is_a_workflow_without_edges():
     workflow = services.create_workflow("w", [{"name": "a", "handler": "noop"}], None)
 
     assert workflow.edges.count() == 0
+
+
+def test_every_way_in_counts_the_nodes_a_live_workflow_run_has_not_made_yet(api, alice):
+    """Only a workflow's start and a retry counted them: a job create, a bulk create, a
+    trigger and a resume with catch_up saw 2 pending runs where the owner held 5, and a
+    tenant went about 2x over max_pending (issue 36)."""
+    from runs.brokers import get_broker
+    from tests.test_pause_resume import paused_cron_job
+
+    paused, _, _ = paused_cron_job(get_broker("default"))  # its held run: 1 pending
+    recurring = job_services.create_job("noop", cron="@daily")
+    Job.objects.filter(pk__in=[paused.pk, recurring.pk]).update(owner=alice)
+    set_owner_policy(alice, max_pending=5)
+    services.start_workflow_run(_fan("fan", 3, alice))  # 1 run now, 3 nodes to come
+    assert Run.objects.filter(state__in=["scheduled", "queued"]).count() == 2
+    runs_before = Run.objects.count()
+
+    answers = {
+        "create": api.post("/api/jobs/", {"handler": "noop"}, format="json"),
+        "bulk": api.post("/api/jobs/bulk/", {"jobs": [{"handler": "noop"}]}, format="json"),
+        "trigger": api.post(f"/api/jobs/{recurring.pk}/trigger/"),
+        "resume": api.post(f"/api/jobs/{paused.pk}/resume/", {"catch_up": "latest"},
+                           format="json"),
+    }
+
+    for path, response in answers.items():
+        assert response.status_code == 403, (path, response.content)
+        assert "3 of them not yet made" in response.json()["detail"], path
+    with pytest.raises(QuotaExceeded):
+        job_services.create_job("noop", owner=alice)
+    assert Run.objects.count() == runs_before
+    assert Job.objects.get(pk=paused.pk).status == "paused"
