@@ -82,8 +82,7 @@ def job_items(count: int, kind: str, offset: int, api: bool) -> list[dict]:
         item = {"handler": "noop", "payload": {"invoice": i, "customer": f"c-{i % 977}"},
                 "name": f"bench {i}"}
         if recurring:
-            key = "schedule" if api else "cron"
-            item.update({key: CRONS[i % len(CRONS)], "timezone": ZONES[i % len(ZONES)]})
+            item.update({"cron": CRONS[i % len(CRONS)], "timezone": ZONES[i % len(ZONES)]})
         else:
             run_at = now + timedelta(seconds=60 + i % 3600)
             item["run_at"] = run_at.isoformat() if api else run_at

@@ -42,6 +42,7 @@ from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.idempotency import idempotent
 from jobs.lifecycle import with_shown_status
 from jobs.models import Job
+from jobs.old_names import deprecation_headers
 from jobs.pausing import CATCH_UP
 from jobs.serializers import (
     CreatedJobSerializer,
@@ -50,6 +51,7 @@ from jobs.serializers import (
     JobUpdateSerializer,
     StrictFieldsMixin,
     api_errors,
+    spec_defaults,
     to_spec,
 )
 from jobs.tenants import QuotaExceeded
@@ -131,7 +133,7 @@ class JobPagination(PageNumberPagination):
         responses={201: CreatedJobSerializer, 200: CreatedJobSerializer, 400: FIELD_ERRORS,
                    413: DetailSerializer, 422: DetailSerializer, **COMMON},
         examples=[OpenApiExample("recurring", request_only=True, value={
-            "name": "nightly report", "handler": "echo", "schedule": "30 2 * * *",
+            "name": "nightly report", "handler": "echo", "cron": "30 2 * * *",
             "timezone": "Europe/Berlin", "payload": {"report": "sales"}}),
             OpenApiExample("one-off", request_only=True, value={
                 "handler": "noop", "run_at": "2030-01-01T09:00:00+01:00"})]),
@@ -180,30 +182,34 @@ class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
     def _create(self, request) -> Response:
         incoming = JobCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
+        old_names = getattr(incoming, "deprecated_used", ())
         try:
             job = services.create_jobs([to_spec(incoming.validated_data)],
                                        owner=request.user)[0]
         except services.InvalidJobs as exc:
-            raise ValidationError(api_errors(exc.item_errors[0])) from exc
+            raise ValidationError(api_errors(exc.item_errors[0], old_names)) from exc
         except QuotaExceeded as exc:
             raise QuotaRefused(exc) from exc
         # A unique key an earlier job holds answers that job, flagged, as Oban does
         # (jobs/unique.py; docs/api.md, "Unique jobs").
         return Response({**JobSerializer(job).data, "conflict": job.conflict},
                         status=status.HTTP_200_OK if job.conflict else status.HTTP_201_CREATED,
-                        headers={"Location": f"/api/jobs/{job.pk}/"})
+                        headers={"Location": f"/api/jobs/{job.pk}/",
+                                 **deprecation_headers(old_names)})
 
     def partial_update(self, request, *args, **kwargs):
         job = self.get_object()
         incoming = JobUpdateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
+        old_names = getattr(incoming, "deprecated_used", ())
         try:
             services.update_job(job.pk, incoming.to_changes())
         except InvalidJob as exc:
-            raise ValidationError(api_errors(exc.errors)) from exc
+            raise ValidationError(api_errors(exc.errors, old_names)) from exc
         except SchedulerError as exc:
             raise Conflict(str(exc)) from exc
-        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+        return Response(JobSerializer(self.get_queryset().get(pk=job.pk)).data,
+                        headers=deprecation_headers(old_names))
 
     def destroy(self, request, *args, **kwargs):
         job = self.get_object()
@@ -268,14 +274,14 @@ class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
 
     def _bulk(self, request) -> Response:
         items = _bulk_items(request.data)
-        child, fast = JobCreateSerializer(), FastItemParser()
+        child, fast, defaults = JobCreateSerializer(), FastItemParser(), spec_defaults()
         specs, positions, errors = [], [], {}
         for i, item in enumerate(items):
             try:
                 data = fast.parse(item)
                 if data is None:
                     data = child.run_validation(item)
-                specs.append(to_spec(data))
+                specs.append(to_spec(data, defaults))
                 positions.append(i)
             except ValidationError as exc:
                 errors[i] = exc.detail
@@ -286,7 +292,8 @@ class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
                 jobs = services.create_jobs(specs, owner=request.user)
         except services.InvalidJobs as exc:
             for j, item_errors in exc.item_errors.items():
-                errors.setdefault(positions[j], {}).update(api_errors(item_errors))
+                errors.setdefault(positions[j], {}).update(
+                    api_errors(item_errors, getattr(child, "deprecated_used", ())))
         except QuotaExceeded as exc:
             raise QuotaRefused(exc) from exc
         if errors:
@@ -296,7 +303,8 @@ class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
             }, status=status.HTTP_400_BAD_REQUEST)
         # ids and conflicts, not the jobs: no Job instance is made (jobs/ingest.py).
         return Response({"count": len(jobs) - len(jobs.conflicts), "ids": jobs.ids,
-                         "conflicts": jobs.conflicts}, status=status.HTTP_201_CREATED)
+                         "conflicts": jobs.conflicts}, status=status.HTTP_201_CREATED,
+                        headers=deprecation_headers(getattr(child, "deprecated_used", ())))
 
     def _not_cancelled(self, verb: str) -> Job:
         job = self.get_object()

@@ -12,6 +12,7 @@ from jobs import cron
 from jobs.cron import MAX_JITTER_S
 from jobs.models import MisfirePolicy
 from jobs.serializers import MAX_INT, UNIQUE_FIELDS, JobCreateSerializer, iana_zones
+from jobs.spec import DEPRECATED
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
 from scheduler_core import conf
 from scheduler_core.registry import creatable_handler_names
@@ -26,7 +27,7 @@ class FastItemParser:
     checks with hypothesis that whatever this accepts, the serializer accepts identically.
     """
 
-    STRINGS = {"name": 200, "schedule": 200, "shard_key": 200}
+    STRINGS = {"name": 200, "cron": 200, "shard_key": 200}
     INTS = {"priority": (0, 9), "max_lag_s": (0, MAX_INT), "jitter_s": (0, MAX_JITTER_S)}
 
     def __init__(self):
@@ -34,19 +35,21 @@ class FastItemParser:
         self.zones = iana_zones()
         self.policies = frozenset(MisfirePolicy.values)
         self.ints = {**self.INTS, "timeout_s": (1, conf.get("MAX_TIMEOUT_S")),
-                     "max_retries": (0, conf.get("MAX_RETRIES"))}
-        self.known = frozenset(JobCreateSerializer._declared_fields)
+                     "max_attempts": (1, conf.get("MAX_RETRIES") + 1)}
+        # The old names (schedule, max_retries) take the serializer's path, which
+        # renames them and notes their use for the Deprecation header.
+        self.known = frozenset(JobCreateSerializer._declared_fields) - set(DEPRECATED)
         self.zone = timezone.get_current_timezone()  # DRF's DateTimeField converts to it
 
     def parse(self, item) -> dict | None:
         """The serializer's validated data for ``item``, or None to use the serializer."""
         if type(item) is not dict or not item.keys() <= self.known:
             return None
-        data = {"payload": {}, "run_at": None, "delay_s": None, "schedule": None,
+        data = {"payload": {}, "run_at": None, "delay_s": None, "cron": None,
                 "timezone": "UTC",
                 "misfire_policy": None, "max_lag_s": None, "jitter_s": None,
-                "queue": None, "shard_key": "", "priority": None, "timeout_s": None,
-                "max_retries": None, **dict.fromkeys(UNIQUE_FIELDS)}
+                "queue": None, "shard_key": "", "priority": 5, "timeout_s": None,
+                "max_attempts": None, **dict.fromkeys(UNIQUE_FIELDS)}
         for key, value in item.items():
             if value is None and key not in ("handler", "name", "queue", "priority",
                                              "payload"):
@@ -69,7 +72,7 @@ class FastItemParser:
                     or len(value) > self.STRINGS[key] or "\x00" in value
                     or not _encodable(value)):
                 return None
-            if key == "schedule":
+            if key == "cron":
                 try:
                     cron.normalize(value)
                 except ValueError:

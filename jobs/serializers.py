@@ -1,9 +1,11 @@
 """Serializers of the jobs REST API: a job as shown, a job to create and a partial
 update (the bulk create's are jobs/bulk_serializers.py).
 
-The serializers parse and type-check, in the API's terms (``schedule``, ``max_retries``);
-the rules every job obeys, whichever API created it, live in jobs/validation.py and run
-in the service layer. Field names in errors are always the API's.
+The serializers parse and type-check, in the job spec's names (jobs/spec.py: ``cron``,
+``timezone``, ``max_attempts``, as every way in names them); the old names ``schedule``
+and ``max_retries`` still work this release, answered with a ``Deprecation`` header. The
+rules every job obeys, whichever API created it, live in jobs/validation.py and run in
+the service layer.
 """
 
 from functools import cache
@@ -13,21 +15,20 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from jobs import cron
+from jobs import cron, spec
 from jobs.cron import MAX_JITTER_S
 from jobs.lifecycle import SHOWN_STATUSES, shown_status
 from jobs.models import Job, MisfirePolicy
+from jobs.old_names import DeprecatedNamesMixin
 from jobs.unique import ALL_STATES, KEY_MAX
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
-from runs.outbound.redact import shown_payload
+from runs.outbound.payload import redacted
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.registry import creatable_handler_names
 
 UNIQUE_FIELDS = ("unique_key", "unique_period_s", "unique_states")
 
-# Service-layer field names -> the API's.
-FIELD_ALIASES = {"cron": "schedule", "max_attempts": "max_retries"}
 NAIVE = "give an ISO 8601 datetime with a UTC offset, e.g. 2026-01-01T09:00:00+01:00"
 MAX_INT = 2_147_483_647  # PostgreSQL integer
 
@@ -115,7 +116,7 @@ class PayloadField(serializers.JSONField):
     headers show as "(encrypted)" (docs/http-handler.md, "Secrets")."""
 
     def to_representation(self, job):
-        return shown_payload(job.handler, job.payload)
+        return redacted(job.payload) if job.handler == "http" else job.payload
 
 
 class NextRunField(serializers.DateTimeField):
@@ -128,11 +129,15 @@ class NextRunField(serializers.DateTimeField):
 
 
 class JobSerializer(serializers.ModelSerializer):
-    """A job as the API shows it; ``schedule`` is the cron expression (recurring jobs),
+    """A job as the API shows it; ``cron`` is the cron expression (recurring jobs),
     null for a one-off job, whose time is ``run_at``; ``paused_at`` is when a paused job
-    was paused (null otherwise; docs/cron.md, "Pause and resume")."""
+    was paused (null otherwise; docs/cron.md, "Pause and resume"). ``schedule`` and
+    ``max_retries`` repeat ``cron`` and ``max_attempts - 1`` under their old names, this
+    release only."""
 
-    schedule = serializers.CharField(source="schedule.cron", allow_null=True, default=None)
+    cron = serializers.CharField(source="schedule.cron", allow_null=True, default=None)
+    schedule = serializers.CharField(source="schedule.cron", allow_null=True, default=None,
+                                     help_text="deprecated: cron's old name")
     timezone = serializers.CharField(source="schedule.timezone", allow_null=True, default=None)
     misfire_policy = serializers.ChoiceField(
         source="schedule.misfire_policy", choices=MisfirePolicy.choices, allow_null=True,
@@ -141,7 +146,8 @@ class JobSerializer(serializers.ModelSerializer):
                                          default=None)
     jitter_s = serializers.IntegerField(source="schedule.jitter_s", allow_null=True,
                                         default=None)
-    max_retries = serializers.SerializerMethodField()
+    max_retries = serializers.SerializerMethodField(
+        help_text="deprecated: max_attempts - 1")
     owner = serializers.CharField(source="owner.username", allow_null=True, default=None)
     status = ShownStatusField(
         choices=SHOWN_STATUSES, read_only=True,
@@ -157,9 +163,9 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = ["id", "name", "owner", "handler", "payload", "queue", "shard_key", "priority",
                   "status", "paused_at",
-                  "run_at", "schedule", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
-                  "next_run_at", "timeout_s", "max_retries", "unique_key", "created_at",
-                  "updated_at"]
+                  "run_at", "cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
+                  "next_run_at", "timeout_s", "max_attempts", "unique_key", "created_at",
+                  "updated_at", "schedule", "max_retries"]
         read_only_fields = fields
 
     def get_max_retries(self, job) -> int:
@@ -171,7 +177,8 @@ def _limits(serializer) -> None:
     # Caps are tunables read per request, so they cannot be class-level field arguments.
     serializer.fields["timeout_s"].max_value = conf.get("MAX_TIMEOUT_S")
     serializer.fields["max_retries"].max_value = conf.get("MAX_RETRIES")
-    for field in ("timeout_s", "max_retries"):
+    serializer.fields["max_attempts"].max_value = conf.get("MAX_RETRIES") + 1
+    for field in ("timeout_s", "max_retries", "max_attempts"):
         _reset_validators(serializer.fields[field])
 
 
@@ -203,9 +210,9 @@ def _check_timezone(value):
     return value
 
 
-class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
+class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.Serializer):
     """POST /api/jobs/ (and each item of /api/jobs/bulk/): at most one of ``run_at`` or
-    ``delay_s`` (one-off) or ``schedule`` (a cron expression, recurring); none of them
+    ``delay_s`` (one-off) or ``cron`` (a cron expression, recurring); none of them
     means a one-off job that runs now (docs/api.md, "Create"). Giving two is
     refused by jobs/validation.py, naming both fields."""
 
@@ -224,12 +231,14 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     delay_s = serializers.FloatField(
         required=False, allow_null=True, default=None, min_value=-MAX_DELAY_S,
         max_value=MAX_DELAY_S,
-        help_text="one-off: seconds from now (the Python API's delay_s); give at most one "
-                  "of run_at, delay_s or schedule, none means run once now")
-    schedule = TextField(max_length=200, required=False, allow_null=True, default=None,
-                         validators=[_check_cron],
-                         help_text="recurring: five-field cron expression or @hourly, "
-                                   "@daily, @weekly, @monthly, @yearly")
+        help_text="one-off: seconds from now; give at most one of run_at, delay_s or "
+                  "cron, none means run once now")
+    cron = TextField(max_length=200, required=False, allow_null=True, default=None,
+                     validators=[_check_cron],
+                     help_text="recurring: five-field cron expression or @hourly, "
+                               "@daily, @weekly, @monthly, @yearly")
+    schedule = TextField(max_length=200, required=False, allow_null=True,
+                         validators=[_check_cron], help_text="deprecated: use cron")
     timezone = TextField(max_length=64, required=False, default="UTC", trim_whitespace=False,
                          validators=[_check_timezone],
                          help_text="IANA timezone the cron expression is read in")
@@ -251,16 +260,18 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     shard_key = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default="",
         help_text="runs go to shard crc32(shard_key or handler) % SHARDS of the queue")
-    priority = serializers.IntegerField(
-        required=False, default=None, min_value=0, max_value=9,
-        help_text="0 most urgent, 9 least; default 5, or the owner's highest_priority when "
-                  "that is less urgent")
+    priority = serializers.IntegerField(required=False, default=5, min_value=0, max_value=9,
+                                        help_text="0 most urgent, 9 least")
     timeout_s = serializers.IntegerField(
         required=False, allow_null=True, default=None, min_value=1,
         help_text="seconds one attempt may run (at most MAX_TIMEOUT_S)")
+    max_attempts = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1,
+        help_text="attempts before the dead letter, the first try included (at most "
+                  "MAX_RETRIES + 1)")
     max_retries = serializers.IntegerField(
-        required=False, allow_null=True, default=None, min_value=0,
-        help_text="retries after the first attempt (at most MAX_RETRIES)")
+        required=False, allow_null=True, min_value=0,
+        help_text="deprecated: use max_attempts (max_retries + 1)")
     unique_key = TextField(
         max_length=KEY_MAX, required=False, allow_null=True, default=None,
         help_text="while an earlier job of yours with this key counts, answer it (200, "
@@ -286,26 +297,32 @@ class JobCreateSerializer(StrictFieldsMixin, serializers.Serializer):
         return super().to_internal_value(data)
 
 
-def to_spec(data: dict) -> dict:
-    """The ``services.create_jobs`` spec of one validated JobCreateSerializer item; a
-    priority, timeout_s or max_attempts not given stays None, for create_jobs to fill in
-    within the owner's bounds (jobs/tenants.py, defaults_within)."""
-    max_retries = data.get("max_retries")
-    spec = {
+def spec_defaults() -> dict:
+    """The tunable defaults to_spec fills in; read once per request, not per job."""
+    return {"timeout_s": conf.get("DEFAULT_TIMEOUT_S"),
+            "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS")}
+
+
+def to_spec(data: dict, defaults: dict | None = None) -> dict:
+    """The ``services.create_jobs`` spec of one validated JobCreateSerializer item."""
+    defaults = defaults or spec_defaults()
+    max_attempts, timeout_s = data.get("max_attempts"), data.get("timeout_s")
+    job = {
         "name": data.get("name"), "handler": data["handler"],
         "payload": data.get("payload") if data.get("payload") is not None else {},
         "run_at": data.get("run_at"), "delay_s": data.get("delay_s"),
-        "cron": data.get("schedule"),
+        "cron": data.get("cron"),
         "timezone": data.get("timezone") or "UTC",
         "misfire_policy": data.get("misfire_policy"), "queue": data.get("queue"),
         "shard_key": data.get("shard_key") or "",
-        "priority": data.get("priority"), "timeout_s": data.get("timeout_s"),
-        "max_attempts": None if max_retries is None else max_retries + 1,
+        "priority": data.get("priority", 5),
+        "timeout_s": defaults["timeout_s"] if timeout_s is None else timeout_s,
+        "max_attempts": defaults["max_attempts"] if max_attempts is None else max_attempts,
     }
     for optional in ("max_lag_s", "jitter_s", *UNIQUE_FIELDS):
         if data.get(optional) is not None:
-            spec[optional] = data[optional]
-    return spec
+            job[optional] = data[optional]
+    return job
 
 
 class CreatedJobSerializer(JobSerializer):
@@ -319,11 +336,11 @@ class CreatedJobSerializer(JobSerializer):
         read_only_fields = fields
 
 
-class JobUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
+class JobUpdateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.Serializer):
     """PATCH /api/jobs/{id}/: any subset of these fields. A one-off job takes ``run_at``
-    (only while its run has not started); a recurring job takes ``schedule``,
+    (only while its run has not started); a recurring job takes ``cron``,
     ``timezone``, ``misfire_policy``, ``max_lag_s`` and ``jitter_s``. ``priority``,
-    ``timeout_s`` and ``max_retries`` apply to runs created after the change; ``payload``
+    ``timeout_s`` and ``max_attempts`` apply to runs created after the change; ``payload``
     to every run that has not started."""
 
     read_only_names = ("id", "owner", "handler", "queue", "status", "next_run_at",
@@ -332,7 +349,9 @@ class JobUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
     name = TextField(max_length=200, required=False)
     payload = serializers.JSONField(required=False)
     run_at = AwareDateTimeField(required=False)
-    schedule = TextField(max_length=200, required=False, validators=[_check_cron])
+    cron = TextField(max_length=200, required=False, validators=[_check_cron])
+    schedule = TextField(max_length=200, required=False, validators=[_check_cron],
+                         help_text="deprecated: use cron")
     timezone = TextField(max_length=64, required=False, trim_whitespace=False,
                          validators=[_check_timezone])
     misfire_policy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)
@@ -340,25 +359,24 @@ class JobUpdateSerializer(StrictFieldsMixin, serializers.Serializer):
     jitter_s = serializers.IntegerField(required=False, min_value=0, max_value=MAX_JITTER_S)
     priority = serializers.IntegerField(required=False, min_value=0, max_value=9)
     timeout_s = serializers.IntegerField(required=False, min_value=1)
-    max_retries = serializers.IntegerField(required=False, min_value=0)
+    max_attempts = serializers.IntegerField(required=False, min_value=1)
+    max_retries = serializers.IntegerField(required=False, min_value=0,
+                                           help_text="deprecated: use max_attempts")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _limits(self)
 
     def to_changes(self) -> dict:
-        """The validated fields in the service layer's terms (see services.update_job)."""
-        changes = dict(self.validated_data)
-        if "schedule" in changes:
-            changes["cron"] = changes.pop("schedule")
-        if "max_retries" in changes:
-            changes["max_attempts"] = changes.pop("max_retries") + 1
-        return changes
+        """The validated fields as services.update_job takes them (the same names)."""
+        return dict(self.validated_data)
 
 
-def api_errors(errors: dict[str, str]) -> dict[str, list[str]]:
-    """Service-layer field errors in the API's names (cron -> schedule, ...)."""
-    return {FIELD_ALIASES.get(field, field): [reason] for field, reason in errors.items()}
+def api_errors(errors: dict[str, str], old_names=()) -> dict[str, list[str]]:
+    """Service-layer field errors as a 400 body, in the job spec's names (jobs/spec.py);
+    a field the request gave under an old name (``old_names``) is named as it was given."""
+    back = {spec.DEPRECATED[old].new: old for old in old_names}
+    return {back.get(field, field): [reason] for field, reason in errors.items()}
 
 
 def invalid_job_errors(exc: InvalidJob) -> dict[str, list[str]]:

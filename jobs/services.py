@@ -6,7 +6,6 @@ broker only after that transaction commits (docs/architecture.md, "Conventions i
 commit first, then push).
 """
 
-import inspect
 from datetime import datetime
 
 import psycopg
@@ -16,12 +15,13 @@ from django.utils import timezone
 from jobs import cron, ingest, one_off, pausing, tenants
 from jobs.guards import refuse_managed
 from jobs.models import Job
+from jobs.spec import CREATE_JOB, CREATE_JOBS, translate
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
-from runs.outbound.redact import redacted
+from runs.outbound.payload import keep_sealed
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
@@ -42,17 +42,18 @@ class InvalidJobs(InvalidJob):
         super().__init__(flat)
 
 
-def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=None,
-          timezone_name="UTC", queue=None, shard_key="", priority=None, timeout_s=None,
+def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron=None,
+          timezone="UTC", queue=None, shard_key="", priority=5, timeout_s=None,
           max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
-          unique_key=None, unique_period_s=None, unique_states=None,
-          using="default") -> dict:
+          unique_key=None, unique_period_s=None, unique_states=None) -> dict:
     spec = {
         "name": name, "handler": handler, "payload": {} if payload is None else payload,
-        "run_at": run_at, "delay_s": delay_s, "cron": cron_expr, "timezone": timezone_name,
+        "run_at": run_at, "delay_s": delay_s, "cron": cron, "timezone": timezone,
         "queue": queue,
         "shard_key": shard_key, "priority": priority,
-        "timeout_s": timeout_s, "max_attempts": max_attempts,  # None: validate_specs's default
+        "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
+        "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_attempts is None
+        else max_attempts,
         "misfire_policy": misfire_policy, "unique_key": unique_key,
         "unique_period_s": unique_period_s, "unique_states": unique_states,
     }
@@ -63,48 +64,42 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron_expr=N
     return spec
 
 
-# Names a user of the REST API (or of another queue) reaches for, against create_job's own.
-OPTION_HINTS = {"schedule": "cron_expr", "cron": "cron_expr", "timezone": "timezone_name",
-                "tz": "timezone_name", "delay": "delay_s", "timeout": "timeout_s",
-                "max_retries": "max_attempts (max_retries + 1: it counts the first try)"}
-
-
-# The options create_job passes on to _spec, read once.
-SPEC_OPTIONS = frozenset(inspect.signature(_spec).parameters) - {"handler", "payload"}
-
-
-def _check_options(options: dict) -> None:
-    """Refuse an option create_job does not take with a TypeError naming create_job (not
-    the helper that builds the spec) and the name meant, where one is known."""
-    for name in options:
-        if name not in SPEC_OPTIONS:
-            hint = OPTION_HINTS.get(name)
-            raise TypeError(f"create_job() got an unexpected keyword argument {name!r}"
-                            + (f" (did you mean {hint}?)" if hint else ""))
+def _check_options(options: dict) -> dict:
+    """create_job's options in the job spec's names (jobs/spec.py): its old names
+    (cron_expr, timezone_name) renamed with a DeprecationWarning. Raises a TypeError naming
+    create_job, the option and the name meant, as Python does for a wrong keyword."""
+    translated, errors = translate(options, CREATE_JOB, "create_job()", stacklevel=3)
+    for name, reason in errors.items():
+        if not reason.startswith("unknown field"):
+            raise TypeError(f"create_job(): {name}: {reason}")
+        hint = reason.removeprefix("unknown field")
+        raise TypeError(f"create_job() got an unexpected keyword argument {name!r}{hint}")
+    return translated
 
 
 def create_job(handler: str, payload: dict | None = None, *, owner=None, using="default",
                **options) -> Job:
     """Create one job and, for a one-off job, its run.
 
-    Options: ``name``; at most one of ``run_at`` (aware datetime; in the past means now),
-    ``delay_s`` (seconds from now) or ``cron_expr`` (five-field cron or macro) with
-    ``timezone_name`` (IANA, default UTC), ``misfire_policy`` and ``max_lag_s``; ``queue``
+    Options (the job spec's fields, jobs/spec.py; docs/api.md, "Job fields"): ``name``;
+    at most one of ``run_at`` (aware datetime; in the past means now), ``delay_s``
+    (seconds from now) or ``cron`` (five-field cron or macro) with ``timezone`` (IANA,
+    default UTC), ``misfire_policy``, ``max_lag_s`` and ``jitter_s``; ``queue``
     (default: the owner's OwnerPolicy.default_queue, else "default"), ``shard_key`` (what
     the shard is hashed from; default the handler), ``priority`` (0-9, 0 most urgent,
     default 5), ``timeout_s`` (seconds),
-    ``max_attempts`` (first try included); without ``run_at``, ``delay_s`` or ``cron_expr``
+    ``max_attempts`` (first try included); without ``run_at``, ``delay_s`` or ``cron``
     the job runs once now (docs/api.md, "Create"); ``unique_key`` with ``unique_period_s``
     and ``unique_states`` (jobs/unique.py): when an earlier job holds the key, that job is
     returned, with ``conflict`` True (a new job has it False). With an ``owner``, its
-    bounds apply (see create_jobs). Raises InvalidJob naming each bad field,
-    tenants.QuotaExceeded; TypeError for an option it does not take.
+    bounds apply (see create_jobs). The old names ``cron_expr`` and ``timezone_name`` still
+    work this release, with a DeprecationWarning. Raises InvalidJob naming each bad field,
+    tenants.QuotaExceeded; TypeError for an option it does not take, naming the one meant.
     """
-    _check_options(options)
-    spec = _spec(handler, payload, using=using, **options)
+    job_spec = _spec(handler, payload, **_check_options(options))
     bounds = tenants.bounds_of(owner.pk if owner is not None else None, using)
     try:
-        cleaned = validate_specs([spec], bounds)
+        cleaned = validate_specs([job_spec], bounds)
     except InvalidJobs as exc:
         raise InvalidJob(exc.item_errors[0]) from None
     if one_off.applies(cleaned, bounds, using):
@@ -114,18 +109,12 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
 
 def validate_specs(specs: list[dict], bounds: tenants.Bounds | None = None) -> list[dict]:
     """Every spec checked by ``validate_job`` and, given an owner's ``bounds``, by
-    tenants.field_problems; returns the cleaned specs, a priority, timeout_s or
-    max_attempts left out (None) filled with its default within the bounds
-    (tenants.defaults_within). Raises InvalidJobs with every bad item's index and fields."""
+    tenants.field_problems; returns the cleaned specs. Raises InvalidJobs with every bad
+    item's index and fields."""
     limits, cleaned, errors = job_limits(), [], {}
-    owner_id = bounds.owner_id if bounds is not None else None  # what secrets are sealed for
-    # Filled in before the bounds are checked: a default beyond them reached the nodes of
-    # a workflow unchecked, and refused a plain job for a field its client never sent.
-    defaults = tenants.defaults_within(bounds)
     for i, spec in enumerate(specs):
-        spec = tenants.with_defaults(spec, defaults)
         try:
-            cleaned.append(validate_job(spec, limits, owner_id=owner_id))
+            cleaned.append(validate_job(spec, limits))
         except InvalidJob as exc:
             errors[i] = exc.errors
         if bounds is not None and (problems := tenants.field_problems(spec, bounds)):
@@ -139,8 +128,9 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default"
                 ) -> ingest.CreatedJobs:
     """Create many jobs in one transaction, all or nothing.
 
-    Each spec is a dict with the keys of ``validate_job`` (``cron`` rather than
-    ``cron_expr``). Raises InvalidJobs with every bad item's index before storing anything.
+    Each spec is a dict of the job spec's fields (jobs/spec.py; docs/api.md, "Job
+    fields"); a key that is not one is an error naming it and the field probably meant.
+    Raises InvalidJobs with every bad item's index before storing anything.
     With an ``owner`` (a user), its bounds apply (jobs/tenants.py; docs/isolation.md,
     "Tenant bounds"): a queue it was not given, a priority, timeout_s or max_attempts
     beyond its limits are field errors, and going over its jobs or pending runs quota
@@ -157,7 +147,33 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default"
     straight from the validated specs (jobs/ingest.py).
     """
     bounds = tenants.bounds_of(owner.pk if owner is not None else None, using)
-    return _insert_validated(validate_specs(specs, bounds), owner, bounds, using)
+    translated, errors = _translate_specs(specs)
+    try:
+        cleaned = validate_specs(translated, bounds)
+    except InvalidJobs as exc:
+        for i, fields in exc.item_errors.items():
+            errors[i] = {**fields, **errors.get(i, {})}
+    if errors:
+        raise InvalidJobs(dict(sorted(errors.items())))
+    return _insert_validated(cleaned, owner, bounds, using)
+
+
+def _translate_specs(specs: list[dict]) -> tuple[list[dict], dict[int, dict[str, str]]]:
+    """The specs with an unknown key (or one that is not a dict) taken out and named in
+    the errors by index: a key create_jobs would otherwise ignore ("schedule" for "cron")
+    left a recurring job one-off, due at once."""
+    translated, errors = [], {}
+    if not isinstance(specs, list | tuple):
+        raise InvalidJobs({0: {"specs": "must be a list of dicts of job fields"}})
+    for i, item in enumerate(specs):
+        if not isinstance(item, dict):
+            errors[i] = {"spec": "must be a dict of job fields (docs/api.md, \"Job fields\")"}
+            item = {}
+        fields, unknown = translate(item, CREATE_JOBS, "create_jobs()", stacklevel=3)
+        if unknown:
+            errors[i] = unknown
+        translated.append(fields)
+    return translated, errors
 
 
 def _insert_validated(cleaned: list[dict], owner, bounds, using: str) -> ingest.CreatedJobs:
@@ -303,8 +319,7 @@ def check_update(job: Job, changes: dict, using: str = "default") -> dict:
     if "payload" in changes and job.handler not in creatable_handler_names():
         raise InvalidJob({"payload": f"cannot be changed on a {job.handler} job: code "
                                      "enqueued it, and its payload names what runs"})
-    clean = validate_job(_merged_spec(job, changes), owner_id=job.owner_id,
-                         stored_payload=job.payload if job.handler == "http" else None)
+    clean = validate_job(_merged_spec(job, changes))
     bounds = tenants.bounds_of(job.owner_id, using)
     if bounds is not None and (problems := tenants.field_problems(
             {"handler": job.handler, **changes}, bounds)):
@@ -332,8 +347,8 @@ def _merged_spec(job: Job, changes: dict) -> dict:
                     misfire_policy=schedule.misfire_policy, max_lag_s=schedule.max_lag_s,
                     jitter_s=schedule.jitter_s)
     spec.update(changes)
-    if job.handler == "http" and "payload" not in changes:
-        spec["payload"] = redacted(job.payload)  # checked as if sent back: secrets kept
+    if job.handler == "http" and "payload" in changes:  # docs/http-handler.md, "Secrets"
+        spec["payload"] = keep_sealed(changes["payload"], job.payload)
     return spec
 
 

@@ -39,8 +39,7 @@ def utf8(text: str) -> bool:
     return True
 
 
-def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
-                 owner_id: int | None = None, stored_payload: dict | None = None) -> dict:
+def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     """Check and normalise one job spec; returns the cleaned dict.
 
     Keys: name (str), handler (registered name), payload (JSON object), queue (None: the
@@ -50,10 +49,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     timezone, misfire_policy, max_lag_s, jitter_s); none of them means now, which
     services.create_jobs fills in from the database's clock (docs/api.md); optional
     unique_key, unique_period_s, unique_states (jobs/unique.py).
-    ``limits`` are the caps of job_limits(), read afresh when omitted. An http job's
-    secret headers are sealed for ``owner_id`` (the job's owner) and the job;
-    ``stored_payload`` is the payload of the job being changed, whose secrets the
-    redaction marker keeps (runs/outbound/payload.py, normalize).
+    ``limits`` are the caps of job_limits(), read afresh when omitted.
     Raises InvalidJob mapping each bad field to its reason.
     """
     errors: dict[str, str] = {}
@@ -79,8 +75,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
         errors["payload"] = payload_error
     elif spec.get("handler") == "http":
         clean["payload"], problems = http_payload.normalize(
-            spec.get("payload", {}), _timeout_s(spec.get("timeout_s")), owner_id=owner_id,
-            stored=stored_payload)
+            spec.get("payload", {}), _timeout_s(spec.get("timeout_s")))
         errors.update(problems)
         if not problems:  # normalize rewrote it (sealed headers): its own text
             clean["payload_json"] = compact_json(clean["payload"])
@@ -118,7 +113,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
                 raise ValueError("must be a cron expression (text)")
             clean["cron"] = cron.normalize(spec["cron"])
         except ValueError as exc:
-            errors["schedule"] = str(exc)
+            errors["cron"] = str(exc)
         tz = spec.get("timezone") or "UTC"
         try:
             cron.zone(tz)
@@ -147,9 +142,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     return clean
 
 
-# REST and docs name the cron expression ``schedule``; InvalidJob keys use ``cron``'s
-# alias "schedule" already (serializers.FIELD_ALIASES), so the message says schedule too.
-WHEN_FIELDS = (("run_at", "run_at"), ("delay_s", "delay_s"), ("cron", "schedule"))
+# (key, the name a message gives it): every way in names them alike (jobs/spec.py).
+WHEN_FIELDS = (("run_at", "run_at"), ("delay_s", "delay_s"), ("cron", "cron"))
 
 
 def _when_problems(spec: dict) -> dict[str, str]:
@@ -160,7 +154,7 @@ def _when_problems(spec: dict) -> dict[str, str]:
              if (bool(spec.get(key)) if key == "cron" else spec.get(key) is not None)]
     if len(given) > 1:
         names = " and ".join(name for _, name in given)
-        return {key: f"give at most one of run_at, delay_s or schedule, not {names} "
+        return {key: f"give at most one of run_at, delay_s or cron, not {names} "
                      "(none means now)" for key, _ in given}
     delay = spec.get("delay_s")
     if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)

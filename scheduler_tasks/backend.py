@@ -9,7 +9,7 @@ pushed to the broker only after the enqueuing transaction commits.
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -19,7 +19,7 @@ from django.tasks.base import Task
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 
-from jobs import services
+from jobs import services, spec
 from jobs.models import MisfirePolicy
 from runs.models import Attempt, Run
 from scheduler_core.exceptions import InvalidJob
@@ -42,20 +42,22 @@ def scheduler_priority(priority: int) -> int:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulerTask(Task):
     """Django's Task with this scheduler's per-task options, given as extra ``@task(...)``
-    keyword arguments (Django passes them to the backend's ``task_class``).
+    keyword arguments (Django passes them to the backend's ``task_class``), named as the
+    job spec names them (jobs/spec.py; docs/api.md, "Job fields").
 
     ``max_attempts`` (int ≥ 1, the first try included) and ``timeout_s`` (seconds ≥ 1):
     None takes the backend's OPTIONS, then the scheduler's DEFAULT_MAX_ATTEMPTS and
     DEFAULT_TIMEOUT_S. ``cron`` (five-field cron or macro) makes the task periodic, run
-    with no arguments in ``cron_timezone`` (IANA) with ``misfire_policy`` (run_once,
-    run_all, skip), ``jitter_s`` and ``max_lag_s`` as cron jobs have them (docs/cron.md).
+    with no arguments in ``timezone`` (IANA; ``cron_timezone`` is its deprecated name)
+    with ``misfire_policy`` (run_once, run_all, skip), ``jitter_s`` and ``max_lag_s`` as
+    cron jobs have them (docs/cron.md).
     Retries wait RETRY_BACKOFF_BASE_S · 2^(attempt−1) seconds, as every run's do.
     """
 
     max_attempts: int | None = None
     timeout_s: int | None = None
     cron: str | None = None
-    cron_timezone: str = "UTC"
+    timezone: str = "UTC"
     misfire_policy: str | None = None
     jitter_s: int | None = None
     max_lag_s: int | None = None
@@ -87,7 +89,23 @@ class SchedulerBackend(BaseTaskBackend):
     default none), ``MAX_ATTEMPTS`` and ``TIMEOUT_S`` (defaults for tasks that set none).
     Result ids are run ids as text (docs/django-tasks.md)."""
 
-    task_class = SchedulerTask
+    def task_class(self, **options) -> SchedulerTask:
+        """The SchedulerTask of ``@task(**options)``: the old name ``cron_timezone``
+        renamed with a DeprecationWarning; an option no task takes is a TypeError naming
+        it and the option probably meant."""
+        known = {f.name for f in fields(SchedulerTask)}
+        for name in list(options):
+            if spec.renamed(name, spec.TASK) is not None:
+                spec.warn_renamed(name, "@task()", stacklevel=4)
+                if "timezone" in options:
+                    raise TypeError(f"@task(): give timezone only ({name!r} is its "
+                                    "deprecated name)")
+                options["timezone"] = options.pop(name)
+            elif name not in known:
+                hint = spec.unknown_message(name, known - {"func", "backend"})
+                raise TypeError(f"@task() got an unexpected keyword argument {name!r}"
+                                + hint.removeprefix("unknown field"))
+        return SchedulerTask(**options)
     supports_defer = True
     supports_async_task = True
     supports_get_result = True

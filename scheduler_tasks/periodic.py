@@ -37,7 +37,7 @@ def check(task) -> None:
     invalid, or that takes arguments it cannot be given (takes_context is fine)."""
     try:
         cron.normalize(task.cron)
-        cron.zone(task.cron_timezone)
+        cron.zone(task.timezone)
     except (TypeError, ValueError) as exc:
         raise InvalidTask(f"{task.module_path}: {exc}") from None
     if task.run_after is not None:
@@ -70,13 +70,19 @@ def spec_of(task) -> dict:
     backend = task.get_backend()
     spec = {**backend.job_options(task), "name": PREFIX + task.module_path,
             "handler": HANDLER, "payload": payload_of(task, [], {}), "cron": task.cron,
-            "timezone": task.cron_timezone, "misfire_policy": task.misfire_policy,
+            "timezone": task.timezone, "misfire_policy": task.misfire_policy,
             "jitter_s": task.jitter_s}
     if task.max_lag_s is not None:
         spec["max_lag_s"] = task.max_lag_s
     spec["timeout_s"] = spec["timeout_s"] or conf.get("DEFAULT_TIMEOUT_S")
     spec["max_attempts"] = spec["max_attempts"] or conf.get("DEFAULT_MAX_ATTEMPTS")
     return validate_job(spec)
+
+
+def _fields(clean: dict) -> dict:
+    """A validated spec as create_jobs takes it: the job fields, not validation's own
+    serialised payload (create_jobs refuses a key that is not a job field)."""
+    return {key: value for key, value in clean.items() if key != "payload_json"}
 
 
 UPDATED_FIELDS = ("payload", "cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
@@ -117,7 +123,7 @@ def sync(using: str = "default") -> dict[str, list[str]]:
                          and j.owner_id == (owner.pk if owner else None)), None)
             stale += [j.pk for j in jobs if j is not keep]
             if keep is None:
-                services.create_jobs([spec], owner=owner, using=using)
+                services.create_jobs([_fields(spec)], owner=owner, using=using)
                 done["created"].append(task.module_path)
                 continue
             current = _current(keep)

@@ -115,7 +115,7 @@ def context_says(context, attempt):
     return context.task_result.id
 
 
-@task(cron="*/5 * * * *", cron_timezone="Europe/Berlin", misfire_policy="skip", jitter_s=3)
+@task(cron="*/5 * * * *", timezone="Europe/Berlin", misfire_policy="skip", jitter_s=3)
 def every_five_minutes():
     return "tick"
 

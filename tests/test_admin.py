@@ -74,8 +74,8 @@ def text(response) -> str:
 
 
 def test_job_list_shows_the_schedule_in_words_beside_cron_and_the_last_outcome(admin_client):
-    job = services.create_job("echo", {}, name="stand-up", cron_expr="30 9 * * 1-5",
-                              timezone_name="Europe/Berlin")
+    job = services.create_job("echo", {}, name="stand-up", cron="30 9 * * 1-5",
+                              timezone="Europe/Berlin")
     now = timezone.now()
     make_run(job, RunState.DEAD, scheduled_at=now - timedelta(days=2), attempts=[
         (now - timedelta(days=2), now - timedelta(days=2), AttemptOutcome.FAILED, "x", [])])
@@ -112,11 +112,11 @@ def test_job_list_costs_the_same_number_of_queries_for_3_or_30_jobs(admin_client
         return len(ctx.captured_queries)
 
     for i in range(3):
-        make_run(services.create_job("echo", {}, name=f"j{i}", cron_expr="* * * * *"),
+        make_run(services.create_job("echo", {}, name=f"j{i}", cron="* * * * *"),
                  attempts=[(timezone.now(), timezone.now(), AttemptOutcome.SUCCEEDED, "", [])])
     few = queries_for_page()
     for i in range(27):
-        make_run(services.create_job("echo", {}, name=f"k{i}", cron_expr="@hourly"),
+        make_run(services.create_job("echo", {}, name=f"k{i}", cron="@hourly"),
                  attempts=[(timezone.now(), timezone.now(), AttemptOutcome.SUCCEEDED, "", [])])
     assert queries_for_page() == few
 
@@ -168,7 +168,7 @@ def test_cancelling_jobs_asks_for_confirmation_first(admin_client):
 
 
 def test_job_page_shows_its_recent_runs_and_next_occurrences(admin_client):
-    job = services.create_job("echo", {}, name="hourly", cron_expr="@hourly")
+    job = services.create_job("echo", {}, name="hourly", cron="@hourly")
     run = make_run(job, attempts=[(timezone.now(), timezone.now(),
                                    AttemptOutcome.SUCCEEDED, "", [])])
 
@@ -218,7 +218,7 @@ def test_a_one_off_job_with_no_time_runs_once_now(admin_client):
 
 
 def test_editing_a_job_changes_only_the_safe_fields_and_validates_them(admin_client):
-    job = services.create_job("echo", {}, name="old", cron_expr="@daily")
+    job = services.create_job("echo", {}, name="old", cron="@daily")
     url = f"/admin/jobs/job/{job.pk}/change/"
     form = {"name": "new", "payload": "{}", "priority": "5", "timeout_s": "60",
             "max_attempts": "4", "cron": "@daily", "timezone": "UTC",

@@ -29,14 +29,14 @@ def text(response) -> str:
 
 
 def test_the_change_page_offers_the_schedule_fields(admin_client):
-    job = services.create_job("echo", {}, cron_expr="*/5 * * * *", timezone_name="UTC")
+    job = services.create_job("echo", {}, cron="*/5 * * * *", timezone="UTC")
     page = text(admin_client.get(f"/admin/jobs/job/{job.pk}/change/"))
     for name in ("cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s"):
         assert f'name="{name}"' in page, name
 
 
 def test_a_new_schedule_is_saved_and_the_next_run_recomputed(admin_client):
-    job = services.create_job("echo", {}, cron_expr="0 0 1 1 *", timezone_name="UTC")
+    job = services.create_job("echo", {}, cron="0 0 1 1 *", timezone="UTC")
     before = db_now()
 
     answer = admin_client.post(f"/admin/jobs/job/{job.pk}/change/", form_of(
@@ -55,7 +55,7 @@ def test_a_new_schedule_is_saved_and_the_next_run_recomputed(admin_client):
 
 
 def test_a_bad_schedule_is_named_on_its_field_and_nothing_changes(admin_client):
-    job = services.create_job("echo", {}, cron_expr="@daily")
+    job = services.create_job("echo", {}, cron="@daily")
     stored = job.schedule.cron
 
     page = text(admin_client.post(f"/admin/jobs/job/{job.pk}/change/", form_of(

@@ -214,7 +214,7 @@ def test_an_owner_without_email_address_is_skipped_not_retried(db):
 def test_misfire_skips_are_alerted_when_asked(db, owner, settings):
     settings.SCHEDULER = {"MISFIRE_GRACE_S": 60}
     AlertPolicy.objects.create(owner=owner, on_misfire=True)
-    job = services.create_job("noop", cron_expr="* * * * *", owner=owner,
+    job = services.create_job("noop", cron="* * * * *", owner=owner,
                               misfire_policy=MisfirePolicy.SKIP)
     Job.objects.filter(pk=job.pk).update(next_run_at=db_now() - timedelta(minutes=5))
 
@@ -413,7 +413,7 @@ def test_catch_up_runs_are_late_on_purpose_and_not_alerted_late(db, owner):
     # Resume's catch_up=all makes the runs of a paused interval, due minutes ago: they
     # are left out of lag (docs/cron.md, "Catch-up runs"), so out of late alerts too.
     AlertPolicy.objects.create(owner=owner, late_after_s=30)
-    job = services.create_job("noop", cron_expr="* * * * *", owner=owner)
+    job = services.create_job("noop", cron="* * * * *", owner=owner)
     paused_at = db_now() - timedelta(minutes=10)
     Job.objects.filter(pk=job.pk).update(
         status=Job.Status.PAUSED, paused_at=paused_at,

@@ -39,7 +39,7 @@ def one_off(owner, handler="noop", delay_s=3600, **options) -> Job:
 
 
 def recurring(owner, cron="*/5 * * * *", **options) -> Job:
-    return services.create_job("echo", {}, owner=owner, cron_expr=cron, **options)
+    return services.create_job("echo", {}, owner=owner, cron=cron, **options)
 
 
 def finished_run(job: Job, state=RunState.DEAD, outcome=AttemptOutcome.FAILED,

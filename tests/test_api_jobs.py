@@ -304,7 +304,7 @@ def test_the_create_example_of_docs_api_shows_every_field_the_answer_has(api, al
     text = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
     section = text.split("### Create: `POST /api/jobs/`", 1)[1]
     example = json.loads(re.search(r"^\{\n.*?^\}$", section, re.S | re.M).group(0))
-    answer = api.post("/api/jobs/", {"handler": "echo", "schedule": "30 2 * * *"},
+    answer = api.post("/api/jobs/", {"handler": "echo", "cron": "30 2 * * *"},
                       format="json")
 
     assert answer.status_code == 201, answer.content

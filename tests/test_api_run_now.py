@@ -52,7 +52,7 @@ def test_bulk_items_take_delay_s_and_no_time_too(api):
 
 @pytest.mark.parametrize("other, value, name", [
     ("run_at", "2030-01-01T00:00:00Z", "run_at"),
-    ("schedule", "@daily", "schedule"),
+    ("cron", "@daily", "cron"),
 ])
 def test_delay_s_with_run_at_or_schedule_is_refused_naming_both(api, other, value, name):
     answer = api.post("/api/jobs/", {"handler": "noop", "delay_s": 5, other: value},

@@ -49,7 +49,7 @@ def api_schema(owner, wsgi_app):
     auth = {"Authorization": f"Token {token}"}
     other = User.objects.create_user("someone-else")
     mine = services.create_job("noop", {"n": 1}, owner=owner, delay_s=60)
-    cron_job = services.create_job("echo", {}, owner=owner, cron_expr="*/5 * * * *")
+    cron_job = services.create_job("echo", {}, owner=owner, cron="*/5 * * * *")
     theirs = services.create_job("noop", {}, owner=other, delay_s=60)
     run = Run.objects.get(job=mine)
     dead = Run.objects.create(job=cron_job, scheduled_at=mine.run_at, run_at=mine.run_at,

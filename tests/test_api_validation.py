@@ -12,19 +12,19 @@ from tests.test_api_helpers import one_off, recurring
 
 pytestmark = pytest.mark.django_db
 
-CRON = {"handler": "noop", "schedule": "*/5 * * * *"}
+CRON = {"handler": "noop", "cron": "*/5 * * * *"}
 ONE_OFF = {"handler": "noop", "run_at": "2030-01-01T09:00:00+01:00"}
 KIB = 1024
 
 # (body, field, words the reason must contain)
 BAD = [
     # cron expression
-    ({"handler": "noop", "schedule": "61 * * * *"}, "schedule", "minute"),
-    ({"handler": "noop", "schedule": "* * * *"}, "schedule", "5 fields"),
-    ({"handler": "noop", "schedule": "* * 31 2 *"}, "schedule", "never fires"),
-    ({"handler": "noop", "schedule": "@reboot"}, "schedule", "@reboot"),
-    ({"handler": "noop", "schedule": "*/0 * * * *"}, "schedule", "minute"),
-    ({"handler": "noop", "schedule": "x" * 201}, "schedule", "200"),
+    ({"handler": "noop", "cron": "61 * * * *"}, "cron", "minute"),
+    ({"handler": "noop", "cron": "* * * *"}, "cron", "5 fields"),
+    ({"handler": "noop", "cron": "* * 31 2 *"}, "cron", "never fires"),
+    ({"handler": "noop", "cron": "@reboot"}, "cron", "@reboot"),
+    ({"handler": "noop", "cron": "*/0 * * * *"}, "cron", "minute"),
+    ({"handler": "noop", "cron": "x" * 201}, "cron", "200"),
     # IANA timezone
     ({**CRON, "timezone": "Mars/Olympus"}, "timezone", "IANA"),
     ({**CRON, "timezone": "Europe"}, "timezone", "IANA"),
@@ -36,14 +36,14 @@ BAD = [
     ({"handler": "noop", "run_at": "next tuesday"}, "run_at", "format"),
     ({"handler": "noop", "run_at": 1893456000}, "run_at", "format"),
     ({"handler": "noop", "run_at": "0001-01-01T00:00:00+14:00"}, "run_at", "out of range"),
-    # two of run_at, delay_s and schedule (none of them means now: test_api_run_now.py)
-    ({**CRON, "run_at": "2030-01-01T00:00:00Z"}, "schedule", "at most one"),
+    # two of run_at, delay_s and cron (none of them means now: test_api_run_now.py)
+    ({**CRON, "run_at": "2030-01-01T00:00:00Z"}, "cron", "at most one"),
     ({**CRON, "run_at": "2030-01-01T00:00:00Z"}, "run_at", "at most one"),
     ({"handler": "noop", "run_at": "2030-01-01T00:00:00Z", "delay_s": 1}, "delay_s",
      "not run_at and delay_s"),
     # handler
     ({**CRON, "handler": "nope"}, "handler", "no handler"),
-    ({"schedule": "@daily"}, "handler", "required"),
+    ({"cron": "@daily"}, "handler", "required"),
     # priority 0-9
     ({**CRON, "priority": 10}, "priority", "9"),
     ({**CRON, "priority": -1}, "priority", "0"),
@@ -52,9 +52,9 @@ BAD = [
     ({**CRON, "timeout_s": 0}, "timeout_s", "at least 1"),
     ({**CRON, "timeout_s": -5}, "timeout_s", "at least 1"),
     ({**CRON, "timeout_s": 86_401}, "timeout_s", "at most 86400"),
-    # max_retries 0..cap (99)
-    ({**CRON, "max_retries": -1}, "max_retries", "at least 0"),
-    ({**CRON, "max_retries": 100}, "max_retries", "at most 99"),
+    # max_attempts 1..cap + 1 (100)
+    ({**CRON, "max_attempts": 0}, "max_attempts", "at least 1"),
+    ({**CRON, "max_attempts": 101}, "max_attempts", "at most 100"),
     # payload: a JSON object under the size cap, storable by PostgreSQL
     ({**CRON, "payload": "x" * 300 * KIB}, "payload", "JSON object"),
     ({**CRON, "payload": {"blob": "x" * 257 * KIB}}, "payload", "cap of 262144"),
@@ -74,9 +74,10 @@ BAD = [
     ({**CRON, "name": "lone \ud800"}, "name", "Unicode"),
     # unknown fields
     ({**CRON, "colour": "red"}, "colour", "unknown field"),
-    ({**CRON, "cron": "@daily"}, "cron", "unknown field (did you mean 'schedule'?)"),
+    ({**CRON, "cron_expr": "@daily"}, "cron_expr", "unknown field (did you mean 'cron'?)"),
     ({**CRON, "timezone_name": "UTC"}, "timezone_name", "did you mean 'timezone'?"),
-    ({**CRON, "max_attempts": 3}, "max_attempts", "use 'max_retries', which is max_attempts - 1"),
+    ({**CRON, "retries": 3}, "retries", "did you mean 'max_attempts'?"),
+    ({**CRON, "colour": "red", "max_tries": 3}, "max_tries", "did you mean 'max_attempts'?"),
     ({**CRON, "delay": 5}, "delay", "did you mean 'delay_s'?"),
     ({**CRON, "tz": "UTC"}, "tz", "did you mean 'timezone'?"),
 ]
@@ -103,25 +104,25 @@ def test_a_bad_job_is_a_400_naming_the_field_and_reason_and_nothing_is_stored(
 
 
 def test_every_bad_field_is_named_at_once(api):
-    response = api.post("/api/jobs/", {"handler": "noop", "schedule": "* * * *",
+    response = api.post("/api/jobs/", {"handler": "noop", "cron": "* * * *",
                                        "priority": 12, "queue": "a b", "colour": "red"},
                         format="json")
 
     assert response.status_code == 400
-    assert set(response.json()) == {"schedule", "priority", "queue", "colour"}
+    assert set(response.json()) == {"cron", "priority", "queue", "colour"}
 
 
 def test_the_caps_are_tunables(api):
     with override_settings(SCHEDULER={"MAX_TIMEOUT_S": 60, "MAX_RETRIES": 2,
                                       "MAX_PAYLOAD_BYTES": 100}):
         too_long = api.post("/api/jobs/", {**CRON, "timeout_s": 61}, format="json")
-        too_many = api.post("/api/jobs/", {**CRON, "max_retries": 3}, format="json")
+        too_many = api.post("/api/jobs/", {**CRON, "max_attempts": 4}, format="json")
         too_big = api.post("/api/jobs/", {**CRON, "payload": {"x": "y" * 100}}, format="json")
-        fine = api.post("/api/jobs/", {**CRON, "timeout_s": 60, "max_retries": 2,
+        fine = api.post("/api/jobs/", {**CRON, "timeout_s": 60, "max_attempts": 3,
                                        "payload": {"x": "y"}}, format="json")
 
     assert too_long.json() == {"timeout_s": ["must be at most 60"]}
-    assert too_many.json() == {"max_retries": ["must be at most 2"]}
+    assert too_many.json() == {"max_attempts": ["must be at most 3"]}
     assert "cap of 100" in too_big.json()["payload"][0]
     assert fine.status_code == 201, fine.content
     assert Job.objects.count() == 1
@@ -155,17 +156,17 @@ def test_a_body_that_is_not_json_is_a_400(api, body):
 
 
 def test_a_form_body_is_refused_as_unsupported(api):
-    response = api.post("/api/jobs/", {"handler": "noop", "schedule": "@daily"})
+    response = api.post("/api/jobs/", {"handler": "noop", "cron": "@daily"})
 
     assert response.status_code == 415
 
 
 @pytest.mark.parametrize("change, field", [
-    ({"schedule": "61 * * * *"}, "schedule"),
+    ({"cron": "61 * * * *"}, "cron"),
     ({"timezone": "Atlantis/Central"}, "timezone"),
     ({"priority": 10}, "priority"),
     ({"timeout_s": 0}, "timeout_s"),
-    ({"max_retries": 100}, "max_retries"),
+    ({"max_attempts": 101}, "max_attempts"),
     ({"payload": {"blob": "x" * 257 * KIB}}, "payload"),
     ({"payload": "not an object"}, "payload"),
     ({"misfire_policy": "often"}, "misfire_policy"),
@@ -174,7 +175,7 @@ def test_a_form_body_is_refused_as_unsupported(api):
     ({"queue": "other"}, "queue"),
     ({"owner": "bob"}, "owner"),
     ({"colour": "red"}, "colour"),
-    ({"schedule": None}, "schedule"),
+    ({"cron": None}, "cron"),
 ])
 def test_a_bad_change_is_a_400_naming_the_field_and_the_job_is_unchanged(
         api, alice, change, field):
@@ -192,7 +193,7 @@ def test_a_bad_change_is_a_400_naming_the_field_and_the_job_is_unchanged(
 
 @pytest.mark.parametrize("change, field", [
     ({"run_at": "2030-01-01T00:00:00"}, "run_at"),
-    ({"schedule": "@daily"}, "schedule"),  # a one-off job has no schedule
+    ({"cron": "@daily"}, "cron"),  # a one-off job has no schedule
     ({"timezone": "Europe/Paris"}, "timezone"),
 ])
 def test_a_bad_change_to_a_one_off_job_is_a_400_and_its_run_is_untouched(
@@ -212,7 +213,7 @@ def test_a_bulk_request_names_every_bad_item_by_index_and_stores_nothing(api):
         CRON,
         {**CRON, "priority": 11},                            # serializer: range
         ONE_OFF,
-        {"handler": "noop", "schedule": "99 * * * *"},       # service layer: cron
+        {"handler": "noop", "cron": "99 * * * *"},       # service layer: cron
         {**ONE_OFF, "colour": "red"},                        # unknown field
         "not an object",
         {"handler": "missing", "run_at": "2030-01-01T00:00:00"},  # two problems
@@ -226,7 +227,7 @@ def test_a_bulk_request_names_every_bad_item_by_index_and_stores_nothing(api):
     errors = {e["index"]: e["errors"] for e in body["errors"]}
     assert set(errors) == {1, 3, 4, 5, 6}
     assert set(errors[1]) == {"priority"}
-    assert "minute" in errors[3]["schedule"][0]
+    assert "minute" in errors[3]["cron"][0]
     assert set(errors[4]) == {"colour"}
     assert "non_field_errors" in errors[5]
     assert set(errors[6]) == {"handler", "run_at"}

@@ -50,7 +50,7 @@ def minutely_job_missed_since(minutes: float) -> Job:
     next_run_at is that old, and the occurrence of the current minute is within the 60 s
     grace or just past it."""
     clear_of_a_minute_boundary()
-    job = services.create_job("noop", cron_expr="* * * * *")
+    job = services.create_job("noop", cron="* * * * *")
     stale = db_now().replace(second=0, microsecond=0) - timedelta(minutes=minutes)
     Job.objects.filter(pk=job.pk).update(next_run_at=stale)
     return job
@@ -67,7 +67,7 @@ def test_run_once_after_downtime_makes_one_run_now_not_two():
 def minutely_job_paused_for(minutes: float) -> Job:
     """A ``* * * * *`` run_once job paused ``minutes`` ago, the scheduler stopped then."""
     clear_of_a_minute_boundary()
-    job = services.create_job("noop", cron_expr="* * * * *")
+    job = services.create_job("noop", cron="* * * * *")
     paused_at = db_now() - timedelta(minutes=minutes)
     Job.objects.filter(pk=job.pk).update(
         status=Job.Status.PAUSED, paused_at=paused_at,

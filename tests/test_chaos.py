@@ -84,7 +84,7 @@ def test_workers_killed_under_workflow_runs_leave_every_node_run_once_and_no_run
 
 def test_the_checker_counts_a_missing_cron_occurrence_and_an_unexplained_duplicate(tmp_path):
     user = owner()
-    cron_job = services.create_job("chaos.work", {}, owner=user, cron_expr="* * * * *",
+    cron_job = services.create_job("chaos.work", {}, owner=user, cron="* * * * *",
                                    misfire_policy="run_all")
     one_off = services.create_job("chaos.work", {}, owner=user, delay_s=0)
     first = db_now().replace(second=0, microsecond=0) - timedelta(minutes=3)

@@ -48,7 +48,7 @@ def test_a_deploy_that_changes_a_schedule_updates_the_same_job(monkeypatch):
     periodic.sync()
     [before] = live()
     changed = dataclasses.replace(t.every_five_minutes, cron="0 3 * * *",
-                                  cron_timezone="Asia/Tokyo", max_attempts=2)
+                                  timezone="Asia/Tokyo", max_attempts=2)
     monkeypatch.setattr(t, "every_five_minutes", changed)
 
     assert periodic.sync()["updated"] == ["tests.djtasks_tasks.every_five_minutes"]

@@ -30,7 +30,7 @@ def paused_cron_job(broker, paused_min: float = 4.5, behind_min: float = 0, **sc
     many minutes behind at the pause (its next_run_at is older). Returns (job, held run,
     paused_at)."""
     using = broker.using
-    job = services.create_job("noop", cron_expr="* * * * *", using=using)
+    job = services.create_job("noop", cron="* * * * *", using=using)
     if schedule:
         Schedule.objects.using(using).filter(pk=job.schedule_id).update(**schedule)
     paused_at = db_now(using) - timedelta(minutes=paused_min)

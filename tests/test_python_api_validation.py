@@ -14,16 +14,16 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize("options, field", [
-    ({"cron_expr": "* * * * *", "timezone_name": "America"}, "timezone"),
-    ({"cron_expr": "* * * * *", "timezone_name": 5}, "timezone"),
-    ({"cron_expr": 5}, "schedule"),
+    ({"cron": "* * * * *", "timezone": "America"}, "timezone"),
+    ({"cron": "* * * * *", "timezone": 5}, "timezone"),
+    ({"cron": 5}, "cron"),
     ({"delay_s": 1e12}, "delay_s"),
     ({"delay_s": float("nan")}, "delay_s"),
     ({"delay_s": 0, "queue": "default\n"}, "queue"),
     ({"delay_s": 0, "name": "x" * 201}, "name"),
     ({"run_at": datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-14)))}, "run_at"),
     ({"run_at": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))}, "run_at"),
-    ({"cron_expr": "* * * * *", "timeout_s": 10**10}, "timeout_s"),
+    ({"cron": "* * * * *", "timeout_s": 10**10}, "timeout_s"),
 ])
 def test_bad_options_are_refused_naming_the_field(options, field):
     with pytest.raises(InvalidJob) as caught:
@@ -47,7 +47,7 @@ def test_bad_handler_or_payload_is_refused(handler, payload, field):
 
 
 def test_trigger_refuses_a_naive_time_and_a_second_run_at_the_same_time():
-    job = services.create_job("noop", {}, cron_expr="@daily")
+    job = services.create_job("noop", {}, cron="@daily")
     at = datetime(2030, 1, 1, tzinfo=UTC)
 
     with pytest.raises(InvalidJob):
@@ -59,8 +59,8 @@ def test_trigger_refuses_a_naive_time_and_a_second_run_at_the_same_time():
 
 
 @pytest.mark.parametrize("option, hint", [
-    ("schedule", "did you mean cron_expr?"), ("timezone", "did you mean timezone_name?"),
-    ("max_retries", "did you mean max_attempts"), ("colour", None)])
+    ("schedule", "did you mean 'cron'?"), ("tz", "did you mean 'timezone'?"),
+    ("max_retries", "did you mean 'max_attempts'?"), ("colour", None)])
 def test_an_option_create_job_does_not_take_is_a_type_error_naming_it(option, hint):
     with pytest.raises(TypeError) as error:
         services.create_job("noop", {}, **{option: 1})

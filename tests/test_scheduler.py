@@ -68,7 +68,7 @@ def test_lookahead_stages_the_next_minute_before_it_starts():
 @pytest.mark.django_db(transaction=True)
 def test_a_paused_job_creates_no_runs_and_resume_catches_up_once():
     flush_redis()
-    job = services.create_job("noop", cron_expr="* * * * *")
+    job = services.create_job("noop", cron="* * * * *")
     services.pause([job.pk])
     Job.objects.filter(pk=job.pk).update(next_run_at=db_now() - timedelta(minutes=10))
 

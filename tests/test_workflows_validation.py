@@ -59,7 +59,7 @@ def test_a_cycle_is_named_with_the_other_problems_not_after_they_are_fixed():
 def test_a_node_given_max_retries_is_pointed_at_max_attempts():
     errors = refused([node("a", max_retries=2)])
 
-    assert "did you mean max_attempts" in errors["nodes[0].max_retries"]
+    assert "did you mean 'max_attempts'?" in errors["nodes[0].max_retries"]
 
 
 @pytest.mark.parametrize("nodes, edges, field, words", [

@@ -14,6 +14,7 @@ from graphlib import CycleError, TopologicalSorter
 from jobs import cron
 from jobs.models import MisfirePolicy
 from jobs.services import InvalidJobs, validate_specs
+from jobs.spec import DEPRECATED, suggestion
 from jobs.validation import NAME_MAX, utf8
 from runs.quotas import MAX_INT
 from scheduler_core import conf
@@ -50,13 +51,8 @@ def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -
     becomes a ``django_task`` job whose payload names the task (docs/django-tasks.md).
     Without ``allow_tasks`` (a REST client's workflow) a task node is refused, as the
     REST API refuses a ``django_task`` job (docs/security.md, "Tenants and limits")."""
-    unknown = sorted(set(node) - NODE_KEYS)
-    for key in unknown:
-        errors[f"{where}.{key}"] = f"is not a node field (fields: {', '.join(sorted(NODE_KEYS))})"
-    if "max_retries" in unknown:
-        # The REST API's jobs take max_retries (= max_attempts - 1); a node, as a job of
-        # the Python API, takes max_attempts (docs/workflows.md, "Node jobs").
-        errors[f"{where}.max_retries"] += "; did you mean max_attempts (max_retries + 1)?"
+    for key in sorted(set(node) - NODE_KEYS, key=str):
+        errors[f"{where}.{key}"] = _unknown("node", key, NODE_KEYS)
     spec = {key: node.get(key) for key in ("queue", "priority", "timeout_s", "max_attempts")}
     has_handler, has_task = node.get("handler") is not None, node.get("task") is not None
     if has_handler == has_task:
@@ -94,6 +90,17 @@ def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -
         errors[f"{where}.kwargs"] = "must be a JSON object"
     return {**spec, "handler": TASK_HANDLER,
             "payload": {"task": path, "args": args, "kwargs": kwargs}}
+
+
+def _unknown(kind: str, key, known: frozenset) -> str:
+    """Why ``key`` is refused in a node or schedule: the fields, and the one probably
+    meant (jobs/spec.py: max_retries for max_attempts, a misspelling)."""
+    said = f"is not a {kind} field (fields: {', '.join(sorted(known))})"
+    meant = suggestion(key, known) if isinstance(key, str) else None
+    if meant is None:
+        return said
+    note = DEPRECATED[key].note if key in DEPRECATED else ""
+    return f"{said}; did you mean {meant!r}?" + (f" ({note})" if note else "")
 
 
 def _edge_pair(edge, errors: dict, where: str) -> tuple | None:
@@ -244,10 +251,10 @@ def _schedule(schedule, errors: dict) -> dict | None:
     if not isinstance(schedule, dict) or not schedule.get("cron"):
         errors["schedule"] = "must be a cron expression or an object with a cron field"
         return None
-    unknown = sorted(set(schedule) - SCHEDULE_KEYS)
+    unknown = sorted(set(schedule) - SCHEDULE_KEYS, key=str)
     if unknown:
-        errors["schedule"] = f"{unknown[0]!r} is not a schedule field " \
-                             f"(fields: {', '.join(sorted(SCHEDULE_KEYS))})"
+        errors["schedule"] = f"{unknown[0]!r} " + _unknown("schedule", unknown[0],
+                                                           SCHEDULE_KEYS)
         return None
     clean = {}
     try:

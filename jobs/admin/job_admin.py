@@ -50,7 +50,7 @@ from runs.admin_helpers import (
     with_timing,
 )
 from runs.models import PENDING_STATES, TERMINAL_STATES, Run
-from runs.outbound import redact
+from runs.outbound.payload import redacted
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
@@ -227,8 +227,8 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload")
     def shown_payload(self, job):
-        return json.dumps(redact.shown_payload(job.handler, job.payload), indent=2,
-                          ensure_ascii=False)
+        payload = redacted(job.payload) if job.handler == "http" else job.payload
+        return json.dumps(payload, indent=2, ensure_ascii=False)
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.readonly_fields
@@ -249,7 +249,7 @@ class JobAdmin(admin.ModelAdmin):
             "max_attempts": spec.get("max_attempts"),
         }
         if spec.get("cron"):
-            options.update(cron_expr=spec["cron"], timezone_name=spec["timezone"],
+            options.update(cron=spec["cron"], timezone=spec["timezone"],
                            misfire_policy=spec["misfire_policy"], max_lag_s=spec["max_lag_s"])
         else:
             options["run_at"] = spec["run_at"]

@@ -29,7 +29,7 @@ def state_of(run_id: int) -> str:
 
 def test_pause_resume_and_trigger_a_job(page, daemons):
     job = services.create_job("echo", {"hello": "browser"}, name="nightly export",
-                              cron_expr="0 3 * * *", timezone_name="Europe/Berlin")
+                              cron="0 3 * * *", timezone="Europe/Berlin")
 
     page.goto("/admin/jobs/job/")
     row = page.locator("#result_list tbody tr", has_text="nightly export")

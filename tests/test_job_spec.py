@@ -1,0 +1,192 @@
+"""One job spec (jobs/spec.py): every way in takes the same field names, refuses an unknown
+one naming it and the field meant, keeps its old names one release with a deprecation,
+and docs/api.md's table is the spec's."""
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+from django.tasks import task
+
+from jobs import services, spec
+from jobs.admin.forms import JobChangeForm, JobCreateForm
+from jobs.models import Job
+from jobs.serializers import JobCreateSerializer, JobSerializer, JobUpdateSerializer
+from runs.models import Run
+from scheduler_tasks.backend import SchedulerTask
+from workflows.validation import NODE_KEYS, SCHEDULE_KEYS
+
+pytestmark = pytest.mark.django_db
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+
+
+def old_names(door):
+    return {name for name, old in spec.DEPRECATED.items() if door in old.doors}
+
+
+# --- every way in takes the spec's names, and only them ---------------------------------
+
+def test_docs_api_md_carries_the_spec_table():
+    assert spec.markdown_table() in DOCS.read_text(), (
+        "docs/api.md's job field table differs from jobs/spec.py: paste spec.markdown_table()")
+
+
+def test_rest_create_takes_the_spec_fields_and_its_old_names():
+    assert set(JobCreateSerializer().fields) == spec.names_of(spec.REST) | old_names(spec.REST)
+
+
+def test_rest_update_takes_the_update_fields_and_the_old_names():
+    assert set(JobUpdateSerializer().fields) == (spec.names_of(spec.UPDATE)
+                                                 | old_names(spec.REST))
+
+
+def test_the_rest_answer_names_each_spec_field_it_shows_as_the_spec_does():
+    shown = set(JobSerializer().fields)
+    assert spec.names_of(spec.REST) - shown == {"delay_s", "unique_period_s", "unique_states"}
+
+
+def test_create_job_takes_the_spec_fields():
+    options = set(inspect.signature(services._spec).parameters)
+    assert options == spec.names_of(spec.CREATE_JOB)
+
+
+def test_the_admin_forms_use_the_spec_names():
+    assert set(JobCreateForm.base_fields) == spec.names_of(spec.ADMIN)
+    # A one-off job's run_at is changed through the REST API only.
+    assert set(JobChangeForm.base_fields) == spec.names_of(spec.UPDATE) - {"run_at"}
+
+
+def test_task_options_are_the_spec_fields():
+    django_own = {"priority", "func", "backend", "queue_name", "run_after", "takes_context",
+                  "name"}
+    options = {f.name for f in dataclasses.fields(SchedulerTask)} - django_own
+    assert options == spec.names_of(spec.TASK)
+
+
+def test_workflow_nodes_and_schedules_take_the_spec_fields():
+    assert NODE_KEYS - {"task", "args", "kwargs"} == spec.names_of(spec.NODE)
+    assert SCHEDULE_KEYS == spec.names_of(spec.WORKFLOW_SCHEDULE)
+
+
+# --- create_jobs refused what it does not know (it ignored it) ---------------------------
+
+@pytest.mark.parametrize("key, value, meant", [
+    ("schedule", "@hourly", "cron"),
+    ("cron_expr", "@hourly", "cron"),
+    ("timezone_name", "Europe/Paris", "timezone"),
+    ("max_retries", 2, "max_attempts"),
+    ("colour", "red", None),
+])
+def test_create_jobs_refuses_an_unknown_key_naming_the_field_meant(key, value, meant):
+    with pytest.raises(services.InvalidJobs) as caught:
+        services.create_jobs([{"handler": "noop"}, {"handler": "noop", key: value}])
+
+    errors = caught.value.item_errors
+    assert list(errors) == [1]
+    reason = errors[1][key]
+    assert reason.startswith("unknown field")
+    assert (f"did you mean {meant!r}" in reason) if meant else "did you mean" not in reason
+    assert (Job.objects.count(), Run.objects.count()) == (0, 0)
+
+
+def test_create_jobs_names_an_unknown_key_with_the_other_errors():
+    with pytest.raises(services.InvalidJobs) as caught:
+        services.create_jobs([{"handler": "noop", "priority": 12, "colour": "red"}])
+
+    assert set(caught.value.item_errors[0]) == {"priority", "colour"}
+
+
+def test_create_jobs_refuses_an_item_that_is_not_a_dict():
+    with pytest.raises(services.InvalidJobs) as caught:
+        services.create_jobs([["noop"]])
+
+    assert "dict" in caught.value.item_errors[0]["spec"]
+
+
+# --- the old names work this release, with a deprecation ---------------------------------
+
+def test_create_job_old_names_work_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="'cron_expr' is deprecated.*use 'cron'"):
+        job = services.create_job("noop", {}, cron_expr="@daily",
+                                  timezone="Europe/Paris")
+    with pytest.warns(DeprecationWarning, match="'timezone_name' is deprecated"):
+        other = services.create_job("noop", {}, cron="@daily", timezone_name="Asia/Tokyo")
+
+    assert (job.schedule.cron, job.schedule.timezone) == ("0 0 * * *", "Europe/Paris")
+    assert other.schedule.timezone == "Asia/Tokyo"
+
+
+def test_create_job_refuses_a_field_under_both_names():
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="give 'cron' only"):
+        services.create_job("noop", {}, cron="@daily", cron_expr="@daily")
+
+
+def test_the_task_decorator_old_timezone_name_works_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="'cron_timezone' is deprecated"):
+        declared = task(cron="0 3 * * *", cron_timezone="Europe/Berlin")(
+            test_create_jobs_refuses_an_item_that_is_not_a_dict)
+
+    assert declared.timezone == "Europe/Berlin"
+
+
+def test_the_task_decorator_refuses_an_unknown_option_naming_the_one_meant():
+    with pytest.raises(TypeError, match="'max_retries'.*did you mean 'max_attempts'"):
+        task(max_retries=3)(test_create_jobs_refuses_an_item_that_is_not_a_dict)
+
+
+def test_rest_old_names_work_answered_with_a_deprecation_header(api):
+    response = api.post("/api/jobs/", {"handler": "noop", "schedule": "@daily",
+                                       "max_retries": 2}, format="json")
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["cron"], body["max_attempts"]) == ("0 0 * * *", 3)
+    assert (body["schedule"], body["max_retries"]) == ("0 0 * * *", 2)
+    assert response["Deprecation"] == "true"
+    assert re.search(r"'max_retries' is deprecated.*'schedule' is deprecated",
+                     response["Warning"])
+
+
+def test_rest_new_names_have_no_deprecation_header(api):
+    response = api.post("/api/jobs/", {"handler": "noop", "cron": "@daily",
+                                       "max_attempts": 3}, format="json")
+
+    assert response.status_code == 201, response.content
+    assert "Deprecation" not in response
+    assert Job.objects.get().max_attempts == 3
+
+
+def test_rest_refuses_a_field_under_both_names(api):
+    response = api.post("/api/jobs/", {"handler": "noop", "cron": "@daily",
+                                       "schedule": "@daily"}, format="json")
+
+    assert response.status_code == 400
+    assert "give 'cron' only" in response.json()["schedule"][0]
+
+
+def test_a_rest_patch_takes_the_new_names(api):
+    job_id = api.post("/api/jobs/", {"handler": "noop", "cron": "@daily"},
+                      format="json").json()["id"]
+
+    response = api.patch(f"/api/jobs/{job_id}/", {"cron": "@hourly", "max_attempts": 2},
+                         format="json")
+
+    assert response.status_code == 200, response.content
+    assert (response.json()["cron"], response.json()["max_attempts"]) == ("0 * * * *", 2)
+
+
+def test_the_same_cron_job_through_rest_create_job_and_create_jobs():
+    """One set of names gives the same job through each Python and REST way in."""
+    fields = {"name": "report", "cron": "30 2 * * *", "timezone": "Europe/Berlin",
+              "max_attempts": 3, "priority": 2}
+    one = services.create_job("echo", {"x": 1}, **fields)
+    [two] = services.create_jobs([{"handler": "echo", "payload": {"x": 1}, **fields}])
+
+    def shape(job):
+        job = Job.objects.select_related("schedule").get(pk=job.pk)
+        return (job.name, job.handler, job.payload, job.schedule.cron, job.schedule.timezone,
+                job.max_attempts, job.priority)
+
+    assert shape(one) == shape(two)
