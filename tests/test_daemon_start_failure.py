@@ -1,6 +1,6 @@
 """A daemon whose start-up fails after it made its children exits non-zero with a clear
-message and leaves nothing behind (README, "exits non-zero with a clear message if the
-database or Redis is unreachable at start"; docs/architecture.md, "Stopping")."""
+message and leaves nothing behind (docs/deploy.md, "How many daemons": "exits non-zero with a clear
+message if the database or Redis is unreachable at start"; docs/architecture.md, "Stopping")."""
 
 import os
 import subprocess

@@ -1,5 +1,5 @@
 """scripts/demo refuses to listen beyond the loopback without DEMO_ALLOW_REMOTE=1: it has
-DEBUG on and the superuser demo/demo (README, "Try it: the first command")."""
+DEBUG on and the superuser demo/demo (docs/demo.md, "What it does")."""
 
 import os
 import subprocess

@@ -1,6 +1,6 @@
 """The first start tells a newcomer it is installing, not hanging: scripts/ensure-venv
-prints a line every PROGRESS_S seconds while pip runs (README, "Try it: the first
-command"). The pip here is a stand-in that takes a few seconds, since a real install
+prints a line every PROGRESS_S seconds while pip runs (docs/demo.md, "How
+long"). The pip here is a stand-in that takes a few seconds, since a real install
 would make the test minutes long; the script under test is the real one."""
 
 import os
