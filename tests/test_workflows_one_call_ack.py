@@ -1,5 +1,5 @@
 """The ack of workflow nodes' successes as one call on PostgreSQL (workflows/ack_pg.py,
-workflows/migrations/0002_ack_function.py; docs/workflows.md, "Latency"), on every
+workflows/sql/ack_succeeded.sql; docs/workflows.md, "Latency"), on every
 broker/database pair: one round trip where the call serves, the same rows as the ORM
 path everywhere; pause and resume exact against a call held open before its commit; an
 error in the engine's part leaves the ack standing and the reconcile repairs the rest."""
@@ -317,9 +317,10 @@ def test_a_paused_workflow_run_whose_last_node_succeeds_in_the_call_stays_paused
 
 
 def test_the_previous_releases_function_stays_beside_the_new_one_for_a_rolling_deploy():
-    """Migration 0003 adds its signature (the priority rule's two arrays) without dropping
-    0002's: a worker of the release before, still running mid-deploy, calls 0002's and
-    its acks go on being applied."""
+    """The signature with the priority rule's two arrays and, beside it, the ten-argument
+    one of the releases before (workflows/sql/ack_succeeded_compat.sql): a worker of
+    those, still running mid-deploy, calls it and its acks go on being applied
+    (tests/test_workflows_sql.py calls it)."""
     connection = connections["default"]
     if connection.vendor != "postgresql":
         pytest.skip("the function is PostgreSQL's")

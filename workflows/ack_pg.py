@@ -1,20 +1,14 @@
 """The ack of workflow nodes' successes in one round trip on PostgreSQL: one call of the
-function workflows_ack_succeeded (workflows/migrations/0002_ack_function.py, with
-0003_ack_urgent.py's priority rule), in
-autocommit, so the call is its own transaction and its commit (docs/workflows.md,
-"Latency"; BENCHMARKS.md, "Workflows (W7)").
+function workflows_ack_succeeded, in autocommit, so the call is its own transaction and
+its commit (docs/workflows.md, "Latency"; BENCHMARKS.md, "Workflows (W7)").
 
-It does what runs/completion.py's general path and this app's listener do for a batch of
-successes, statement for statement: the runs and their attempts succeed (fenced on the
-attempt), their node runs succeed, the pending node runs below them are locked in id
-order, the ready ones read in a statement of their own (so the lock-then-read rule of
-docs/workflows.md, "The rules", holds: each statement of the function takes its own
-snapshot), their runs inserted and pointed at, those the acking worker offered to run
-continued on it (runs/continuation.py), the workflow runs that are done ended. The
-engine's part runs in a subtransaction: its error is logged and the ack stands, as a
-listener's is (runs/hooks.py). The rare cases the function leaves to the ORM path (a node
-of a cancelled job, a schedule's jitter still ahead, a workflow run ending failed) undo
-the whole call; the caller then acks through that path.
+What the function does, step by step, why the same ack is also written in
+workflows/engine.py, and the test that holds the two equal: the header of
+workflows/sql/ack_succeeded.sql. Here: the call's arguments (the worker's offer,
+runs/continuation.py) and its rows turned into the offer's leases and the broker's
+pushes. When the function leaves a batch to the engine (SQLSTATE WFA01) or the database
+is behind this code (no such function), nothing changed and the caller acks through the
+ORM path.
 """
 
 import json

@@ -23,8 +23,8 @@ from workflows.models import (
 )
 
 # Candidates above which a readiness read is planned without sequential scans (as the
-# one-call ack's are: workflows/migrations/0004_ack_index_scans.py); a handoff's few rows
-# are not worth the two statements.
+# one-call ack's are: workflows/sql/ack_succeeded.sql, enable_seqscan); a handoff's few
+# rows are not worth the two statements.
 BY_INDEX_ABOVE = 8
 
 

@@ -1,0 +1,19 @@
+-- workflows_ack_succeeded with ten arguments: the signature of the releases before the
+-- priority rule (no p_urgent_queues, p_urgent_priorities), kept so that their workers,
+-- still running during a rolling deploy, go on acking. It is the one ack of
+-- ack_succeeded.sql with no waiting run reported by the broker, as those releases
+-- checked none. Applied whole by a migration (workflows/sql/__init__.py), after
+-- ack_succeeded.sql, which it calls.
+
+CREATE OR REPLACE FUNCTION workflows_ack_succeeded(
+    p_ids bigint[], p_attempts int[], p_results text[], p_worker text, p_queues text[],
+    p_room int, p_ttl_s float8, p_limited text[], p_owner_limited boolean, p_shards int)
+RETURNS TABLE (o_kind text, o_id bigint, o_attempt int, o_queue text, o_shard int,
+               o_priority int, o_run_at timestamptz, o_owner bigint, o_expires_us bigint,
+               o_job bigint, o_scheduled_us bigint, o_handler text, o_payload text,
+               o_timeout int)
+LANGUAGE sql VOLATILE AS $$
+  SELECT * FROM workflows_ack_succeeded(p_ids, p_attempts, p_results, p_worker, p_queues,
+                                        p_room, p_ttl_s, p_limited, p_owner_limited,
+                                        p_shards, '{}'::text[], '{}'::int[])
+$$;
