@@ -20,6 +20,7 @@ from rest_framework.exceptions import Throttled
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.throttling import AnonRateThrottle, BaseThrottle
 
+from jobs.client_address import client_ip
 from scheduler_core import conf
 
 log = logging.getLogger("scheduler.api")
@@ -82,12 +83,16 @@ def _count(key: str, period: int) -> int:
 
 class AnonymousRateThrottle(AnonRateThrottle):
     """DRF's AnonRateThrottle at API_ANON_THROTTLE_RATE per client address (REMOTE_ADDR,
-    or X-Forwarded-For behind the settings' NUM_PROXIES, from TRUSTED_PROXY_COUNT);
-    authenticated requests pass. The rate is read per request, like the owner throttle's,
-    and a cache outage lets requests through (logged)."""
+    or X-Forwarded-For behind TRUSTED_PROXY_COUNT proxies, read only from a peer in
+    TRUSTED_PROXY_NETWORKS: jobs/client_address.py); authenticated requests pass. The
+    rate is read per request, like the owner throttle's, and a cache outage lets requests
+    through (logged)."""
 
     def get_rate(self) -> str:
         return conf.get("API_ANON_THROTTLE_RATE")
+
+    def get_ident(self, request) -> str | None:
+        return client_ip(request)
 
     def allow_request(self, request, view) -> bool:
         try:

@@ -14,14 +14,16 @@ from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
-from rest_framework.throttling import BaseThrottle
+
+from jobs.client_address import client_ip as _client_ip
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """The client address, as DRF's throttles read it: REMOTE_ADDR, or the address
-    TRUSTED_PROXY_COUNT proxies put in X-Forwarded-For (REST_FRAMEWORK NUM_PROXIES), so
-    a login lockout and the anonymous throttle count the same client."""
-    return BaseThrottle().get_ident(request)
+    """The client address (jobs/client_address.py): REMOTE_ADDR, or, from a peer in
+    TRUSTED_PROXY_NETWORKS, the address TRUSTED_PROXY_COUNT proxies put in
+    X-Forwarded-For; the anonymous throttle reads the same, so a login lockout and the
+    throttle count the same client."""
+    return _client_ip(request)
 
 
 def lockout_response(request: HttpRequest, original_response=None,

@@ -17,6 +17,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from jobs.client_address import DEFAULT_PROXY_NETWORKS
 from scheduler_core import drf_settings
 from scheduler_core.conf import flag
 from scheduler_core.startup import DEV_SECRET_KEY, proxy_ssl_header
@@ -189,6 +190,11 @@ AXES_LOCKOUT_CALLABLE = "scheduler_project.lockout.lockout_response"
 # TRUSTED_PROXY_COUNT proxies), so lockouts and throttles count the same client.
 AXES_CLIENT_IP_CALLABLE = "scheduler_project.lockout.client_ip"
 TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
+# X-Forwarded-For is read only from peers in these networks (jobs/client_address.py):
+# a client reaching the web server directly could otherwise name itself anew each try.
+TRUSTED_PROXY_NETWORKS = [
+    net.strip() for net in os.environ.get("TRUSTED_PROXY_NETWORKS", ",".join(
+        DEFAULT_PROXY_NETWORKS)).split(",") if net.strip()]
 
 # API tokens: django-rest-knox keeps a SHA-512 digest, never the token (jobs/tokens.py);
 # "Token <key>" as DRF's header had it. Tokens made by createapitoken and loaddemo last

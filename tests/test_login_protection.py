@@ -132,3 +132,46 @@ def test_the_admin_refuses_a_user_with_a_weak_password(admin_client):
     assert response.status_code == 200  # the form again, with its errors
     assert not User.objects.filter(username="carol").exists()
     assert b"This password is too short" in response.content
+
+
+PUBLIC_PEER, ROUTER = "203.0.113.5", "10.1.2.3"  # a client on the Internet; a router inside
+
+
+def test_a_rotating_x_forwarded_for_sent_straight_to_the_web_server_changes_nothing(
+        alice, settings):
+    """With TRUSTED_PROXY_COUNT=1 and gunicorn reachable directly, a new X-Forwarded-For
+    each try made a new client of every request: no lockout, no anonymous throttle."""
+    settings.TRUSTED_PROXY_COUNT = 1
+    count, _ = parse_rate(conf.get("API_ANON_THROTTLE_RATE"))
+
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        Client(REMOTE_ADDR=PUBLIC_PEER, HTTP_X_FORWARDED_FOR=f"198.51.100.{i}").post(
+            "/admin/login/", {"username": "alice", "password": f"wrong-{i}"})
+    locked = Client(REMOTE_ADDR=PUBLIC_PEER, HTTP_X_FORWARDED_FOR="198.51.100.200").post(
+        "/admin/login/", {"username": "alice", "password": STRONG})
+    answers = [APIClient(REMOTE_ADDR=PUBLIC_PEER, HTTP_X_FORWARDED_FOR=f"192.0.2.{i}")
+               .get("/api/jobs/").status_code for i in range(count + 1)]
+
+    assert locked.status_code == 429
+    assert answers[-1] == 429
+
+
+def test_behind_a_trusted_proxy_the_address_it_wrote_is_the_client(alice, settings):
+    """The entry TRUSTED_PROXY_COUNT from the right is the router's; what a client puts
+    before it is its own invention, and an entry that is no address is ignored."""
+    from jobs.client_address import client_ip
+
+    settings.TRUSTED_PROXY_COUNT = 1
+
+    def seen(forwarded: str, peer: str = ROUTER) -> str:
+        request = Client().request(REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR=forwarded).wsgi_request
+        return client_ip(request)
+
+    assert seen("192.0.2.1, 198.51.100.7") == "198.51.100.7"
+    assert seen("198.51.100.7") == "198.51.100.7"
+    assert seen("not-an-address") == ROUTER
+    assert seen("198.51.100.7", peer=PUBLIC_PEER) == PUBLIC_PEER
+    settings.TRUSTED_PROXY_NETWORKS = ["203.0.113.0/24"]
+    assert seen("198.51.100.7", peer=PUBLIC_PEER) == "198.51.100.7"
+    settings.TRUSTED_PROXY_COUNT = 0
+    assert seen("198.51.100.7") == ROUTER
