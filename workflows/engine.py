@@ -13,6 +13,10 @@ serialises writers (BEGIN IMMEDIATE). Everything here runs inside the caller's
 transaction (the ack's, a start's, a reconcile's); runs reach the broker after commit.
 
 Lock order, everywhere: runs, then node runs, then the workflow run.
+
+nodes_succeeded's common case is also written in SQL, as one round trip on PostgreSQL
+(workflows/sql/ack_succeeded.sql, whose header says why): a change of these rules is a
+change there too, and tests/test_workflows_ack_paths.py compares the two.
 """
 
 from datetime import datetime

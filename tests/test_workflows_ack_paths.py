@@ -1,0 +1,176 @@
+"""The ack of workflow nodes' successes is written twice on purpose: workflows/engine.py
+is the rule book (SQLite, acks inside a transaction, starts, resumes, the reconcile, and
+every case the one call leaves to it), and workflows/sql/ack_succeeded.sql replays its
+common case in one round trip on PostgreSQL (the .sql file's header says why). Here the
+same seeded random workflows are played through both, step by step, on twin workflows in
+queues of their own, and every row they leave must be the same: node runs, their runs
+and attempts, the workflow run, what each ack continued on the worker and what it left
+to the broker.
+
+Each seed draws a DAG of three to nine nodes, mostly fan-outs, with mixed priorities
+(and, one seed in three, an owner whose policy limits its runs), then up to 24 steps,
+each after leasing a few of the ready runs (the rest wait in the queue): an ack of one
+or more leased nodes with a random room, sometimes by a worker that does not serve the
+queue; a node's failure; a pause or a resume; a node's job cancelled (a case the one
+call leaves to the engine). The draws depend only on what the twin shows, so both twins
+take the same steps while they agree. Continuing runs by id instead of the lease's
+order, or dropping either form of the rule of priority, fails it."""
+
+import random
+
+import pytest
+from django.contrib.auth.models import User
+
+from jobs.registry import handler
+from jobs.tenants import set_owner_policy
+from runs.continuation import Offer
+from runs.models import Attempt, AttemptOutcome, Run
+from runs.types import Outcome
+from scheduler_core.models import Job
+from workflows import ack_pg, control, services
+from workflows.models import NodeRun, NodeState, WorkflowRun
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+SEEDS = range(16)
+STEPS = 24
+
+
+@handler("wf.paths")
+def noop(ctx, payload):
+    return None
+
+
+@pytest.fixture
+def pg_pair(broker, settings):
+    if broker.using != "default":
+        pytest.skip("the one-call ack is PostgreSQL's; SQLite has the engine's path only")
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name, "SHARDS": 8,
+                          "PRIORITY_CLASSES": "", "OWNER_CONCURRENCY": 0,
+                          "OWNER_HIGHEST_PRIORITY": 0, "RETRY_BACKOFF_BASE_S": 0.05}
+    return broker
+
+
+def twin(broker, seed: int, queue: str):
+    """The seed's workflow, made and started in ``queue``; returns its workflow run."""
+    rng = random.Random(seed)
+    names = [f"n{i}" for i in range(rng.randint(3, 9))]
+    # Mostly trees (one upstream each: fan-outs whose runs outnumber the room), some
+    # nodes with a second upstream (fan-ins), some roots.
+    edges = []
+    for j, down in enumerate(names[1:], start=1):
+        ups = rng.sample(names[:j], min(j, 1 + (rng.random() < 0.25)))
+        if rng.random() < 0.85:
+            edges += [(up, down) for up in sorted(ups)]
+    nodes = [{"name": n, "handler": "wf.paths", "payload": {}, "queue": queue,
+              "priority": rng.choice([0, 5, 9]), "max_attempts": 1} for n in names]
+    owner = None
+    if seed % 3 == 0:
+        owner = User.objects.db_manager(broker.using).create_user(f"tenant-{queue}")
+        set_owner_policy(owner, max_running=50, queues=[queue], using=broker.using)
+    workflow = services.create_workflow(f"w{seed}", nodes, edges, owner=owner,
+                                        using=broker.using)
+    return services.start_workflow_run(workflow, using=broker.using)
+
+
+def snapshot(broker, workflow_run) -> dict:
+    """Every row of ``workflow_run`` an ack writes, by node name, without ids, times and
+    the queue (the twins' differ by design)."""
+    using = broker.using
+    wr = WorkflowRun.objects.using(using).get(pk=workflow_run.pk)
+    nodes = {}
+    for name, state, error, run_id in (NodeRun.objects.using(using)
+                                       .filter(workflow_run=wr).order_by("node__name")
+                                       .values_list("node__name", "state", "error", "run_id")):
+        run = None
+        if run_id is not None:
+            run = (Run.objects.using(using).filter(pk=run_id)
+                   .values_list("state", "attempt", "worker_id", "priority", "shard",
+                                "result", "error").get(),
+                   list(Attempt.objects.using(using).filter(run_id=run_id).order_by("number")
+                        .values_list("number", "outcome", "worker_id", "result")))
+        nodes[name] = (state, error, run)
+    return {"workflow run": (wr.state, wr.error), "nodes": nodes}
+
+
+def play(broker, seed: int, queue: str) -> list:
+    """Play the seed's steps on its twin in ``queue``; returns what each step did and the
+    snapshot after it."""
+    using = broker.using
+    workflow_run = twin(broker, seed, queue)
+    name_of = dict(NodeRun.objects.using(using).filter(workflow_run=workflow_run)
+                   .values_list("node__job_id", "node__name"))
+    held = {}  # node name -> its lease, held by this test as a worker would
+    rng = random.Random(seed * 7919)
+    trace = []
+
+    def hold(lease):
+        held[name_of[Run.objects.using(using).get(pk=lease.run_id).job_id]] = lease
+
+    for _ in range(STEPS):
+        # Not every ready run is leased: some wait in the queue, for the continuations'
+        # rule of priority to weigh against.
+        broker.promote()
+        for lease in broker.lease([queue], rng.randint(0 if held else 1, 3), "w0"):
+            hold(lease)
+        state = WorkflowRun.objects.using(using).get(pk=workflow_run.pk).state
+        if not held and state not in ("running", "paused"):
+            break
+        draw = rng.random()
+        if draw < 0.1 and held:
+            name = rng.choice(sorted(held))
+            done = broker.complete([Outcome(held.pop(name), AttemptOutcome.FAILED,
+                                            error="boom")])
+            step = ("fail", name, done)
+        elif draw < 0.2:
+            pause = state == "running"
+            call = control.pause_workflow_run if pause else control.resume_workflow_run
+            step = ("pause" if pause else "resume", call(workflow_run, using=using))
+        elif draw < 0.27:
+            pending = sorted(NodeRun.objects.using(using).filter(
+                workflow_run=workflow_run, state=NodeState.PENDING)
+                .values_list("node__name", "node__job_id"))
+            if pending:
+                name, job_id = rng.choice(pending)
+                Job.objects.using(using).filter(pk=job_id).update(status=Job.Status.CANCELLED)
+            step = ("cancel a job", name if pending else None)
+        elif held:
+            count = 1 if rng.random() < 0.7 else rng.randint(1, len(held))
+            names = sorted(rng.sample(sorted(held), count))
+            served = frozenset({queue if rng.random() < 0.85 else "elsewhere"})
+            offer = Offer("w1", served, room=rng.randint(0, 2), ttl_s=30.0)
+            accepted = broker.complete(
+                [Outcome(held.pop(n), AttemptOutcome.SUCCEEDED, result={"n": n})
+                 for n in names], offer)
+            for lease, _ in offer.taken:
+                hold(lease)
+            taken = sorted(name_of[Run.objects.using(using).get(pk=lease.run_id).job_id]
+                           for lease, _ in offer.taken)
+            step = ("ack", names, accepted, taken, offer.pushed)
+        else:
+            step = ("nothing held",)
+        trace.append((step, snapshot(broker, workflow_run)))
+    return trace
+
+
+@pytest.mark.slow
+def test_the_one_call_and_the_engine_leave_the_same_rows(pg_pair, monkeypatch):
+    calls = {"served": 0, "left to the engine": 0}
+    one_call = ack_pg.ack_successes
+
+    def counted(outcomes, using):
+        accepted = one_call(outcomes, using)
+        calls["served" if accepted is not None else "left to the engine"] += 1
+        return accepted
+
+    for seed in SEEDS:
+        with monkeypatch.context() as patch:
+            patch.setattr(ack_pg, "ack_successes", counted)
+            by_the_call = play(pg_pair, seed, f"a{seed}")
+        with monkeypatch.context() as patch:
+            patch.setattr(ack_pg, "usable", lambda using: False)
+            by_the_engine = play(pg_pair, seed, f"b{seed}")
+        for step, (ours, theirs) in enumerate(zip(by_the_call, by_the_engine, strict=True)):
+            assert ours == theirs, f"seed {seed}, step {step}"
+
+    # Both kinds of one-call acks happened: the function's own and those it left.
+    assert calls["served"] > 20 and calls["left to the engine"] > 0, calls
