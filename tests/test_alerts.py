@@ -290,6 +290,29 @@ def test_the_api_sets_an_owners_and_a_jobs_policy(api, alice):
     assert not AlertPolicy.objects.filter(job=job).exists()
 
 
+@pytest.mark.parametrize("body, refused", [
+    ({"on_dead": False, "colour": "red"}, ["colour"]),
+    ({"on_dead": False, "effective": {"email": False}}, ["effective"]),
+    ({"on_dead": False, "webhook_secret": "mine"}, ["webhook_secret"]),
+])
+@pytest.mark.parametrize("where", ["owner", "job"])
+def test_a_put_naming_an_unknown_or_read_only_field_is_a_400_naming_it(api, alice, body,
+                                                                       refused, where):
+    """Both PUTs ignored such fields silently, where every other endpoint answers 400:
+    a client setting webhook_secret believed it had."""
+    job = services.create_job("noop", owner=alice, delay_s=60)
+    path = "/api/alerts/" if where == "owner" else f"/api/jobs/{job.pk}/alerts/"
+
+    response = api.put(path, body, format="json")
+
+    assert response.status_code == 400, response.content
+    if where == "job" and refused == ["webhook_secret"]:
+        assert "unknown field" in response.json()["webhook_secret"][0]
+    for name in refused:
+        assert name in response.json()
+    assert not AlertPolicy.objects.exists()
+
+
 def test_another_owners_job_alerts_are_not_found(api):
     bob = User.objects.create_user("bob")
     job = services.create_job("noop", owner=bob, delay_s=60)
