@@ -22,7 +22,7 @@ from jobs.models import Job, MisfirePolicy
 from jobs.old_names import DeprecatedNamesMixin
 from jobs.unique import ALL_STATES, KEY_MAX
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
-from runs.outbound.payload import redacted
+from runs.outbound.redact import shown_payload
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.registry import creatable_handler_names
@@ -116,7 +116,7 @@ class PayloadField(serializers.JSONField):
     headers show as "(encrypted)" (docs/http-handler.md, "Secrets")."""
 
     def to_representation(self, job):
-        return redacted(job.payload) if job.handler == "http" else job.payload
+        return shown_payload(job.handler, job.payload)
 
 
 class NextRunField(serializers.DateTimeField):

@@ -21,7 +21,7 @@ from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
-from runs.outbound.payload import keep_sealed
+from runs.outbound.redact import redacted
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
@@ -112,9 +112,10 @@ def validate_specs(specs: list[dict], bounds: tenants.Bounds | None = None) -> l
     tenants.field_problems; returns the cleaned specs. Raises InvalidJobs with every bad
     item's index and fields."""
     limits, cleaned, errors = job_limits(), [], {}
+    owner_id = bounds.owner_id if bounds is not None else None  # what secrets are sealed for
     for i, spec in enumerate(specs):
         try:
-            cleaned.append(validate_job(spec, limits))
+            cleaned.append(validate_job(spec, limits, owner_id=owner_id))
         except InvalidJob as exc:
             errors[i] = exc.errors
         if bounds is not None and (problems := tenants.field_problems(spec, bounds)):
@@ -319,7 +320,8 @@ def check_update(job: Job, changes: dict, using: str = "default") -> dict:
     if "payload" in changes and job.handler not in creatable_handler_names():
         raise InvalidJob({"payload": f"cannot be changed on a {job.handler} job: code "
                                      "enqueued it, and its payload names what runs"})
-    clean = validate_job(_merged_spec(job, changes))
+    clean = validate_job(_merged_spec(job, changes), owner_id=job.owner_id,
+                         stored_payload=job.payload if job.handler == "http" else None)
     bounds = tenants.bounds_of(job.owner_id, using)
     if bounds is not None and (problems := tenants.field_problems(
             {"handler": job.handler, **changes}, bounds)):
@@ -347,8 +349,8 @@ def _merged_spec(job: Job, changes: dict) -> dict:
                     misfire_policy=schedule.misfire_policy, max_lag_s=schedule.max_lag_s,
                     jitter_s=schedule.jitter_s)
     spec.update(changes)
-    if job.handler == "http" and "payload" in changes:  # docs/http-handler.md, "Secrets"
-        spec["payload"] = keep_sealed(changes["payload"], job.payload)
+    if job.handler == "http" and "payload" not in changes:
+        spec["payload"] = redacted(job.payload)  # checked as if sent back: secrets kept
     return spec
 
 

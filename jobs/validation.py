@@ -39,7 +39,8 @@ def utf8(text: str) -> bool:
     return True
 
 
-def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
+def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
+                 owner_id: int | None = None, stored_payload: dict | None = None) -> dict:
     """Check and normalise one job spec; returns the cleaned dict.
 
     Keys: name (str), handler (registered name), payload (JSON object), queue (None: the
@@ -49,7 +50,10 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
     timezone, misfire_policy, max_lag_s, jitter_s); none of them means now, which
     services.create_jobs fills in from the database's clock (docs/api.md); optional
     unique_key, unique_period_s, unique_states (jobs/unique.py).
-    ``limits`` are the caps of job_limits(), read afresh when omitted.
+    ``limits`` are the caps of job_limits(), read afresh when omitted. An http job's
+    secret headers are sealed for ``owner_id`` (the job's owner) and the job;
+    ``stored_payload`` is the payload of the job being changed, whose secrets the
+    redaction marker keeps (runs/outbound/payload.py, normalize).
     Raises InvalidJob mapping each bad field to its reason.
     """
     errors: dict[str, str] = {}
@@ -75,7 +79,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None) -> dict:
         errors["payload"] = payload_error
     elif spec.get("handler") == "http":
         clean["payload"], problems = http_payload.normalize(
-            spec.get("payload", {}), _timeout_s(spec.get("timeout_s")))
+            spec.get("payload", {}), _timeout_s(spec.get("timeout_s")), owner_id=owner_id,
+            stored=stored_payload)
         errors.update(problems)
         if not problems:  # normalize rewrote it (sealed headers): its own text
             clean["payload_json"] = compact_json(clean["payload"])

@@ -50,7 +50,7 @@ from runs.admin_helpers import (
     with_timing,
 )
 from runs.models import PENDING_STATES, TERMINAL_STATES, Run
-from runs.outbound.payload import redacted
+from runs.outbound import redact
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
@@ -227,8 +227,8 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload")
     def shown_payload(self, job):
-        payload = redacted(job.payload) if job.handler == "http" else job.payload
-        return json.dumps(payload, indent=2, ensure_ascii=False)
+        return json.dumps(redact.shown_payload(job.handler, job.payload), indent=2,
+                          ensure_ascii=False)
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.readonly_fields
