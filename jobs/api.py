@@ -23,7 +23,6 @@ from drf_spectacular.utils import (
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, ValidationError
-from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
@@ -36,7 +35,7 @@ from jobs.bulk_serializers import (
     BulkJobsSerializer,
     FastItemParser,
 )
-from jobs.filters import JOB_ORDERING, JobFilter
+from jobs.filters import JOB_ORDERING, JobFilter, StrictOrderingFilter
 from jobs.guards import ManagedJob
 from jobs.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.idempotency import idempotent
@@ -152,7 +151,7 @@ class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
 
     serializer_class = JobSerializer
     pagination_class = JobPagination
-    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    filter_backends = [DjangoFilterBackend, StrictOrderingFilter]
     filterset_class = JobFilter
     ordering_fields = JOB_ORDERING
     ordering = ["-id"]

@@ -15,13 +15,13 @@ from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
-from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.access import OwnerOrModelPermission, may_change_all, may_view_all
 from jobs.api import COMMON, FIELD_ERRORS, LISTED, Conflict, DetailSerializer, QuotaRefused
 from jobs.api_policy import ApiPolicy
+from jobs.filters import StrictOrderingFilter
 from jobs.models import Job
 from jobs.owner_lists import OwnerScopedCursor, owner_job_ids
 from jobs.serializers import StrictFieldsMixin
@@ -118,7 +118,7 @@ class RunViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
 
     serializer_class = RunSerializer
     pagination_class = RunCursor
-    filter_backends = [DjangoFilterBackend, OrderingFilter]
+    filter_backends = [DjangoFilterBackend, StrictOrderingFilter]
     filterset_class = RunFilter
     ordering_fields = RUN_ORDERING
     lookup_value_regex = r"\d+"

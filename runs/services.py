@@ -66,6 +66,9 @@ def _requeue_rows(ids, now, using) -> int:
         ).update(
             state=RunState.SCHEDULED, run_at=now, finished_at=None, error="",
             max_attempts=F("attempt") + budget,
+            # The last attempt's worker and start are its Attempt's now: a queued run
+            # showing them read as if it were running there again.
+            worker_id="", started_at=None, lease_expires_at=None,
         )
     return count
 

@@ -10,7 +10,13 @@ workflow (the graph, each node's job fields, the owner's bounds) are the service
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from jobs.serializers import AwareDateTimeField, PayloadField, StrictFieldsMixin, TextField
+from jobs.serializers import (
+    AwareDateTimeField,
+    NextRunField,
+    PayloadField,
+    StrictFieldsMixin,
+    TextField,
+)
 from workflows.models import RUN_KEY_MAX, NodeState, Workflow, WorkflowRun, WorkflowRunState
 from workflows.validation import NAME_MAX
 
@@ -67,10 +73,11 @@ class ScheduleSerializer(serializers.Serializer):
 class WorkflowSerializer(serializers.ModelSerializer):
     """A workflow with its graph: ``nodes`` in creation order, ``edges`` as
     [upstream, downstream] name pairs. ``next_run_at`` (UTC) is the next occurrence of
-    its schedule, null without one."""
+    its schedule, null without one and while the workflow is paused or cancelled."""
 
     owner = serializers.CharField(source="owner.username", allow_null=True, default=None)
     schedule = ScheduleSerializer(allow_null=True)
+    next_run_at = NextRunField(read_only=True, allow_null=True)
     nodes = serializers.SerializerMethodField()
     edges = serializers.SerializerMethodField()
 
@@ -108,6 +115,7 @@ class WorkflowSummarySerializer(serializers.ModelSerializer):
 
     owner = serializers.CharField(source="owner.username", allow_null=True, default=None)
     schedule = ScheduleSerializer(allow_null=True)
+    next_run_at = NextRunField(read_only=True, allow_null=True)
     node_count = serializers.IntegerField()
 
     class Meta:
