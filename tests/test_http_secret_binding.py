@@ -1,8 +1,8 @@
-"""An http job's sealed secret is bound to where it was made (issue 36, findings 1 and 4;
-docs/security.md, "Encrypted values"): the workflow API shows no ciphertext, clients never
-send ciphertext (a token copied into another job, another owner's job or another header
-is a 400 naming the field), a token planted in another job's row is never opened, and a
-header value h11 would refuse (and echo) is refused at input, never echoed later."""
+"""An http job's sealed secret is bound to where it was made (docs/security.md,
+"Encrypted values"): the workflow API shows no ciphertext, clients never send ciphertext
+(a token copied into another job, another owner's job or another header is a 400 naming
+the field), a token planted in another job's row is never opened, and a header value h11
+would refuse (and echo) is refused at input, never echoed later."""
 
 import logging
 from datetime import UTC, datetime

@@ -1,9 +1,9 @@
-"""No page shows an encrypted value (issue 36, must-have 1; docs/security.md, "Encrypted
-values"): every GET route of the URLconf (the REST API, the admin's dashboard) and every
-admin page (the changelist and the change form of every object of every registered
-model), as a superuser, a staff user who may only view, and an ordinary tenant, and the
-answers of the create and change endpoints, hold nothing shaped like a token of the
-encryption in use (Fernet: ``gAAAAA`` and base64) and no secret header's value.
+"""No page shows an encrypted value (docs/security.md, "Encrypted values"): every GET
+route of the URLconf (the REST API, the admin's dashboard) and every admin page (the
+changelist and the change form of every object of every registered model), as a
+superuser, a staff user who may only view, and an ordinary tenant, and the answers of
+the create and change endpoints, hold nothing shaped like a token of the encryption in
+use (Fernet: ``gAAAAA`` and base64) and no secret header's value.
 
 The world they walk holds http jobs with secrets (one-off and cron, two owners), a
 workflow with an http node, runs with attempts, log lines and errors from the handler,

@@ -1,5 +1,5 @@
 """Bind the stored secret headers of http jobs to their job (owner, a new seal of the
-job, header name): before, a token opened in any job (issue 36). Tokens no key of this
+job, header name): before, a token opened in any job. Tokens no key of this
 deployment opens, and tokens copied between owners' jobs, are left as they are: those
 jobs' runs fail naming the header until its value is given again. Re-run at any time
 with ``manage.py rotatehttpsecrets``."""

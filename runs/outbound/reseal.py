@@ -5,9 +5,9 @@ their job (the bare value) sealed for its job's owner, a new seal of the job and
 header name.
 
 A token held by jobs of more than one owner is bound in none: a Fernet token is never
-made twice, so it was copied from one owner's job into another's (the leak issue 36
-closed), and which one is the original cannot be told. Those jobs' runs fail until
-the value is given again.
+made twice, so it was copied from one owner's job into another's (when tokens were
+shown and accepted back), and which one is the original cannot be told. Those jobs'
+runs fail until the value is given again.
 """
 
 from dataclasses import dataclass, field
