@@ -12,6 +12,7 @@ The rows, their order and the cursors are those of the plain query (the same DRF
 logic runs on the restricted set, which holds every row the page can contain).
 """
 
+from django.db import connections
 from rest_framework.pagination import CursorPagination, _reverse_ordering
 
 from scheduler_core.models import Job
@@ -61,8 +62,14 @@ def restrict_to_page(paginator: CursorPagination, queryset, request, view,
                 for job in job_ids]
     if not branches:
         return queryset.none()
-    first, *others = branches
-    rows = _sorted(list(first.union(*others, all=True) if others else first), order)
+    if connections[base.db].features.supports_slicing_ordering_in_compound:
+        first, *others = branches
+        found = list(first.union(*others, all=True) if others else first)
+    else:
+        # SQLite refuses LIMIT inside a UNION's members (a 500 on the embedded default):
+        # one indexed query per job, at most OWNER_JOBS_MAX of them, merged below.
+        found = [row for branch in branches for row in branch]
+    rows = _sorted(found, order)
     if len(rows) > wanted:
         # Rows tied with the last wanted one on every ordering field stay: which of them
         # the database puts first is its choice, made again on the restricted set.

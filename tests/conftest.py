@@ -221,3 +221,16 @@ def fresh_throttles():
     counted against it."""
     from django.core.cache import cache
     cache.clear()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "postgresql_only(reason): the behaviour tested is PostgreSQL's own (row "
+                   "locks, planner estimates); skipped when the default database is SQLite, "
+                   "as tests/test_embedded_default.py runs the API tests")
+
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("postgresql_only")
+    if marker is not None and connections["default"].vendor != "postgresql":
+        pytest.skip(f"PostgreSQL only: {marker.args[0] if marker.args else ''}")

@@ -219,6 +219,8 @@ def test_a_forged_cursor_is_a_404_not_a_500(api):
     assert response.status_code == 404
 
 
+@pytest.mark.postgresql_only("the prune is slipped in at the requeue's SELECT ... FOR "
+                             "UPDATE, which SQLite (one writer at a time) never sends")
 def test_retry_of_a_run_pruned_meanwhile_answers_404_not_a_conflict(api, alice):
     # Found by an adversarial review: a run pruned (docs/retention.md) between the
     # view's read and the requeue got 409 "its job is active; resume the job first".
