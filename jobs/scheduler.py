@@ -24,7 +24,8 @@ from runs.alerts.policy import raise_alerts
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now, seconds
-from runs.daemon import Daemon
+from runs.daemon import Daemon, transient
+from runs.isolation import one_by_one
 from runs.models import Run
 from runs.partitions import PartitionLeases
 from runs.transitions import run_refs
@@ -115,6 +116,7 @@ class Scheduler(Daemon):
             conf.get("PARTITION_TTL_S"), using,
         )
         self.interval_s = conf.get("SCHEDULER_TICK_S")
+        self.claimed: list[int] = []  # the cron jobs the last materialize claimed
 
     def serve(self, max_rounds: int | None = None) -> None:
         scheduler_starting.send(sender=type(self), using=self.using)
@@ -131,7 +133,7 @@ class Scheduler(Daemon):
         while owned := self.leases.refresh():
             # Leases are refreshed between batches so a long catch-up hands partitions
             # to a scheduler that just started instead of holding them all.
-            count, more = self.materialize(owned)
+            count, more = self.materialize_isolated(owned)
             created += count
             if not more or self.stopping:
                 break
@@ -141,9 +143,28 @@ class Scheduler(Daemon):
                                 using=self.using)
         return created
 
-    def materialize(self, partitions: list[int]) -> tuple[int, bool]:
-        """One batch: claim up to SCHEDULE_BATCH due cron jobs of ``partitions``, insert
-        their runs and advance them. Returns ``(runs created, more jobs may be due)``."""
+    def materialize_isolated(self, partitions: list[int]) -> tuple[int, bool]:
+        """``materialize``, with a cron job whose runs cannot be made (a schedule that
+        raises at evaluation, values the database refuses) set aside: the batch is
+        made again job by job, the job that fails is logged, counted and left out of the
+        claims for its backoff (runs/isolation.py) while the others' runs are made.
+        Transient errors, and a failure before any job was claimed, are raised."""
+        self.claimed = []
+        try:
+            return self.materialize(partitions)
+        except Exception as exc:
+            if transient(exc):
+                raise
+            made = one_by_one(self.faults, "cron_job", self.claimed, exc,
+                              lambda pk: self.materialize(partitions, only=[pk])[0])
+            return made, True
+
+    def materialize(self, partitions: list[int],
+                    only: list[int] | None = None) -> tuple[int, bool]:
+        """One batch: claim up to SCHEDULE_BATCH due cron jobs of ``partitions`` (of the
+        ids ``only``, when given; never one backing off after a failure), insert their
+        runs and advance them; ``self.claimed`` lists the jobs claimed. Returns ``(runs
+        created, more jobs may be due)``."""
         batch = conf.get("SCHEDULE_BATCH")
         total = self.leases.total
         broker = get_broker(self.using)
@@ -155,12 +176,17 @@ class Scheduler(Daemon):
             )
             if len(partitions) < total:
                 due = due.alias(part=F("id") % total).filter(part__in=partitions)
+            if only is not None:
+                due = due.filter(pk__in=only)
+            if held := self.faults.held_back("cron_job"):
+                due = due.exclude(pk__in=held)
             jobs = list(
                 due.select_related("schedule")
                 .defer("payload")  # not needed to plan runs; decoding it costs
                 .select_for_update(skip_locked=True, of=("self",))
                 .order_by("next_run_at")[:batch]
             )
+            self.claimed = [job.pk for job in jobs]
             if not jobs:
                 return 0, False
             rows, advances = [], []

@@ -5,7 +5,9 @@ A daemon is a class with ``round()`` (one pass of work; returns True when it did
 the loop goes again at once) and ``shutdown()``. ``serve()`` runs rounds until SIGTERM or
 SIGINT: the first asks for a graceful stop, the second forces. A database or Redis error in
 a round is logged as one line and retried with capped backoff, so the daemon reconnects
-when the service comes back instead of crash-looping.
+when the service comes back instead of crash-looping. Any other exception from a round is
+the round's failure, not the process's: logged with its traceback, counted and backed off
+(runs/isolation.py); the duties and items inside a round are isolated the same way.
 """
 
 import logging
@@ -16,19 +18,35 @@ import time
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, InterfaceError, close_old_connections, connections
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    InterfaceError,
+    close_old_connections,
+    connections,
+)
 
 from runs import policy
 from runs.brokers import get_broker
+from runs.isolation import Faults
 from scheduler_core.exceptions import BrokerUnavailable, SchedulerError
 
 TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError)
+# The database refusing one row's values is that row's fault, not an outage.
+ROW_ERRORS = (DataError, IntegrityError)
 HOUSEKEEP_INTERVAL_S = 1.0
 # How long a graceful stop may take (plus the worker's grace) before the daemon exits
 # anyway (docs/architecture.md, "Stopping"). A round or the shutdown can wait on a row lock
 # a stalled peer holds (up to DB_IDLE_IN_TRANSACTION_TIMEOUT_MS, a minute); a rolling
 # deploy must not. Whatever it held is safe to abandon: its leases expire on their own.
 STOP_BOUND_S = 5.0
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database or the broker is unavailable (the daemon waits
+    and retries the round) rather than that one item or duty failed (runs/isolation.py)."""
+    return isinstance(exc, TRANSIENT) and not isinstance(exc, ROW_ERRORS)
 
 
 def sqlite_warning(settings_dict: dict) -> str | None:
@@ -68,6 +86,7 @@ class Daemon:
         self.housekept_at = float("-inf")
         self.watchdog: threading.Timer | None = None
         self.signals_installed = False
+        self.faults = Faults(self.name, self.log, using, transient)
 
     # --- to override ------------------------------------------------------------------
 
@@ -173,13 +192,19 @@ class Daemon:
                 if failures:
                     self.log.info("%s: reconnected after %d failed rounds", self.name, failures)
                 failures = 0
-            except TRANSIENT as exc:
-                failures += 1
-                self.note_failure("round", exc, failures)
+            except Exception as exc:
                 for connection in connections.all(initialized_only=True):
                     connection.close_if_unusable_or_obsolete()
-                self.sleep(min(0.2 * 2 ** failures, 5.0))
+                if transient(exc):
+                    failures += 1
+                    self.note_failure("round", exc, failures)
+                    self.sleep(min(0.2 * 2 ** failures, 5.0))
+                else:  # a bug or a poisoned row: the round's failure, not the process's
+                    self.faults.failed("round", None, exc)
+                    self.sleep(self.faults.wait_s("round"))
                 continue
+            if self.faults.streaks:
+                self.faults.succeeded("round")
             if not busy:
                 self.sleep(self.interval_s)
         try:

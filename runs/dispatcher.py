@@ -20,7 +20,7 @@ import uuid
 
 from django.db import OperationalError, connections
 
-from runs import history_partitions, retention
+from runs import history_partitions, isolation, retention
 from runs.alerts import late
 from runs.alerts.deliver import deliver, prune_delivered
 from runs.brokers import get_broker
@@ -93,29 +93,38 @@ class Dispatcher(Daemon):
         if not shards:
             return False
         scope = shards if len(shards) < self.leases.total else None
-        reconciled = 0
-        if (self.broker.needs_reconcile(shards)
-                or time.monotonic() - self.last_reconcile >= self.reconcile_every_s):
-            # Mark first: a flush during the scan removes the mark and triggers another.
-            self.broker.mark_reconciled(shards)
-            self.broker.sync_limits(owner_limits(self.using))
-            reconciled = self.broker.reconcile(shards=scope,
-                                               keep_going=lambda: not self.stopping)
-            self.last_reconcile = time.monotonic()
-            if reconciled:
-                self.log.info("dispatcher: reconcile pushed %d runs the broker lacked",
-                              reconciled)
-        promoted = self.broker.promote(shards=scope)
-        unparked = self.broker.unpark(scope)
+        # Each duty fails alone (runs/isolation.py): a poisoned row in one must not stop
+        # the others, nor the process.
+        run = self.faults.run
+        reconciled = run("reconcile", lambda: self.reconcile_if_due(shards, scope), default=0)
+        promoted = run("promote", lambda: self.broker.promote(shards=scope), default=0)
+        unparked = run("unpark", lambda: self.broker.unpark(scope), default=0)
         reaped = 0
         if self.reaped or time.monotonic() - self.last_reap >= REAP_INTERVAL_S:
-            reaped = self.reaped = self.broker.reap(shards=scope)
             self.last_reap = time.monotonic()
+            reaped = self.reaped = run("reap", lambda: self.broker.reap(shards=scope),
+                                       default=0)
         if reaped:
             self.log.info("dispatcher: %d expired leases retried or dead-lettered", reaped)
-        pruned = self.prune_if_due(scope)
+        pruned = run("prune", lambda: self.prune_if_due(scope), default=0)
         self.alert_if_due()
         return bool(promoted or reaped or reconciled or unparked or pruned)
+
+    def reconcile_if_due(self, shards: list[int], scope: list[int] | None) -> int:
+        """Reconcile ``shards`` (``scope``: the same, None when they are all of them)
+        when the broker lost their state or RECONCILE_INTERVAL_S passed; returns the runs
+        pushed."""
+        if not (self.broker.needs_reconcile(shards)
+                or time.monotonic() - self.last_reconcile >= self.reconcile_every_s):
+            return 0
+        # Mark first: a flush during the scan removes the mark and triggers another.
+        self.broker.mark_reconciled(shards)
+        self.broker.sync_limits(owner_limits(self.using))
+        reconciled = self.broker.reconcile(shards=scope, keep_going=lambda: not self.stopping)
+        self.last_reconcile = time.monotonic()
+        if reconciled:
+            self.log.info("dispatcher: reconcile pushed %d runs the broker lacked", reconciled)
+        return reconciled
 
     def alert_if_due(self) -> None:
         """Every ALERT_POLL_S: raise late-start alerts, deliver the owners' pending alerts
@@ -124,9 +133,11 @@ class Dispatcher(Daemon):
         if time.monotonic() - self.last_alert < conf.get("ALERT_POLL_S"):
             return
         self.last_alert = time.monotonic()
-        flush_counts(self.using)
-        late.scan(self.using)
-        deliver(self.using)
+        run = self.faults.run
+        run("outcome_counts", lambda: flush_counts(self.using))
+        run("late_alerts", lambda: late.scan(self.using))
+        run("alerts", lambda: deliver(self.using, self.faults))
+        isolation.flush_counts(self.using)  # the failures counted where no faults are
 
     def prune_if_due(self, scope: list[int] | None) -> int:
         """Delete a batch of the history past HISTORY_RETENTION_S in this dispatcher's

@@ -16,7 +16,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from runs import stats
+from runs import isolation, stats
 from runs.clock import db_now
 from runs.models import TERMINAL_STATES, Run, RunState, ShardLease
 from runs.outcomes import counts
@@ -100,6 +100,16 @@ class HealthCollector(Collector):
         for queue, outcome, n in counts(using):
             outcomes.add_metric([queue, outcome], n)
         yield outcomes
+
+        survived = CounterMetricFamily(
+            "scheduler_daemon_item_errors",
+            "Failures a daemon survived, by daemon and duty: of one item (an alert, a "
+            "cron job or workflow) or of a whole duty of its round (reap, reconcile, ...), "
+            "each logged with its traceback and backed off (docs/security.md, \"Daemons' "
+            "fault isolation\").", labels=["daemon", "duty"])
+        for daemon, duty, n in isolation.counts(using):
+            survived.add_metric([daemon, duty], n)
+        yield survived
 
         window = stats.WINDOW_S
         lag = GaugeHistogramMetricFamily(

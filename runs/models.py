@@ -296,10 +296,24 @@ class RateBucket(models.Model):
     def __str__(self) -> str:
         return f"{self.queue}: {self.tokens:.1f} tokens"
 
+
+class ChildRecycleCount(models.Model):
+    """Worker child processes replaced by recycling since the table was created, per
+    ``reason`` ("runs": MAX_RUNS_PER_CHILD, "memory": MAX_MEMORY_PER_CHILD_MB): the
+    Prometheus counter ``scheduler_worker_child_recycles_total`` (runs/worker/recycle.py).
+    Workers add what they counted at their heartbeat."""
+
+    reason = models.CharField(max_length=16, primary_key=True)
+    count = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.count}"
+
 # Django finds an app's models in its models module.
 from runs.alerts.models import (  # noqa: E402, F401, I001
     AlertChannelState,
     AlertEvent,
     AlertPolicy,
+    DaemonErrorCount,
     OutcomeCount,
 )

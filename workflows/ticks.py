@@ -14,7 +14,6 @@ WORKFLOW_RECONCILE_S the same partitions' live workflow runs are reconciled
 (workflows/history.py).
 """
 
-import logging
 import time
 
 from django.db import transaction
@@ -23,7 +22,8 @@ from jobs.scheduler import plan_occurrences
 from runs.alerts.models import AlertKind
 from runs.alerts.policy import raise_alerts
 from runs.clock import db_now, seconds
-from runs.daemon import TRANSIENT
+from runs.daemon import transient
+from runs.isolation import Faults, one_by_one
 from scheduler_core import conf
 from workflows.history import BATCH as HISTORY_BATCH
 from workflows.history import prune_workflow_runs
@@ -31,22 +31,31 @@ from workflows.models import Workflow, WorkflowRun
 from workflows.reconcile import in_partitions, reconcile
 from workflows.services import begin_run
 
-log = logging.getLogger("scheduler.workflows")
 BATCH = 200  # cron workflows claimed per transaction
 
 
-def start_scheduled(partitions: list[int], total: int, using: str) -> tuple[int, bool]:
+def start_scheduled(partitions: list[int], total: int, using: str, *,
+                    only: list[int] | None = None, held: list | tuple = (),
+                    claimed: list | None = None) -> tuple[int, bool]:
     """One batch: start the due occurrences of up to BATCH active cron workflows of
-    ``partitions``. Returns (workflow runs started, more workflows may be due)."""
+    ``partitions`` (of the ids ``only`` when given; none of the ids ``held``). The ids
+    claimed are appended to ``claimed`` when given. Returns (workflow runs started, more
+    workflows may be due)."""
     started = 0
     with transaction.atomic(using=using):
         now = db_now(using)
         horizon = now + seconds(conf.get("LOOKAHEAD_S"))
         due = Workflow.objects.using(using).filter(
             status=Workflow.Status.ACTIVE, schedule__isnull=False, next_run_at__lte=horizon)
+        if only is not None:
+            due = due.filter(pk__in=only)
+        if held:
+            due = due.exclude(pk__in=held)
         workflows = list(in_partitions(due, partitions, total).select_related("schedule")
                          .select_for_update(skip_locked=True, of=("self",))
                          .order_by("next_run_at")[:BATCH])
+        if claimed is not None:
+            claimed += [workflow.pk for workflow in workflows]
         grace_s = conf.get("MISFIRE_GRACE_S")
         misfires = []
         for workflow in workflows:
@@ -78,23 +87,51 @@ def misfire_detail(workflow: Workflow, skipped: list) -> str:
             f"{workflow.schedule.misfire_policy}: {shown}{more}")
 
 
+def start_isolated(faults: Faults, partitions: list[int], total: int, using: str) -> bool:
+    """``start_scheduled``, with a cron workflow whose runs cannot be started (a schedule
+    that raises at evaluation, a graph the engine cannot begin) set aside as the jobs'
+    scheduler sets aside a cron job (jobs/scheduler.py, materialize_isolated): logged,
+    counted and left out of the claims for its backoff while the others start. Returns
+    whether more workflows may be due; raises transient errors."""
+    claimed: list[int] = []
+    try:
+        return start_scheduled(partitions, total, using, claimed=claimed,
+                               held=faults.held_back("cron_workflow"))[1]
+    except Exception as exc:
+        if transient(exc):
+            raise
+        one_by_one(faults, "cron_workflow", claimed, exc,
+                   lambda pk: start_scheduled(partitions, total, using, only=[pk])[0])
+        return True
+
+
 def on_scheduler_tick(sender, scheduler, partitions: list[int], total: int, using: str,
                       **kwargs) -> None:
     """The ``scheduler_tick`` receiver. Database and broker errors go up to the daemon,
-    which backs off; any other error is logged, so a bug here cannot stop the jobs'
-    scheduler."""
-    try:
-        while start_scheduled(partitions, total, using)[1] and not scheduler.stopping:
-            pass
-        interval = conf.get("WORKFLOW_RECONCILE_S")
-        due_at = getattr(scheduler, "workflow_reconcile_at", 0.0)
-        if time.monotonic() >= due_at:
-            scheduler.workflow_reconcile_at = time.monotonic() + interval
-            reconcile(partitions, total, using)
-            while (prune_workflow_runs(partitions, total, using) == HISTORY_BATCH
-                   and not scheduler.stopping):
-                pass
-    except TRANSIENT:
-        raise
-    except Exception:  # noqa: BLE001 - the jobs' scheduler must go on
-        log.exception("workflows: scheduler tick failed; retried next tick")
+    which backs off; any other error is one workflow's (start_isolated) or one duty's
+    (the reconcile, the pruning), logged, counted and backed off by the scheduler's
+    faults (runs/isolation.py), so neither stops the jobs' scheduler nor the others."""
+    faults = scheduler.faults
+    faults.run("cron_workflows", lambda: tick_workflows(scheduler, partitions, total, using))
+
+
+def tick_workflows(scheduler, partitions: list[int], total: int, using: str) -> None:
+    """Start the due cron workflows of ``partitions``; reconcile and prune their runs
+    every WORKFLOW_RECONCILE_S."""
+    faults = scheduler.faults
+    while start_isolated(faults, partitions, total, using) and not scheduler.stopping:
+        pass
+    interval = conf.get("WORKFLOW_RECONCILE_S")
+    due_at = getattr(scheduler, "workflow_reconcile_at", 0.0)
+    if time.monotonic() >= due_at:
+        scheduler.workflow_reconcile_at = time.monotonic() + interval
+        faults.run("workflow_reconcile", lambda: reconcile(partitions, total, using))
+        faults.run("workflow_prune", lambda: prune_all(scheduler, partitions, total, using))
+
+
+def prune_all(scheduler, partitions: list[int], total: int, using: str) -> None:
+    """Delete the workflow runs of ``partitions`` past the history retention, a batch at
+    a time until none is left or the scheduler stops."""
+    while (prune_workflow_runs(partitions, total, using) == HISTORY_BATCH
+           and not scheduler.stopping):
+        pass

@@ -22,25 +22,36 @@ from runs.alerts import webhook
 from runs.alerts.models import AlertChannelState, AlertEvent, Channel
 from runs.alerts.policy import effective
 from runs.clock import db_now, seconds
+from runs.isolation import Faults, count
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
+from scheduler_core.text import one_line
 
 log = logging.getLogger("scheduler.alerts")
 
 MAX_OWNERS = 100  # owners served per channel per call; the rest at the next call
 PRUNE_BATCH = 1000  # delivered alerts deleted per call of prune_delivered
+_failing: set[int] = set()  # owners whose last e-mail failed (its traceback logged)
 
 
-def deliver(using: str = "default") -> int:
+def deliver(using: str = "default", faults: Faults | None = None) -> int:
     """Send what is due on every channel; returns the messages sent (emails, and webhook
-    runs created)."""
+    runs created). With ``faults`` (the dispatcher's, runs/isolation.py), an exception
+    from one owner's channel is that channel's failure, backed off while the others are
+    served; without, it is raised."""
     sent = 0
     for channel in Channel:
         flag = f"{channel}_pending"
-        owners = (AlertEvent.objects.using(using).filter(**{flag: True})
-                  .values_list("owner_id", flat=True).distinct()[:MAX_OWNERS])
+        owners = AlertEvent.objects.using(using).filter(**{flag: True})
+        if faults is not None and (held := faults.held_back(f"{channel}_alert")):
+            owners = owners.exclude(owner_id__in=held)
+        owners = owners.values_list("owner_id", flat=True).distinct()[:MAX_OWNERS]
         for owner_id in list(owners):
-            sent += deliver_owner(owner_id, channel, using)
+            if faults is None:
+                sent += deliver_owner(owner_id, channel, using)
+            else:
+                sent += faults.run(f"{channel}_alert", lambda o=owner_id, c=channel:
+                                   deliver_owner(o, c, using), key=owner_id, default=0)
     return sent
 
 
@@ -86,7 +97,9 @@ def compose(first: list[AlertEvent], kinds: Counter, total: int) -> dict:
         subject = f"[scheduler] {event.kind}: run {event.run_id} of job {event.job_id}"
         if event.job_id is None and event.run_id is None:
             # Of no job (a workflow's misfire): the detail names what, before its colon.
-            subject = f"[scheduler] {event.kind}: {event.detail.split(': ', 1)[0][:120]}"
+            # It holds a tenant's name: one line, whatever the row holds (a linefeed in a
+            # header raised in send_mail and stopped the dispatcher).
+            subject = f"[scheduler] {event.kind}: {one_line(event.detail.split(': ', 1)[0], 120)}"
     else:
         counted = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
         subject = f"[scheduler] digest: {total} alerts ({counted})"
@@ -94,7 +107,7 @@ def compose(first: list[AlertEvent], kinds: Counter, total: int) -> dict:
     if total > len(first):
         lines.append(f"... and {total - len(first)} more")
     return {
-        "type": "alert" if total == 1 else "digest", "subject": subject,
+        "type": "alert" if total == 1 else "digest", "subject": one_line(subject),
         "total": total, "counts": dict(kinds), "text": "\n".join(lines),
         "alerts": [{"kind": e.kind, "run_id": e.run_id, "job_id": e.job_id,
                     "detail": e.detail, "created_at": e.created_at.isoformat()}
@@ -114,12 +127,21 @@ def send(channel: str, owner_id: int, message: dict, delivery: str, now,
                         owner_id, message["total"])
             return True
         try:
-            send_mail(message["subject"], message["text"], settings.DEFAULT_FROM_EMAIL,
-                      [address])
-        except OSError as exc:  # SMTP refused or unreachable: the next window tries again
-            log.warning("alerts: email to owner %s failed (%s); trying again in %s s",
-                        owner_id, exc, conf.get("ALERT_DIGEST_WINDOW_S"))
+            send_mail(one_line(message["subject"]), message["text"],
+                      settings.DEFAULT_FROM_EMAIL, [address])
+        except Exception as exc:  # noqa: BLE001 - one alert's failure, not the dispatcher's
+            # SMTP refused or unreachable (OSError), or a message the mail library refuses
+            # (a stored address holding a linefeed: ValueError): the next window tries
+            # again. The traceback of an unexpected one is logged once per streak.
+            told = owner_id in _failing
+            _failing.add(owner_id)
+            log.warning("alerts: email to owner %s failed (%s: %s); trying again in %s s",
+                        owner_id, type(exc).__name__, one_line(str(exc), 200),
+                        conf.get("ALERT_DIGEST_WINDOW_S"),
+                        exc_info=not (told or isinstance(exc, OSError)))
+            count("dispatcher", "email_alert")
             return False
+        _failing.discard(owner_id)
         return True
     policy = effective({(owner_id, None)}, using)[(owner_id, None)]
     if not policy.webhook_url:

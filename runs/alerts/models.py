@@ -144,3 +144,22 @@ class OutcomeCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} {self.outcome}: {self.count}"
+
+
+class DaemonErrorCount(models.Model):
+    """Failures of one item (an alert, a cron job, a workflow) or of a whole duty that a
+    daemon survived, per daemon and duty, since the table was created: the Prometheus
+    counter ``scheduler_daemon_item_errors_total`` (runs/isolation.py,
+    docs/security.md, "Daemons' fault isolation")."""
+
+    daemon = models.CharField(max_length=32)
+    duty = models.CharField(max_length=32)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        app_label = "runs"
+        constraints = [models.UniqueConstraint(fields=["daemon", "duty"],
+                                               name="daemonerrorcount_once")]
+
+    def __str__(self) -> str:
+        return f"{self.daemon} {self.duty}: {self.count}"
