@@ -1,8 +1,8 @@
 """Single-line fields refuse control characters at every way in (scheduler_core/text.py,
 docs/security.md "Daemons' fault isolation"): a job, workflow or node name holding a
-linefeed reached an alert e-mail's subject and stopped the dispatcher (issue 36,
-finding 2). REST answers 400 naming the field, the Python API raises InvalidJob naming
-it, the admin's form shows it; nothing is stored."""
+linefeed reached an alert e-mail's subject and stopped the dispatcher. REST answers 400
+naming the field, the Python API raises InvalidJob naming it, the admin's form shows it;
+nothing is stored."""
 
 import pytest
 

@@ -1,8 +1,8 @@
-"""No tenant's row can stop a daemon (issue 36, finding 2; docs/security.md, "Daemons'
-fault isolation"): a poisoned row of each kind is planted directly in the database, as a
-row stored before the validation refused it (or written by hand) would be, and real
-daemons (``manage.py rundispatcher``, ``runscheduler``, ``runworker``) go on serving the
-other tenants; the failure is counted in /metrics' scheduler_daemon_item_errors_total.
+"""No tenant's row can stop a daemon (docs/security.md, "Daemons' fault isolation"): a
+poisoned row of each kind is planted directly in the database, as a row stored before
+the validation refused it (or written by hand) would be, and real daemons (``manage.py
+rundispatcher``, ``runscheduler``, ``runworker``) go on serving the other tenants; the
+failure is counted in /metrics' scheduler_daemon_item_errors_total.
 
 Each failed on the code before: the dispatcher exited on the alert e-mail's ValueError
 (a linefeed in a header), the scheduler on a cron job's unknown timezone, and a cron
@@ -71,8 +71,9 @@ def due_minute():
 @pytest.mark.slow
 def test_an_alert_whose_delivery_raises_stops_neither_the_dispatcher_nor_others(
         rb, tmp_path):
-    """Finding 2 as found (a misfire alert of a workflow named with a linefeed), and an
-    owner whose stored address holds one, which the mail library refuses on every try."""
+    """A misfire alert of a workflow named with a linefeed (as an adversary found it),
+    and an owner whose stored address holds one, which the mail library refuses on every
+    try."""
     mallory = User.objects.create_user("mallory", email="mallory@example.com")
     eve = User.objects.create_user("eve", email="eve@example.com")
     User.objects.filter(pk=eve.pk).update(email="eve@example.com\nBcc: all@example.com")
