@@ -4,7 +4,8 @@ exception from one item (an alert, a cron job, a workflow) or from one duty of a
 failure, not the process's.
 
 A failure is logged once with its traceback (the first of a streak; later ones of the
-same streak are DEBUG for an item, one WARNING line for a whole duty), counted in
+same streak are DEBUG for an item, a WARNING line at the 2nd, 4th, 8th, ... for a whole
+duty), counted in
 DaemonErrorCount (the Prometheus counter ``scheduler_daemon_item_errors_total{daemon,
 duty}``), and the item or duty is backed off: 1 s, doubling, at most ITEM_BACKOFF_MAX_S
 for an item and DUTY_BACKOFF_MAX_S for a duty, so a poisoned row is not retried every
@@ -24,7 +25,9 @@ from django.db import DatabaseError, connections
 from runs.alerts.models import DaemonErrorCount
 
 ITEM_BACKOFF_MAX_S = 600.0
-DUTY_BACKOFF_MAX_S = 60.0
+# A duty or round waits at most as long as the outage path does (runs/daemon.py): a
+# worker's round also collects, acks and heartbeats, which must not lapse its leases.
+DUTY_BACKOFF_MAX_S = 5.0
 # Streaks remembered per daemon; past it the oldest is forgotten (and retried at once).
 TRACKED_MAX = 10_000
 
@@ -113,7 +116,7 @@ class Faults:
         if failures == 1:
             self.log.error("%s: %s failed (%s: %s); backing it off, serving the rest",
                            self.daemon, what, type(exc).__name__, said, exc_info=exc)
-        elif key is None:
+        elif key is None and failures & (failures - 1) == 0:  # 2, 4, 8, ...: not a flood
             self.log.warning("%s: %s failed again (%d in a row: %s: %s); next try in %g s",
                              self.daemon, what, failures, type(exc).__name__, said, delay)
         else:
