@@ -119,3 +119,14 @@ def test_the_admin_add_form_refuses_one_naming_the_field(admin_client):
     assert "control characters" in response.content.decode()
     assert "name" in response.context["adminform"].form.errors
     assert not Job.objects.exists()
+
+
+def test_a_bulk_create_names_the_job_and_field_and_stores_none(api):
+    response = api.post("/api/jobs/bulk/", {"jobs": [
+        {"handler": "noop", "name": "fine"}, {"handler": "noop", "name": "a\nb"}]},
+        format="json")
+
+    assert response.status_code == 400
+    [bad] = response.json()["errors"]
+    assert bad["index"] == 1 and "control characters" in bad["errors"]["name"][0]
+    assert not Job.objects.exists()
