@@ -158,3 +158,14 @@ def test_the_admin_refuses_to_move_a_stored_secret_to_another_origin(admin_clien
     assert "origin" in response.content.decode() and token not in response.content.decode()
     stored = Job.objects.get(pk=job.pk).payload
     assert stored["url"] == URL and stored["encrypted_headers"]["Authorization"] == token
+
+
+def test_a_new_value_beside_the_marker_replaces_the_stored_secret(api, alice):
+    job = http_job(owner=alice)
+    shown = api.get(f"/api/jobs/{job.pk}/").json()["payload"]
+    shown["headers"]["Authorization"] = "Bearer replaced"
+
+    response = api.patch(f"/api/jobs/{job.pk}/", {"payload": shown}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert secret_of(job, "Authorization") == "Bearer replaced"

@@ -104,8 +104,11 @@ def _headers(payload: dict, errors: dict, binding, stored: dict | None
             sealed[name] = secrets.seal(value, binding(name))
         else:
             plain[name] = value
+    given = {n.lower() for n in headers}
     for name, value in encrypted.items():
         field = f"payload.encrypted_headers.{name}"[:200]
+        if value == REDACTED and name.lower() in given:
+            continue  # a new value in headers replaces the stored one
         if problem := _kept_problem(name, value, payload, stored, binding):
             errors[field] = problem
         else:
