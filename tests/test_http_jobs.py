@@ -50,6 +50,8 @@ BAD = [
     ({"url": URL, "encrypted_headers": {"Authorization": "(encrypted)"}},
      "payload.encrypted_headers.Authorization", "no stored secret"),
     ({"url": URL, "seal": "abc"}, "payload", "unknown keys"),
+    ({"url": URL, "encrypted_headers": {"X\r\nY": "(encrypted)"}}, "payload.encrypted_headers",
+     "not a valid header name"),
     ({"url": URL, "colour": "red"}, "payload", "unknown keys"),
 ]
 

@@ -106,7 +106,10 @@ def _headers(payload: dict, errors: dict, binding, stored: dict | None
             plain[name] = value
     given = {n.lower() for n in headers}
     for name, value in encrypted.items():
-        field = f"payload.encrypted_headers.{name}"[:200]
+        field = f"payload.encrypted_headers.{name}"
+        if not TOKEN_RE.match(name):  # named in an error key: a header name only
+            errors["payload.encrypted_headers"] = f"{name[:100]!r} is not a valid header name"
+            continue
         if value == REDACTED and name.lower() in given:
             continue  # a new value in headers replaces the stored one
         if problem := _kept_problem(name, value, payload, stored, binding):
