@@ -10,7 +10,7 @@ the database clock itself, and outside a transaction that statement is its own c
 from django.db import connections, transaction
 
 from jobs.models import Job
-from runs.brokers import get_broker
+from runs.brokers import get_broker, pg_listen
 from runs.brokers.keys import shard_of
 from runs.models import Run, RunState
 from runs.quotas import SHARED_QUEUE, Bounds
@@ -70,8 +70,9 @@ def insert_job_with_run(job: Job, run: Run, using: str = "default",
     ``delay_s`` (seconds) the job's run_at is the database clock plus that, read in the
     statement (docs/architecture.md, "One clock"); otherwise ``job.run_at`` (aware). With
     ``ready_if_due`` a run due when the statement runs is stored ``queued`` (the database
-    broker's ready set). Sets both primary keys, ``run.job_id``, both rows' run_at (the
-    run's scheduled_at too) and the run's state, and marks both saved on ``using``."""
+    broker's ready set) and its queue notified. Sets both primary keys, ``run.job_id``,
+    both rows' run_at (the run's scheduled_at too) and the run's state, and marks both
+    saved on ``using``."""
     connection = connections[using]
     quote = connection.ops.quote_name
 
@@ -108,12 +109,20 @@ def insert_job_with_run(job: Job, run: Run, using: str = "default",
         else:
             values.append("%s")
             params.append(value(field, run))
-    sql = (f"WITH j AS ({job_sql}) INSERT INTO {quote(run._meta.db_table)} "
-           f"({', '.join(columns)}) VALUES ({', '.join(values)}) "
-           "RETURNING id, job_id, run_at, state")
+    run_sql = (f"INSERT INTO {quote(run._meta.db_table)} "
+               f"({', '.join(columns)}) VALUES ({', '.join(values)}) "
+               "RETURNING id, job_id, run_at, state")
+    if ready_if_due:
+        # A run stored ready wakes the idle workers of its queue at the commit, in the
+        # same statement (runs/brokers/pg_listen.py); the void column is not read.
+        sql = (f"WITH j AS ({job_sql}), r AS ({run_sql}) SELECT id, job_id, run_at, state, "
+               "CASE WHEN state = %s THEN pg_notify(%s, %s) END FROM r")
+        params += [RunState.QUEUED, pg_listen.CHANNEL, run.queue]
+    else:
+        sql = f"WITH j AS ({job_sql}) {run_sql}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        run.pk, job.pk, job.run_at, run.state = cursor.fetchone()
+        run.pk, job.pk, job.run_at, run.state = cursor.fetchone()[:4]
     run.job_id, run.scheduled_at, run.run_at = job.pk, job.run_at, job.run_at
     for obj in (job, run):
         obj._state.adding, obj._state.db = False, using

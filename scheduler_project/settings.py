@@ -2,6 +2,8 @@
 environment (docs/architecture.md, "Configuration").
 
 DATABASE_URL  default sqlite:///db.sqlite3 (the embedded default)
+DATABASE_LISTEN_URL  PostgreSQL: where idle workers of the database broker LISTEN, when
+              DATABASE_URL goes through PgBouncer in transaction mode (default: DATABASE_URL)
 REDIS_URL     unset: the database broker serves the queue; redis+cluster://host:port/ a
               Redis Cluster (docs/isolation.md, "Redis Cluster")
 SCHEDULER_BROKER  "redis" or "database"; overrides the choice REDIS_URL implies
@@ -168,6 +170,11 @@ DATABASES = {
         os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
     ),
 }
+
+# The same database reached directly, for the listen connection of the database broker's
+# idle workers (runs/brokers/pg_listen.py): a LISTEN through PgBouncer in transaction mode
+# holds no server session and hears nothing. Unset: DATABASES["default"]'s settings.
+DATABASE_LISTEN_URL = os.environ.get("DATABASE_LISTEN_URL", "")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -129,6 +129,12 @@ class Broker(ABC):
         nothing: the lease reports an unreachable broker. This default cannot wait."""
         return False
 
+    def end_waits(self) -> None:
+        """Close what ``wait_ready`` opened beyond Django's connections (the database
+        broker's listen connection), when this process stops waiting (a worker's end);
+        a later wait opens it again. This default opened nothing."""
+        return None
+
     def most_urgent_ready(self, queues: list[str]) -> dict[str, int]:
         """{queue: the most urgent priority (0-9, 0 first) among the runs of ``queues``
         ready to lease now}, queues with none left out. An ack continues no run while a

@@ -10,14 +10,21 @@ differences (docs/scaling.md): the stride state of the priority classes lives in
 worker process rather than in one place, so shares hold per worker (and so overall); and
 when any concurrency or rate limit is configured, claims take one transaction-scoped
 advisory lock on PostgreSQL, which serialises them, so the counts they check stay true.
+
+Idle workers wait on PostgreSQL's LISTEN/NOTIFY (runs/brokers/pg_listen.py): each
+transaction that makes runs ready notifies their queues; on SQLite they poll.
 """
+
+import time
+from collections.abc import Callable
 
 from django.db import connections, transaction
 from django.db.models import Count, F, Q
 
 from runs import policy
+from runs.brokers import pg_listen
 from runs.brokers.base import Broker
-from runs.clock import db_now
+from runs.clock import db_now, to_ms
 from runs.limits import owner_limits
 from runs.models import DELAYED_STATES, RateBucket, Run, RunState
 from runs.transitions import in_shards
@@ -26,6 +33,7 @@ from scheduler_core import conf
 
 CLAIM_LOCK = 0x5C4ED  # pg_advisory_xact_lock key serialising limited claims
 CANDIDATES_PER_SLOT = 4  # rows fetched per wanted run when owner limits may skip some
+ANNOUNCE_AHEAD_MS = 1000  # a push wakes idle workers for runs due within this
 
 
 class DatabaseBroker(Broker):
@@ -37,30 +45,60 @@ class DatabaseBroker(Broker):
     def __init__(self, using: str = "default"):
         super().__init__(using)
         self._stride: dict[str, policy.Stride] = {}
+        self._listener: pg_listen.Listener | None = None
 
     def push(self, runs: list[RunRef]) -> None:
         """Nothing to copy: the rows are the working set. Due runs are promoted at once so
         that a run triggered now does not wait for the dispatcher's next round (a run
-        created due is stored queued and not pushed: ``ready_when_stored``)."""
+        created due is stored queued and not pushed: ``ready_when_stored``); idle
+        workers of the queues of runs due now are woken (runs/brokers/pg_listen.py)."""
         if runs:
-            self.promote()
+            # A second ahead, as this process's clock may lag the database's: a run not
+            # ready yet costs an idle worker one empty lease, the dispatcher's promote
+            # wakes it again once the run is due.
+            soon_ms = time.time() * 1000 + ANNOUNCE_AHEAD_MS
+            self._promote(announce={r.queue for r in runs if to_ms(r.run_at) <= soon_ms})
 
     def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:
+        return self._promote(limit, shards)
+
+    def _promote(self, limit: int | None = None, shards: list[int] | None = None,
+                 announce: set[str] = frozenset()) -> int:
+        """``promote``, waking idle workers of the queues of the runs moved and of
+        ``announce`` (queues of runs already ready) with one NOTIFY per queue, sent at the
+        transaction's commit."""
         limit = limit or conf.get("PROMOTE_BATCH")
         runs = Run.objects.using(self.using)
         due = in_shards(runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using)),
                         shards)
         with transaction.atomic(using=self.using):
-            ids = list(
+            rows = list(
                 due.order_by("run_at")
                 .select_for_update(skip_locked=True)
-                .values_list("pk", flat=True)[:limit]
+                .values_list("pk", "queue")[:limit]
             )
-            if not ids:
-                return 0
-            return runs.filter(pk__in=ids, state__in=DELAYED_STATES).update(
-                state=RunState.QUEUED
-            )
+            moved = runs.filter(pk__in=[row[0] for row in rows],
+                                state__in=DELAYED_STATES).update(state=RunState.QUEUED) \
+                if rows else 0
+            pg_listen.notify_ready(self.using, {row[1] for row in rows} | set(announce))
+            return moved
+
+    def wait_ready(self, queues: list[str], timeout_s: float,
+                   passing_on: Callable[[], bool] | None = None) -> bool:
+        """As Broker.wait_ready, on PostgreSQL: block up to ``timeout_s`` seconds on the
+        listen connection until a NOTIFY for one of ``queues`` (runs/brokers/pg_listen.py);
+        ``passing_on()`` is asked every WAIT_SLICE_S and ends the wait when True (every
+        idle worker hears a NOTIFY: there is nothing to pass on). False (the caller
+        polls) on SQLite, and while the listen connection is lost and not yet open again."""
+        if timeout_s < 0.001 or not queues or connections[self.using].vendor != "postgresql":
+            return False
+        if self._listener is None:
+            self._listener = pg_listen.Listener(self.using)
+        return self._listener.wait(queues, timeout_s, stop=passing_on)
+
+    def end_waits(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
 
     def reconcile(self, batch: int = 5000, shards: list[int] | None = None,
                   keep_going=None) -> int:

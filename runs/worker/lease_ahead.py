@@ -158,12 +158,18 @@ class LeaseAhead:
         exact = due_in is not None and due_in < wait_s + self.broker.wait_slack_s
         if (self.stopping or self.burst or exact
                 or not self.broker.wait_ready(self.queues, wait_s,
-                                              passing_on=lambda: self.stopping)):
+                                              passing_on=self.waits_end)):
             return [], due_in
-        if self.stopping:
+        if self.waits_end():
             return [], 0.0
         leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
         return self.leased_of(leases), None if leases else 0.0
+
+    def waits_end(self) -> bool:
+        """Whether an idle wait in the broker (Broker.wait_ready) is to end now: the
+        worker is stopping, or its lease lane is pausing to fork a child (supervise.py,
+        restart), which waits for the lane's calls. Asked from the lease lane."""
+        return self.stopping or (self.lanes is not None and self.lanes.lease.stopping)
 
     def leased_of(self, leases: list[Lease]) -> list["Leased"]:
         """``leases`` with what their children need (the lease's own ``task`` where the

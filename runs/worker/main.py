@@ -149,6 +149,7 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
                 slot.kill()
             if self.lanes is not None:
                 self.lanes.close()
+            self.broker.end_waits()
 
     def in_flight(self) -> list[Slot]:
         """Slots whose child has runs."""
