@@ -218,3 +218,18 @@ def test_the_transport_error_text_holds_no_header_value():
     echoed = httpx.ConnectError("refused while sending pl41n-value and b' Bearer s3cret '")
     assert "s3cret" not in failure_text(echoed, headers)
     assert "pl41n-value" not in failure_text(echoed, headers)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_binds_the_tokens_stored_before_it(alice):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    MigrationExecutor(connection).migrate([("jobs", "0011_job_unique_lock_partial")])
+    job = Job.objects.create(name="old", owner=alice, handler="http", run_at=datetime.now(UTC),
+                             payload={"url": URL, "headers": {},
+                                      "encrypted_headers": {"Authorization": legacy(SECRET)}})
+
+    MigrationExecutor(connection).migrate([("jobs", "0012_bind_http_secrets")])
+
+    assert secret_of(job, "Authorization") == SECRET
