@@ -5,6 +5,7 @@ import django_filters as filters
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 
+from jobs import node_jobs
 from jobs.lifecycle import SHOWN_STATUSES
 from jobs.models import Job
 from runs.filters import UtcIsoDateTimeFilter
@@ -16,7 +17,13 @@ class JobFilter(filters.FilterSet):
     """``status`` (as shown, ``finished`` included: jobs/lifecycle.py; may repeat),
     ``handler``, ``queue`` (exact), ``recurring`` (true: cron jobs, false: one-off jobs),
     ``name`` (contains, case-insensitive), ``created_after`` / ``created_before`` (ISO
-    8601; a naive time is read as UTC)."""
+    8601; a naive time is read as UTC), ``nodes`` (``exclude``, the default: no
+    workflow's node jobs; ``include``; ``only``), ``workflow`` (that workflow's node jobs;
+    jobs/node_jobs.py)."""
+
+    NODES = [("exclude", "plain jobs only (the default)"),
+             ("include", "plain jobs and workflows' node jobs"),
+             ("only", "workflows' node jobs only")]
 
     status = filters.MultipleChoiceFilter(choices=SHOWN_STATUSES, field_name="shown_status")
     handler = filters.CharFilter()
@@ -26,6 +33,20 @@ class JobFilter(filters.FilterSet):
     name = filters.CharFilter(lookup_expr="icontains")
     created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    # Without nodes or workflow the list leaves node jobs out: JobViewSet.filter_queryset.
+    nodes = filters.ChoiceFilter(choices=NODES, method="filter_nodes", empty_label=None,
+                                 label="workflows' node jobs: exclude (default), include, "
+                                       "only")
+    workflow = filters.NumberFilter(method="filter_workflow",
+                                    label="the node jobs of this workflow id")
+
+    def filter_nodes(self, queryset, name, value):
+        if value == "only":
+            return queryset.filter(node_jobs.node_q())
+        return node_jobs.plain(queryset) if value == "exclude" else queryset
+
+    def filter_workflow(self, queryset, name, value):
+        return node_jobs.of_workflow(queryset, int(value))
 
     class Meta:
         model = Job

@@ -6,11 +6,14 @@ or was cancelled) will never run again by itself, so it is shown ``finished``, l
 Oban's completed jobs, instead of ``active``. ``finished`` is derived from the runs, not
 stored: a run of the job that goes back to the queue (a dead run requeued, a trigger)
 makes the job active again without anyone writing to it. Filters and the admin's list
-filter take ``finished`` like the stored values.
+filter take ``finished`` like the stored values. A workflow's node job is never
+``finished``: its workflow makes its runs, the next at the workflow's next run (before the
+first one it has none), so it reads as its stored status (jobs/node_jobs.py).
 """
 
 from django.db.models import Case, CharField, Exists, F, OuterRef, Q, QuerySet, Value, When
 
+from jobs import node_jobs
 from jobs.models import Job
 from runs.models import TERMINAL_STATES, Run
 
@@ -27,8 +30,8 @@ def with_shown_status(jobs: QuerySet) -> QuerySet:
     ``finished`` for an active one-off job none of whose runs is left to run. One EXISTS
     per one-off job row, on the runs' (job, scheduled_at) unique index."""
     return jobs.annotate(shown_status=Case(
-        When(Q(schedule__isnull=True, status=Job.Status.ACTIVE) & ~Exists(_unfinished_runs()),
-             then=Value(FINISHED)),
+        When(Q(schedule__isnull=True, status=Job.Status.ACTIVE) & ~node_jobs.node_q()
+             & ~Exists(_unfinished_runs()), then=Value(FINISHED)),
         default=F("status"), output_field=CharField()))
 
 
@@ -41,4 +44,6 @@ def shown_status(job: Job) -> str:
     if job.schedule_id is not None or job.status != Job.Status.ACTIVE:
         return job.status
     unfinished = Run.objects.filter(job_id=job.pk).exclude(state__in=TERMINAL_STATES)
-    return job.status if unfinished.exists() else FINISHED
+    if unfinished.exists() or node_jobs.workflow_of(job) is not None:
+        return job.status
+    return FINISHED

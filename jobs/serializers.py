@@ -15,7 +15,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from jobs import cron, spec
+from jobs import cron, node_jobs, spec
 from jobs.cron import MAX_JITTER_S
 from jobs.lifecycle import SHOWN_STATUSES, shown_status
 from jobs.models import Job, MisfirePolicy
@@ -128,6 +128,14 @@ class NextRunField(serializers.DateTimeField):
         return instance.next_run_at if instance.status == Job.Status.ACTIVE else None
 
 
+class NodeWorkflowField(serializers.IntegerField):
+    """The id of the workflow whose node the job is, null for a plain job (from the whole
+    job: jobs/node_jobs.py)."""
+
+    def get_attribute(self, instance):
+        return node_jobs.workflow_of(instance)
+
+
 class JobSerializer(serializers.ModelSerializer):
     """A job as the API shows it; ``cron`` is the cron expression (recurring jobs),
     null for a one-off job, whose time is ``run_at``; ``paused_at`` is when a paused job
@@ -158,6 +166,10 @@ class JobSerializer(serializers.ModelSerializer):
         read_only=True, allow_null=True,
         help_text="the next cron occurrence the scheduler will run; null for a one-off, "
                   "paused or cancelled job")
+    workflow = NodeWorkflowField(
+        read_only=True, allow_null=True,
+        help_text="the workflow whose node this job is (its runs are the workflow's; "
+                  "docs/workflows.md, \"Node jobs\"), null for a plain job")
 
     class Meta:
         model = Job
@@ -165,7 +177,7 @@ class JobSerializer(serializers.ModelSerializer):
                   "status", "paused_at",
                   "run_at", "cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
                   "next_run_at", "timeout_s", "max_attempts", "unique_key", "created_at",
-                  "updated_at", "schedule", "max_retries"]
+                  "updated_at", "workflow", "schedule", "max_retries"]
         read_only_fields = fields
 
     def get_max_retries(self, job) -> int:

@@ -29,7 +29,7 @@ EMBEDDED = [
     "tests/test_api_permissions.py", "tests/test_dead_letter_bulk.py",
     "tests/test_api_idempotency.py", "tests/test_unique_jobs.py", "tests/test_api_limits.py",
     "tests/test_tenant_bounds.py", "tests/test_workflows_api.py",
-    "tests/test_workflows_admin.py",
+    "tests/test_workflows_admin.py", "tests/test_node_jobs_listed.py",
 ]
 
 

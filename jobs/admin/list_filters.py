@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 
+from jobs import node_jobs
 from jobs.lifecycle import SHOWN_STATUSES, with_shown_status
 from scheduler_core.registry import handler_names
 
@@ -40,13 +41,22 @@ class HandlerFilter(admin.SimpleListFilter):
 
 
 class KindFilter(admin.SimpleListFilter):
+    """Recurring or one-off jobs; a workflow's node jobs (named "workflow/node", made and
+    run by the workflow: jobs/node_jobs.py) only when asked for, as the REST list."""
+
     title = "kind"
     parameter_name = "kind"
 
     def lookups(self, request, model_admin):
-        return [("cron", "recurring (cron)"), ("once", "one-off")]
+        return [("cron", "recurring (cron)"), ("once", "one-off"),
+                ("node", "workflow nodes"), ("all", "all, workflow nodes too")]
 
     def queryset(self, request, queryset):
+        if self.value() == "all":
+            return queryset
+        if self.value() == "node":
+            return queryset.filter(node_jobs.node_q())
+        queryset = node_jobs.plain(queryset)
         if self.value() == "cron":
             return queryset.filter(schedule__isnull=False)
         if self.value() == "once":
