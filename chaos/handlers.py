@@ -1,7 +1,8 @@
 """The handlers of the fault-injection app, registered only where it is installed (the
 test and chaos settings, scheduler_project/settings_chaos.py), never in a production
 deployment: ``busy_loop`` and ``suicide`` exist to occupy or kill a worker's child,
-``stubborn`` to ignore a cancel.
+``stubborn`` to ignore a cancel, ``chaos.pid`` and ``chaos.hog`` to say which child ran a
+run and to leak memory in it.
 
 ``chaos.work`` is the handler the fault-injection load runs (docs/reliability.md,
 "Execution log").
@@ -64,6 +65,27 @@ def busy_loop(ctx, payload):
 def suicide(ctx, payload):
     """Kill the process running it (tests a poison run)."""
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@handler("chaos.pid")
+def pid(ctx, payload):
+    """Return ``{"pid": <the child process's pid>}``: which child ran the run (tests of
+    child recycling, runs/worker/recycle.py)."""
+    return {"pid": os.getpid()}
+
+
+# What chaos.hog keeps: it grows for the life of its process, as a leak would.
+_hoard: list[bytes] = []
+
+
+@handler("chaos.hog")
+def hog(ctx, payload):
+    """Keep ``payload["mb"]`` (int, default 50) more MiB in this process for good, written
+    so the pages are resident (a leak, for the memory cap of child recycling); returns
+    ``{"pid": ..., "held_mb": <MiB kept so far>}``."""
+    mb = int(payload.get("mb", 50))
+    _hoard.append(b"\x01" * (mb << 20))
+    return {"pid": os.getpid(), "held_mb": sum(len(b) for b in _hoard) >> 20}
 
 
 @handler("stubborn")

@@ -26,6 +26,7 @@ from runs import ownership, stats
 from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.metrics_health import HealthCollector
+from runs.models import ChildRecycleCount
 from scheduler_core import conf
 from scheduler_core.exceptions import BrokerUnavailable
 
@@ -161,6 +162,17 @@ class SchedulerCollector(Collector):
         for kind, event, count in ownership.counters(using):
             changes.add_metric([kind, event], count)
         yield changes
+
+        recycled = CounterMetricFamily(
+            "scheduler_worker_child_recycles",
+            "Worker child processes replaced by recycling since the table was created, by "
+            "reason: runs (MAX_RUNS_PER_CHILD reached), memory (MAX_MEMORY_PER_CHILD_MB "
+            "reached); counted by the workers, added at their heartbeat.",
+            labels=["reason"])
+        for reason, count in (ChildRecycleCount.objects.using(using).order_by("reason")
+                              .values_list("reason", "count")):
+            recycled.add_metric([reason], count)
+        yield recycled
 
 
 registry = CollectorRegistry(auto_describe=False)

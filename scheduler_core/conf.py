@@ -101,6 +101,15 @@ DEFAULTS: dict[str, Tunable] = {
         True, flag, "PostgreSQL: a worker's child acks a workflow node's success itself and "
         "starts the run that ack continued (docs/workflows.md, \"Latency\"); off: the "
         "worker acks every run"),
+    # Recycling a worker's children (runs/worker/recycle.py, docs/deploy.md): overridden
+    # per worker by runworker's --max-runs-per-child and --max-memory-per-child.
+    "MAX_RUNS_PER_CHILD": Tunable(
+        0, int, "runs a worker's child process executes before it is replaced by a new "
+        "one (Celery's worker_max_tasks_per_child); 0: never"),
+    "MAX_MEMORY_PER_CHILD_MB": Tunable(
+        0, int, "MiB of current resident memory (RSS, read from /proc after its runs; "
+        "Linux) at which a worker's child is replaced once its run in flight ends "
+        "(Celery's worker_max_memory_per_child, in MiB not KiB); 0: never"),
     "CANCEL_CHECK_S": Tunable(
         1.0, float, "seconds between a worker's checks whether a run it has been running "
         "for that long was cancelled (docs/architecture.md, \"Cancelling a running run\")"),

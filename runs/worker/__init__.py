@@ -7,6 +7,7 @@
 - lease_ahead.py: how many runs to lease ahead, handing them out, taking them back;
 - acks.py: acking outcomes in batches;
 - supervise.py: waiting on the children, deadlines, dead children, heartbeats;
+- recycle.py: replacing a child after so many runs or past a memory cap;
 - shutdown.py: a graceful and a forced stop;
 - lanes.py: the background threads that run leases and acks.
 

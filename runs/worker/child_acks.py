@@ -26,12 +26,16 @@ class ChildAcks:
     def allow_child_acks(self) -> None:
         """Allow the children to ack workflow nodes themselves while the worker holds no
         run leased ahead (a continued run would jump it), is not stopping and has no
-        ``max_runs`` (a run continued in a child is counted after the fact)."""
+        ``max_runs`` (a run continued in a child is counted after the fact); never a
+        child that is full (Slot.full: at its runs per child, or retiring)."""
         allowed = (self.handoff is not None and not self.stopping and not self.ahead
                    and self.max_runs is None)
         for slot in self.slots:
-            if slot.allowed != allowed:
-                slot.allow(allowed)
+            # A child to be handed no more runs must not continue one itself either
+            # (runs/worker/recycle.py).
+            want = allowed and not slot.full
+            if slot.allowed != want:
+                slot.allow(want)
 
     def child_message(self, slot: Slot, current: InFlight, message: tuple) -> bool:
         """Handle ``message`` if it is about an ack in the child (True), else False."""
@@ -65,7 +69,7 @@ class ChildAcks:
         _, _, _, state, error, fate, pushed, books, started, at = message
         outcome = current.pending
         outcome.outcome, outcome.error, outcome.fate = state, error, fate
-        slot.queued.popleft()
+        slot.pop_finished()
         self.finished += 1
         self.acked_in_children += 1
         report_outcome(outcome)
@@ -115,7 +119,7 @@ class ChildAcks:
         if current.cancel_deadline != float("inf"):
             outcome = self.cancelled_outcome(current, [], "the handler stopped")
         self.add_outcome(outcome)
-        slot.queued.popleft()
+        slot.pop_finished()
         return True
 
     def ack_pending_and_restart(self, slot: Slot, how: str) -> None:

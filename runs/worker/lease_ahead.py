@@ -224,9 +224,10 @@ class LeaseAhead:
 
     def hand(self, slot: Slot, leased: Leased, depth: int, now: int) -> dict | None:
         """Queue ``leased`` on ``slot`` and return the task its child is to be sent, or
-        None (nothing queued) when the slot holds ``depth`` runs or runs already wait in
-        its pipe and this one would take it past PIPE_BUDGET."""
-        if len(slot.queued) >= depth:
+        None (nothing queued) when the slot holds ``depth`` runs, is full (Slot.full:
+        recycling) or runs already wait in its pipe and this one would take it past
+        PIPE_BUDGET."""
+        if len(slot.queued) >= depth or slot.full:
             return None
         size = TASK_OVERHEAD + len(leased.task["payload"])
         # A child that has runs gets no more than PIPE_BUDGET bytes waiting: a send must

@@ -37,6 +37,7 @@ from runs.worker.child_acks import ChildAcks
 from runs.worker.lanes import Lanes
 from runs.worker.lease_ahead import LEASES_IN_FLIGHT, LeaseAhead, Leased
 from runs.worker.pool import InFlight, Slot
+from runs.worker.recycle import limits as recycle_limits
 from runs.worker.shutdown import Shutdown
 from runs.worker.supervise import Supervision
 from scheduler_core import conf
@@ -68,6 +69,8 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
     nothing is ready and nothing is in flight (both make the daemon testable).
     ``weights`` (queue -> positive int) splits lease capacity between the queues by weight
     (Broker.lease); without it the queues are served in the order given.
+    ``max_runs_per_child`` and ``max_memory_per_child_mb`` (MiB) recycle the children
+    (runs/worker/recycle.py; None: the settings; 0: never); ValueError when negative.
     """
 
     name = "worker"
@@ -75,7 +78,9 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
     def __init__(self, queues: list[str], concurrency: int | None = None,
                  using: str = "default",
                  max_runs: int | None = None, burst: bool = False,
-                 grace_s: float | None = None, weights: dict[str, int] | None = None):
+                 grace_s: float | None = None, weights: dict[str, int] | None = None,
+                 max_runs_per_child: int | None = None,
+                 max_memory_per_child_mb: int | None = None):
         super().__init__(using)
         if concurrency is None:
             concurrency = default_concurrency()
@@ -83,6 +88,7 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
             raise ValueError("concurrency must be at least 1")
         self.queues = queues
         self.weights = weights
+        self.recycle = recycle_limits(max_runs_per_child, max_memory_per_child_mb)
         self.concurrency = concurrency
         self.max_runs = max_runs
         self.burst = burst
@@ -133,7 +139,7 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
                                                conf.get("LEASE_TTL_S"), self.using,
                                                self.broker.name)
             for _ in range(self.concurrency):
-                self.slots.append(Slot(self.handoff))
+                self.slots.append(Slot(self.handoff, self.recycle.max_runs))
             self.lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
             try:
                 self.register()

@@ -25,6 +25,9 @@ STALL_S = 0.1
 # Longest wait for a child's control lock (held for a few instructions at a time): past
 # it, the child died holding it (Slot.lock_or_kill).
 LOCK_WAIT_S = 0.1
+# Longest wait for a retired child to exit once asked (it is idle, between runs): past it,
+# it is killed (Slot.let_exit).
+EXIT_WAIT_S = 2.0
 
 
 @dataclass
@@ -58,8 +61,10 @@ class Slot:
     long runs go one at a time, so a child never sits on runs another worker could start.
     """
 
-    def __init__(self, handoff_config: handoff.Handoff | None = None):
+    def __init__(self, handoff_config: handoff.Handoff | None = None, max_runs: int = 0):
         self.handoff = handoff_config  # what the child needs to ack itself (None: it does not)
+        # Runs a child executes before it is replaced (0: never; runs/worker/recycle.py).
+        self.max_runs = max_runs
         self.queued: deque[InFlight] = deque()
         self.waiting = 0  # bytes of the runs queued behind the head (estimated)
         self.start()
@@ -68,6 +73,18 @@ class Slot:
     def current(self) -> InFlight | None:
         """The run the child is executing, if any."""
         return self.queued[0] if self.queued else None
+
+    @property
+    def full(self) -> bool:
+        """Whether the child is to be handed no more runs: it is retiring, or the runs it
+        finished and holds reach ``max_runs`` (runs/worker/recycle.py)."""
+        return self.retiring is not None or (
+            self.max_runs > 0 and self.ran + len(self.queued) >= self.max_runs)
+
+    def pop_finished(self) -> InFlight:
+        """Drop the run executing, which has ended, and count it as one the child ran."""
+        self.ran += 1
+        return self.queued.popleft()
 
     def begin_head(self, at: float) -> None:
         """The head of the queue started at ``at`` (time.monotonic()): arm its deadline."""
@@ -97,6 +114,13 @@ class Slot:
         self.seq = 0  # number of the last task handed to the child (its counter is new)
         self.allowed = False  # what control[handoff.ALLOWED] says
         self.lock_lost = False  # lock_or_kill could not have the lock: replace the child
+        self.ran = 0  # runs the child finished (pop_finished)
+        # Why the child is being replaced once its last run ends ("runs", "memory"), or
+        # None; its resident set (KiB) when read past the cap, and the ``ran`` when it
+        # was last read (runs/worker/recycle.py).
+        self.retiring: str | None = None
+        self.rss_kib = 0
+        self.rss_read_at = 0
         # The quiet pipe: the child's messages about its own acks, read by the worker
         # before the main pipe but never waited on (wire.quiet_sender).
         self.quiet_fd, quiet_w = os.pipe()
@@ -121,6 +145,10 @@ class Slot:
         try:
             self.control[handoff.LAST_SEQ] += 1
             self.seq = self.control[handoff.LAST_SEQ]
+            if self.max_runs > 0 and self.ran + len(self.queued) + 1 >= self.max_runs:
+                # Its last run: the child must not continue another after it itself.
+                self.control[handoff.ALLOWED] = 0
+                self.allowed = False
         finally:
             self.lock.release()
         return self.seq
@@ -207,6 +235,17 @@ class Slot:
         self.control[2] = run.seq
         if self.process.is_alive():
             os.kill(self.process.pid, signal.SIGUSR1)
+
+    def let_exit(self) -> int | None:
+        """Ask the child, which has no run left, to exit (it skips the runs taken back
+        from its pipe first), and wait up to EXIT_WAIT_S; returns its exit code (0: it
+        exited; None: still alive, it is killed by kill or restart)."""
+        try:
+            wire.send_stop(self.conn)
+        except OSError:
+            pass  # gone already
+        self.process.join(EXIT_WAIT_S)
+        return self.process.exitcode
 
     def kill(self) -> None:
         if self.process.is_alive():

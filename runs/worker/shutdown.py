@@ -9,6 +9,7 @@ from runs.clock import db_now
 from runs.daemon import STOP_BOUND_S
 from runs.models import WorkerProcess
 from runs.outcomes import flush_counts
+from runs.worker import recycle
 
 
 class Shutdown:
@@ -70,6 +71,7 @@ class Shutdown:
             self.log.info("worker %s: %d runs acked in its children (runs/worker/handoff.py)",
                           self.worker_id, self.acked_in_children)
         flush_counts(self.using)
+        recycle.flush_counts(self.using)
         WorkerProcess.objects.using(self.using).filter(worker_id=self.worker_id).update(
             stopped_at=db_now(self.using))
 

@@ -11,8 +11,10 @@ from multiprocessing.connection import wait
 from runs.daemon import TRANSIENT
 from runs.models import AttemptOutcome
 from runs.types import Outcome
+from runs.worker import recycle
 from runs.worker.child import dropped_note
 from runs.worker.pool import STALL_S, InFlight, Slot
+from runs.worker.recycle import Recycling
 from scheduler_core import conf
 
 # Longest wait between two reads of a child's quiet pipe while it may ack: what it said
@@ -20,10 +22,11 @@ from scheduler_core import conf
 CHILD_ACKS_READ_S = 0.05
 
 
-class Supervision:
+class Supervision(Recycling):
     """The worker's watch over its children: wait for them (wait_timeout, collect),
     their messages (handle_message), their deadlines and deaths (enforce_deadlines,
-    child_died) and the leases' heartbeat (heartbeat_if_due). A mixin of
+    child_died), their recycling (Recycling) and the leases' heartbeat
+    (heartbeat_if_due). A mixin of
     runs/worker/main.py's Worker, whose attributes it uses."""
 
     def wait_timeout(self) -> float:
@@ -69,6 +72,7 @@ class Supervision:
                 # What its child said of its own acks, which wakes nobody (handoff.py).
                 for message in slot.receive_quiet():
                     self.handle_message(slot, message)
+        self.recycle_children()
         self.dispatch()
         # Right after the hand: a continued run handed now may end before the next round.
         self.allow_child_acks()
@@ -111,7 +115,7 @@ class Supervision:
                 task=current.task, watched=current.watched,
             ))
         self.note_run_time(took)
-        slot.queued.popleft()
+        slot.pop_finished()
         # The next run in the pipe started when this one finished (same monotonic clock).
         slot.begin_head(finished)
 
@@ -196,6 +200,7 @@ class Supervision:
             return
         self.last_heartbeat = time.monotonic()
         self.register()
+        recycle.flush_counts(self.using)
         live = [run for run in self.handed() if not run.lost]
         if not live and not self.ahead:
             return

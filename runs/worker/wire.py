@@ -3,7 +3,8 @@ framed (both ends; runs/worker/pool.py holds the parent's pipe, runs/worker/chil
 child's).
 
 Protocol, parent -> child: a list of task dicts (run_id, job_id, attempt, scheduled_at,
-deadline, handler, payload, seq) to run in order, one message per list; the two times are sent
+deadline, handler, payload, seq) to run in order, one message per list, or None: exit
+(a retired child, runs/worker/recycle.py); the two times are sent
 as integer microseconds since the Unix epoch (runs/clock.py, to_us) and the payload as
 JSON text, as the database returned it: pickling an aware datetime costs 15-20 µs, most
 of a no-op run's share of the worker's time (BENCHMARKS.md), while integers and text are
@@ -64,6 +65,12 @@ def send_tasks(conn, tasks: list[dict]) -> None:
     """Parent side: send ``tasks`` (runs in order) over ``conn`` as one message. Raises
     OSError when the child is gone."""
     conn.send_bytes(pickle.dumps(tasks, pickle.HIGHEST_PROTOCOL))
+
+
+def send_stop(conn) -> None:
+    """Parent side: tell the child to exit once it has read what was sent before (a
+    message of None). Raises OSError when the child is gone."""
+    conn.send_bytes(pickle.dumps(None, pickle.HIGHEST_PROTOCOL))
 
 
 def receive_messages(conn, received: bytearray) -> list[tuple]:

@@ -24,8 +24,18 @@ class Command(DaemonCommand):
                             help="exit once nothing is ready and nothing is running")
         parser.add_argument("--grace", type=float, default=None,
                             help="seconds to let in-flight runs finish after SIGTERM")
+        parser.add_argument(
+            "--max-runs-per-child", type=int, default=None,
+            help="replace a child process after it has executed this many runs, once "
+                 "its run in flight ends (default: SCHEDULER MAX_RUNS_PER_CHILD; 0: never)")
+        parser.add_argument(
+            "--max-memory-per-child", type=int, default=None, metavar="MIB",
+            help="replace a child process once its resident memory reaches this many "
+                 "MiB, after its run in flight ends (default: SCHEDULER "
+                 "MAX_MEMORY_PER_CHILD_MB; 0: never)")
 
-    def handle(self, *args, queues, concurrency, max_runs, burst, grace, **options):
+    def handle(self, *args, queues, concurrency, max_runs, burst, grace, max_runs_per_child,
+               max_memory_per_child, **options):
         try:
             weights = parse_queue_weights(queues)
         except ValueError as exc:
@@ -38,6 +48,15 @@ class Command(DaemonCommand):
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
         weighted = ":" in queues
-        worker = Worker(list(weights), concurrency, max_runs=max_runs, burst=burst,
-                        grace_s=grace, weights=weights if weighted else None)
+        for option, value in (("--max-runs-per-child", max_runs_per_child),
+                              ("--max-memory-per-child", max_memory_per_child)):
+            if value is not None and value < 0:
+                raise CommandError(f"{option} must be 0 (never) or more, not {value}")
+        try:
+            worker = Worker(list(weights), concurrency, max_runs=max_runs, burst=burst,
+                            grace_s=grace, weights=weights if weighted else None,
+                            max_runs_per_child=max_runs_per_child,
+                            max_memory_per_child_mb=max_memory_per_child)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         run_daemon(worker)

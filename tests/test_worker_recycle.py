@@ -1,0 +1,106 @@
+"""Recycling a worker's children (runs/worker/recycle.py, docs/deploy.md): by runs and by
+resident memory, with real worker processes; every run succeeds exactly once, on more
+children than one child would have been."""
+
+import re
+from collections import Counter
+
+import pytest
+from django.core.management import CommandError, call_command
+from prometheus_client import generate_latest
+
+from jobs import services
+from runs.metrics import registry
+from runs.models import Attempt, ChildRecycleCount, Run
+from runs.worker import Worker
+from tests.conftest import daemon_env, flush_redis, start_daemon, stop, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def env():
+    flush_redis()
+    yield daemon_env("redis", lease_ttl_s=3, dispatch_interval_s=0.1)
+    flush_redis()
+
+
+def run_all(env, tmp_path, worker_args: list[str], jobs: list[tuple[str, dict]]) -> list[Run]:
+    """Start a dispatcher and a worker with ``worker_args``, run ``jobs`` (handler,
+    payload) to their end, stop both (the worker flushes its counts as it stops)."""
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    worker = start_daemon(["runworker", *worker_args], env, tmp_path / "worker.log")
+    try:
+        made = [services.create_job(handler, payload, delay_s=0, max_attempts=1)
+                for handler, payload in jobs]
+        wait_until(lambda: Run.objects.filter(job__in=made, state__in=["succeeded", "dead"])
+                   .count() == len(made), timeout=60, message="every run to finish")
+        assert worker.poll() is None, "the worker died"
+    finally:
+        stop(dispatcher, worker)
+    return list(Run.objects.filter(job__in=made))
+
+
+def assert_each_succeeded_once(runs: list[Run]) -> None:
+    assert [run.state for run in runs] == ["succeeded"] * len(runs)
+    attempts = Counter(Attempt.objects.filter(run__in=runs).values_list("run_id", "outcome"))
+    assert attempts == {(run.pk, "succeeded"): 1 for run in runs}
+
+
+def recycles() -> dict[str, float]:
+    """The /metrics counter scheduler_worker_child_recycles_total, by reason."""
+    text = generate_latest(registry).decode()
+    prefix = 'scheduler_worker_child_recycles_total{reason="'
+    return {line[len(prefix):].split('"')[0]: float(line.split()[-1])
+            for line in text.splitlines() if line.startswith(prefix)}
+
+
+def test_a_child_is_replaced_after_its_runs_and_no_run_is_lost_or_repeated(env, tmp_path):
+    # No-ops are short, so the worker hands each child several runs at once: the cap
+    # holds at the hand, not only once the child has run past it.
+    runs = run_all(env, tmp_path, ["--concurrency", "2", "--max-runs-per-child", "3"],
+                   [("chaos.pid", {})] * 10)
+
+    assert_each_succeeded_once(runs)
+    pids = Counter(run.result["pid"] for run in runs)
+    assert len(pids) >= 4, pids
+    assert max(pids.values()) <= 3, pids
+    # Every child that ran 3 runs was replaced (one line each), the last ones maybe not.
+    replaced = sum(1 for n in pids.values() if n == 3)
+    log = (tmp_path / "worker.log").read_text()
+    assert log.count("recycled after 3 runs (max_runs_per_child=3)") == replaced
+    assert ChildRecycleCount.objects.get(reason="runs").count == replaced
+    assert recycles() == {"runs": replaced}
+
+
+def test_a_child_past_its_memory_cap_is_replaced_and_every_run_succeeds(env, tmp_path):
+    # Each run keeps 50 MiB more in its child for good: a leak. A child holds the
+    # worker's pages too (60-100 MiB), so 200 MiB is passed within a few runs.
+    runs = run_all(env, tmp_path, ["--concurrency", "1", "--max-memory-per-child", "200"],
+                   [("chaos.hog", {"mb": 50})] * 6)
+
+    assert_each_succeeded_once(runs)
+    by_start = sorted(runs, key=lambda run: run.started_at)
+    pids = [run.result["pid"] for run in by_start]
+    assert len(set(pids)) >= 2, pids
+    # A new child starts with nothing kept: what one child held never grew past the cap
+    # by more than the run that crossed it.
+    assert max(run.result["held_mb"] for run in runs) <= 200
+    # One line per child replaced: each but the last, which may have crossed it too.
+    log = (tmp_path / "worker.log").read_text()
+    replaced = len(re.findall(r"MiB resident after \d runs \(max_memory_per_child=200 MiB\)", log))
+    assert len(set(pids)) - 1 <= replaced <= len(set(pids))
+    assert ChildRecycleCount.objects.get(reason="memory").count == replaced
+    assert recycles() == {"memory": replaced}
+
+
+def test_recycling_limits_are_checked_before_the_worker_starts(settings):
+    with pytest.raises(CommandError, match="--max-runs-per-child must be 0"):
+        call_command("runworker", "--max-runs-per-child", "-1")
+    with pytest.raises(CommandError, match="--max-memory-per-child must be 0"):
+        call_command("runworker", "--max-memory-per-child", "-5")
+    settings.SCHEDULER = {"MAX_MEMORY_PER_CHILD_MB": -1}
+    with pytest.raises(ValueError, match="SCHEDULER MAX_MEMORY_PER_CHILD_MB must be 0"):
+        Worker(["default"], 1)
+    settings.SCHEDULER = {"MAX_RUNS_PER_CHILD": 7}
+    assert Worker(["default"], 1, max_memory_per_child_mb=64).recycle.max_runs == 7
