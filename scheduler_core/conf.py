@@ -49,6 +49,10 @@ DEFAULTS: dict[str, Tunable] = {
         "0-2:70,3-6:25,7-9:5", str,
         'priority classes and their weighted share of leases, "<lo>-<hi>:<weight>,..."; '
         "empty: one class, strict priority order"),
+    "TASK_PACKAGES": Tunable(
+        "", str, "comma-separated packages, besides the installed apps' and the settings "
+        "module's, whose modules a worker may import to run a django.tasks task "
+        "(scheduler_tasks/results.py, load_task)"),
     "DEMO_HANDLERS": Tunable(
         False, flag, "register the demo handlers noop, echo, sleep, flaky, always_fails "
         "(scripts/demo, the tests and the benchmarks turn it on)"),

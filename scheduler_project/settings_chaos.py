@@ -14,4 +14,5 @@ from scheduler_project.settings import *  # noqa: F403
 from scheduler_project.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "chaos"]
-SCHEDULER = {"DEMO_HANDLERS": True}
+# The test suite's tasks (tests/djtasks_tasks.py) run in the daemons it starts.
+SCHEDULER = {"DEMO_HANDLERS": True, "TASK_PACKAGES": "tests"}

@@ -2,6 +2,10 @@
 enqueue, the Task it names, and the TaskResult built from the run and its attempts
 (docs/django-tasks.md, "Results")."""
 
+import sys
+
+from django.apps import apps
+from django.conf import settings
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.base import Task, TaskError
 from django.tasks.exceptions import InvalidTask
@@ -9,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from runs.models import AttemptOutcome, RunState
+from scheduler_core import conf
 from scheduler_tasks.exceptions import NotATask
 
 HANDLER = "django_task"
@@ -33,6 +38,20 @@ FAILED_OUTCOMES = {
     AttemptOutcome.CRASHED: "scheduler_tasks.exceptions.WorkerLost",
     AttemptOutcome.LEASE_EXPIRED: "scheduler_tasks.exceptions.WorkerLost",
 }
+
+
+def task_packages() -> set[str]:
+    """The packages whose modules load_task may import: the installed apps', the settings
+    module's top-level package (a project's own) and SCHEDULER TASK_PACKAGES."""
+    packages = {app.name for app in apps.get_app_configs()}
+    project = (settings.SETTINGS_MODULE or "").partition(".")[0]
+    packages |= {name.strip() for name in conf.get("TASK_PACKAGES").split(",")} | {project}
+    return packages - {""}
+
+
+def _in_task_packages(module: str) -> bool:
+    return any(module == package or module.startswith(package + ".")
+               for package in task_packages())
 
 
 def payload_of(task: Task, args: list, kwargs: dict) -> dict:
@@ -60,11 +79,19 @@ def payload_of(task: Task, args: list, kwargs: dict) -> dict:
 def load_task(path: str) -> Task:
     """The module-level django.tasks Task at ``path`` (``module.function``); raises
     ImportError when it cannot be imported and scheduler_tasks.exceptions.NotATask when
-    the object there is not a Task defined under that very path."""
+    the object there is not a Task defined under that very path, or when its module is
+    neither imported already nor inside task_packages() (it is then never imported)."""
     if not isinstance(path, str) or "." not in path or not all(
             part.isidentifier() for part in path.split(".")):
         # import_string would raise ValueError or TypeError for ".x" or "a..b"
         raise NotATask(f"{path!r} is not a module path of a task")
+    module = path.rpartition(".")[0]
+    if module not in sys.modules and not _in_task_packages(module):
+        # Importing runs the module's code: a payload naming any module on the path
+        # would have a worker run it before finding there is no Task there.
+        raise NotATask(f"{path!r} is outside the packages tasks may come from (the "
+                       "installed apps', the settings module's and SCHEDULER "
+                       "TASK_PACKAGES): a worker imports no other module")
     obj = import_string(path)  # ImportError for a missing module or name
     if not isinstance(obj, Task) or obj.module_path != path:
         raise NotATask(f"{path!r} is not a module-level django.tasks Task")

@@ -2,6 +2,8 @@
 worker refuses to run (docs/django-tasks.md). No worker runs here."""
 
 import math
+import os
+import sys
 from datetime import datetime, timedelta
 
 import pytest
@@ -124,13 +126,29 @@ def context(run_id: int = 1) -> RunContext:
     ("tests.djtasks_tasks.plain_function", NotATask),
     ("tests.djtasks_tasks.order_key", NotATask),
     ("tests.djtasks_tasks.no_such_task", ImportError),
-    ("no_such_module.task", ImportError),
+    ("no_such_module.task", NotATask),  # outside the task packages: never imported
+    ("tests.no_such_module.task", ImportError),
     ("noop", NotATask),
     (["tests.djtasks_tasks.noop"], NotATask),
 ])
 def test_the_worker_runs_only_module_level_tasks(path, error):
     with pytest.raises(error):
         django_task(context(), {"task": path, "args": [], "kwargs": {}})
+
+
+def test_the_worker_never_imports_a_module_outside_the_task_packages(tmp_path, monkeypatch):
+    """It imported the payload's module first and checked for a Task after: any module
+    on the path ran its import-time code in the worker."""
+    (tmp_path / "planted_module.py").write_text(
+        "import os\nos.environ['PLANTED_MODULE_RAN'] = '1'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("PLANTED_MODULE_RAN", raising=False)
+
+    with pytest.raises(NotATask, match="outside the packages tasks may come from"):
+        django_task(context(), {"task": "planted_module.task", "args": [], "kwargs": {}})
+
+    assert "planted_module" not in sys.modules
+    assert "PLANTED_MODULE_RAN" not in os.environ
 
 
 def test_a_task_under_another_name_is_refused():
