@@ -6,6 +6,7 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs and schedules"
 
     def ready(self) -> None:
+        from jobs import checks  # noqa: F401 - registers the web server's system checks
         from scheduler_core.registry import autodiscover
 
         autodiscover()

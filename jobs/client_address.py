@@ -7,7 +7,7 @@ proxy wrote, never one a client wrote itself. That holds only for requests that 
 through the proxies, so the header is read only when the peer (REMOTE_ADDR) is in
 ``TRUSTED_PROXY_NETWORKS``: a client reaching the web server directly from a public
 address sent a new X-Forwarded-For with each try and was a new client to the lockout and
-the throttle each time (issue 36).
+the throttle each time.
 """
 
 import ipaddress

@@ -17,7 +17,6 @@ import threading
 import time
 
 import redis
-from django.core.exceptions import ImproperlyConfigured
 from django.db import (
     DatabaseError,
     DataError,
@@ -27,7 +26,6 @@ from django.db import (
     connections,
 )
 
-from runs import policy
 from runs.brokers import get_broker
 from runs.isolation import Faults
 from scheduler_core.exceptions import BrokerUnavailable, SchedulerError
@@ -136,14 +134,9 @@ class Daemon:
         self.signals_installed = True
 
     def check_ready(self) -> None:
-        """Raise SchedulerError naming a bad isolation setting (runs/policy.py) or what is
-        unreachable: the database or the broker."""
-        try:
-            policy.check()
-        except ImproperlyConfigured as exc:
-            raise SchedulerError(f"bad setting: {exc}") from exc
-        if warning := sqlite_warning(connections[self.using].settings_dict):
-            self.log.warning("%s: %s", self.name, warning)
+        """Raise SchedulerError naming what is unreachable: the database or the broker.
+        Settings are the system checks' (runs/checks.py), run before this by
+        runs/daemon_command.py."""
         try:
             connections[self.using].ensure_connection()
         except DatabaseError as exc:

@@ -8,18 +8,20 @@ from scheduler_core.startup import refuse_insecure_start
 
 
 class DaemonCommand(BaseCommand):
-    """Base of runscheduler, rundispatcher and runworker. Django's system checks are not
-    run at start: they import every URL configuration and view (half a second of a
-    daemon's start-up on a 2-core machine, BENCHMARKS.md) to check what no daemon serves.
-    ``manage.py check`` and ``migrate`` run them at deploy time, and ``check_ready``
-    checks what a daemon needs: its settings, the database and the broker."""
+    """Base of runscheduler, rundispatcher and runworker. Of Django's system checks only
+    the scheduler's run at start (run_daemon, deployment ones included; an error stops
+    the daemon): the full set imports every URL configuration and view (half a second of
+    a daemon's start-up on a 2-core machine, BENCHMARKS.md) to check what no daemon
+    serves. ``manage.py check`` runs them all; ``check_ready`` checks that the database
+    and the broker answer."""
 
     requires_system_checks = []
 
 
 def run_daemon(daemon, max_rounds: int | None = None) -> None:
-    """Refuse insecure settings (InsecureStart, exit 1: the development SECRET_KEY with
-    DEBUG off, docs/security.md), check the database and broker are reachable
+    """Refuse to start on an error of the scheduler's system checks (InsecureStart, exit
+    1: e.g. a weak SECRET_KEY with DEBUG off, a bad isolation setting; docs/security.md,
+    "System checks"), check the database and broker are reachable
     (CommandError, exit 1, if not), install SIGTERM/SIGINT handlers and serve until
     stopped. A SchedulerError out of serve (a start-up step failed after its children
     or threads were made, which serve stops first) is a CommandError too."""

@@ -1,6 +1,7 @@
 """WSGI entry point for gunicorn: ``gunicorn scheduler_project.wsgi``. ``runserver`` loads
-it too. With DEBUG off it refuses to serve on the development SECRET_KEY or with no
-ALLOWED_HOSTS (scheduler_core/startup.py, docs/security.md)."""
+it too. It refuses to serve on an error of the scheduler's system checks, deployment
+ones included: with DEBUG off a weak SECRET_KEY, no ALLOWED_HOSTS or '*' among them
+(scheduler_core/startup.py; docs/security.md, "System checks")."""
 
 import os
 

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from runs.daemon import Daemon
-from scheduler_core.startup import DEV_SECRET_KEY, InsecureStart, insecure_settings
+from scheduler_core.startup import DEV_SECRET_KEY, InsecureStart
 from tests.conftest import ROOT
 
 # Every variable settings.py reads for these defaults; each test starts with none set.
@@ -137,7 +137,8 @@ def test_daemons_refuse_the_development_key_with_debug_off(no_serving, argv, key
 
 
 def test_daemons_start_on_a_key_of_their_own_or_with_debug_on(no_serving):
-    with override_settings(DEBUG=False, SECRET_KEY="k" * 50), pytest.raises(WouldServe):
+    with override_settings(DEBUG=False, SECRET_KEY=secrets.token_urlsafe(50)), \
+            pytest.raises(WouldServe):
         call_command("runscheduler", "--max-ticks", "1")
     with override_settings(DEBUG=True, SECRET_KEY=DEV_SECRET_KEY), pytest.raises(WouldServe):
         call_command("runscheduler", "--max-ticks", "1")
@@ -158,14 +159,15 @@ def test_runall_refuses_before_starting_any_process(monkeypatch):
 
 
 def test_the_web_server_also_needs_allowed_hosts():
-    class Deployed:
-        DEBUG, SECRET_KEY, ALLOWED_HOSTS = False, "k" * 50, []
+    from scheduler_core.startup import problems
 
-    assert [p.split(" ")[0] for p in insecure_settings(Deployed, web=True)] == [
-        "ALLOWED_HOSTS"]
-    assert insecure_settings(Deployed, web=False) == []
-    Deployed.ALLOWED_HOSTS = ["sched.example.com"]
-    assert insecure_settings(Deployed, web=True) == []
+    with override_settings(DEBUG=False, SECRET_KEY=secrets.token_urlsafe(50),
+                           ALLOWED_HOSTS=[]):
+        assert [m.id for m in problems(web=True)] == ["scheduler.E002"]
+        assert problems(web=False) == []
+    with override_settings(DEBUG=False, SECRET_KEY=secrets.token_urlsafe(50),
+                           ALLOWED_HOSTS=["sched.example.com"]):
+        assert problems(web=True) == []
 
 
 @pytest.mark.slow

@@ -184,7 +184,7 @@ def test_edges_none_is_a_workflow_without_edges():
 def test_every_way_in_counts_the_nodes_a_live_workflow_run_has_not_made_yet(api, alice):
     """Only a workflow's start and a retry counted them: a job create, a bulk create, a
     trigger and a resume with catch_up saw 2 pending runs where the owner held 5, and a
-    tenant went about 2x over max_pending (issue 36)."""
+    tenant went about 2x over max_pending."""
     from runs.brokers import get_broker
     from tests.test_pause_resume import paused_cron_job
 
