@@ -6,7 +6,9 @@ The API's views name their own authentication, permission, throttles and parser
 (jobs/api_policy.py), so of ``REST_FRAMEWORK`` they need only what drf-spectacular's
 install asks of every project: its schema class as DEFAULT_SCHEMA_CLASS (without it
 ``/api/schema/`` fails, "Incompatible AutoSchema"). ``SPECTACULAR_SETTINGS``: the
-schema's title, description and enum names.
+schema's title, description and enum names, and the Swagger UI's assets served from the
+installed drf-spectacular-sidecar (the app ``drf_spectacular_sidecar`` in INSTALLED_APPS)
+instead of an unpinned ``@latest`` bundle from a public CDN: /api/docs/ works offline.
 """
 
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
@@ -26,6 +28,9 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["jobs.throttling.IsAuthenticatedOrThrottled"],
     "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.models.RunState",
         # A workflow's status has the same choices (active, paused, cancelled): one enum.

@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "axes",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # the Swagger UI's assets (scheduler_core/drf_settings.py)
     "jobs",
     "runs",
     "scheduler_tasks",
