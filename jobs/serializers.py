@@ -24,7 +24,7 @@ from jobs.unique import ALL_STATES, KEY_MAX
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
 from runs.outbound.redact import shown_payload
 from scheduler_core import conf
-from scheduler_core.exceptions import InvalidJob
+from scheduler_core.exceptions import InvalidJob, UnknownHandler
 from scheduler_core.registry import creatable_handler_names
 
 UNIQUE_FIELDS = ("unique_key", "unique_period_s", "unique_states")
@@ -232,7 +232,8 @@ class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.S
                      help_text="free text; defaults to the handler name")
     handler = serializers.ChoiceField(
         choices=[], help_text="a registered handler name",
-        error_messages={"invalid_choice": "no handler is registered as {input!r}"})
+        # The Python API's words, registration hint included (UnknownHandler).
+        error_messages={"invalid_choice": UnknownHandler("{input}").errors["handler"]})
     payload = serializers.JSONField(
         required=False, default=dict,
         help_text="a JSON object passed to the handler (at most MAX_PAYLOAD_BYTES, "

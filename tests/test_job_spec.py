@@ -190,3 +190,13 @@ def test_the_same_cron_job_through_rest_create_job_and_create_jobs():
                 job.max_attempts, job.priority)
 
     assert shape(one) == shape(two)
+
+
+def test_rest_names_an_unknown_handler_with_the_python_apis_registration_hint(api):
+    from scheduler_core.exceptions import UnknownHandler
+
+    response = api.post("/api/jobs/", {"handler": "send_mail"}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["handler"] == [UnknownHandler("send_mail").errors["handler"]]
+    assert "SCHEDULER_DEMO_HANDLERS" in response.json()["handler"][0]
