@@ -52,6 +52,11 @@ from runs.worker import wire
 # task started, the task up to which to skip, the task to stop).
 ALLOWED = 3  # 1: the worker allows acks in the child now
 LAST_SEQ = 4  # the last task number given out, by the worker (hand) or the child (claim)
+# Runs the child may still start, handed or continued (-1: no limit): its runs per child
+# (runs/worker/recycle.py) less those given it, each taken under the lock by the one
+# giving it, the worker (pool.Slot.next_seq) or the child (claim).
+BUDGET = 5
+CONTROL_SIZE = 6
 
 
 @dataclass(frozen=True)
@@ -78,14 +83,18 @@ def usable(using: str) -> bool:
 
 def claim(task: dict, control, lock) -> int:
     """The number the continuation of ``task``'s ack would run under, or 0 when this
-    child may not ack ``task`` itself (not a workflow node's, not allowed, or a task was
-    handed to it after this one). Taken under the control lock; a number taken and not
-    used is a gap, which nothing minds."""
+    child may not ack ``task`` itself (not a workflow node's, not allowed, a task was
+    handed to it after this one, or it may start no more runs: BUDGET). Taken under the
+    control lock; a number taken and not used is a gap, which nothing minds (a run of the
+    budget taken and not used is one the child does not run before it is replaced)."""
     if HANDOFF[0] is None or not task.get("watched"):
         return 0
     with lock:
-        if not control[ALLOWED] or control[LAST_SEQ] != task["seq"] or control[2] == task["seq"]:
+        if (not control[ALLOWED] or control[LAST_SEQ] != task["seq"]
+                or control[2] == task["seq"] or control[BUDGET] == 0):
             return 0
+        if control[BUDGET] > 0:
+            control[BUDGET] -= 1
         control[LAST_SEQ] += 1
         return control[LAST_SEQ]
 

@@ -237,7 +237,9 @@ class LeaseAhead:
             return None
         seq = slot.next_seq()
         if seq is None:
-            return None  # its child died holding its lock: replaced (enforce_deadlines)
+            # Its child died holding its lock (replaced: enforce_deadlines), or started
+            # the last run of its budget itself (recycle.py).
+            return None
         task = {**leased.task, "deadline": now + leased.timeout_s * 1_000_000, "seq": seq}
         if leased.watched:
             # Its child may ack it itself (runs/worker/handoff.py).

@@ -76,10 +76,10 @@ class Slot:
 
     @property
     def full(self) -> bool:
-        """Whether the child is to be handed no more runs: it is retiring, or the runs it
-        finished and holds reach ``max_runs`` (runs/worker/recycle.py)."""
-        return self.retiring is not None or (
-            self.max_runs > 0 and self.ran + len(self.queued) >= self.max_runs)
+        """Whether the child is to be handed no more runs: it is retiring, or it has been
+        given (handed, or continued itself) ``max_runs`` runs (runs/worker/recycle.py).
+        Read without the lock: only the worker ever raises the budget (take_back)."""
+        return self.retiring is not None or self.control[handoff.BUDGET] == 0
 
     def pop_finished(self) -> InFlight:
         """Drop the run executing, which has ended, and count it as one the child ran."""
@@ -107,10 +107,12 @@ class Slot:
         # it along): [number of the task it last started, number up to which it must
         # skip tasks], read and written under the lock (runs/worker/child.py, take_task);
         # and the task whose handler is to stop (signal_cancel), read without it.
-        # Then whether the child may ack workflow nodes itself, and the last task number
-        # given out, by the worker or the child (runs/worker/handoff.py).
+        # Then whether the child may ack workflow nodes itself, the last task number
+        # given out, by the worker or the child, and the runs it may still start
+        # (runs/worker/handoff.py, BUDGET).
         self.lock = FORK.Lock()
-        self.control = FORK.RawArray("q", 5)
+        self.control = FORK.RawArray("q", handoff.CONTROL_SIZE)
+        self.control[handoff.BUDGET] = self.max_runs if self.max_runs > 0 else -1
         self.seq = 0  # number of the last task handed to the child (its counter is new)
         self.allowed = False  # what control[handoff.ALLOWED] says
         self.lock_lost = False  # lock_or_kill could not have the lock: replace the child
@@ -138,17 +140,19 @@ class Slot:
 
     def next_seq(self) -> int | None:
         """Number the next task handed to the child (under the lock: the child numbers
-        the runs it continues from the same counter, runs/worker/handoff.py); None when
-        the lock cannot be had (lock_lost)."""
+        the runs it continues from the same counter, runs/worker/handoff.py) and take it
+        from the child's budget; None when the lock cannot be had (lock_lost) or the
+        budget is spent (it started its last run meanwhile)."""
         if not self.lock_or_kill():
             return None
         try:
+            budget = self.control[handoff.BUDGET]
+            if budget == 0:
+                return None
+            if budget > 0:
+                self.control[handoff.BUDGET] = budget - 1
             self.control[handoff.LAST_SEQ] += 1
             self.seq = self.control[handoff.LAST_SEQ]
-            if self.max_runs > 0 and self.ran + len(self.queued) + 1 >= self.max_runs:
-                # Its last run: the child must not continue another after it itself.
-                self.control[handoff.ALLOWED] = 0
-                self.allowed = False
         finally:
             self.lock.release()
         return self.seq
@@ -219,9 +223,11 @@ class Slot:
         try:
             started = self.control[0]
             self.control[1] = self.seq
+            back = [run for run in self.queued if run.seq > started]
+            if self.control[handoff.BUDGET] >= 0:
+                self.control[handoff.BUDGET] += len(back)  # they will not run here
         finally:
             self.lock.release()
-        back = [run for run in self.queued if run.seq > started]
         head = self.queued[0] if self.queued else None
         for run in back:
             self.queued.remove(run)

@@ -121,9 +121,11 @@ class Recycling:
                 self.replace_retired(slot)
 
     def check_limits(self, slot: Slot, limits_: Limits) -> None:
-        """Retire ``slot``'s child if it has run ``max_runs`` runs, or, having finished a
-        run since its last reading, holds ``max_memory_mb`` MiB or more."""
-        if limits_.max_runs and slot.ran >= limits_.max_runs:
+        """Retire ``slot``'s child if it has been given ``max_runs`` runs (Slot.full: the
+        runs waiting in its pipe are within them, it runs them), or, having finished a
+        run since its last reading, holds ``max_memory_mb`` MiB or more (the runs
+        waiting in its pipe are taken back for the other children)."""
+        if limits_.max_runs and slot.full:
             slot.retiring = "runs"
         elif limits_.max_memory_mb and slot.ran > slot.rss_read_at:
             slot.rss_read_at = slot.ran
@@ -131,12 +133,10 @@ class Recycling:
             if rss is None or rss < limits_.max_memory_mb * KIB_PER_MIB:
                 return
             slot.retiring, slot.rss_kib = "memory", rss
-        else:
-            return
-        slot.allow(False)  # a run its child would continue itself would come after
-        back = slot.take_back()
-        if back:
-            self.requeue(back)
+            slot.allow(False)  # a run its child would continue itself would come after
+            back = slot.take_back()
+            if back:
+                self.requeue(back)
 
     def replace_retired(self, slot: Slot) -> None:
         """``slot``'s retired child has no run left: let it exit and start another, with

@@ -23,7 +23,8 @@ take back the tasks waiting behind a run that has gone long (runs/worker/pool.py
 Slot.take_back) through two integers it shares with the child under a lock, ``control``:
 [the seq of the task the child last started, the seq up to which it must skip tasks, the
 seq of the task whose handler is to stop, whether the child may ack workflow nodes
-itself, the last seq given out]. A skipped task gets no reply. To stop a
+itself, the last seq given out, the runs it may still start (runs/worker/handoff.py,
+BUDGET)]. A skipped task gets no reply. To stop a
 cancelled run's handler the parent sets the third and sends the child SIGUSR1
 (runs/worker/child.py, RunCancelled).
 A workflow node's task also carries ``watched`` (True), ``queue`` and ``shard``: its
