@@ -58,6 +58,12 @@ def creatable_handler_names() -> list[str]:
     return sorted(set(_registry) - _internal)
 
 
+def is_internal(name: str) -> bool:
+    """Whether handler ``name`` was registered ``internal``: no client can create its
+    jobs, only the project's own code."""
+    return name in _internal
+
+
 def autodiscover() -> None:
     """Import ``handlers`` from every installed app (called from JobsConfig.ready)."""
     from django.utils.module_loading import autodiscover_modules

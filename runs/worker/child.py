@@ -26,6 +26,7 @@ from runs.worker import handoff
 from runs.worker.wire import message_sender, quiet_sender
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
 
+log = logging.getLogger("scheduler.worker")
 PR_SET_PDEATHSIG = 1
 HEARTBEAT_MIN_INTERVAL_S = 1.0
 # Ints up to this many bits have fewer digits than json.dumps will write (Python's default
@@ -114,6 +115,8 @@ class CaptureHandler(logging.Handler):
         return self.run_id, records, self.dropped
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.name == log.name:
+            return  # the child's own lines (a handler's traceback) are the operators'
         if self.kept >= self.max_lines:  # past the cap: count it, format nothing
             with self.guard:
                 self.dropped += 1
@@ -164,7 +167,7 @@ def _die_with_parent() -> None:
 def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     """Run one task's handler (``task`` as the worker sent it: see runs/worker/wire.py);
     returns the ``("done", ...)`` message."""
-    from scheduler_core.registry import get_handler
+    from scheduler_core.registry import get_handler, is_internal
 
     began = time.monotonic()
     capture.reset(task["run_id"])
@@ -190,13 +193,37 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         _executing[0] = 0
     except BaseException as exc:  # noqa: BLE001 - SystemExit from a handler is a failure too
         _executing[0] = 0
-        ok, error, retry = False, traceback.format_exc(), retry_asked(exc)
+        ok, error, retry = False, error_text(exc), retry_asked(exc)
+        # The run keeps the exception's type and message, which its owner reads (REST,
+        # admin, alerts); the traceback, with this server's paths, is the operators'.
+        # An internal handler's runs are the project's own (no client makes them), and
+        # django.tasks gives their traceback back to the code that enqueued them.
+        if is_internal(task["handler"]):
+            error = traceback.format_exc()
+        log.warning("run %s (handler %s, attempt %s) raised %s", task["run_id"],
+                    task["handler"], task["attempt"], error, exc_info=True,
+                    extra={"run_id": task["run_id"], "attempt": task["attempt"]})
     if ok:
         problem = result_problem(result)
         if problem:
             ok, result, error = False, None, f"the handler's result {problem}"
     return ("done", task["run_id"], task["attempt"], ok, result, error, capture.finish(),
             began, time.monotonic(), retry)
+
+
+def error_text(exc: BaseException) -> str:
+    """What a run's owner is told of ``exc``: its type and message, as a traceback's last
+    line gives them (``ValueError: boom``; ``billing.errors.Declined: ...`` for a class
+    outside the builtins), never the frames, which name this server's files
+    (docs/security.md, "What a tenant sees of an error")."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - as traceback does for a __str__ that raises
+        message = "<exception str() failed>"
+    return f"{name}: {message}" if message else name
 
 
 def retry_asked(exc: BaseException) -> float | bool | None:
