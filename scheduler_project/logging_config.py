@@ -59,6 +59,19 @@ class NoTraceback(logging.Filter):
         return True
 
 
+class LoginOutcome(logging.Filter):
+    """One line per login outcome from django-axes (docs/security.md): a successful
+    login, a failure, a lockout. Axes also logs, at INFO, the bookkeeping around each one
+    (expired attempts cleaned up, counters reset, "login failed, running database
+    handler"): four lines for one admin login."""
+
+    OUTCOMES = ("AXES: Successful login",)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (record.levelno >= logging.WARNING
+                or str(record.msg).startswith(self.OUTCOMES))
+
+
 def django_logging(scheduler_level: str) -> dict:
     """settings.LOGGING: Django's warnings and the scheduler's loggers (``scheduler.*``
     at ``scheduler_level``; ``scheduler.runs`` as run_outcomes_level says) to the
@@ -67,10 +80,13 @@ def django_logging(scheduler_level: str) -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"line": formatter()},
-        "filters": {"no_traceback": {"()": NoTraceback}},
+        "filters": {"no_traceback": {"()": NoTraceback},
+                    "login_outcome": {"()": LoginOutcome}},
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"},
                      "console_line": {"class": "logging.StreamHandler", "formatter": "line",
-                                      "filters": ["no_traceback"]}},
+                                      "filters": ["no_traceback"]},
+                     "console_login": {"class": "logging.StreamHandler", "formatter": "line",
+                                       "filters": ["login_outcome"]}},
         "loggers": {
             # Django's default sends request errors (500s with their traceback, refused
             # Host headers) to the console only with DEBUG on, and otherwise to ADMINS by
@@ -81,6 +97,7 @@ def django_logging(scheduler_level: str) -> dict:
             "scheduler": {"handlers": ["console"], "level": scheduler_level,
                           "propagate": False},
             "scheduler.runs": {"level": run_outcomes_level(scheduler_level)},
+            "axes": {"handlers": ["console_login"], "level": "INFO", "propagate": False},
         },
     }
 

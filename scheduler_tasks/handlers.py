@@ -19,6 +19,9 @@ from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
 from jobs.registry import handler
+from runs.models import Run
+from scheduler_core.exceptions import PermanentFailure
+from scheduler_tasks import attempt_log
 from scheduler_tasks.results import HANDLER, load_task
 
 # module path -> (Task, the sender of its signals, whether its function is async): a
@@ -74,6 +77,16 @@ def context_result(task, ctx) -> TaskResult:
     return result
 
 
+def _retried(ctx, exc: BaseException) -> bool:
+    """Whether the scheduler retries the attempt ``exc`` ended: not a PermanentFailure,
+    and attempts left on the run (read once, on failure only)."""
+    if isinstance(exc, PermanentFailure):
+        return False
+    budget = (Run.objects.using(ctx.using).filter(pk=ctx.run_id)
+              .values_list("max_attempts", flat=True).first())
+    return budget is not None and ctx.attempt < budget
+
+
 @handler(HANDLER, internal=True)
 def django_task(ctx, payload):
     """Run the Task ``payload["task"]`` (module path) with ``payload["args"]`` and
@@ -100,7 +113,11 @@ def django_task(ctx, payload):
         result.errors.append(TaskError(
             exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
             traceback="".join(format_exception(exc))))
-        task_finished.send(sender=sender, task_result=result)
+        token = attempt_log.retrying.set(_retried(ctx, exc))
+        try:
+            task_finished.send(sender=sender, task_result=result)
+        finally:
+            attempt_log.retrying.reset(token)
         raise
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "finished_at", datetime.now(UTC))
