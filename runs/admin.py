@@ -22,6 +22,7 @@ from django.utils.html import format_html, format_html_join
 
 from runs import hooks, services
 from runs.admin_attempts import AttemptAdmin  # noqa: F401 - registers attempts, logs, workers
+from runs.admin_cells import cut
 from runs.admin_helpers import (
     LOG_LINES_ON_RUN_PAGE,
     JobIdFilter,
@@ -109,7 +110,7 @@ class RunAdmin(ReadOnlyAdmin):
     def job_link(self, run):
         url = reverse("admin:jobs_job_change", args=[run.job_id])
         return format_html('<a href="{}">{}</a> <span class="quiet">#{}</span>', url,
-                           run.job.name, run.job_id)
+                           cut(run.job.name), run.job_id)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, run):

@@ -18,6 +18,7 @@ from django.utils.html import format_html, format_html_join
 
 from jobs.tenants import QuotaExceeded
 from runs import hooks
+from runs.admin_cells import cut
 from runs.admin_helpers import (
     ReadOnlyAdmin,
     confirm_then,
@@ -45,9 +46,9 @@ def _state_badge(state: str):
 class WorkflowAdmin(ReadOnlyAdmin):
     """Workflows: their schedule, status and graph; pause, resume and trigger."""
 
-    list_display = ("id", "name", "owner", "status_display", "schedule_display", "node_count",
+    list_display = ("id", "name_cell", "owner", "status_display", "schedule_display", "node_count",
                     "next_run", "created")
-    list_display_links = ("id", "name")
+    list_display_links = ("id", "name_cell")
     list_filter = ("status",)
     search_fields = ("=id", "name", "owner__username")
     search_help_text = "Workflow id, name, owner's username."
@@ -63,6 +64,10 @@ class WorkflowAdmin(ReadOnlyAdmin):
         css = {"all": ["runs/admin.css", "workflows/admin.css"]}
 
     next_run = timestamp_column("next_run_at", "next run")
+
+    @admin.display(description="name", ordering="name")
+    def name_cell(self, workflow):
+        return cut(workflow.name)  # whole on hover: a row fits 1280 px
     paused = timestamp_column("paused_at", "paused at")
     created = timestamp_column("created_at", "created")
 
@@ -201,7 +206,7 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
     def workflow_link(self, wr):
         url = reverse("admin:workflows_workflow_change", args=[wr.workflow_id])
         return format_html('<a href="{}">{}</a> <span class="quiet">#{}</span>', url,
-                           wr.workflow.name, wr.workflow_id)
+                           cut(wr.workflow.name), wr.workflow_id)
 
     @admin.display(description="state", ordering="state")
     def state_display(self, wr):

@@ -40,6 +40,7 @@ from jobs.guards import ManagedJob, managed
 from jobs.lifecycle import shown_status, with_shown_status
 from jobs.models import Job
 from jobs.tenants import QuotaExceeded
+from runs.admin_cells import cut
 from runs.admin_helpers import (
     QueueFilter,
     confirm_then,
@@ -78,8 +79,8 @@ class JobAdmin(admin.ModelAdmin):
     # What an operator scans for comes first, and the schedule is one column (words, then
     # the expression and its zone), so status and last run fit a 1366 px window with the
     # navigation sidebar open (docs/admin.md, "Screen width").
-    list_display = ("name", "status_display", "last_run_outcome", "next_run",
-                    "schedule_column", "handler", "owner")
+    list_display = ("name_cell", "status_display", "last_run_outcome", "next_run",
+                    "schedule_column", "handler_cell", "owner_cell")
     list_filter = (StatusFilter, HandlerFilter, QueueFilter, KindFilter, "owner")
     search_fields = ("=id", "name", "handler", "owner__username", "schedule__cron")
     search_help_text = "Job id, name, handler, owner's username or cron expression."
@@ -133,6 +134,19 @@ class JobAdmin(admin.ModelAdmin):
             last_run_state=Subquery(last.values("state")[:1]),
             next_pending_at=Subquery(pending.values("run_at")[:1]),
         )
+
+    # Long values are cut in the list, whole on hover, so a row fits 1280 px.
+    @admin.display(description="name", ordering="name")
+    def name_cell(self, job):
+        return cut(job.name)
+
+    @admin.display(description="handler", ordering="handler")
+    def handler_cell(self, job):
+        return cut(job.handler, narrow=True)
+
+    @admin.display(description="owner", ordering="owner__username")
+    def owner_cell(self, job):
+        return cut(job.owner.username, narrow=True) if job.owner_id else "-"
 
     @admin.display(description="schedule")
     def schedule_in_words(self, job):
