@@ -25,12 +25,16 @@ from django.db import (
     close_old_connections,
     connections,
 )
+from redis.exceptions import RedisClusterException
 
 from runs.brokers import get_broker
 from runs.isolation import Faults
 from scheduler_core.exceptions import BrokerUnavailable, SchedulerError
 
-TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError)
+# RedisClusterException is not a RedisError: without it a cluster whose nodes all went
+# away ended every daemon (runs/brokers/redis_wire.py UNAVAILABLE).
+TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError,
+             RedisClusterException)
 # The database refusing one row's values is that row's fault, not an outage.
 ROW_ERRORS = (DataError, IntegrityError)
 HOUSEKEEP_INTERVAL_S = 1.0
@@ -143,7 +147,8 @@ class Daemon:
             raise SchedulerError(f"database {self.using!r} is unreachable: {exc}") from exc
         try:
             get_broker(self.using).ping()
-        except (BrokerUnavailable, DatabaseError, redis.RedisError) as exc:
+        except (BrokerUnavailable, DatabaseError, redis.RedisError,
+                RedisClusterException) as exc:
             raise SchedulerError(f"broker is unreachable: {exc}") from exc
 
     def note_failure(self, what: str, exc: Exception, failures: int = 1) -> None:

@@ -5,7 +5,8 @@ DATABASE_URL  default sqlite:///db.sqlite3 (the embedded default)
 DATABASE_LISTEN_URL  PostgreSQL: where idle workers of the database broker LISTEN, when
               DATABASE_URL goes through PgBouncer in transaction mode (default: DATABASE_URL)
 REDIS_URL     unset: the database broker serves the queue; redis+cluster://host:port/ a
-              Redis Cluster (docs/isolation.md, "Redis Cluster")
+              Redis Cluster, host:port,host:port,... for several seed nodes
+              (docs/scaling.md, "A Redis Cluster")
 SCHEDULER_BROKER  "redis" or "database"; overrides the choice REDIS_URL implies
 SECRET_KEY, DEBUG, ALLOWED_HOSTS, and the HTTPS knobs (cookies, HSTS, SSL redirect,
 CSRF_TRUSTED_ORIGINS, SECURE_PROXY_SSL_HEADER): docs/security.md gives each one's default

@@ -368,7 +368,12 @@ class Broker(ABC):
             transaction.on_commit(lambda: self._push_quietly(refs), using=self.using)
 
     def _push_quietly(self, refs: list[RunRef]) -> None:
-        self._after_commit(self.push, refs)
+        try:
+            self._after_commit(self.push, refs)
+        except Exception:  # noqa: BLE001 - the runs are committed: reconcile pushes them
+            # Raised out of the commit's callbacks, anything else would report the
+            # committed jobs as failed, and a client that retries would make them twice.
+            log.exception("broker push deferred to reconcile: %d runs", len(refs))
 
     def _after_commit(self, step, *args) -> None:
         """Broker bookkeeping after the database has committed: a broker outage must not

@@ -3,9 +3,8 @@
 Per queue shard: ``delayed`` (score run_at), ``ready`` (score priority then run_at; equal
 scores leave in id order, the members being zero-padded ids, keys.member) and ``leased``
 (score lease expiry). Scripts live in ``lua/`` next to this file, each opening with its
-KEYS/ARGV, and run by EVALSHA through runs/brokers/redis_wire.py, which also translates
-Redis errors to BrokerUnavailable; what the broker reports about its working set
-(reconcile, depths) is runs/brokers/redis_inspect.py.
+KEYS/ARGV, and run by EVALSHA through runs/brokers/redis_wire.py (which translates Redis
+errors to BrokerUnavailable); runs/brokers/redis_inspect.py reports the working set.
 """
 
 import itertools
@@ -46,7 +45,6 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
     def __init__(self, using: str = "default", url: str | None = None):
         super().__init__(using)
         self.url = url or getattr(settings, "REDIS_URL", None) or "redis://127.0.0.1:6379/0"
-        self.client = redis_client(self.url)
         self.keys = Keys(conf.get("REDIS_PREFIX"), cluster=is_cluster_url(self.url))
         self.sources = {name: (LUA_DIR / f"{name}.lua").read_text() for name in SCRIPTS}
         self._rotation = itertools.count()
@@ -55,6 +53,11 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
         self._limited: set[str] = set()  # cluster: queues whose limits hash is filled
         # (monotonic time read, queues, {queue: most urgent waiting priority}) or None
         self._heads: tuple[float, tuple[str, ...], dict[str, int]] | None = None
+
+    @property
+    def client(self):
+        """The client of ``url``, made at first use (redis_wire.redis_client)."""
+        return redis_client(self.url)
 
     def _pipe(self) -> Pipe:
         return Pipe(self.client, self.sources)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import redis
 
+from runs.brokers.redis_wire import UNAVAILABLE
 from runs.clock import to_ms
 from runs.types import RunRef
 from scheduler_core import conf
@@ -79,7 +80,7 @@ class RedisWake:
                 pipe.lpush(key, *["1"] * min(count, WAKE_TOKENS))
                 pipe.ltrim(key, 0, WAKE_TOKENS - 1)
             pipe.execute()
-        except (redis.RedisError, OSError) as exc:
+        except (*UNAVAILABLE, redis.RedisError, OSError) as exc:
             log.debug("wake tokens not sent (idle workers find the runs at their next "
                       "poll): %s", exc)
 
@@ -104,7 +105,7 @@ class RedisWake:
                                       timeout=round(timeout_s, 3))
             if token is not None and passing_on is not None and passing_on():
                 self.client.lpush(*token)
-        except (redis.RedisError, OSError) as exc:
+        except (*UNAVAILABLE, redis.RedisError, OSError) as exc:
             log.debug("wake lists not readable, polling: %s", exc)
             return False
         return True

@@ -1,44 +1,65 @@
 """The wire to Redis for the Redis broker: one client per URL (a plain ``redis.Redis``, or
-redis-py's ``RedisCluster`` for ``redis+cluster://host:port/``, docs/isolation.md, "Redis
-Cluster"), pipelines of Lua scripts by EVALSHA that load a script again when Redis
-answers NOSCRIPT (after a restart, a failover or SCRIPT FLUSH; redis-py's Script objects
-in a pipeline send SCRIPT EXISTS before every pipeline, a round trip per lease and per
-ack, BENCHMARKS.md), and Redis connection errors translated to BrokerUnavailable at this
-boundary (docs/architecture.md, "Conventions in the code").
+redis-py's ``RedisCluster`` for ``redis+cluster://``, seeded from one or several nodes:
+docs/scaling.md, "A Redis Cluster"), pipelines of Lua scripts by EVALSHA that load a
+script again when Redis answers NOSCRIPT (after a restart, a failover or SCRIPT FLUSH;
+redis-py's Script objects in a pipeline send SCRIPT EXISTS before every pipeline, a round
+trip per lease and per ack, BENCHMARKS.md), and every connection and cluster error
+translated to BrokerUnavailable at this boundary (docs/architecture.md, "Conventions in
+the code").
 
 EVALSHA is sent with ``execute_command`` because the cluster pipeline refuses its
-``evalsha`` method; the cluster client routes the call by the slot of its keys, which
-must all share one (runs/brokers/keys.py).
+``evalsha`` method. The cluster client routes it by the slot of its keys, which must all
+share one (runs/brokers/keys.py), read from the call itself (ScriptRouting): redis-py's
+pipeline otherwise asks one fixed node for every script call's keys (COMMAND GETKEYS), a
+round trip each, and while that node is down every script call of the process fails,
+whichever master serves its keys.
 """
 
 import functools
 import hashlib
+from urllib.parse import unquote
 
 import redis
-from redis.cluster import RedisCluster
+from django.core.exceptions import ImproperlyConfigured
+from redis._parsers.commands import CommandPolicies, RequestPolicy, ResponsePolicy
+from redis.cluster import ClusterNode, RedisCluster
+from redis.commands.policies import PolicyResolver, StaticPolicyResolver
+from redis.exceptions import RedisClusterException
 
 from scheduler_core.exceptions import BrokerUnavailable
 
 CLUSTER_SCHEME = "redis+cluster://"
+# What "Redis cannot serve this now" looks like from redis-py: the connection errors
+# (refused, reset, timed out, MaxConnectionsError, BusyLoadingError), a cluster without a
+# master for a slot (ClusterDownError, MasterDownError, SlotNotCoveredError), a slot in
+# migration (TryAgainError), a write that reached a master demoted by a failover
+# (ReadOnlyError), and redis-py's own cluster failures, which are not RedisErrors at all
+# (RedisClusterException: no seed node answers, the slot map cannot be rebuilt).
+UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
+               redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError,
+               RedisClusterException, BrokerUnavailable)
+_KEYED = CommandPolicies(request_policy=RequestPolicy.DEFAULT_KEYED,
+                         response_policy=ResponsePolicy.DEFAULT_KEYED)
 
 
 def is_cluster_url(url: str) -> bool:
-    """Whether ``url`` names a Redis Cluster (``redis+cluster://host:port/``)."""
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://host:port[,host:port...]/``)."""
     return url.startswith(CLUSTER_SCHEME)
 
 
 def translate_errors(method):
-    """Re-raise redis connection errors as BrokerUnavailable (docs/architecture.md,
-    "Conventions in the code"); on a cluster, also a slot left unserved while a lost
-    master is failed over (CLUSTERDOWN, or a slot map without it)."""
+    """Re-raise the errors of UNAVAILABLE as BrokerUnavailable (docs/architecture.md,
+    "Conventions in the code"): callers wait and retry, or leave the push to reconcile."""
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         try:
             return method(*args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
-                redis.exceptions.SlotNotCoveredError) as exc:
-            raise BrokerUnavailable(f"Redis is unreachable: {exc}") from exc
+        except BrokerUnavailable:
+            raise
+        except UNAVAILABLE as exc:
+            raise BrokerUnavailable(f"Redis is unreachable: {type(exc).__name__}: {exc}"
+                                    ) from exc
 
     return wrapper
 
@@ -81,12 +102,85 @@ def script_sha(source: str) -> str:
     return hashlib.sha1(source.encode()).hexdigest()
 
 
+class ScriptRouting(PolicyResolver):
+    """Route EVAL and EVALSHA by their declared keys (``numkeys`` and the keys after it,
+    which redis-py reads locally), everything else as redis-py's static policies say.
+    Without it the cluster pipeline resolves a script's keys by COMMAND GETKEYS at the
+    client's default node."""
+
+    def __init__(self, fallback: PolicyResolver | None = None):
+        self.fallback = fallback or StaticPolicyResolver()
+
+    def resolve(self, command_name: str) -> CommandPolicies | None:
+        """The routing of ``command_name`` (lower case, e.g. "evalsha")."""
+        if command_name in ("evalsha", "eval"):
+            return _KEYED
+        return self.fallback.resolve(command_name)
+
+    def with_fallback(self, fallback: PolicyResolver) -> PolicyResolver:
+        """This resolver in front of ``fallback``."""
+        return ScriptRouting(fallback)
+
+
+class ScriptRoutedCluster(RedisCluster):
+    """RedisCluster whose pipelines route scripts as the client does: redis-py 8's
+    ``pipeline()`` leaves out the client's policy resolver, so its pipelines fall back
+    to asking the default node for a script's keys."""
+
+    def pipeline(self, transaction=None, shard_hint=None):
+        """As RedisCluster.pipeline, with this client's script routing."""
+        pipe = super().pipeline(transaction, shard_hint)
+        pipe._policy_resolver = self._policy_resolver
+        return pipe
+
+
+def cluster_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """Split a ``redis+cluster://[user:password@]host:port[,host:port...][/0][?options]``
+    URL into a ``redis://`` URL of its first seed (credentials, database and options
+    kept, for redis-py's own parsing) and the ``(host, port)`` of every seed. Raises
+    ImproperlyConfigured naming REDIS_URL for a seed without a host or with a bad port."""
+    rest = url[len(CLUSTER_SCHEME):]
+    netloc, sep, tail = rest.partition("/")
+    if not sep:
+        netloc, sep, tail = rest.partition("?")
+        tail = f"?{tail}" if sep else ""
+    else:
+        tail = f"/{tail}"
+    userinfo, at, hosts = netloc.rpartition("@")
+    seeds = []
+    for seed in hosts.split(","):
+        host, colon, port = seed.strip().rpartition(":")
+        if not colon or host.endswith(":"):  # "h" alone, or a bare IPv6 address
+            host, port = seed.strip(), "6379"
+        host = unquote(host.strip("[]"))
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ImproperlyConfigured(
+                f"REDIS_URL: {seed.strip()!r} is not a host:port (a Redis Cluster's URL is "
+                "redis+cluster://host:port[,host:port...]/)")
+        seeds.append((host, int(port)))
+    first_host, first_port = seeds[0]
+    shown = f"[{first_host}]" if ":" in first_host else first_host
+    return f"redis://{userinfo}{at}{shown}:{first_port}{tail}", seeds
+
+
 @functools.cache
 def redis_client(url: str) -> redis.Redis | RedisCluster:
     """The client of ``url``, one per process and URL (5 s socket timeouts):
-    ``redis+cluster://`` gives a RedisCluster seeded from that node (it discovers the
-    others), anything else a redis.Redis."""
+    ``redis+cluster://`` gives a RedisCluster seeded from each node the URL lists (any
+    one answering is enough; it discovers the others), anything else a redis.Redis.
+    Raises BrokerUnavailable when no seed of a cluster answers (the next call tries
+    again), ImproperlyConfigured for a malformed URL."""
     options = {"socket_timeout": 5, "socket_connect_timeout": 5}
-    if is_cluster_url(url):
-        return RedisCluster.from_url("redis://" + url[len(CLUSTER_SCHEME):], **options)
-    return redis.Redis.from_url(url, health_check_interval=30, **options)
+    if not is_cluster_url(url):
+        if "," in url.partition("://")[2].partition("/")[0]:
+            raise ImproperlyConfigured(
+                "REDIS_URL lists several hosts: that is a Redis Cluster's URL, "
+                "redis+cluster://host:port,host:port/ (docs/scaling.md)")
+        return redis.Redis.from_url(url, health_check_interval=30, **options)
+    first, seeds = cluster_seeds(url)
+    try:
+        return ScriptRoutedCluster.from_url(
+            first, startup_nodes=[ClusterNode(host, port) for host, port in seeds[1:]],
+            policy_resolver=ScriptRouting(), **options)
+    except UNAVAILABLE as exc:
+        raise BrokerUnavailable(f"no seed node of the Redis Cluster answers ({exc})") from exc
