@@ -30,6 +30,7 @@ from runs.models import ShardLease
 from runs.outcomes import flush_counts
 from runs.partitions import PartitionLeases
 from scheduler_core import conf
+from scheduler_core.exceptions import BrokerUnavailable
 
 # Reaping looks for leases that expired, which takes LEASE_TTL_S (60 s by default) to
 # happen: once a second is soon enough. Every DISPATCH_INTERVAL_S (0.1 s) it was half of an
@@ -71,6 +72,7 @@ class Dispatcher(Daemon):
                                       using, model=ShardLease)
         self.renew_every_s = ttl_s / 3
         self.last_renew = float("-inf")
+        self.unreachable_since: float | None = None  # monotonic; the broker failed since
         self.last_reconcile = float("-inf")
         self.last_reap = float("-inf")
         self.reaped = 0
@@ -87,14 +89,59 @@ class Dispatcher(Daemon):
 
     def round(self) -> bool:
         if time.monotonic() - self.last_renew >= self.renew_every_s:
-            self.leases.refresh()
             self.last_renew = time.monotonic()
+            self.renew_leases()
         shards = self.shards
         if not shards:
             return False
         scope = shards if len(shards) < self.leases.total else None
+        try:
+            busy = self.serve_shards(shards, scope)
+        except BrokerUnavailable:
+            if self.unreachable_since is None:
+                self.unreachable_since = time.monotonic()
+            raise
+        self.unreachable_since = None
         # Each duty fails alone (runs/isolation.py): a poisoned row in one must not stop
         # the others, nor the process.
+        pruned = self.faults.run("prune", lambda: self.prune_if_due(scope), default=0)
+        self.alert_if_due()
+        return busy or bool(pruned)
+
+    def sleep(self, seconds: float) -> None:
+        """Daemon.sleep, at most a renewal interval: a failing round's backoff (up to 5 s)
+        let the shard leases lapse while held, and kept the shards of a dispatcher that
+        took them back after a failover away from everyone until they expired."""
+        super().sleep(min(seconds, self.renew_every_s))
+
+    def renew_leases(self) -> None:
+        """Renew the shard leases (PartitionLeases.refresh), unless the broker has failed
+        this dispatcher's rounds for a renewal interval: then give them back, so that a
+        dispatcher that reaches the broker takes them at its next renewal instead of
+        after SHARD_LEASE_TTL_S (or never, while this one renewed them). Holding none, it
+        takes shards again at a later renewal, once the broker answers a ping. Raises
+        BrokerUnavailable when it gave its shards back or the ping failed (serve retries
+        the round with backoff)."""
+        if self.unreachable_since is None:
+            self.leases.refresh()
+            return
+        down_s = time.monotonic() - self.unreachable_since
+        if self.leases.owned and down_s >= self.renew_every_s:
+            self.log.warning("dispatcher: broker unreachable for %.1f s; giving back "
+                             "shards %s for a dispatcher that reaches it", down_s,
+                             self.leases.owned)
+            self.leases.release_all()
+            raise BrokerUnavailable(f"unreachable for {down_s:.1f} s; shards given back")
+        if not self.leases.owned:
+            self.broker.ping()  # BrokerUnavailable: still unreachable, hold nothing
+            self.unreachable_since = None
+        self.leases.refresh()
+
+    def serve_shards(self, shards: list[int], scope: list[int] | None) -> bool:
+        """The broker's part of a round over the held ``shards`` (``scope``: the same,
+        None when they are all of them): reconcile when due, promote, unpark, reap.
+        Returns whether it did work; raises BrokerUnavailable. Each duty fails alone
+        (runs/isolation.py)."""
         run = self.faults.run
         reconciled = run("reconcile", lambda: self.reconcile_if_due(shards, scope), default=0)
         promoted = run("promote", lambda: self.broker.promote(shards=scope), default=0)
@@ -106,14 +153,11 @@ class Dispatcher(Daemon):
                                        default=0)
         if reaped:
             self.log.info("dispatcher: %d expired leases retried or dead-lettered", reaped)
-        pruned = run("prune", lambda: self.prune_if_due(scope), default=0)
-        self.alert_if_due()
-        return bool(promoted or reaped or reconciled or unparked or pruned)
+        return bool(promoted or reaped or reconciled or unparked)
 
     def reconcile_if_due(self, shards: list[int], scope: list[int] | None) -> int:
-        """Reconcile ``shards`` (``scope``: the same, None when they are all of them)
-        when the broker lost their state or RECONCILE_INTERVAL_S passed; returns the runs
-        pushed."""
+        """Reconcile ``shards`` (``scope``, as serve_shards) when the broker lost their
+        state or RECONCILE_INTERVAL_S passed; returns the runs pushed."""
         if not (self.broker.needs_reconcile(shards)
                 or time.monotonic() - self.last_reconcile >= self.reconcile_every_s):
             return 0
