@@ -106,6 +106,19 @@ class RedisCluster:
             time.sleep(0.1)
         raise RedisClusterError(f"the cluster did not reach cluster_state:ok in {timeout} s")
 
+    def wait_synced(self, timeout: float = 30) -> None:
+        """Wait until every running replica's link to its master is up. A replica still
+        in its first sync (diskless, ``repl-diskless-sync-delay`` 5 s after it asks) is
+        never promoted: its master's death leaves the master's slots unserved."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            infos = [_cli(p, "info", "replication") for p, proc in self.nodes.items()
+                     if proc.poll() is None]
+            if all("master_link_status:up" in info for info in infos if "role:slave" in info):
+                return
+            time.sleep(0.1)
+        raise RedisClusterError(f"the replicas were not in sync after {timeout} s")
+
     def cluster_ok(self) -> bool:
         """Whether every running node says ``cluster_state:ok``."""
         live = [p for p, proc in self.nodes.items() if proc.poll() is None]
