@@ -51,3 +51,16 @@ def test_an_unknown_ordering_is_a_400_listing_the_allowed_ones(api, alice, path)
     reason = refused.json()["ordering"][0]
     assert "'-started_at'" in reason and "created_at" in reason and "id" in reason
     assert fine.status_code == 200
+
+
+def test_the_admin_workflow_list_shows_no_next_run_for_a_paused_workflow(admin_client,
+                                                                        alice):
+    workflow = create_workflow("nightly", [{"name": "a", "handler": "noop"}], owner=alice,
+                               schedule="@daily")
+    control.pause_workflow(workflow)
+
+    page = admin_client.get("/admin/workflows/workflow/")
+
+    assert page.status_code == 200
+    [row] = page.context["cl"].result_list
+    assert page.context["cl"].model_admin.next_run(row) == "-"

@@ -63,7 +63,10 @@ class WorkflowAdmin(ReadOnlyAdmin):
     class Media:
         css = {"all": ["runs/admin.css", "workflows/admin.css"]}
 
-    next_run = timestamp_column("next_run_at", "next run")
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, workflow):
+        # A paused or cancelled workflow starts nothing: its stored time is stale.
+        return stamp(workflow.next_run_at) if workflow.status == "active" else "-"
 
     @admin.display(description="name", ordering="name")
     def name_cell(self, workflow):
