@@ -15,7 +15,7 @@ from django.utils import timezone
 from jobs import cron, ingest, one_off, pausing, tenants
 from jobs.guards import refuse_managed
 from jobs.models import Job
-from jobs.spec import CREATE_JOB, CREATE_JOBS, translate
+from jobs.spec import CREATE_JOB, CREATE_JOBS, NAMES, translate, unknown_message
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
@@ -316,7 +316,10 @@ def check_update(job: Job, changes: dict, using: str = "default") -> dict:
     limits")."""
     unknown = set(changes) - UPDATABLE
     if unknown:
-        raise InvalidJob({field: "cannot be changed" for field in sorted(unknown)})
+        # A job field that cannot change, or no field at all: named with the one meant.
+        raise InvalidJob({field: "cannot be changed" if field in NAMES
+                          else unknown_message(field, UPDATABLE)
+                          for field in sorted(unknown, key=str)})
     if "payload" in changes and job.handler not in creatable_handler_names():
         raise InvalidJob({"payload": f"cannot be changed on a {job.handler} job: code "
                                      "enqueued it, and its payload names what runs"})

@@ -200,3 +200,13 @@ def test_rest_names_an_unknown_handler_with_the_python_apis_registration_hint(ap
     assert response.status_code == 400
     assert response.json()["handler"] == [UnknownHandler("send_mail").errors["handler"]]
     assert "SCHEDULER_DEMO_HANDLERS" in response.json()["handler"][0]
+
+
+def test_update_job_names_an_unknown_change_with_the_field_meant():
+    job = services.create_job("noop", {}, cron="@daily")
+
+    with pytest.raises(services.InvalidJob) as caught:
+        services.update_job(job.pk, {"schedule": "@hourly", "queue": "other"})
+
+    assert caught.value.errors == {"queue": "cannot be changed",
+                                   "schedule": "unknown field (did you mean 'cron'?)"}
