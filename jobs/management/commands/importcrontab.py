@@ -23,6 +23,7 @@ from jobs.validation import validate_job
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.progress import progress
 from scheduler_core.registry import creatable_handler_names, get_handler
+from scheduler_core.text import one_line
 
 NAME_WIDTH = 40
 # next_run_at is itself the first run, so the table lists from just before it.
@@ -31,11 +32,12 @@ JUST_BEFORE = timedelta(microseconds=1)
 
 def job_spec(entry: crontab.CronEntry, handler: str) -> dict:
     """The create_jobs spec of one crontab line: name from its comment (else its command,
-    cut to 200 characters), payload ``{"command": ...}`` plus ``"user"`` if it has one."""
+    cut to 200 characters, a tab or other control character as a space), payload
+    ``{"command": ...}`` plus ``"user"`` if it has one."""
     payload = {"command": entry.command}
     if entry.user is not None:
         payload["user"] = entry.user
-    return {"name": (entry.comment or entry.command)[:200], "handler": handler,
+    return {"name": one_line(entry.comment or entry.command, 200), "handler": handler,
             "payload": payload, "cron": entry.schedule, "timezone": entry.timezone}
 
 

@@ -23,6 +23,7 @@ from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
 from scheduler_core import conf
 from scheduler_core.progress import progress
+from scheduler_core.text import one_line
 
 DEMO_CRONTAB = Path(__file__).resolve().parents[2] / "demo.crontab"
 ENDED = {RunState.SUCCEEDED: "succeeded", RunState.DEAD: "died (dead letter)",
@@ -42,7 +43,7 @@ ONE_OFF = [  # (handler, payload, name, max_attempts)
 def job_spec(entry: crontab.CronEntry, source: str) -> dict:
     """The ``create_jobs`` spec of one crontab entry; ``source`` is "<file>:<line>"."""
     return {
-        "name": (entry.comment or entry.command)[:200], "handler": "echo",
+        "name": one_line(entry.comment or entry.command, 200), "handler": "echo",
         "payload": {"command": entry.command, "source": source},
         "cron": entry.schedule, "timezone": entry.timezone, "queue": "default",
         "priority": 5, "timeout_s": 60, "max_attempts": 4, "misfire_policy": "run_once",
