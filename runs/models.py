@@ -17,11 +17,14 @@ class RunState(models.TextChoices):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    # Not started by its job's expiry (expires_at / expires_in_s): ended at lease time,
+    # never run; not dead (nothing failed), so not in the dead letter (docs/retries-and-expiry.md).
+    EXPIRED = "expired"
 
 
 PENDING_STATES = (RunState.SCHEDULED, RunState.QUEUED, RunState.RETRYING)
 DELAYED_STATES = (RunState.SCHEDULED, RunState.RETRYING)
-TERMINAL_STATES = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED)
+TERMINAL_STATES = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED, RunState.EXPIRED)
 
 
 class RunQuerySet(models.QuerySet):

@@ -95,6 +95,13 @@ class Job(models.Model):
     next_run_at = models.DateTimeField(null=True, blank=True)
     timeout_s = models.PositiveIntegerField(default=300)
     max_attempts = models.PositiveSmallIntegerField(default=4)
+    # The retry strategy (runs/retry.py): null, today's backoff; else the keys given
+    # (strategy, base_s, cap_s, jitter_s, retry_on, never_retry_on), the rest default.
+    retry = models.JSONField(null=True, blank=True)
+    # Expiry (docs/retries-and-expiry.md): a run not started by expires_at (one-off jobs),
+    # or expires_in_s seconds after its scheduled_at, ends "expired" at lease time.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    expires_in_s = models.PositiveIntegerField(null=True, blank=True)
     # When the job was last paused (database clock); resume decides what happens to the
     # runs whose scheduled_at falls between this and the resume (jobs/pausing.py).
     paused_at = models.DateTimeField(null=True, blank=True)
