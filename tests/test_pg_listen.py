@@ -169,3 +169,19 @@ def test_an_unreachable_listen_url_leaves_the_worker_polling(db_broker, settings
 
 def test_the_database_broker_on_sqlite_polls():
     assert get_broker("sqlite", name="database").wait_ready(["default"], 0.2) is False
+
+
+def test_a_transaction_making_many_runs_ready_notifies_each_queue_once(db_broker):
+    """One notification per queue per transaction, not per run: a bulk create of eight
+    runs in two queues (pushed, and so promoted, in one transaction) sends two."""
+    import psycopg
+
+    from runs.brokers import pg_listen
+
+    with psycopg.connect(**pg_listen.listen_params("default")) as listener:
+        listener.execute(f"LISTEN {pg_listen.CHANNEL}")
+        create_jobs([{"handler": "listen.noop", "queue": "a"}] * 5
+                    + [{"handler": "listen.noop", "queue": "b"}] * 3)
+        heard = [n.payload for n in listener.notifies(timeout=2.0)]
+
+    assert sorted(heard) == ["a", "b"]
