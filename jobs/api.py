@@ -50,7 +50,6 @@ from jobs.serializers import (
     JobUpdateSerializer,
     StrictFieldsMixin,
     api_errors,
-    spec_defaults,
     to_spec,
 )
 from jobs.tenants import QuotaExceeded
@@ -281,14 +280,14 @@ class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
 
     def _bulk(self, request) -> Response:
         items = _bulk_items(request.data)
-        child, fast, defaults = JobCreateSerializer(), FastItemParser(), spec_defaults()
+        child, fast = JobCreateSerializer(), FastItemParser()
         specs, positions, errors = [], [], {}
         for i, item in enumerate(items):
             try:
                 data = fast.parse(item)
                 if data is None:
                     data = child.run_validation(item)
-                specs.append(to_spec(data, defaults))
+                specs.append(to_spec(data))
                 positions.append(i)
             except ValidationError as exc:
                 errors[i] = exc.detail

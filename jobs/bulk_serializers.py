@@ -48,7 +48,7 @@ class FastItemParser:
         data = {"payload": {}, "run_at": None, "delay_s": None, "cron": None,
                 "timezone": "UTC",
                 "misfire_policy": None, "max_lag_s": None, "jitter_s": None,
-                "queue": None, "shard_key": "", "priority": 5, "timeout_s": None,
+                "queue": None, "shard_key": "", "priority": None, "timeout_s": None,
                 "max_attempts": None, **dict.fromkeys(UNIQUE_FIELDS)}
         for key, value in item.items():
             if value is None and key not in ("handler", "name", "queue", "priority",

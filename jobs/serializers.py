@@ -273,8 +273,10 @@ class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.S
     shard_key = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default="",
         help_text="runs go to shard crc32(shard_key or handler) % SHARDS of the queue")
-    priority = serializers.IntegerField(required=False, default=5, min_value=0, max_value=9,
-                                        help_text="0 most urgent, 9 least")
+    priority = serializers.IntegerField(
+        required=False, default=None, min_value=0, max_value=9,
+        help_text="0 most urgent, 9 least; default 5, or the owner's highest_priority when "
+                  "that is less urgent")
     timeout_s = serializers.IntegerField(
         required=False, allow_null=True, default=None, min_value=1,
         help_text="seconds one attempt may run (at most MAX_TIMEOUT_S)")
@@ -310,16 +312,10 @@ class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.S
         return super().to_internal_value(data)
 
 
-def spec_defaults() -> dict:
-    """The tunable defaults to_spec fills in; read once per request, not per job."""
-    return {"timeout_s": conf.get("DEFAULT_TIMEOUT_S"),
-            "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS")}
-
-
-def to_spec(data: dict, defaults: dict | None = None) -> dict:
-    """The ``services.create_jobs`` spec of one validated JobCreateSerializer item."""
-    defaults = defaults or spec_defaults()
-    max_attempts, timeout_s = data.get("max_attempts"), data.get("timeout_s")
+def to_spec(data: dict) -> dict:
+    """The ``services.create_jobs`` spec of one validated JobCreateSerializer item; a
+    priority, timeout_s or max_attempts not given stays None, for create_jobs to fill in
+    within the owner's bounds (jobs/tenants.py, defaults_within)."""
     job = {
         "name": data.get("name"), "handler": data["handler"],
         "payload": data.get("payload") if data.get("payload") is not None else {},
@@ -328,9 +324,8 @@ def to_spec(data: dict, defaults: dict | None = None) -> dict:
         "timezone": data.get("timezone") or "UTC",
         "misfire_policy": data.get("misfire_policy"), "queue": data.get("queue"),
         "shard_key": data.get("shard_key") or "",
-        "priority": data.get("priority", 5),
-        "timeout_s": defaults["timeout_s"] if timeout_s is None else timeout_s,
-        "max_attempts": defaults["max_attempts"] if max_attempts is None else max_attempts,
+        "priority": data.get("priority"), "timeout_s": data.get("timeout_s"),
+        "max_attempts": data.get("max_attempts"),
     }
     for optional in ("max_lag_s", "jitter_s", *UNIQUE_FIELDS):
         if data.get(optional) is not None:

@@ -43,7 +43,7 @@ class InvalidJobs(InvalidJob):
 
 
 def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron=None,
-          timezone="UTC", queue=None, shard_key="", priority=5, timeout_s=None,
+          timezone="UTC", queue=None, shard_key="", priority=None, timeout_s=None,
           max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
           unique_key=None, unique_period_s=None, unique_states=None) -> dict:
     spec = {
@@ -51,9 +51,7 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron=None,
         "run_at": run_at, "delay_s": delay_s, "cron": cron, "timezone": timezone,
         "queue": queue,
         "shard_key": shard_key, "priority": priority,
-        "timeout_s": conf.get("DEFAULT_TIMEOUT_S") if timeout_s is None else timeout_s,
-        "max_attempts": conf.get("DEFAULT_MAX_ATTEMPTS") if max_attempts is None
-        else max_attempts,
+        "timeout_s": timeout_s, "max_attempts": max_attempts,  # None: validate_specs's default
         "misfire_policy": misfire_policy, "unique_key": unique_key,
         "unique_period_s": unique_period_s, "unique_states": unique_states,
     }
@@ -109,11 +107,16 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
 
 def validate_specs(specs: list[dict], bounds: tenants.Bounds | None = None) -> list[dict]:
     """Every spec checked by ``validate_job`` and, given an owner's ``bounds``, by
-    tenants.field_problems; returns the cleaned specs. Raises InvalidJobs with every bad
-    item's index and fields."""
+    tenants.field_problems; returns the cleaned specs, a priority, timeout_s or
+    max_attempts left out (None) filled with its default within the bounds
+    (tenants.defaults_within). Raises InvalidJobs with every bad item's index and fields."""
     limits, cleaned, errors = job_limits(), [], {}
     owner_id = bounds.owner_id if bounds is not None else None  # what secrets are sealed for
+    # Filled in before the bounds are checked: a default beyond them reached the nodes of
+    # a workflow unchecked, and refused a plain job for a field its client never sent.
+    defaults = tenants.defaults_within(bounds)
     for i, spec in enumerate(specs):
+        spec = tenants.with_defaults(spec, defaults)
         try:
             cleaned.append(validate_job(spec, limits, owner_id=owner_id))
         except InvalidJob as exc:
