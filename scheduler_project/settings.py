@@ -2,6 +2,8 @@
 environment (docs/architecture.md, "Configuration").
 
 DATABASE_URL  default sqlite:///db.sqlite3 (the embedded default)
+DATABASE_POOLER  "pgbouncer" when DATABASE_URL goes through PgBouncer in transaction
+              pooling mode (docs/scaling.md, "PgBouncer"); default empty: a direct connection
 DATABASE_LISTEN_URL  PostgreSQL: where idle workers of the database broker LISTEN, when
               DATABASE_URL goes through PgBouncer in transaction mode (default: DATABASE_URL)
 REDIS_URL     unset: the database broker serves the queue; redis+cluster://host:port/ a
@@ -139,7 +141,12 @@ TEMPLATES = [
 ]
 
 
-def database_config(url: str) -> dict:
+# DATABASE_POOLER's values: "" connects to PostgreSQL itself, "pgbouncer" through PgBouncer
+# in transaction pooling mode.
+DATABASE_POOLERS = ("", "pgbouncer")
+
+
+def database_config(url: str, pooler: str | None = None) -> dict:
     """Parse a database URL with dj-database-url and add the per-engine options the
     scheduler relies on.
 
@@ -148,7 +155,21 @@ def database_config(url: str) -> dict:
     locked". PostgreSQL: persistent connections for the daemons' tight loops, and
     ``idle_in_transaction_session_timeout`` (DB_IDLE_IN_TRANSACTION_TIMEOUT_MS, default
     60 s) so a stalled process cannot hold row locks indefinitely.
+
+    ``pooler`` (str, one of DATABASE_POOLERS; None: the DATABASE_POOLER environment
+    variable) "pgbouncer": PostgreSQL is reached through PgBouncer in transaction pooling
+    mode, where each transaction may run on another server session. No server-side
+    cursors and no prepared statements (neither outlives its session), and no ``options``
+    startup parameter (PgBouncer refuses the connection): the idle-in-transaction limit is
+    PgBouncer's ``idle_transaction_timeout`` instead. Raises ImproperlyConfigured naming
+    DATABASE_POOLER for any other value. Ignored for SQLite.
     """
+    if pooler is None:
+        pooler = os.environ.get("DATABASE_POOLER", "").strip().lower()
+    if pooler not in DATABASE_POOLERS:
+        raise ImproperlyConfigured(
+            f"DATABASE_POOLER={pooler!r}: expected 'pgbouncer' (transaction pooling) or "
+            "nothing (a direct connection)")
     config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["CONN_MAX_AGE"] = 0
@@ -158,6 +179,12 @@ def database_config(url: str) -> dict:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
         config["TEST"] = {"NAME": config["NAME"] + ".test"}
+    elif config["ENGINE"] == "django.db.backends.postgresql" and pooler == "pgbouncer":
+        # A cursor declared in one transaction is gone when the next one runs on another
+        # server session; so is a prepared statement (Django's default is off already:
+        # said here so that it stays off).
+        config["DISABLE_SERVER_SIDE_CURSORS"] = True
+        config.setdefault("OPTIONS", {})["prepare_threshold"] = None
     elif config["ENGINE"] == "django.db.backends.postgresql":
         # A process stopped inside a transaction (SIGSTOP, a debugger, a hung handler of
         # the admin) must not hold row locks for ever: PostgreSQL ends such a session.

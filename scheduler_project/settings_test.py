@@ -11,6 +11,7 @@ so they do not share it either.
 """
 
 import os
+from urllib.parse import urlsplit
 
 os.environ.setdefault("SCHEDULER_REDIS_PREFIX", "schedtest")
 # The suite runs as a developer's machine does (pytest-django still serves each test with
@@ -33,6 +34,12 @@ DATABASES = {
         else f"sqlite:///{BASE_DIR / ('test-broker-' + os.environ['SCHEDULER_REDIS_PREFIX'])}"
              ".sqlite3"),
 }
+# The PgBouncer lane (docs/testing.md): TEST_DATABASE_URL is a PgBouncer's in transaction
+# mode with DATABASE_POOLER=pgbouncer, and TEST_DATABASE_LISTEN_URL names PostgreSQL itself,
+# where idle workers LISTEN: on the test database (pytest-django's "test_" name).
+if os.environ.get("TEST_DATABASE_LISTEN_URL"):
+    DATABASE_LISTEN_URL = urlsplit(os.environ["TEST_DATABASE_LISTEN_URL"])._replace(
+        path="/test_" + DATABASES["default"]["NAME"]).geturl()
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 # A plain Redis for the tests' own bookkeeping (signals a worker's child noted, run
 # order): it stays the single test Redis while the cluster pair points REDIS_URL at the

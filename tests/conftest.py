@@ -61,6 +61,29 @@ def redis_cluster_url():
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases; in the PgBouncer lane (DATABASE_POOLER=pgbouncer,
+    docs/testing.md) also, before the test database is dropped, PgBouncer's server
+    sessions to it closed through its admin console (KILL, then RESUME): PostgreSQL
+    refuses to drop a database anyone is connected to."""
+    yield
+    if os.environ.get("DATABASE_POOLER") != "pgbouncer":
+        return
+    import psycopg
+
+    with django_db_blocker.unblock():
+        params = connections["default"].get_connection_params()
+        connections.close_all()
+    name = params.pop("dbname")
+    admin = {k: params[k] for k in ("host", "port", "user", "password") if k in params}
+    # The admin console speaks only the simple query protocol: client-side binding.
+    with psycopg.connect(**admin, dbname="pgbouncer", autocommit=True,
+                         cursor_factory=psycopg.ClientCursor) as console:
+        console.execute(f"KILL {name}")
+        console.execute(f"RESUME {name}")
+
+
 @contextmanager
 def redis_at(settings, url: str | None):
     """For the block, settings.REDIS_URL is ``url`` (None: unchanged) and get_broker()
@@ -138,6 +161,8 @@ def daemon_env(broker_name: str = "redis", alias: str = "default", **tunables) -
         "SCHEDULER_REDIS_PREFIX": os.environ["SCHEDULER_REDIS_PREFIX"],
         "PYTHONUNBUFFERED": "1",
     })
+    if alias == "default" and settings.DATABASE_LISTEN_URL:  # the PgBouncer lane
+        env["DATABASE_LISTEN_URL"] = settings.DATABASE_LISTEN_URL
     env.update({f"SCHEDULER_{k.upper()}": str(v) for k, v in tunables.items()})
     return env
 
