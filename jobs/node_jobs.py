@@ -1,5 +1,5 @@
-"""Which jobs are a workflow's nodes, for the job lists (docs/api.md, "Job fields"; issue
-37): a node's job is made and run by its workflow (docs/workflows.md, "Node jobs"), so
+"""Which jobs are a workflow's nodes, for the job lists (docs/api.md, "List and read"): a
+node's job is made and run by its workflow (docs/workflows.md, "Node jobs"), so
 the plain job list leaves it out unless asked, shows the workflow's id beside it, and
 never calls it ``finished`` between two workflow runs.
 

@@ -1,7 +1,6 @@
-"""What the run and workflow lists show (issue 37's "Must have 4"): a requeued run keeps
-no trace of its last attempt's worker while queued (its attempts do), a paused or
-cancelled workflow shows no next run, and an ``ordering`` the list cannot sort by is a
-400 listing the ones it can."""
+"""What the run and workflow lists show: a requeued run keeps no trace of its last
+attempt's worker while queued (its attempts do), a paused or cancelled workflow shows no
+next run, and an ``ordering`` the list cannot sort by is a 400 listing the ones it can."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The Swagger UI at /api/docs/ works without internet (issue 37): its page loads its
+"""The Swagger UI at /api/docs/ works without internet: its page loads its
 scripts, styles and icon from this server, served out of the installed
 drf-spectacular-sidecar (scheduler_core/drf_settings.py), never from a public CDN."""
 
