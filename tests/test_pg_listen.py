@@ -6,6 +6,7 @@ woken by a NOTIFY, not found by a poll. The bounds are the poll's half, not a sp
 woken worker takes milliseconds. (A worker stopping at max_runs may still sit out one
 poll before it exits: the time it serves says nothing here.)"""
 
+import os
 import threading
 import time
 
@@ -28,6 +29,12 @@ def noop(ctx, payload):
     return None
 
 
+@handler("listen.crash")
+def crash(ctx, payload):
+    time.sleep(1.0)  # the other child's lease is in its idle wait by then
+    os._exit(3)
+
+
 @pytest.fixture
 def db_broker(settings):
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": "database", "WORKER_POLL_S": POLL_S}
@@ -36,9 +43,9 @@ def db_broker(settings):
     broker.end_waits()
 
 
-def serve_while(steps, runs: int) -> None:
-    """Serve a worker on "default" until it has finished ``runs`` runs while ``steps``
-    (a callable) runs in a thread of its own."""
+def serve_while(steps, runs: int | None = None, worker: Worker | None = None) -> None:
+    """Serve ``worker`` (default: one child on "default", stopping after ``runs`` runs)
+    while ``steps`` (a callable) runs in a thread of its own."""
     failed = []
 
     def run_steps():
@@ -51,7 +58,7 @@ def serve_while(steps, runs: int) -> None:
 
     thread = threading.Thread(target=run_steps)
     thread.start()
-    Worker(["default"], concurrency=1, max_runs=runs).serve()
+    (worker or Worker(["default"], concurrency=1, max_runs=runs)).serve()
     thread.join()
     assert not failed, failed
 
@@ -132,6 +139,30 @@ def test_a_killed_listen_connection_is_opened_again_and_the_worker_still_wakes(d
     serve_while(kill_between_two_jobs, runs=2)
 
     assert [late_s(job) < POLL_S / 2 for job in made] == [True] * 2
+
+
+def test_a_child_is_replaced_without_waiting_out_an_idle_wait(db_broker):
+    """A child's replacement pauses the lease lane (no thread may run beside a fork) and
+    waits for its calls: one in a 30 s idle wait held the worker's loop until the wait
+    ended, so the crash (and every other outcome) was recorded up to 30 s late. The
+    wait now ends when the lane pauses."""
+    worker = Worker(["default"], concurrency=2)  # one child idle: its lease waits
+    made = []
+
+    def crash_then_stop():
+        try:
+            time.sleep(1.0)
+            made.append(create_job("listen.crash", max_attempts=1))
+            deadline = time.monotonic() + POLL_S / 2
+            while made[0].runs.get().state != "dead":
+                assert time.monotonic() < deadline, "the crash was not recorded in time"
+                time.sleep(0.05)
+        finally:
+            worker.request_stop()
+
+    serve_while(crash_then_stop, worker=worker)
+
+    assert made[0].runs.get().state == "dead"
 
 
 def test_a_direct_listen_url_is_used_for_the_listen_connection(db_broker, settings):
