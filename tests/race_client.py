@@ -2,7 +2,9 @@
 ``python -m tests.race_client SECONDS BATCH [START_AT]`` promotes and leases from the
 configured broker until SECONDS have passed and nothing was left for a while, then prints
 the leased run ids as one JSON list. START_AT (Unix seconds) makes every racer begin at the
-same instant, whatever their start-up times."""
+same instant, whatever their start-up times; START_AT "-" makes it print "ready" once
+connected and begin when a line arrives on its stdin (the caller's starting gun, for start-up
+times no instant chosen beforehand can cover on a loaded machine)."""
 
 import json
 import os
@@ -20,7 +22,10 @@ def main() -> None:
     seconds, batch = float(sys.argv[1]), int(sys.argv[2])
     broker = get_broker()
     broker.ping()  # connect before the start line
-    if len(sys.argv) > 3:
+    if len(sys.argv) > 3 and sys.argv[3] == "-":
+        print("ready", flush=True)
+        sys.stdin.readline()
+    elif len(sys.argv) > 3:
         time.sleep(max(float(sys.argv[3]) - time.time(), 0))
     worker_id = f"racer-{os.getpid()}"
     leased: list[int] = []

@@ -72,10 +72,18 @@ def test_racing_processes_promote_and_lease_every_run_exactly_once(broker):
     env = daemon_env(broker.name, broker.using)
 
     racers = [
-        subprocess.Popen([sys.executable, "-m", "tests.race_client", "4", "7"], env=env,
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen([sys.executable, "-m", "tests.race_client", "4", "7", "-"], env=env,
+                         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
         for _ in range(4)
     ]
+    # Every racer connected before any leases: on a loaded machine one racer's start-up
+    # could otherwise outlast the whole race ("only one participant").
+    for racer in racers:
+        racer.stdout.readline()
+    for racer in racers:
+        racer.stdin.write(b"go\n")
+        racer.stdin.flush()
     outputs = [racer.communicate(timeout=120) for racer in racers]
 
     assert all(racer.returncode == 0 for racer in racers), [o[1][-2000:] for o in outputs]
