@@ -183,6 +183,23 @@ class Stride:
         self.passes[i] += self.classes[i].stride
 
 
+def swrr_plan(queues: list[str], n: int, weights: dict[str, int],
+              current: dict[str, int]) -> dict[str, int]:
+    """How many of ``n`` slots each of ``queues`` gets by smooth weighted round-robin (as
+    nginx's upstream balancer; ``weights``: queue -> positive int, 1 if absent), updating
+    ``current`` (queue -> its running credit, kept by the caller between calls) so that
+    over many calls each queue gets its weight's share."""
+    total = sum(weights.get(q, 1) for q in queues)
+    wanted = dict.fromkeys(queues, 0)
+    for _ in range(n):
+        for queue in queues:
+            current[queue] += weights.get(queue, 1)
+        best = max(queues, key=lambda q: current[q])
+        current[best] -= total
+        wanted[best] += 1
+    return wanted
+
+
 def stride_plan(classes_: tuple[PriorityClass, ...], passes: list[float], vt: float,
                 available: list[int], n: int) -> tuple[list[int], list[float], float]:
     """Split ``n`` leases among ``classes_`` by stride scheduling (``Stride``), given how

@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.crc import key_slot
 
 from chaos.cluster import free_port
-from chaos.redis_cluster import RedisCluster
+from chaos.redis_cluster import RedisCluster, _cli
 from jobs import services
 from runs.brokers import get_broker
 from runs.brokers.redis_wire import cluster_seeds, redis_client
@@ -182,6 +182,33 @@ def test_a_cluster_url_serves_with_its_first_seed_node_down(redis_cluster_url, s
         finally:
             stop(worker)
             flush_redis()
+
+
+@pytest.mark.slow
+def test_a_queue_out_of_reach_holds_up_no_other_queue_of_a_lease(own_cluster, settings):
+    """A lease over several queues failed whole when one queue's master could not be
+    reached, so a failover held up every queue of a worker. Here the master of one
+    queue and its replica are gone for good (the cluster told to serve the slots it
+    still covers, so no failover window decides the outcome)."""
+    for port in own_cluster.nodes:
+        _cli(port, "config", "set", "cluster-require-full-coverage", "no")
+    lost, *served = [names[0] for names in queues_by_master(own_cluster, 1).values()]
+    with redis_at(settings, own_cluster.url):
+        broker = get_broker("default", name="redis")
+        for queue in (lost, *served):
+            runs = make_runs("default", 2, queue=queue)
+            broker.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in runs])))
+        nodes = redis_client(own_cluster.url).nodes_manager
+        for node in nodes.slots_cache[key_slot(f"{{{lost}}}".encode())]:
+            own_cluster.nodes[node.port].kill()
+            own_cluster.nodes[node.port].wait()
+
+        leases = broker.lease([lost, *served], 2, "w1", weights=dict.fromkeys(served, 1))
+        leases += broker.lease([lost, *served], 10, "w1")
+
+        assert sorted(lease.queue for lease in leases) == sorted(served * 2)
+        with pytest.raises(BrokerUnavailable):
+            broker.lease([lost], 2, "w1")
 
 
 def test_script_calls_ask_no_node_for_their_keys(redis_cluster_url, settings):

@@ -27,7 +27,7 @@ from contextlib import nullcontext
 
 from django.db import DatabaseError, transaction
 
-from runs import completion, continuation, transitions
+from runs import completion, continuation, policy, transitions
 from runs.models import PENDING_STATES, Run, RunState
 from runs.types import Books, Lease, Outcome, QueueDepth, RunRef, Slot
 from scheduler_core import conf
@@ -238,25 +238,25 @@ class Broker(ABC):
 
     def _claim_weighted(self, queues: list[str], n: int, weights: dict[str, int]) -> list[Slot]:
         current = self._swrr.setdefault(tuple(queues), dict.fromkeys(queues, 0))
-        total = sum(weights.get(q, 1) for q in queues)
-        wanted = dict.fromkeys(queues, 0)
-        for _ in range(n):
-            for queue in queues:
-                current[queue] += weights.get(queue, 1)
-            best = max(queues, key=lambda q: current[q])
-            current[best] -= total
-            wanted[best] += 1
+        wanted = policy.swrr_plan(queues, n, weights, current)
         claimed: list[Slot] = []
-        short = set()
-        for queue in queues:
-            if wanted[queue]:
-                got = self._claim([queue], wanted[queue])
-                claimed += got
-                if len(got) < wanted[queue]:
-                    short.add(queue)
-        others = [q for q in queues if q not in short]
-        if len(claimed) < n and others:
-            claimed += self._claim(others, n - len(claimed))
+        short, failure, reached = set(), None, False
+        for queue in [q for q in queues if wanted[q]] + [None]:
+            # None: the queues that had all they wanted fill what the others lacked.
+            others = [q for q in queues if q not in short]
+            if queue is None and (len(claimed) >= n or not others):
+                break
+            try:  # a queue out of reach (its master failing over) holds up no other
+                got = self._claim([queue] if queue else others,
+                                  wanted[queue] if queue else n - len(claimed))
+                reached = True
+            except BrokerUnavailable as exc:
+                failure, got = failure or exc, []
+            claimed += got
+            if queue and len(got) < wanted[queue]:
+                short.add(queue)
+        if failure is not None and not reached:
+            raise failure
         return claimed
 
     def heartbeat(self, leases: list[Lease], ttl_s: float | None = None) -> list[Lease]:

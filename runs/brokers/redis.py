@@ -17,10 +17,17 @@ from django.conf import settings
 from runs import policy
 from runs.brokers.base import Broker
 from runs.brokers.keys import Keys
+from runs.brokers.redis_books import RedisBookkeeping
 from runs.brokers.redis_inspect import RedisInspection
 from runs.brokers.redis_limits import RedisLimits
 from runs.brokers.redis_wake import RedisWake
-from runs.brokers.redis_wire import Pipe, is_cluster_url, redis_client, translate_errors
+from runs.brokers.redis_wire import (
+    UNAVAILABLE,
+    Pipe,
+    is_cluster_url,
+    redis_client,
+    translate_errors,
+)
 from runs.clock import to_ms
 from runs.models import DELAYED_STATES, Run, RunState
 from runs.types import Lease, RunRef, Slot
@@ -36,7 +43,7 @@ PROMOTE_IN_LEASE = 1000  # most due runs a lease promotes per shard (as lease.lu
 HEADS_FRESH_S = 0.05
 
 
-class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
+class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Broker):
     """The production broker. ``url`` defaults to settings.REDIS_URL."""
 
     name = "redis"
@@ -63,7 +70,7 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
         return Pipe(self.client, self.sources)
 
     def _script(self, name: str, keys: list, args: list):
-        """Run one script (EVALSHA, loaded again on NOSCRIPT); returns its reply."""
+        """Run one script (EVALSHA, EVAL on NOSCRIPT); returns its reply."""
         pipe = self._pipe()
         pipe.script(name, keys, args)
         return pipe.execute()[0]
@@ -142,17 +149,28 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
         return claimed
 
     def _claim_from(self, queues: list[str], n: int) -> list[Slot]:
+        """Claim up to ``n`` runs from ``queues`` in order. A queue whose master cannot be
+        reached is passed over, so on a cluster a failover holds up only the lost
+        master's queues (it held up every queue of the worker for the whole failover);
+        its error is raised only when no queue could be reached."""
         claimed: list[Slot] = []
+        failure, reached = None, False
         for queue in queues:
             want = n - len(claimed)
             if want <= 0:
                 break
-            shards = self._shards_of(queue)
-            if len(shards) == 1:
-                [ids] = self._lease_calls(queue, [(shards[0], want, policy.classes())])
-                claimed += [(i, queue, shards[0]) for i in ids]
-            else:
-                claimed += self._claim_across(queue, shards, want)
+            try:
+                shards = self._shards_of(queue)
+                if len(shards) == 1:
+                    [ids] = self._lease_calls(queue, [(shards[0], want, policy.classes())])
+                    claimed += [(i, queue, shards[0]) for i in ids]
+                else:
+                    claimed += self._claim_across(queue, shards, want)
+                reached = True
+            except UNAVAILABLE as exc:
+                failure = failure or exc
+        if failure is not None and not reached:
+            raise failure
         return claimed
 
     def _shards_of(self, queue: str) -> list[int]:
@@ -168,7 +186,10 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
         when a lease finds nothing)."""
         now = time.monotonic()
         if now - self._known_at > 1.0:
-            self._known = self._queue_shards()
+            try:
+                self._known = self._queue_shards()
+            except UNAVAILABLE:  # its master is down: the shards known so far serve
+                pass
             self._known_at = now
         count = self.shard_count()
         return sorted(set(range(count)) | {s for q, s in self._known if q == queue})
@@ -231,7 +252,10 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
         for queue in queues:
             for shard in self._shards_of(queue):
                 pipe.zrange(self.keys.delayed(queue, shard), 0, 0, withscores=True)
-        heads = [score for reply in pipe.execute() for _, score in reply]
+        try:
+            heads = [score for reply in pipe.execute() for _, score in reply]
+        except UNAVAILABLE:  # a master of some queue is down: unknown, poll
+            return None
         if not heads:
             return None
         run_at_ms = min(heads) // 10  # score: run_at_ms * 10 + priority
@@ -303,46 +327,6 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
                  *[x for c in classes for x in (c.lo, c.hi, c.weight)]])
         return [[int(i) for i in ids] for ids in pipe.execute()]
 
-    @translate_errors
-    def _forget(self, slots: list[Slot]) -> None:
-        if not slots:
-            return
-        pipe = self._pipe()
-        self._forget_into(pipe, slots)
-        pipe.execute()
-
-    def _forget_into(self, pipe: Pipe, slots: list[Slot]) -> None:
-        by_shard = defaultdict(list)
-        for run_id, queue, shard in slots:
-            by_shard[(queue, shard)].append(run_id)
-        for (queue, shard), ids in by_shard.items():
-            pipe.script("forget", [self.keys.leased(queue, shard),
-                                   self.keys.owners(queue, shard),
-                                   self.keys.running(queue)],
-                        [queue, *ids])
-        # A finished run may make room for its owner's parked runs in this shard.
-        self._unpark_into(pipe, list(by_shard))
-
-    @translate_errors
-    def _adopt(self, taken: list[tuple[Lease, int | None]], ttl_s: float) -> None:
-        pipe = self._pipe()
-        self._adopt_into(pipe, taken, ttl_s)
-        pipe.execute()
-
-    def _adopt_into(self, pipe: Pipe, taken: list[tuple[Lease, int | None]],
-                    ttl_s: float) -> None:
-        by_shard = defaultdict(list)
-        for lease, owner in taken:
-            by_shard[(lease.queue, lease.shard)] += [lease.run_id,
-                                                     "" if owner is None else owner]
-        ttl_ms = int(ttl_s * 1000)
-        for (queue, shard), args in by_shard.items():
-            # Known to the reap of lapsed claims (reap.lua reads the queues set).
-            pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
-            pipe.script("adopt", [self.keys.leased(queue, shard),
-                                  self.keys.owners(queue, shard), self.keys.running(queue)],
-                        [queue, ttl_ms, *args])
-
     def _settle(self, finished: list[Slot], taken: list[tuple[Lease, int | None]],
                 ttl_s: float) -> None:
         # One pipeline, one round trip: an ack of a chain's node paid two (BENCHMARKS.md,
@@ -368,22 +352,6 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, Broker):
         asked = self._heads_into(pipe, cached[1])
         replies = pipe.execute()
         self._heads_from(cached[1], asked, replies[len(replies) - 2 * len(asked):], read_at)
-
-    @translate_errors
-    def _extend(self, leases: list[Lease], ttl_s: float) -> None:
-        by_key = defaultdict(list)
-        for lease in leases:
-            by_key[self.keys.leased(lease.queue, lease.shard)].append(lease.run_id)
-        for key, ids in by_key.items():
-            self._script("heartbeat", [key], [int(ttl_s * 1000), *ids])
-
-    @translate_errors
-    def _lapse(self, slots: list[Slot]) -> None:
-        by_key = defaultdict(list)
-        for run_id, queue, shard in slots:
-            by_key[self.keys.leased(queue, shard)].append(run_id)
-        for key, ids in by_key.items():
-            self._script("heartbeat", [key], [0, *ids])  # expiry = now: reap takes them
 
     @translate_errors
     def _expired_claims(self, limit: int, shards: list[int] | None = None) -> list[int]:

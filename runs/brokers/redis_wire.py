@@ -1,7 +1,7 @@
 """The wire to Redis for the Redis broker: one client per URL (a plain ``redis.Redis``, or
 redis-py's ``RedisCluster`` for ``redis+cluster://``, seeded from one or several nodes:
-docs/scaling.md, "A Redis Cluster"), pipelines of Lua scripts by EVALSHA that load a
-script again when Redis answers NOSCRIPT (after a restart, a failover or SCRIPT FLUSH;
+docs/scaling.md, "A Redis Cluster"), pipelines of Lua scripts by EVALSHA that run a
+script by EVAL when Redis answers NOSCRIPT (after a restart, a failover or SCRIPT FLUSH;
 redis-py's Script objects in a pipeline send SCRIPT EXISTS before every pipeline, a round
 trip per lease and per ack, BENCHMARKS.md), and every connection and cluster error
 translated to BrokerUnavailable at this boundary (docs/architecture.md, "Conventions in
@@ -67,7 +67,9 @@ def translate_errors(method):
 class Pipe:
     """A non-transactional pipeline of Lua script calls by EVALSHA (and any other
     commands, through ``pipe``). ``execute`` returns the replies in order; a call answered
-    NOSCRIPT is loaded and run again, so each script runs once per call."""
+    NOSCRIPT is run again by EVAL, which also caches the script on that node, so each
+    script runs once per call. (SCRIPT LOAD went to every master of a cluster: with one
+    of them down, no node lacking a script could be given it.)"""
 
     def __init__(self, client: redis.Redis | RedisCluster, scripts: dict[str, str]):
         self.client = client
@@ -87,9 +89,7 @@ class Pipe:
         for index, reply in enumerate(replies):
             if isinstance(reply, redis.exceptions.NoScriptError) and index in self.calls:
                 name, keys, args = self.calls[index]
-                self.client.script_load(self.scripts[name])
-                replies[index] = self.client.evalsha(script_sha(self.scripts[name]), len(keys),
-                                                     *keys, *args)
+                replies[index] = self.client.eval(self.scripts[name], len(keys), *keys, *args)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
