@@ -254,6 +254,12 @@ TASKS = {
 }
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL and not REDIS_URL.startswith("redis+cluster://") and "," in (
+        REDIS_URL.partition("://")[2].partition("/")[0]):
+    # Seeds of a cluster without its scheme: django-redis would take the first host for a
+    # primary and the others for its replicas, and the broker cannot parse them.
+    raise ImproperlyConfigured("REDIS_URL lists several hosts: a Redis Cluster's URL is "
+                               "redis+cluster://host:port,host:port/ (docs/scaling.md)")
 # django-redis has no Redis Cluster client: with a redis+cluster:// URL the throttle counts
 # stay per process (Django's memory cache), as without Redis (docs/isolation.md).
 if REDIS_URL and not REDIS_URL.startswith("redis+cluster://"):

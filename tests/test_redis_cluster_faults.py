@@ -8,8 +8,11 @@ The tests that kill nodes start a cluster of their own (chaos/redis_cluster.py);
 use the suite's (conftest ``redis_cluster_url``).
 """
 
+import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ from runs.models import Run, ShardLease
 from runs.transitions import run_refs
 from scheduler_core.exceptions import BrokerUnavailable
 from tests.conftest import (
+    ROOT,
     daemon_env,
     flush_redis,
     make_runs,
@@ -275,4 +279,10 @@ def test_a_bad_seed_is_an_error_naming_redis_url(url):
 def test_several_hosts_in_a_plain_redis_url_are_refused():
     with pytest.raises(ImproperlyConfigured, match="redis\\+cluster://"):
         redis_client("redis://h1:6379,h2:6379/0")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "scheduler_project.settings",
+           "REDIS_URL": "redis://h1:6379,h2:6379/0"}
+    out = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=env,
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0
+    assert "REDIS_URL lists several hosts" in out.stderr
 
