@@ -19,6 +19,7 @@ from django.db import transaction
 log = logging.getLogger("scheduler.hooks")
 
 SUCCEEDED, DEAD, REQUEUED, CANCELLED = "succeeded", "dead", "requeued", "cancelled"
+EXPIRED = "expired"  # not started by its expiry, ended at lease time (runs/transitions.py)
 
 
 class RunListener:
@@ -28,7 +29,7 @@ class RunListener:
     condition the ack's one statement embeds. ``refuse_result`` may refuse a watched
     run's result at its ack (a reason: the attempt fails and the run goes to the dead
     letter). ``changed`` is told of runs that reached ``event`` (SUCCEEDED, DEAD,
-    REQUEUED, CANCELLED) at ``now`` (database clock), inside the transaction."""
+    REQUEUED, CANCELLED, EXPIRED) at ``now`` (database clock), inside the transaction."""
 
     def watched(self, run_ids: list[int], using: str) -> set[int]:
         return set()

@@ -26,9 +26,12 @@ run_failed = Signal()
 run_retrying = Signal()
 run_dead = Signal()
 run_cancelled = Signal()
+# A run not started by its expiry (runs/expiry.py): sent by the process whose lease
+# expired it, with outcome "expired" and the attempts the run had started.
+run_expired = Signal()
 
 BY_FATE = {"succeeded": run_succeeded, "retrying": run_retrying, "dead": run_dead,
-           "cancelled": run_cancelled}
+           "cancelled": run_cancelled, "expired": run_expired}
 
 
 def send(fate: str, **kwargs) -> None:

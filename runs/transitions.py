@@ -15,9 +15,9 @@ from datetime import datetime
 from django.db import connections, transaction
 from django.db.models import F, Q
 
-from runs import hooks
+from runs import expiry, hooks, retry
 from runs.alerts.policy import alert_dead
-from runs.clock import backoff_s, db_now, from_us, seconds
+from runs.clock import db_now, from_us, seconds
 from runs.models import (
     PENDING_STATES,
     Attempt,
@@ -95,7 +95,10 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
     # in "id IN (SELECT ...)", and PostgreSQL re-checks only the outer WHERE after waiting
     # on a row lock, so a second worker could start a run the first had just started.
     active_jobs = Job.objects.using(using).filter(status=Job.Status.ACTIVE).values("pk")
-    runs.filter(pk__in=ids, state__in=PENDING_STATES, job_id__in=active_jobs).update(
+    gone = expiry.expire_due(runs.filter(pk__in=ids, state__in=PENDING_STATES,
+                                   job_id__in=active_jobs), now, using)
+    runs.filter(pk__in=ids, state__in=PENDING_STATES, job_id__in=active_jobs).exclude(
+        pk__in=gone).update(
         state=RunState.RUNNING,
         attempt=F("attempt") + 1,
         worker_id=worker_id,
@@ -132,11 +135,15 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
+    gone = [(r[0], r[5], r[2]) for r in rows if r[1] is None]
+    if gone:
+        rows = [r for r in rows if r[1] is not None]
+        expiry.tell(gone, using)
     # Times come as integer microseconds (parsing two timestamps per run cost more than
     # the rest of the row); every lease of the statement expires at the same instant.
-    expiry = {us: from_us(us) for us in {r[4] for r in rows}}
+    lapses = {us: from_us(us) for us in {r[4] for r in rows}}
     return [
-        Lease(r[0], r[1], r[2], r[3], expiry[r[4]],
+        Lease(r[0], r[1], r[2], r[3], lapses[r[4]],
               task={"job_id": r[5], "scheduled_at_us": r[6], "handler": r[7],
                     # JSON text (Django loads jsonb as text for JSONField to decode): the
                     # worker's child decodes it (runs/worker/lease_ahead.py, Leased).
@@ -149,14 +156,29 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
 def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, list]:
     """The SQL and parameters of _start_attempts_pg (PostgreSQL)."""
     run, attempt, job = Run._meta.db_table, Attempt._meta.db_table, Job._meta.db_table
+    # A run of an active job past its expiry (the job's expires_at, else its scheduled_at
+    # plus expires_in_s; database clock) ends expired in the same statement instead of
+    # starting; fate is the job's status, or 'expired' for such a run.
+    deadline = expiry.deadline_sql(run)
+    fate = (f"(SELECT CASE WHEN status = 'active' AND {deadline} <= t.now THEN 'expired' "
+            f"ELSE status END FROM {job} WHERE id = {run}.job_id)")
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
+        expired AS (
+            UPDATE {run} SET state = %s, finished_at = t.now, lease_expires_at = NULL,
+                error = (SELECT {expiry.error_sql(deadline)}
+                         FROM {job} WHERE id = {run}.job_id)
+            FROM t
+            WHERE {run}.id = ANY(%s::bigint[]) AND ({run}.state || '') = ANY(%s)
+              AND {fate} = 'expired'
+            RETURNING {run}.id, {run}.queue, {run}.job_id
+        ),
         started AS (
             UPDATE {run} SET state = %s, attempt = {run}.attempt + 1, worker_id = %s,
                 lease_expires_at = t.now + %s * interval '1 second', started_at = t.now
             FROM t
             WHERE {run}.id = ANY(%s::bigint[]) AND ({run}.state || '') = ANY(%s)
-              AND (SELECT status FROM {job} WHERE id = {run}.job_id) = %s
+              AND {fate} = %s
             RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
                       {run}.started_at, {run}.lease_expires_at, {run}.job_id,
                       {run}.scheduled_at
@@ -172,10 +194,13 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
                j.handler, j.payload, j.timeout_s
         FROM started s
         CROSS JOIN LATERAL (SELECT handler, payload, timeout_s FROM {job}
-                            WHERE id = s.job_id OFFSET 0) AS j"""
-    return sql, [RunState.RUNNING, worker_id, ttl_s, int_array(ids),
-                 [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,
-                 AttemptOutcome.RUNNING]
+                            WHERE id = s.job_id OFFSET 0) AS j
+        UNION ALL
+        SELECT id, NULL, queue, NULL, NULL, job_id, NULL, NULL, NULL, NULL FROM expired"""
+    pending = [str(s) for s in PENDING_STATES]
+    return sql, [RunState.EXPIRED, int_array(ids), pending,
+                 RunState.RUNNING, worker_id, ttl_s, int_array(ids), pending,
+                 Job.Status.ACTIVE, worker_id, AttemptOutcome.RUNNING]
 
 
 def int_array(values: list[int]) -> str:
@@ -216,15 +241,25 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
     gets run id -> "retrying", "dead" or "cancelled" for each run changed. ``asked`` maps
     a run id to what its handler asked (runs/types.py, Outcome.retry): a delay in seconds
     replaces the backoff (capped at RETRY_BACKOFF_CAP_S), False sends the run to the dead
-    letter now.
+    letter now, the names of the exception's classes are matched against the job's
+    retry_on / never_retry_on. Otherwise the job's retry strategy (runs/retry.py) gives
+    the delay, on the database clock (``now``).
     """
     base, cap = conf.get("RETRY_BACKOFF_BASE_S"), conf.get("RETRY_BACKOFF_CAP_S")
     runs = Run.objects.using(using)
+    policies = dict(runs.filter(pk__in=[row[0] for row in rows], job__retry__isnull=False)
+                    .values_list("id", "job__retry"))
     retried, dead = [], []
     for run_id, attempt, max_attempts in rows:
-        error = storable(errors.get(run_id, ""))
+        error = errors.get(run_id, "")
         fenced = runs.filter(pk=run_id, attempt=attempt, state=RunState.RUNNING)
-        wish = (asked or {}).get(run_id)
+        wish, policy = (asked or {}).get(run_id), policies.get(run_id)
+        if isinstance(wish, (tuple, list)):  # a plain exception: the job's lists decide
+            refused = retry.refusal(policy, tuple(wish))
+            wish = None
+            if refused:
+                error, wish = f"{error} ({refused})", False
+        error = storable(error)
         if attempt >= max_attempts or wish is False:
             changed = fenced.update(
                 state=RunState.DEAD, finished_at=now, error=error, lease_expires_at=None
@@ -232,7 +267,8 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
             if changed:
                 dead.append((run_id, attempt, error))
         else:
-            delay = backoff_s(attempt, base, cap) if wish is None else min(max(wish, 0), cap)
+            delay = retry.delay_s(policy, attempt, base, cap) if wish is None \
+                else min(max(wish, 0), cap)
             changed = fenced.update(
                 state=RunState.RETRYING,
                 run_at=now + seconds(delay),

@@ -45,7 +45,9 @@ class Outcome:
     ``logs`` is a list of ``(created_at, level, logger_name, message)`` tuples. For a
     failure, ``retry`` is what the handler asked for (docs/architecture.md, "Handlers"):
     None, the usual backoff; a number, retry after that many seconds (RetryAfter); False,
-    no retry, the dead letter at once (PermanentFailure).
+    no retry, the dead letter at once (PermanentFailure); a tuple of the dotted names of
+    the exception's classes (any other exception), matched against the job's retry_on /
+    never_retry_on (runs/retry.py).
     """
 
     lease: Lease
@@ -57,7 +59,7 @@ class Outcome:
     # (succeeded, retrying, dead, cancelled), set by the ack itself (runs/completion.py).
     took_s: float | None = None
     fate: str = ""
-    retry: float | bool | None = None
+    retry: float | bool | tuple | None = None
     # What the worker ran (``job_id``, ``handler``, …: runs/worker/pool.py's InFlight.task),
     # for the outcome's log line; None when the outcome did not come from a child.
     task: dict | None = field(default=None, repr=False)

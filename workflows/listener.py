@@ -62,7 +62,8 @@ class WorkflowListener(hooks.RunListener):
             except BaseException:
                 continuation.undo_to(taken)
                 raise
-        elif event == hooks.DEAD:
+        elif event in (hooks.DEAD, hooks.EXPIRED):
+            # An expired run never ran: to its downstream it failed (docs/workflows.md).
             nodes_failed(run_ids, NodeState.FAILED, now, using)
         elif event == hooks.CANCELLED:
             nodes_failed(run_ids, NodeState.CANCELLED, now, using)

@@ -82,8 +82,9 @@ def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> No
         by_state.setdefault(state, []).append(run_id)
     if by_state.get(RunState.SUCCEEDED):
         nodes_succeeded(by_state[RunState.SUCCEEDED], now, using)
-    if by_state.get(RunState.DEAD):
-        nodes_failed(by_state[RunState.DEAD], NodeState.FAILED, now, using)
+    failed = by_state.get(RunState.DEAD, []) + by_state.get(RunState.EXPIRED, [])
+    if failed:
+        nodes_failed(failed, NodeState.FAILED, now, using)
     if by_state.get(RunState.CANCELLED):
         nodes_failed(by_state[RunState.CANCELLED], NodeState.CANCELLED, now, using)
     if gone:

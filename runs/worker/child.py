@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 
 from runs.clock import from_us
 from runs.context import RunContext
+from runs.retry import exception_names
 from runs.worker import handoff
 from runs.worker.wire import message_sender, quiet_sender
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
@@ -226,14 +227,15 @@ def error_text(exc: BaseException) -> str:
     return f"{name}: {message}" if message else name
 
 
-def retry_asked(exc: BaseException) -> float | bool | None:
+def retry_asked(exc: BaseException) -> float | bool | tuple[str, ...] | None:
     """What a handler's exception asks of the retry (runs/types.py, Outcome.retry): the
-    delay of a RetryAfter (seconds), False for a PermanentFailure, else None (backoff)."""
+    delay of a RetryAfter (seconds), False for a PermanentFailure, else the dotted names
+    of its classes, for the job's retry_on / never_retry_on (runs/retry.py)."""
     if isinstance(exc, RetryAfter):
         return exc.delay_s if math.isfinite(exc.delay_s) else None
     if isinstance(exc, PermanentFailure):
         return False
-    return None
+    return exception_names(exc)
 
 
 def result_problem(result) -> str | None:
