@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from jobs import cron
 from jobs.cron import MAX_JITTER_S
+from jobs.flow_serializers import FLOW_FIELDS
 from jobs.models import MisfirePolicy
 from jobs.serializers import MAX_INT, UNIQUE_FIELDS, JobCreateSerializer, iana_zones
 from jobs.spec import DEPRECATED
@@ -49,7 +50,8 @@ class FastItemParser:
                 "timezone": "UTC",
                 "misfire_policy": None, "max_lag_s": None, "jitter_s": None,
                 "queue": None, "shard_key": "", "priority": None, "timeout_s": None,
-                "max_attempts": None, **dict.fromkeys(UNIQUE_FIELDS)}
+                "max_attempts": None, **dict.fromkeys(UNIQUE_FIELDS),
+                **dict.fromkeys(FLOW_FIELDS)}
         for key, value in item.items():
             if value is None and key not in ("handler", "name", "queue", "priority",
                                              "payload"):
@@ -61,7 +63,7 @@ class FastItemParser:
         return data if "handler" in data else None
 
     def _value(self, key, value):
-        if key in UNIQUE_FIELDS:
+        if key in UNIQUE_FIELDS or key in FLOW_FIELDS:
             return None  # rare: the serializer parses them
         if key == "handler":
             return value if type(value) is str and value in self.handlers else None

@@ -26,6 +26,7 @@ from jobs.bulk_insert import (
     text,
 )
 from jobs.models import Job, Schedule
+from jobs.validation import compact_json
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now
@@ -40,7 +41,8 @@ SCHEDULE_COLUMNS = ("id", "cron", "timezone", "misfire_policy", "max_lag_s", "ji
 JOB_COLUMNS = ("id", "name", "owner_id", "handler", "payload", "queue", "shard_key",
                "priority", "status", "run_at", "schedule_id", "next_run_at", "timeout_s",
                "max_attempts", "paused_at", "unique_key", "unique_lock", "unique_states",
-               "unique_until", "created_at", "updated_at")
+               "unique_until", "created_at", "updated_at", "retry", "expires_at",
+               "expires_in_s")
 ACTIVE, SCHEDULED = Job.Status.ACTIVE.value, RunState.SCHEDULED.value
 RUN_COLUMNS = ("id", "job_id", "scheduled_at", "run_at", "jitter_s", "state", "queue",
                "shard", "priority", "attempt", "max_attempts", "worker_id",
@@ -145,7 +147,8 @@ class _Rows:
                 None if schedule is None else schedule[0], next_run_at,
                 s.get("timeout_s") or default_timeout,
                 s.get("max_attempts") or default_attempts, None,
-                *unique.columns(s, owner_id, now), stamp, stamp)
+                *unique.columns(s, owner_id, now), stamp, stamp, s.get("retry"),
+                s.get("expires_at"), s.get("expires_in_s"))
             self.jobs.append(values)
             if postgres:
                 at = moment(run_at)
@@ -157,7 +160,7 @@ class _Rows:
                     f"{values[6] and text(values[6])}\t{values[7]}\t{ACTIVE}\t{at}\t"
                     f"{NULL if values[10] is None else values[10]}\t{moment(next_run_at)}\t"
                     f"{values[12]}\t{values[13]}\t{NULL}\t{_unique_text(values)}\t"
-                    f"{stamp_text}\t{stamp_text}\n")
+                    f"{stamp_text}\t{stamp_text}\t{_flow_text(values)}\n")
 
     def _runs(self, postgres: bool) -> None:
         shards, shard_cache = conf.get("SHARDS"), {}
@@ -206,6 +209,12 @@ class _Rows:
 
 def _schedule_line(v: tuple) -> str:
     return f"{v[0]}\t{text(v[1])}\t{text(v[2])}\t{text(v[3])}\t{v[4]}\t{v[5]}\n"
+
+
+def _flow_text(v: tuple) -> str:
+    """retry, expires_at and expires_in_s of job values ``v`` as COPY fields."""
+    return (f"{NULL if v[21] is None else json_text(compact_json(v[21]))}\t"
+            f"{moment(v[22])}\t{NULL if v[23] is None else v[23]}")
 
 
 def _unique_text(v: tuple) -> str:

@@ -42,6 +42,8 @@ def create_one(spec: dict, owner, bounds: Bounds | None, using: str) -> Job:
         run_at=spec.get("run_at"),
         timeout_s=spec.get("timeout_s") or conf.get("DEFAULT_TIMEOUT_S"),
         max_attempts=spec.get("max_attempts") or conf.get("DEFAULT_MAX_ATTEMPTS"),
+        retry=spec.get("retry"), expires_at=spec.get("expires_at"),
+        expires_in_s=spec.get("expires_in_s"),
     )
     job.conflict = False
     Job.owner.field.set_cached_value(job, owner)

@@ -17,6 +17,7 @@ from rest_framework import serializers
 
 from jobs import cron, node_jobs, spec
 from jobs.cron import MAX_JITTER_S
+from jobs.flow_serializers import FLOW_FIELDS, FlowFieldsMixin
 from jobs.lifecycle import SHOWN_STATUSES, shown_status
 from jobs.models import Job, MisfirePolicy
 from jobs.old_names import DeprecatedNamesMixin
@@ -176,8 +177,9 @@ class JobSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "owner", "handler", "payload", "queue", "shard_key", "priority",
                   "status", "paused_at",
                   "run_at", "cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
-                  "next_run_at", "timeout_s", "max_attempts", "unique_key", "created_at",
-                  "updated_at", "workflow", "schedule", "max_retries"]
+                  "next_run_at", "timeout_s", "max_attempts", "unique_key", "retry",
+                  "expires_at", "expires_in_s", "created_at", "updated_at", "workflow",
+                  "schedule", "max_retries"]
         read_only_fields = fields
 
     def get_max_retries(self, job) -> int:
@@ -222,7 +224,8 @@ def _check_timezone(value):
     return value
 
 
-class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.Serializer):
+class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, FlowFieldsMixin,
+                          serializers.Serializer):
     """POST /api/jobs/ (and each item of /api/jobs/bulk/): at most one of ``run_at`` or
     ``delay_s`` (one-off) or ``cron`` (a cron expression, recurring); none of them
     means a one-off job that runs now (docs/api.md, "Create"). Giving two is
@@ -327,7 +330,7 @@ def to_spec(data: dict) -> dict:
         "priority": data.get("priority"), "timeout_s": data.get("timeout_s"),
         "max_attempts": data.get("max_attempts"),
     }
-    for optional in ("max_lag_s", "jitter_s", *UNIQUE_FIELDS):
+    for optional in ("max_lag_s", "jitter_s", *UNIQUE_FIELDS, *FLOW_FIELDS):
         if data.get(optional) is not None:
             job[optional] = data[optional]
     return job

@@ -45,7 +45,8 @@ class InvalidJobs(InvalidJob):
 def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron=None,
           timezone="UTC", queue=None, shard_key="", priority=None, timeout_s=None,
           max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
-          unique_key=None, unique_period_s=None, unique_states=None) -> dict:
+          unique_key=None, unique_period_s=None, unique_states=None, retry=None,
+          expires_at=None, expires_in_s=None) -> dict:
     spec = {
         "name": name, "handler": handler, "payload": {} if payload is None else payload,
         "run_at": run_at, "delay_s": delay_s, "cron": cron, "timezone": timezone,
@@ -54,6 +55,7 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron=None,
         "timeout_s": timeout_s, "max_attempts": max_attempts,  # None: validate_specs's default
         "misfire_policy": misfire_policy, "unique_key": unique_key,
         "unique_period_s": unique_period_s, "unique_states": unique_states,
+        "retry": retry, "expires_at": expires_at, "expires_in_s": expires_in_s,
     }
     if max_lag_s is not None:
         spec["max_lag_s"] = max_lag_s
@@ -89,7 +91,10 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     ``max_attempts`` (first try included); without ``run_at``, ``delay_s`` or ``cron``
     the job runs once now (docs/api.md, "Create"); ``unique_key`` with ``unique_period_s``
     and ``unique_states`` (jobs/unique.py): when an earlier job holds the key, that job is
-    returned, with ``conflict`` True (a new job has it False). With an ``owner``, its
+    returned, with ``conflict`` True (a new job has it False); ``retry`` (the retry
+    strategy, a dict: runs/retry.py), ``expires_at`` (aware datetime, one-off jobs) or
+    ``expires_in_s`` (seconds after each run's scheduled_at: runs/expiry.py). With an
+    ``owner``, its
     bounds apply (see create_jobs). The old names ``cron_expr`` and ``timezone_name`` still
     work this release, with a DeprecationWarning. Raises InvalidJob naming each bad field,
     tenants.QuotaExceeded; TypeError for an option it does not take, naming the one meant.

@@ -7,7 +7,7 @@ one InvalidJob, so nothing half-valid is ever stored.
 import json
 from datetime import UTC, datetime
 
-from jobs import cron, unique
+from jobs import cron, flow_fields, unique
 from jobs.models import QUEUE_RE, MisfirePolicy
 from runs.outbound import payload as http_payload
 from runs.quotas import MAX_INT
@@ -142,6 +142,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     elif spec.get("jitter_s"):
         errors["jitter_s"] = "applies to cron schedules only; a one-off job runs at its run_at"
     errors.update(unique.problems(spec))
+    errors.update(flow_fields.problems(spec, clean, moment_problem))
     if errors:
         raise InvalidJob(errors)
     return clean

@@ -89,7 +89,8 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
                 priority=5 if spec.get("priority") is None else spec["priority"],
                 run_at=now,
                 timeout_s=spec.get("timeout_s") or conf.get("DEFAULT_TIMEOUT_S"),
-                max_attempts=spec.get("max_attempts") or conf.get("DEFAULT_MAX_ATTEMPTS"))
+                max_attempts=spec.get("max_attempts") or conf.get("DEFAULT_MAX_ATTEMPTS"),
+                retry=spec.get("retry"), expires_in_s=spec.get("expires_in_s"))
             for spec in clean["nodes"]], batch_size=1000)
         made = WorkflowNode.objects.using(using).bulk_create([
             WorkflowNode(workflow=workflow, name=spec["node"], job_id=job.pk)

@@ -25,7 +25,10 @@ from scheduler_tasks.results import HANDLER as TASK_HANDLER
 from scheduler_tasks.results import load_task
 
 NODE_KEYS = frozenset({"name", "handler", "task", "payload", "args", "kwargs", "queue",
-                       "priority", "timeout_s", "max_attempts"})
+                       "priority", "timeout_s", "max_attempts", "retry", "expires_in_s"})
+# What a node's job takes as a plain job does (expires_in_s counts from when the node's
+# run is made, its scheduled_at: an absolute expires_at has no place in a template).
+NODE_JOB_KEYS = ("queue", "priority", "timeout_s", "max_attempts", "retry", "expires_in_s")
 SCHEDULE_KEYS = frozenset({"cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s"})
 
 
@@ -53,7 +56,7 @@ def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -
     REST API refuses a ``django_task`` job (docs/security.md, "Tenants and limits")."""
     for key in sorted(set(node) - NODE_KEYS, key=str):
         errors[f"{where}.{key}"] = _unknown("node", key, NODE_KEYS)
-    spec = {key: node.get(key) for key in ("queue", "priority", "timeout_s", "max_attempts")}
+    spec = {key: node.get(key) for key in NODE_JOB_KEYS}
     has_handler, has_task = node.get("handler") is not None, node.get("task") is not None
     if has_handler == has_task:
         errors[f"{where}.handler"] = "give exactly one of handler (a registered handler name) " \

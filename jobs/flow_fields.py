@@ -1,0 +1,40 @@
+"""The job fields of a run's fate after the handler and before the worker: ``retry`` (the
+retry strategy, runs/retry.py) and ``expires_at`` / ``expires_in_s`` (expiry,
+runs/expiry.py), checked for every way in by jobs/validation.py (docs/api.md, "Job
+fields"; docs/retries-and-expiry.md)."""
+
+from datetime import datetime
+
+from runs import retry
+from runs.quotas import MAX_INT
+
+
+def problems(spec: dict, clean: dict, moment_problem) -> dict[str, str]:
+    """{field: reason} for each bad one of ``spec``'s retry, expires_at and expires_in_s;
+    their cleaned values go into ``clean``. ``moment_problem`` is jobs/validation.py's
+    check of a datetime's range."""
+    errors: dict[str, str] = {}
+    try:
+        clean["retry"] = retry.clean(spec.get("retry"))
+    except ValueError as exc:
+        errors["retry"] = str(exc)
+    at, in_s = spec.get("expires_at"), spec.get("expires_in_s")
+    if at is not None and in_s is not None:
+        both = "give at most one of expires_at or expires_in_s"
+        return {**errors, "expires_at": both, "expires_in_s": both}
+    if at is not None:
+        if not isinstance(at, datetime):
+            errors["expires_at"] = "must be a datetime"
+        elif at.utcoffset() is None:
+            errors["expires_at"] = "must carry a UTC offset (naive datetimes are ambiguous)"
+        elif problem := moment_problem(at):
+            errors["expires_at"] = problem
+        elif spec.get("cron"):
+            errors["expires_at"] = ("applies to one-off jobs only; a cron job's runs take "
+                                    "expires_in_s, counted from each occurrence")
+        elif isinstance(run_at := spec.get("run_at"), datetime) \
+                and run_at.utcoffset() is not None and at <= run_at:
+            errors["expires_at"] = "must be after run_at: the run could never start"
+    if in_s is not None and (type(in_s) is not int or not 1 <= in_s <= MAX_INT):
+        errors["expires_in_s"] = f"must be an integer from 1 to {MAX_INT} (seconds)"
+    return errors
