@@ -158,10 +158,13 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
     run, attempt, job = Run._meta.db_table, Attempt._meta.db_table, Job._meta.db_table
     # A run of an active job past its expiry (the job's expires_at, else its scheduled_at
     # plus expires_in_s; database clock) ends expired in the same statement instead of
-    # starting; fate is the job's status, or 'expired' for such a run.
+    # starting; fate is the job's status, or 'expired' for such a run. Compared with
+    # statement_timestamp(), one value for both CTEs (so a run is either started or
+    # expired), and not t.now: a filter on t made the planner scan the runs instead of
+    # walking the ids (tests/test_worker_fastpaths.py).
     deadline = expiry.deadline_sql(run)
-    fate = (f"(SELECT CASE WHEN status = 'active' AND {deadline} <= t.now THEN 'expired' "
-            f"ELSE status END FROM {job} WHERE id = {run}.job_id)")
+    fate = (f"(SELECT CASE WHEN status = 'active' AND {deadline} <= statement_timestamp() "
+            f"THEN 'expired' ELSE status END FROM {job} WHERE id = {run}.job_id)")
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
         expired AS (
