@@ -82,11 +82,11 @@ FIELDS = (
     Field("retry", "object", "null: exponential, base RETRY_BACKOFF_BASE_S (1), cap "
           "RETRY_BACKOFF_CAP_S (3600), no jitter, every exception",
           "kind (fixed, linear, exponential), base_s, cap_s, jitter_s, retry_on, "
-          "never_retry_on", ALL | {NODE},
+          "never_retry_on", ALL | {ADMIN, TASK, NODE},
           "the retry strategy (docs/retries-and-expiry.md)"),
     Field("expires_at", "datetime", "none", "aware, after run_at; one-off jobs only",
-          ALL, "a run not started by then ends expired, never runs"),
-    Field("expires_in_s", "integer", "none", f"1 to {MAX_INT}", ALL | {NODE},
+          ALL | {ADMIN}, "a run not started by then ends expired, never runs"),
+    Field("expires_in_s", "integer", "none", f"1 to {MAX_INT}", ALL | {ADMIN, TASK, NODE},
           "a run not started this many seconds after its scheduled_at ends expired"),
 )
 NAMES = tuple(f.name for f in FIELDS)

@@ -9,7 +9,7 @@ pushed to the broker only after the enqueuing transaction commits.
 
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -21,6 +21,7 @@ from django.tasks.signals import task_enqueued
 
 from jobs import services, spec
 from jobs.models import MisfirePolicy
+from runs import retry
 from runs.models import Attempt, Run
 from scheduler_core.exceptions import InvalidJob
 from scheduler_tasks import periodic, results
@@ -51,7 +52,11 @@ class SchedulerTask(Task):
     with no arguments in ``timezone`` (IANA; ``cron_timezone`` is its deprecated name)
     with ``misfire_policy`` (run_once, run_all, skip), ``jitter_s`` and ``max_lag_s`` as
     cron jobs have them (docs/cron.md).
-    Retries wait RETRY_BACKOFF_BASE_S · 2^(attempt−1) seconds, as every run's do.
+    ``retry`` is the retry strategy (a dict: kind, base_s, cap_s, jitter_s, retry_on,
+    never_retry_on; None: RETRY_BACKOFF_BASE_S · 2^(attempt−1) seconds) and
+    ``expires_in_s`` the seconds after which a run not started ends expired
+    (docs/retries-and-expiry.md); Django's API has no per-enqueue option for an absolute
+    ``expires_at``.
     """
 
     max_attempts: int | None = None
@@ -61,6 +66,9 @@ class SchedulerTask(Task):
     misfire_policy: str | None = None
     jitter_s: int | None = None
     max_lag_s: int | None = None
+    # Not compared or hashed: a dict is unhashable, and a frozen Task may be hashed.
+    retry: dict | None = field(default=None, compare=False, hash=False)
+    expires_in_s: int | None = None
 
 
 def _positive_int(name: str, value) -> None:
@@ -125,6 +133,11 @@ class SchedulerBackend(BaseTaskBackend):
         super().validate_task(task)
         _positive_int("max_attempts", getattr(task, "max_attempts", None))
         _positive_int("timeout_s", getattr(task, "timeout_s", None))
+        _positive_int("expires_in_s", getattr(task, "expires_in_s", None))
+        try:
+            retry.clean(getattr(task, "retry", None))
+        except ValueError as exc:
+            raise InvalidTask(f"retry: {exc}") from None
         if getattr(task, "cron", None) is not None:
             periodic.check(task)
             if task.misfire_policy not in (None, *MisfirePolicy.values):
@@ -150,6 +163,8 @@ class SchedulerBackend(BaseTaskBackend):
             "timeout_s": getattr(task, "timeout_s", None) or self.options.get("TIMEOUT_S"),
             "max_attempts": (getattr(task, "max_attempts", None)
                              or self.options.get("MAX_ATTEMPTS")),
+            "retry": getattr(task, "retry", None),
+            "expires_in_s": getattr(task, "expires_in_s", None),
         }
 
     def enqueue(self, task, args, kwargs):

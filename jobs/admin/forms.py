@@ -47,7 +47,7 @@ class JobCreateForm(forms.ModelForm):
         model = Job
         fields = ["name", "handler", "payload", "run_at", "cron", "timezone",
                   "misfire_policy", "max_lag_s", "queue", "priority", "timeout_s",
-                  "max_attempts"]
+                  "max_attempts", "retry", "expires_at", "expires_in_s"]
         help_texts = {
             "run_at": "When a one-off job runs. Leave this and the cron schedule empty to "
                       "run once now.",
@@ -55,6 +55,11 @@ class JobCreateForm(forms.ModelForm):
             "timeout_s": "Seconds one attempt may take.",
             "max_attempts": "Attempts before the run goes to the dead letter (first try "
                             "included).",
+            "retry": 'The retry strategy, e.g. {"kind": "linear", "base_s": 10, '
+                     '"never_retry_on": ["ValueError"]}; empty: 1 s doubling.',
+            "expires_at": "One-off jobs: a run not started by then ends expired.",
+            "expires_in_s": "A run not started this many seconds after its scheduled "
+                            "time ends expired.",
         }
 
     owner = None  # the user creating the job: JobAdmin.get_form sets it
@@ -73,7 +78,8 @@ class JobCreateForm(forms.ModelForm):
         if self.errors:
             return data
         spec = {key: data.get(key) for key in ("name", "handler", "queue", "priority",
-                                               "timeout_s", "max_attempts")}
+                                               "timeout_s", "max_attempts", "retry",
+                                               "expires_at", "expires_in_s")}
         spec["payload"] = {} if data.get("payload") in (None, "") else data["payload"]
         if data.get("cron"):
             spec.update(cron=data["cron"], timezone=data.get("timezone") or "UTC",

@@ -92,7 +92,7 @@ class JobAdmin(admin.ModelAdmin):
                "trigger_jobs", "cancel_jobs"]
     readonly_fields = ("owner", "handler", "queue", "status_display", "schedule_in_words",
                        "cron_expression", "timezone_name", "misfire_policy_display",
-                       "run_at_display",
+                       "run_at_display", "retry", "expires_at", "expires_in_s",
                        "next_run", "upcoming", "last_run_outcome", "recent_runs",
                        "created", "updated")
     fieldsets = [
@@ -101,7 +101,8 @@ class JobAdmin(admin.ModelAdmin):
                              ("misfire_policy_display", "run_at_display"),
                              ("next_run", "last_run_outcome"),
                              "upcoming"]}),
-        ("How", {"fields": [("queue", "priority"), ("timeout_s", "max_attempts")]}),
+        ("How", {"fields": [("queue", "priority"), ("timeout_s", "max_attempts"),
+                            "retry", ("expires_at", "expires_in_s")]}),
         ("Recent runs", {"fields": ["recent_runs"], "classes": ["recent-runs"]}),
         ("History", {"fields": [("created", "updated")], "classes": ["collapse"]}),
     ]
@@ -112,7 +113,8 @@ class JobAdmin(admin.ModelAdmin):
     add_fieldsets = [
         (None, {"fields": ["name", "handler", "payload"]}),
         ("When", {"fields": ["run_at", "cron", "timezone", "misfire_policy", "max_lag_s"]}),
-        ("How", {"fields": ["queue", "priority", "timeout_s", "max_attempts"]}),
+        ("How", {"fields": ["queue", "priority", "timeout_s", "max_attempts", "retry",
+                            "expires_at", "expires_in_s"]}),
     ]
 
     class Media:
@@ -260,7 +262,8 @@ class JobAdmin(admin.ModelAdmin):
         options = {
             "name": spec["name"], "queue": spec.get("queue") or "default",
             "priority": spec.get("priority", 5), "timeout_s": spec.get("timeout_s"),
-            "max_attempts": spec.get("max_attempts"),
+            "max_attempts": spec.get("max_attempts"), "retry": spec.get("retry"),
+            "expires_at": spec.get("expires_at"), "expires_in_s": spec.get("expires_in_s"),
         }
         if spec.get("cron"):
             options.update(cron=spec["cron"], timezone=spec["timezone"],
