@@ -95,8 +95,8 @@ class HealthCollector(Collector):
         outcomes = CounterMetricFamily(
             "scheduler_runs",
             "Attempts acked, by queue and the run's state after them: succeeded, retrying, "
-            "dead, cancelled (counted by the workers and dispatchers, added every few "
-            "seconds).", labels=["queue", "outcome"])
+            "dead, cancelled; and runs expired at lease time, expired (counted by the "
+            "workers and dispatchers, added every few seconds).", labels=["queue", "outcome"])
         for queue, outcome, n in counts(using):
             outcomes.add_metric([queue, outcome], n)
         yield outcomes
