@@ -30,6 +30,11 @@ EMBEDDED = [
     "tests/test_api_idempotency.py", "tests/test_unique_jobs.py", "tests/test_api_limits.py",
     "tests/test_tenant_bounds.py", "tests/test_workflows_api.py",
     "tests/test_workflows_admin.py", "tests/test_node_jobs_listed.py",
+    "tests/test_api_json_errors.py", "tests/test_api_seed.py", "tests/test_api_tokens.py",
+    "tests/test_api_token_command.py", "tests/test_workflows_api_isolation.py",
+    "tests/test_api_throttling.py", "tests/test_ownership.py",
+    "tests/test_api_bulk_parser.py", "tests/test_admin_list_widths.py",
+    "tests/test_swagger_offline.py",
 ]
 
 
