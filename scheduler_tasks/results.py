@@ -19,7 +19,8 @@ from scheduler_tasks.exceptions import NotATask
 HANDLER = "django_task"
 
 # A run waiting for its retry is READY: Django's READY means "enqueued, or ready to be
-# executed again". A cancelled run never ran and never will: FAILED ("unable to start").
+# executed again". A cancelled or expired run never ran and never will: FAILED ("unable
+# to start").
 STATUS = {
     RunState.SCHEDULED: TaskResultStatus.READY,
     RunState.QUEUED: TaskResultStatus.READY,
@@ -28,6 +29,7 @@ STATUS = {
     RunState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
     RunState.DEAD: TaskResultStatus.FAILED,
     RunState.CANCELLED: TaskResultStatus.FAILED,
+    RunState.EXPIRED: TaskResultStatus.FAILED,
 }
 
 # Outcomes of an attempt that failed, and the exception class a TaskError names for those

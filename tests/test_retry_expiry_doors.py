@@ -4,10 +4,12 @@ options and workflow nodes, each storing what it was given and refusing a bad va
 naming the field."""
 
 import pytest
-from django.tasks import task
+from django.tasks import TaskResultStatus, task
 from django.tasks.exceptions import InvalidTask
+from django.utils import timezone
 
 from jobs.models import Job
+from runs.models import Run, RunState
 from workflows import services as workflows
 from workflows.validation import InvalidWorkflow
 
@@ -30,6 +32,16 @@ def test_a_task_stores_its_retry_and_expiry_on_each_runs_job():
 
     job = Job.objects.get(runs__pk=int(result.id))
     assert (job.retry, job.expires_in_s) == (STRATEGY, 120)
+
+
+def test_a_task_whose_run_expired_reads_failed():
+    result = fenced_task.enqueue()
+    Run.objects.filter(pk=int(result.id)).update(state=RunState.EXPIRED,
+                                                 finished_at=timezone.now())
+
+    result.refresh()
+
+    assert result.status == TaskResultStatus.FAILED
 
 
 def test_a_task_with_a_bad_strategy_is_refused_naming_the_field():
