@@ -22,13 +22,6 @@ def db_now(using: str = "default") -> datetime:
     return timezone.now()
 
 
-def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """Seconds to wait before retrying after failed attempt number ``attempt`` (1-based):
-    ``base_s * 2**(attempt-1)`` capped at ``cap_s`` (docs/architecture.md, "Invariants" 5:
-    1, 2, 4, 8 s)."""
-    return min(base_s * (2 ** max(attempt - 1, 0)), cap_s)
-
-
 def to_ms(moment: datetime) -> int:
     """Milliseconds since the Unix epoch for an aware datetime (the Redis scores' unit),
     rounded up: a run whose score says it is due is never due later than that, so a lease
