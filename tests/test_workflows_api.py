@@ -124,6 +124,16 @@ def test_an_unknown_top_level_field_is_refused(api):
     assert response.json()["owner"] == ["unknown field"]
 
 
+@pytest.mark.parametrize("field", ["cron", "timezone"])
+def test_a_jobs_schedule_field_at_the_top_level_points_inside_schedule(api, field):
+    response = create(api, **{field: "UTC" if field == "timezone" else "0 2 * * *"})
+
+    assert response.status_code == 400
+    [reason] = response.json()[field]
+    assert f"a workflow's '{field}' goes inside 'schedule'" in reason
+    assert stored() == (0, 0)
+
+
 def test_a_node_on_another_tenants_queue_is_refused(api, alice):
     bob = User.objects.create_user("bob")
     set_owner_policy(bob, queues=["bob-queue"])

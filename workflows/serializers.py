@@ -42,6 +42,16 @@ class WorkflowCreateSerializer(StrictFieldsMixin, serializers.Serializer):
         help_text="a cron expression, or {cron, timezone, misfire_policy, max_lag_s, "
                   "jitter_s} (docs/cron.md): a workflow run starts at each occurrence")
 
+    # A job's schedule fields sit at its top level; a workflow's inside ``schedule``.
+    SCHEDULE_FIELDS = frozenset({"cron", "timezone", "misfire_policy", "max_lag_s",
+                                 "jitter_s", "cron_expr", "timezone_name", "cron_timezone"})
+
+    def unknown_reason(self, name: str) -> str:
+        if name in self.SCHEDULE_FIELDS:
+            return (f"unknown field (a workflow's {name!r} goes inside 'schedule': "
+                    '{"schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin"}})')
+        return super().unknown_reason(name)
+
 
 class WorkflowNodeSerializer(serializers.Serializer):
     """A node as shown: its name and its job's fields (``job`` is the job's id)."""
