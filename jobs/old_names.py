@@ -36,3 +36,16 @@ def deprecation_headers(names) -> dict[str, str]:
         return {}
     said = "; ".join(spec.deprecation(name, "this request") for name in sorted(names))
     return {"Deprecation": "true", "Warning": '299 - "' + said.replace('"', "'") + '"'}
+
+
+def mark_deprecated_in_schema(result: dict, generator, request, public) -> dict:
+    """drf-spectacular's postprocessing hook (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]):
+    the old names ``schedule`` and ``max_retries`` are ``deprecated: true`` in each schema
+    that also has their new names, so the Swagger UI strikes them through. A workflow's own
+    ``schedule`` field (beside no ``cron``) stays as it is."""
+    for component in result.get("components", {}).get("schemas", {}).values():
+        properties = component.get("properties", {})
+        for old in ("schedule", "max_retries"):
+            if old in properties and spec.DEPRECATED[old].new in properties:
+                properties[old]["deprecated"] = True
+    return result

@@ -31,6 +31,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The default hook (named enums) and the old job field names marked deprecated.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "jobs.old_names.mark_deprecated_in_schema",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.models.RunState",
         # A workflow's status has the same choices (active, paused, cancelled): one enum.
