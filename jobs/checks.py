@@ -2,6 +2,8 @@
 REST API's throttle rates and which proxies' X-Forwarded-For is read. Registered by
 jobs/apps.py; tagged WEB_TAG, so only the web server refuses to start on them."""
 
+import ipaddress
+
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -28,22 +30,48 @@ def check_rates(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     return found
 
 
+# The broadest network a trusted proxy's may be without a warning, per IP version: the
+# broadest of the defaults (10.0.0.0/8, fc00::/7). A broader one holds public addresses,
+# and a client connecting from any of them names its own address.
+BROADEST_PREFIX = {4: 8, 6: 7}
+
+
+def too_broad(trusted) -> list:
+    """The networks of the union of ``trusted`` (ip_network objects) broader than
+    BROADEST_PREFIX, after merging adjacent ones (0.0.0.0/1 and 128.0.0.0/1 are
+    0.0.0.0/0)."""
+    found = []
+    for version in (4, 6):
+        same = [network for network in trusted if network.version == version]
+        found += [network for network in ipaddress.collapse_addresses(same)
+                  if network.prefixlen < BROADEST_PREFIX[version]]
+    return found
+
+
 @checks.register(WEB_TAG)
 def check_proxy_networks(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """scheduler.E008: TRUSTED_PROXY_NETWORKS holds something that is not a network;
-    scheduler.W009: with TRUSTED_PROXY_COUNT set, it trusts every address (any client
-    could then name its own address to the lockout and the throttle)."""
+    scheduler.W009: with TRUSTED_PROXY_COUNT set, their union holds a network broader
+    than /8 (IPv4) or /7 (IPv6), public addresses among it (any client there could name
+    its own address to the lockout and the throttle); scheduler.E010:
+    TRUSTED_PROXY_COUNT below 0 (it picked an X-Forwarded-For entry a client wrote)."""
+    count = getattr(settings, "TRUSTED_PROXY_COUNT", 0)
+    if not isinstance(count, int) or count < 0:
+        return [checks.Error(
+            f"TRUSTED_PROXY_COUNT is {count!r}: it must be the number of proxies in front "
+            "of the web server, 0 or more", hint="0 without a proxy, 1 on Heroku-style "
+            "hosts", id="scheduler.E010")]
     given = tuple(getattr(settings, "TRUSTED_PROXY_NETWORKS", DEFAULT_PROXY_NETWORKS))
     try:
         trusted = networks(given)
     except ValueError as exc:
         return [checks.Error(str(exc), hint="comma-separated networks, e.g. "
                              "10.0.0.0/8,fc00::/7", id="scheduler.E008")]
-    if getattr(settings, "TRUSTED_PROXY_COUNT", 0) and any(
-            network.prefixlen == 0 for network in trusted):
+    if count and (broad := too_broad(trusted)):
         return [checks.Warning(
-            "TRUSTED_PROXY_NETWORKS holds every address: X-Forwarded-For is read from any "
-            "client, which may then pick the address the login lockout and the anonymous "
-            "throttle count it by.",
-            hint="name the networks your proxies connect from", id="scheduler.W009")]
+            f"TRUSTED_PROXY_NETWORKS trusts {', '.join(map(str, broad))}, public addresses "
+            "among them: X-Forwarded-For is read from clients there, which may then pick "
+            "the address the login lockout and the anonymous throttle count them by.",
+            hint="name the networks your proxies connect from (at most /8 for IPv4, /7 "
+                 "for IPv6)", id="scheduler.W009")]
     return []

@@ -35,26 +35,33 @@ def networks(spec: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.I
 
 
 def _address(text: str | None):
+    """``text`` as an address without an IPv6 scope id ("fe80::1%eth0": a client may write
+    any text after the "%"; the address columns of the lockout hold none), or None."""
     try:
-        return ipaddress.ip_address((text or "").strip())
+        address = ipaddress.ip_address((text or "").strip())
     except ValueError:
         return None
+    if getattr(address, "scope_id", None) is not None:
+        address = ipaddress.IPv6Address(address.packed)
+    return address
 
 
 def client_ip(request) -> str | None:
-    """The client address of ``request`` (a Django or DRF request): REMOTE_ADDR, or, when
-    settings.TRUSTED_PROXY_COUNT > 0 and REMOTE_ADDR is in TRUSTED_PROXY_NETWORKS, the
-    X-Forwarded-For entry TRUSTED_PROXY_COUNT from its right end (its leftmost when it
-    has fewer). An entry that is no IP address is ignored for REMOTE_ADDR."""
-    remote = request.META.get("REMOTE_ADDR")
+    """The client address of ``request`` (a Django or DRF request), as a valid IP address
+    without an IPv6 scope id, or None when REMOTE_ADDR is none (a Unix socket): REMOTE_ADDR,
+    or, when settings.TRUSTED_PROXY_COUNT > 0 and REMOTE_ADDR is in
+    TRUSTED_PROXY_NETWORKS, the X-Forwarded-For entry TRUSTED_PROXY_COUNT from its right
+    end (its leftmost when it has fewer). An entry that is no IP address is ignored for
+    REMOTE_ADDR; a count below 1 reads no X-Forwarded-For (scheduler.E010 refuses it)."""
+    peer = _address(request.META.get("REMOTE_ADDR"))
+    remote = str(peer) if peer is not None else None
     count = getattr(settings, "TRUSTED_PROXY_COUNT", 0)
     forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
-    if not count or not forwarded:
+    if count < 1 or not forwarded or peer is None:
         return remote
-    peer = _address(remote)
     trusted = networks(tuple(getattr(settings, "TRUSTED_PROXY_NETWORKS",
                                      DEFAULT_PROXY_NETWORKS)))
-    if peer is None or not any(peer in network for network in trusted):
+    if not any(peer in network for network in trusted):
         return remote
     hops = forwarded.split(",")
     client = _address(hops[-min(count, len(hops))])

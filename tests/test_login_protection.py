@@ -175,3 +175,39 @@ def test_behind_a_trusted_proxy_the_address_it_wrote_is_the_client(alice, settin
     assert seen("198.51.100.7", peer=PUBLIC_PEER) == "198.51.100.7"
     settings.TRUSTED_PROXY_COUNT = 0
     assert seen("198.51.100.7") == ROUTER
+
+
+@pytest.mark.parametrize("path", LOGIN_PAGES)
+def test_a_username_longer_than_axes_column_is_a_failed_login_not_a_500(path):
+    """A 300-character username overflowed axes' username column (varchar 255): 500."""
+    response, logged_in = log_in(path, "wrong", username="u" * 300)
+
+    assert response.status_code == 200 and not logged_in  # the form again
+    assert AccessAttempt.objects.get().username == "u" * 255
+
+
+def test_an_ipv6_scope_id_in_x_forwarded_for_is_dropped(settings):
+    """``fe80::1%<300 characters>`` from a trusted peer reached axes' address column whole."""
+    from jobs.client_address import client_ip
+
+    settings.TRUSTED_PROXY_COUNT = 1
+    forwarded = "fe80::1%" + "x" * 300
+    request = Client().request(REMOTE_ADDR=ROUTER, HTTP_X_FORWARDED_FOR=forwarded).wsgi_request
+
+    assert client_ip(request) == "fe80::1"
+    response = Client(REMOTE_ADDR=ROUTER, HTTP_X_FORWARDED_FOR=forwarded).post(
+        "/admin/login/", {"username": "alice", "password": "wrong"})
+    assert response.status_code == 200
+    assert AccessAttempt.objects.get().ip_address == "fe80::1"
+
+
+@pytest.mark.parametrize("forwarded", ["198.51.100.7", "192.0.2.1, 198.51.100.7"])
+def test_a_negative_proxy_count_reads_no_x_forwarded_for(settings, forwarded):
+    """TRUSTED_PROXY_COUNT=-1 raised IndexError on one entry and, on two, picked the one
+    the client wrote (scheduler.E010 refuses the setting; client_ip must not crash)."""
+    from jobs.client_address import client_ip
+
+    settings.TRUSTED_PROXY_COUNT = -1
+    request = Client().request(REMOTE_ADDR=ROUTER, HTTP_X_FORWARDED_FOR=forwarded).wsgi_request
+
+    assert client_ip(request) == ROUTER

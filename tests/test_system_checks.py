@@ -75,6 +75,25 @@ def test_e008_and_w009_the_trusted_proxy_networks():
     assert ids(TRUSTED_PROXY_COUNT=0, TRUSTED_PROXY_NETWORKS=["0.0.0.0/0"]) == []
 
 
+@pytest.mark.parametrize("networks", [["0.0.0.0/1", "128.0.0.0/1"], ["0.0.0.0/1"],
+                                      ["10.0.0.0/8", "2000::/3"], ["::/0"]])
+def test_w009_considers_the_union_of_the_trusted_networks(networks):
+    """Two halves of the IPv4 space trusted every address without a warning."""
+    assert ids(TRUSTED_PROXY_COUNT=1, TRUSTED_PROXY_NETWORKS=networks) == ["scheduler.W009"]
+
+
+def test_w009_spares_the_defaults_and_narrow_networks():
+    from jobs.client_address import DEFAULT_PROXY_NETWORKS
+
+    assert ids(TRUSTED_PROXY_COUNT=1, TRUSTED_PROXY_NETWORKS=list(DEFAULT_PROXY_NETWORKS)) == []
+    assert ids(TRUSTED_PROXY_COUNT=1, TRUSTED_PROXY_NETWORKS=["203.0.113.0/24"]) == []
+
+
+def test_e010_a_negative_trusted_proxy_count():
+    """-1 passed: client_ip then raised IndexError or read an entry a client wrote."""
+    assert ids(TRUSTED_PROXY_COUNT=-1) == ["scheduler.E010"]
+
+
 @pytest.mark.django_db
 def test_manage_py_check_reports_them_and_check_deploy_the_deployment_ones():
     with override_settings(**{**DEPLOYED, "SECRET_KEY": "changeme",
