@@ -145,11 +145,11 @@ def test_throughput_counts_final_states_of_the_last_minute_per_shard(broker):
     shard0, shard1 = q2.shards
 
     assert shard0.throughput_per_s == {"succeeded": round(7 / 60, 3), "dead": round(2 / 60, 3),
-                                       "cancelled": 0.0}
+                                       "cancelled": 0.0, "expired": 0.0}
     assert shard1.throughput_per_s == {"succeeded": 0.0, "dead": round(1 / 60, 3),
-                                       "cancelled": round(1 / 60, 3)}
+                                       "cancelled": round(1 / 60, 3), "expired": 0.0}
     assert q2.throughput_per_s == {"succeeded": round(7 / 60, 3), "dead": 0.05,
-                                   "cancelled": round(1 / 60, 3)}
+                                   "cancelled": round(1 / 60, 3), "expired": 0.0}
 
 
 def test_lag_percentiles_cover_runs_started_in_the_last_minute(broker):
