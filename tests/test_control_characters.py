@@ -130,3 +130,47 @@ def test_a_bulk_create_names_the_job_and_field_and_stores_none(api):
     [bad] = response.json()["errors"]
     assert bad["index"] == 1 and "control characters" in bad["errors"]["name"][0]
     assert not Job.objects.exists()
+
+
+# Direction controls and invisible format characters (Unicode Cf): spoofed names.
+FORMATS = ["\u202a", "\u202e", "\u2066", "\u2069", "\u200e", "\u200f", "\u061c", "\u200b",
+           "\u2060", "\u2064", "\ufeff", "\u00ad", "\U000e0041"]
+
+
+@pytest.mark.parametrize("char", FORMATS)
+def test_the_rule_refuses_direction_and_invisible_characters_naming_them(char):
+    problem = line_problem(f"night{char}ly")
+
+    assert problem is not None and f"U+{ord(char):04X}" in problem
+    assert "position 5" in problem
+    assert one_line(f"night{char}ly") == "nightly"
+
+
+@pytest.mark.parametrize("text", ["👩\u200d💻", "🏳️\u200d🌈", "می\u200cخواهم", "क्\u200dष"])
+def test_zero_width_joiner_and_non_joiner_pass(text):
+    """Emoji sequences need ZWJ; Persian and Indic spelling need ZWNJ and ZWJ."""
+    assert line_problem(text) is None
+    assert one_line(text) == text
+
+
+@pytest.mark.parametrize("url, body, field", [
+    ("/api/jobs/", {"handler": "noop", "name": "invoice\u202efdp.exe"}, "name"),
+    ("/api/workflows/", {"name": "\u202e", "nodes": [NODE]}, "name"),
+    ("/api/workflows/", {"name": "w", "nodes": [{"name": "a\u200bb", "handler": "noop"}]},
+     "nodes[0].name"),
+])
+def test_rest_refuses_a_direction_or_invisible_character_naming_it(api, url, body, field):
+    """{"name": "\\u202e", ...} was a 201."""
+    response = api.post(url, body, format="json")
+
+    assert response.status_code == 400, response.content
+    assert "U+20" in response.json()[field][0], response.json()
+    assert (Workflow.objects.count(), Job.objects.count()) == (0, 0)
+
+
+def test_rest_accepts_zwj_emoji_and_zwnj_names(api):
+    for name in ["deploy 👩\u200d💻", "گزارش\u200cها"]:
+        response = api.post("/api/jobs/", {"handler": "noop", "name": name}, format="json")
+
+        assert response.status_code == 201, response.content
+        assert Job.objects.get(pk=response.json()["id"]).name == name
