@@ -349,14 +349,22 @@ class JobAdmin(admin.ModelAdmin):
             return
         if self._refused(request, queryset, "triggered"):
             return
-        runs = []
+        runs, why = [], {}  # reason -> jobs refused for it
+        seen = {pk: (owner, status) for pk, owner, status in queryset.filter(
+            pk__in=ids).values_list("pk", "owner__username", "status")}
         for job_id in ids:
+            owner, status = seen.get(job_id, (None, None))
             try:
                 runs.append(services.trigger(job_id))
-            except SchedulerError:
-                continue  # paused or cancelled: counted as left alone below
+            except QuotaExceeded as exc:  # an owner at max_pending: not "not active"
+                reason = f"owner {owner}'s {exc}"
+                why[reason] = why.get(reason, 0) + 1
+            except SchedulerError as exc:
+                reason = ("only active jobs can be triggered" if status != Job.Status.ACTIVE
+                          else str(exc))
+                why[reason] = why.get(reason, 0) + 1
         report_count(self, request, len(runs), len(ids), "triggered",
-                     "only active jobs can be triggered")
+                     "; ".join(f"{reason} ({count})" for reason, count in why.items()))
         if len(runs) == 1:
             url = reverse("admin:runs_run_change", args=[runs[0].pk])
             self.message_user(request, format_html('Run <a href="{}">{}</a> is queued.',
