@@ -224,6 +224,9 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "scheduler_project.lockout.lockout_response"
 # The username cut to axes' column (255): a longer one was a 500, not a failed login.
 AXES_USERNAME_CALLABLE = "scheduler_project.lockout.username"
+# Where /api/auth/login/ goes without ?next=: Django's default, /accounts/profile/, is
+# no page here. (The admin's login goes to the admin.)
+LOGIN_REDIRECT_URL = "/api/"
 # The client address as DRF's throttles see it (REMOTE_ADDR, or X-Forwarded-For behind
 # TRUSTED_PROXY_COUNT proxies), so lockouts and throttles count the same client.
 AXES_CLIENT_IP_CALLABLE = "scheduler_project.lockout.client_ip"

@@ -211,3 +211,15 @@ def test_a_negative_proxy_count_reads_no_x_forwarded_for(settings, forwarded):
     request = Client().request(REMOTE_ADDR=ROUTER, HTTP_X_FORWARDED_FOR=forwarded).wsgi_request
 
     assert client_ip(request) == ROUTER
+
+
+def test_the_api_login_without_next_lands_on_the_api_root(alice):
+    """It redirected to Django's default /accounts/profile/, a 404."""
+    browser = Client()
+    response = browser.post("/api/auth/login/", {"username": "alice", "password": STRONG})
+
+    assert response.status_code == 302 and response["Location"] == "/api/"
+    assert browser.get("/api/").status_code == 200
+    with_next = browser.post("/api/auth/login/?next=/api/jobs/",
+                             {"username": "alice", "password": STRONG, "next": "/api/jobs/"})
+    assert with_next["Location"] == "/api/jobs/"
