@@ -20,8 +20,8 @@ from jobs.access import may_change_all, may_view_all, perm
 from jobs.api import COMMON, FIELD_ERRORS
 from jobs.api_policy import ApiPolicy
 from jobs.models import QUEUE_RE, Job, OwnerPolicy
-from jobs.tenants import POLICY_FIELDS, bounds_from, set_owner_policy
-from runs.models import PENDING_STATES, Run, RunState
+from jobs.tenants import POLICY_FIELDS, bounds_from, pending_load, set_owner_policy
+from runs.models import Run, RunState
 from scheduler_core.exceptions import SchedulerError
 
 
@@ -36,7 +36,9 @@ def _bound(field: str, meaning: str) -> serializers.IntegerField:
 class OwnerPolicySerializer(serializers.Serializer):
     """One owner's policy: each bound null takes its settings default; ``effective`` holds
     the bounds in force (0: none) and ``running``, ``pending``, ``jobs`` what the owner
-    uses now (docs/isolation.md, "Tenant bounds")."""
+    uses now (docs/isolation.md, "Tenant bounds"). ``pending`` is the figure max_pending
+    is held to: runs waiting to run and, of them, ``pending_not_yet_made``, the runs its
+    live workflow runs will still make."""
 
     owner = serializers.CharField(required=False, help_text="username (another's needs "
                                   "the jobs.view_ownerpolicy permission; default: yourself)")
@@ -57,7 +59,12 @@ class OwnerPolicySerializer(serializers.Serializer):
     effective = serializers.DictField(child=serializers.JSONField(), read_only=True)
     effective_max_running = serializers.IntegerField(read_only=True, allow_null=True)
     running = serializers.IntegerField(read_only=True)
-    pending = serializers.IntegerField(read_only=True)
+    pending = serializers.IntegerField(read_only=True, help_text="what max_pending "
+                                       "counts: runs waiting to run, those not yet made "
+                                       "included")
+    pending_not_yet_made = serializers.IntegerField(
+        read_only=True, help_text="of pending, the runs its live workflow runs will still "
+                                  "make (nodes not started)")
     jobs = serializers.IntegerField(read_only=True)
 
 
@@ -68,6 +75,7 @@ OWNER = OpenApiParameter("owner", OpenApiTypes.STR, description="username (anoth
 def _describe(user) -> dict:
     policy = OwnerPolicy.objects.filter(owner=user).first()
     bounds = bounds_from(user.pk, policy)
+    made, later = pending_load(bounds)
     effective = {field: getattr(bounds, field) for field in POLICY_FIELDS}
     effective["queues"] = sorted(bounds.queues)
     owned = {field: getattr(policy, field) if policy else None for field in POLICY_FIELDS}
@@ -77,7 +85,7 @@ def _describe(user) -> dict:
         "default_queue": policy.default_queue if policy else "",
         "effective": effective, "effective_max_running": bounds.max_running or None,
         "running": Run.objects.filter(state=RunState.RUNNING, job__owner=user).count(),
-        "pending": Run.objects.filter(state__in=PENDING_STATES, job__owner=user).count(),
+        "pending": made + later, "pending_not_yet_made": later,
         "jobs": Job.objects.filter(owner=user).exclude(status=Job.Status.CANCELLED).count(),
     }
 

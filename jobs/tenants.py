@@ -26,6 +26,7 @@ from runs.quotas import (  # noqa: F401 - the tenant rules' API, kept where call
     bounds_of,
     check_quotas,
     fit_pending,
+    pending_load,
 )
 from runs.services import sync_owner_limits
 from scheduler_core import conf

@@ -135,6 +135,16 @@ def _pending(bounds: Bounds, using: str) -> tuple[int, str]:
     return _count_upto(pending, bounds.max_pending)
 
 
+def pending_load(bounds: Bounds, using: str = "default",
+                 promised: Callable[[Bounds, str], int] = hooks.promised) -> tuple[int, int]:
+    """What ``max_pending`` counts for the owner of ``bounds``, exactly (no cap): (its runs
+    scheduled, queued or retrying, the runs ``promised`` and not yet made). Their sum is
+    the figure check_quotas compares with the quota, for GET /api/limits/ to show."""
+    made = Run.objects.using(using).filter(job__owner_id=bounds.owner_id,
+                                           state__in=PENDING_STATES).count()
+    return made, promised(bounds, using)
+
+
 def _over_pending(cap: int, words: str, adds: int) -> QuotaExceeded:
     return QuotaExceeded("max_pending", cap, (
         f"pending runs quota: this owner may have at most {cap} runs waiting to "
