@@ -89,7 +89,7 @@ class FastItemParser:
         if key == "run_at":
             return _aware(value, self.zone)
         if key == "delay_s":
-            ok = type(value) in (int, float) and -MAX_DELAY_S <= value <= MAX_DELAY_S
+            ok = type(value) in (int, float) and 0 <= value <= MAX_DELAY_S
             return float(value) if ok and value == value else None
         low, high = self.ints[key]
         return value if type(value) is int and low <= value <= high else None

@@ -245,7 +245,7 @@ class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, FlowFieldsMix
         required=False, allow_null=True, default=None,
         help_text="one-off: ISO 8601 with a UTC offset; a past time means now")
     delay_s = serializers.FloatField(
-        required=False, allow_null=True, default=None, min_value=-MAX_DELAY_S,
+        required=False, allow_null=True, default=None, min_value=0,
         max_value=MAX_DELAY_S,
         help_text="one-off: seconds from now; give at most one of run_at, delay_s or "
                   "cron, none means run once now")

@@ -48,8 +48,9 @@ FIELDS = (
           ALL | {ADMIN, NODE, UPDATE}, "passed to the handler (create_job: its second "
                                        "argument)"),
     Field("run_at", "datetime", "now", "aware, years 1970-9998", ALL | {ADMIN, UPDATE},
-          "one-off: when it runs; a past time means now"),
-    Field("delay_s", "number", "0", f"within ±{MAX_DELAY_S} seconds", ALL,
+          "one-off: when it runs; in the past means now; its lag counts from when it was "
+          "made"),
+    Field("delay_s", "number", "0", f"0 to {MAX_DELAY_S} seconds", ALL,
           "one-off: seconds from now"),
     Field("cron", "text", "none (one-off)", "five-field cron or @hourly, @daily, "
           "@weekly, @monthly, @yearly", SCHEDULE, "recurring: the cron expression"),

@@ -154,7 +154,7 @@ WHEN_FIELDS = (("run_at", "run_at"), ("delay_s", "delay_s"), ("cron", "cron"))
 
 def _when_problems(spec: dict) -> dict[str, str]:
     """At most one of ``run_at``, ``delay_s`` and ``cron``; none means now (docs/api.md,
-    "Create"). ``delay_s`` is a number of seconds within +-MAX_DELAY_S. Each
+    "Create"). ``delay_s`` is a number of seconds from 0 to MAX_DELAY_S. Each
     field given alongside another is named."""
     given = [(key, name) for key, name in WHEN_FIELDS
              if (bool(spec.get(key)) if key == "cron" else spec.get(key) is not None)]
@@ -164,8 +164,11 @@ def _when_problems(spec: dict) -> dict[str, str]:
                      "(none means now)" for key, _ in given}
     delay = spec.get("delay_s")
     if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
-                              or not -MAX_DELAY_S <= delay <= MAX_DELAY_S):
-        return {"delay_s": f"must be a number of seconds within ±{MAX_DELAY_S}"}
+                              or not 0 <= delay <= MAX_DELAY_S):
+        # A negative delay backdates the run, which then reads as years of lag to every
+        # tenant's figures (docs/api.md, "Job fields"); run_at says a past time.
+        return {"delay_s": f"must be a number of seconds from 0 to {MAX_DELAY_S} (now or "
+                           "later; for a time in the past, give run_at)"}
     return {}
 
 

@@ -125,7 +125,7 @@ class RunAdmin(ReadOnlyAdmin):
     def duration_display(self, run):
         return format_duration(run.duration)
 
-    @admin.display(description="lag (first attempt started − scheduled)")
+    @admin.display(description="lag (first attempt started − scheduled, or created if later)")
     def lag_explained(self, run):
         return format_duration(run.lag)
 

@@ -21,7 +21,7 @@ from django.utils.text import capfirst
 from redis.exceptions import RedisError
 
 from runs.brokers import get_broker
-from runs.models import Attempt
+from runs.models import LAG_FROM, Attempt
 from scheduler_core.exceptions import SchedulerError
 
 CONFIRM_FIELD = "confirm"
@@ -30,7 +30,8 @@ CONFIRM_LIST_MAX = 100  # objects listed on a confirmation page; the rest are co
 
 def with_timing(queryset: QuerySet) -> QuerySet:
     """Annotate runs with ``first_started_at`` (the first attempt's start), ``lag``
-    (first attempt's start minus ``scheduled_at``, as docs/admin.md defines it) and
+    (first attempt's start minus ``scheduled_at``, or ``created_at`` if later, as
+    docs/admin.md defines it) and
     ``duration`` (``finished_at`` minus ``started_at``, the last attempt's start), all in
     SQL so a list page costs the same few queries for 10 rows or 100. Both are timedeltas,
     or None while the run has not started or finished."""
@@ -38,7 +39,7 @@ def with_timing(queryset: QuerySet) -> QuerySet:
     return queryset.annotate(
         first_started_at=Subquery(first_start.values("started_at")[:1]),
     ).annotate(
-        lag=ExpressionWrapper(F("first_started_at") - F("scheduled_at"),
+        lag=ExpressionWrapper(F("first_started_at") - LAG_FROM,
                               output_field=DurationField()),
         duration=ExpressionWrapper(F("finished_at") - F("started_at"),
                                    output_field=DurationField()),

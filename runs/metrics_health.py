@@ -41,14 +41,17 @@ def lag_buckets(using: str, since: datetime, in_database: bool | None = None,
         in_database = connections[using].vendor == "postgresql"
     if not in_database:
         lags = defaultdict(list)
-        for queue, started_at, run_at in started.values_list("queue", "started_at", "run_at"):
-            lags[queue].append((started_at - run_at).total_seconds())
+        for queue, started_at, run_at, created_at in started.values_list(
+                "queue", "started_at", "run_at", "created_at"):
+            lags[queue].append((started_at - max(run_at, created_at)).total_seconds())
         return {queue: ([sum(1 for v in values if v <= b) for b in LAG_BUCKETS], sum(values),
                         len(values)) for queue, values in lags.items()}
-    sql, params = started.values("queue", "started_at", "run_at").query.sql_with_params()
+    columns = started.values("queue", "started_at", "run_at", "created_at")
+    sql, params = columns.query.sql_with_params()
     cases = ", ".join(f"count(*) FILTER (WHERE lag <= {bound})" for bound in LAG_BUCKETS)
     query = (f"SELECT queue, {cases}, coalesce(sum(lag), 0), count(*) FROM "
-             f"(SELECT queue, EXTRACT(EPOCH FROM started_at - run_at)::float8 AS lag "
+             f"(SELECT queue, EXTRACT(EPOCH FROM started_at - GREATEST(run_at, created_at))"
+             f"::float8 AS lag "
              f"FROM ({sql}) AS s) AS w GROUP BY queue")
     with connections[using].cursor() as cursor:
         cursor.execute(query, params)

@@ -7,6 +7,7 @@ never ``save()`` on a loaded row.
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Greatest
 
 
 class RunState(models.TextChoices):
@@ -114,6 +115,19 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} of job {self.job_id} at {self.scheduled_at:%Y-%m-%d %H:%M:%S}"
+
+
+# A run's lag counts from the later of its scheduled time and its creation: a one-off
+# backdated to 1970 runs at once, 0 s late, not 56 years (docs/api.md, "Job fields").
+# A scheduler that materialises a cron run after its time (within grace, not a catch-up)
+# hides that lateness here; LOOKAHEAD_S makes it create runs ahead, so it rarely does.
+LAG_FROM = Greatest("scheduled_at", "created_at")
+
+
+def lag_origin(run: Run):
+    """The moment ``run``'s lag counts from (aware datetime): the later of its
+    ``scheduled_at`` and its ``created_at``. ``LAG_FROM`` is the same in SQL."""
+    return max(run.scheduled_at, run.created_at)
 
 
 class AttemptOutcome(models.TextChoices):

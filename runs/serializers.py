@@ -6,7 +6,7 @@ import logging
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from runs.models import Attempt, AttemptOutcome, LogLine, Run
+from runs.models import Attempt, AttemptOutcome, LogLine, Run, lag_origin
 
 
 class AttemptSerializer(serializers.ModelSerializer):
@@ -21,7 +21,8 @@ class AttemptSerializer(serializers.ModelSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     """A run with its attempts. ``attempt`` counts attempts started; ``lag_s`` is the
-    seconds from ``scheduled_at`` to the first attempt's start (null before it);
+    seconds from ``scheduled_at`` (or the run's creation, if later: a backdated one-off)
+    to the first attempt's start (null before it);
     ``catch_up`` is true for a run made late on purpose, for an occurrence missed while
     the scheduler was down or held by a pause (docs/cron.md, "Catch-up runs")."""
 
@@ -41,7 +42,7 @@ class RunSerializer(serializers.ModelSerializer):
         attempts = list(run.attempts.all())
         if not attempts:
             return None
-        return round((attempts[0].started_at - run.scheduled_at).total_seconds(), 3)
+        return round((attempts[0].started_at - lag_origin(run)).total_seconds(), 3)
 
 
 class LogLineSerializer(serializers.ModelSerializer):

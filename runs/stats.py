@@ -3,10 +3,11 @@
 
 Per (queue, shard): ``ready``/``delayed``/``leased`` depth in the broker, the age of the
 oldest run that is due and not started, throughput (runs that reached a final state per
-second over the last ``WINDOW_S`` seconds, by final state) and lag (seconds from ``run_at``
-to ``started_at`` of the runs started in the last ``WINDOW_S`` seconds, catch-up runs left
-out and counted apart: docs/cron.md, "Catch-up runs"). Per queue: the
-same, plus live workers and their slots. Every time is on the database clock.
+second over the last ``WINDOW_S`` seconds, by final state) and lag (seconds from ``run_at``,
+or ``created_at`` if later, to ``started_at`` of the runs started in the last
+``WINDOW_S`` seconds, catch-up runs left out and counted apart: docs/cron.md,
+"Catch-up runs"). Per queue: the same, plus live workers and their slots. Every time is
+on the database clock.
 
 Depth comes from ``Broker.shard_depth()``, the broker's own per-shard reading; everything
 else from the runs table, through indexes that bound each query to the pending rows or
@@ -173,7 +174,8 @@ def catch_ups(using: str, since: datetime) -> dict[QueueShard, int]:
 
 def lags(using: str, since: datetime, in_database: bool | None = None,
          ) -> tuple[dict[QueueShard, Lag], dict[str, Lag]]:
-    """Lag of the runs started at or after ``since``, catch-up runs left out (their
+    """Lag of the runs started at or after ``since`` (seconds from ``run_at``, or from
+    ``created_at`` if later: runs/models.py, LAG_FROM), catch-up runs left out (their
     lateness is on purpose: ``catch_ups`` counts them): per (queue, shard) and per queue
     (percentiles do not add up, so the queue's are computed over all its runs).
     ``in_database``: percentiles by PostgreSQL (default there) or in Python (SQLite)."""
@@ -182,11 +184,11 @@ def lags(using: str, since: datetime, in_database: bool | None = None,
     if in_database:
         return _lags_postgresql(using, since)
     rows = (_started_since(using, since).filter(catch_up=False)
-            .values_list("queue", "shard", "started_at", "run_at"))
+            .values_list("queue", "shard", "started_at", "run_at", "created_at"))
     by_shard: dict[QueueShard, list[float]] = defaultdict(list)
     by_queue: dict[str, list[float]] = defaultdict(list)
-    for queue, shard, started_at, run_at in rows:
-        lag = (started_at - run_at).total_seconds()
+    for queue, shard, started_at, run_at, created_at in rows:
+        lag = (started_at - max(run_at, created_at)).total_seconds()
         by_shard[(queue, shard)].append(lag)
         by_queue[queue].append(lag)
     return ({k: _lag_of(v) for k, v in by_shard.items()},
@@ -195,13 +197,14 @@ def lags(using: str, since: datetime, in_database: bool | None = None,
 
 def _lags_postgresql(using: str, since: datetime):
     window = (_started_since(using, since).filter(catch_up=False)
-              .values("queue", "shard", "started_at", "run_at"))
+              .values("queue", "shard", "started_at", "run_at", "created_at"))
     sql, params = window.query.sql_with_params()
     # GROUPING SETS gives the shards' and the queues' percentiles in one pass over the window.
     query = f"""
         SELECT queue, shard, GROUPING(shard), count(*),
                percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY lag), max(lag)
-        FROM (SELECT queue, shard, EXTRACT(EPOCH FROM started_at - run_at)::float8 AS lag
+        FROM (SELECT queue, shard,
+                     EXTRACT(EPOCH FROM started_at - GREATEST(run_at, created_at))::float8 AS lag
               FROM ({sql}) AS started) AS w
         GROUP BY GROUPING SETS ((queue, shard), (queue))
     """

@@ -43,6 +43,9 @@ def make_run(job, state=RunState.SUCCEEDED, *, scheduled_at=None, attempts=(),
         if state == RunState.RUNNING else None,
         error=last[3] if last and state == RunState.DEAD else "",
     )
+    # Made when it was scheduled, as the scheduler makes runs: lag counts from the later
+    # of the two (runs/models.py, LAG_FROM).
+    Run.objects.filter(pk=run.pk).update(created_at=min(scheduled_at, run.created_at))
     for number, (started, finished, outcome, error, logs) in enumerate(attempts, start=1):
         attempt = Attempt.objects.create(run=run, number=number, worker_id=worker,
                                          started_at=started, finished_at=finished,

@@ -21,11 +21,15 @@ def minute_floor(moment):
 
 def add_run(using, job, *, scheduled, started=None, finished=None, state=RunState.SUCCEEDED,
             attempt=1, worker=""):
-    return Run.objects.using(using).create(
+    run = Run.objects.using(using).create(
         job=job, scheduled_at=scheduled, run_at=scheduled, state=state, attempt=attempt,
         started_at=started, finished_at=finished, worker_id=worker,
         lease_expires_at=started + timedelta(minutes=5) if state == RunState.RUNNING else None,
     )
+    # Made when it was scheduled, as the scheduler makes runs: lag counts from the later
+    # of the two (runs/models.py, LAG_FROM).
+    Run.objects.using(using).filter(pk=run.pk).update(created_at=scheduled)
+    return run
 
 
 def history(using, now):

@@ -54,6 +54,9 @@ def finished_run(job: Job, state=RunState.DEAD, outcome=AttemptOutcome.FAILED,
         job=job, scheduled_at=scheduled, run_at=scheduled, state=state, queue=job.queue,
         attempt=attempts, max_attempts=attempts, error=error if state == RunState.DEAD else "",
         started_at=scheduled, finished_at=now)
+    # Made when it was scheduled, as the scheduler makes runs: lag counts from the later
+    # of the two (runs/models.py, LAG_FROM).
+    Run.objects.filter(pk=run.pk).update(created_at=scheduled)
     for number in range(1, attempts + 1):
         attempt = Attempt.objects.create(
             run=run, number=number, worker_id="host:1", started_at=scheduled + timedelta(

@@ -113,10 +113,13 @@ def started_run(job, lag_s: float, catch_up: bool, ago_s: float = 10) -> Run:
     now = db_now()
     started = now - timedelta(seconds=ago_s)
     scheduled = started - timedelta(seconds=lag_s)
-    return Run.objects.create(
+    run = Run.objects.create(
         job=job, scheduled_at=scheduled, run_at=scheduled, state=RunState.SUCCEEDED,
         queue=job.queue, attempt=1, started_at=started, finished_at=now,
         catch_up=catch_up)
+    # Made when it was scheduled, not now: lag counts from the later of the two.
+    Run.objects.filter(pk=run.pk).update(created_at=scheduled)
+    return run
 
 
 def test_catch_up_lateness_is_not_lag_and_is_counted_apart(admin_client):

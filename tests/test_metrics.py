@@ -47,11 +47,15 @@ def ran(job: Job, shard: int, state: str, lag_s: float, started_ago_s: float,
     started = now - timedelta(seconds=started_ago_s)
     run_at = started - timedelta(seconds=lag_s)
     finished = now - timedelta(seconds=finished_ago_s) if finished_ago_s is not None else None
-    return Run.objects.create(
+    run = Run.objects.create(
         job=job, scheduled_at=run_at - timedelta(microseconds=Run.objects.count()),
         run_at=run_at, state=state, queue=job.queue, shard=shard, attempt=1,
         started_at=started, finished_at=finished,
         lease_expires_at=now + timedelta(seconds=60) if state == RunState.RUNNING else None)
+    # Made when it was scheduled, as the scheduler makes runs: lag counts from the later
+    # of the two (runs/models.py, LAG_FROM).
+    Run.objects.filter(pk=run.pk).update(created_at=run.scheduled_at)
+    return run
 
 
 SCRAPE_TOKEN = "scrape-token-of-the-tests"

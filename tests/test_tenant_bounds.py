@@ -147,7 +147,8 @@ def test_staff_raise_an_owners_bounds_through_its_policy(api, alice):
 def test_another_owners_queue_is_a_400_naming_queue_and_hidden_from_the_queue_list(rb, api):
     bob = User.objects.create_user("bob")
     set_owner_policy(bob, queues=["bob-queue"])
-    one_off(bob, queue="bob-queue", delay_s=-5)
+    one_off(bob, queue="bob-queue", delay_s=None,
+            run_at=datetime.now(UTC) - timedelta(seconds=5))
     rb.push(run_refs(Run.objects.all()))
 
     response = api.post("/api/jobs/", {"handler": "noop", "run_at": LATER,

@@ -6,10 +6,11 @@ metrics agree. Throughput and lag over the last hour are bucketed per minute:
 * started per second: runs whose (latest) attempt started in that minute, over 60 s (None
   for the minute still under way, whose runs only count in the totals);
 * succeeded / dead per second: runs that reached that state in that minute;
-* lag p50 / p99: ``started_at - scheduled_at`` of runs started in that minute on their
-  first attempt (a retry's start is backoff by design, not lag), catch-up runs left out
-  (late on purpose; counted apart in the totals: docs/cron.md, "Catch-up runs"). Jitter,
-  when a schedule has it, is part of the lag, as docs/admin.md defines lag.
+* lag p50 / p99: ``started_at`` minus ``scheduled_at`` (or ``created_at``, if later) of
+  runs started in that minute on their first attempt (a retry's start is backoff by
+  design, not lag), catch-up runs left out (late on purpose; counted apart in the
+  totals: docs/cron.md, "Catch-up runs"). Jitter, when a schedule has it, is part of the
+  lag, as docs/admin.md defines lag.
 
 Percentiles are interpolated like PostgreSQL's ``percentile_cont``: computed in the
 database there, in Python on SQLite (the embedded default, meant for modest load).
@@ -28,7 +29,7 @@ from django.urls import reverse
 
 from runs import ownership
 from runs.clock import db_now
-from runs.models import Run, RunState
+from runs.models import LAG_FROM, Run, RunState
 from runs.stats import live_workers, percentile, queue_stats
 from scheduler_core.models import SchedulerPartition
 
@@ -66,7 +67,7 @@ def _started_in_window(using: str, since: datetime):
 def _lag_by_minute(using: str, since: datetime, in_database: bool) -> dict:
     first_attempts = _started_in_window(using, since).filter(attempt=1, catch_up=False)
     if in_database:
-        lag = F("started_at") - F("scheduled_at")
+        lag = F("started_at") - LAG_FROM
         rows = (first_attempts.annotate(minute=TruncMinute("started_at")).values("minute")
                 .annotate(p50=PercentileCont(lag, 0.5, output_field=DurationField()),
                           p99=PercentileCont(lag, 0.99, output_field=DurationField()))
@@ -74,8 +75,9 @@ def _lag_by_minute(using: str, since: datetime, in_database: bool) -> dict:
         return {_minute(r["minute"]): (r["p50"].total_seconds(), r["p99"].total_seconds())
                 for r in rows}
     lags: dict[datetime, list[float]] = defaultdict(list)
-    for started, scheduled in first_attempts.values_list("started_at", "scheduled_at"):
-        lags[_minute(started)].append((started - scheduled).total_seconds())
+    for started, scheduled, created in first_attempts.values_list(
+            "started_at", "scheduled_at", "created_at"):
+        lags[_minute(started)].append((started - max(scheduled, created)).total_seconds())
     result = {}
     for minute, values in lags.items():
         result[minute] = (percentile(values, 0.5), percentile(values, 0.99))
