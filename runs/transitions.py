@@ -135,10 +135,8 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    gone = [(r[0], r[5], r[2]) for r in rows if r[1] is None]
-    if gone:
-        rows = [r for r in rows if r[1] is not None]
-        expiry.tell(gone, using)
+    if len(rows) < len(ids):  # rare: only then can a run have been refused as expired
+        expiry.expire_refused_pg(sorted(set(ids) - {r[0] for r in rows}), using)
     # Times come as integer microseconds (parsing two timestamps per run cost more than
     # the rest of the row); every lease of the statement expires at the same instant.
     lapses = {us: from_us(us) for us in {r[4] for r in rows}}
@@ -156,32 +154,18 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
 def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, list]:
     """The SQL and parameters of _start_attempts_pg (PostgreSQL)."""
     run, attempt, job = Run._meta.db_table, Attempt._meta.db_table, Job._meta.db_table
-    # A run of an active job past its expiry (the job's expires_at, else its scheduled_at
-    # plus expires_in_s; database clock) ends expired in the same statement instead of
-    # starting; fate is the job's status, or 'expired' for such a run. Compared with
-    # statement_timestamp(), one value for both CTEs (so a run is either started or
-    # expired), and not t.now: a filter on t made the planner scan the runs instead of
-    # walking the ids (tests/test_worker_fastpaths.py).
-    deadline = expiry.deadline_sql(run)
-    fate = (f"(SELECT CASE WHEN status = 'active' AND {deadline} <= statement_timestamp() "
-            f"THEN 'expired' ELSE status END FROM {job} WHERE id = {run}.job_id)")
+    # A run of an active job past its expiry is not started: its fate (runs/expiry.py)
+    # is 'expired', not the job's status; the caller ends it expired afterwards, in a
+    # statement only a refused run costs (a second walk over the ids in this one cost a
+    # third of a lease).
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
-        expired AS (
-            UPDATE {run} SET state = %s, finished_at = t.now, lease_expires_at = NULL,
-                error = (SELECT {expiry.error_sql(deadline)}
-                         FROM {job} WHERE id = {run}.job_id)
-            FROM t
-            WHERE {run}.id = ANY(%s::bigint[]) AND ({run}.state || '') = ANY(%s)
-              AND {fate} = 'expired'
-            RETURNING {run}.id, {run}.queue, {run}.job_id
-        ),
         started AS (
             UPDATE {run} SET state = %s, attempt = {run}.attempt + 1, worker_id = %s,
                 lease_expires_at = t.now + %s * interval '1 second', started_at = t.now
             FROM t
             WHERE {run}.id = ANY(%s::bigint[]) AND ({run}.state || '') = ANY(%s)
-              AND {fate} = %s
+              AND {expiry.fate_sql(run, job)} = %s
             RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
                       {run}.started_at, {run}.lease_expires_at, {run}.job_id,
                       {run}.scheduled_at
@@ -197,13 +181,10 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
                j.handler, j.payload, j.timeout_s
         FROM started s
         CROSS JOIN LATERAL (SELECT handler, payload, timeout_s FROM {job}
-                            WHERE id = s.job_id OFFSET 0) AS j
-        UNION ALL
-        SELECT id, NULL, queue, NULL, NULL, job_id, NULL, NULL, NULL, NULL FROM expired"""
-    pending = [str(s) for s in PENDING_STATES]
-    return sql, [RunState.EXPIRED, int_array(ids), pending,
-                 RunState.RUNNING, worker_id, ttl_s, int_array(ids), pending,
-                 Job.Status.ACTIVE, worker_id, AttemptOutcome.RUNNING]
+                            WHERE id = s.job_id OFFSET 0) AS j"""
+    return sql, [RunState.RUNNING, worker_id, ttl_s, int_array(ids),
+                 [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,
+                 AttemptOutcome.RUNNING]
 
 
 def int_array(values: list[int]) -> str:
