@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from runs.types import Lease, Outcome
 from runs.worker import handoff, wire
-from runs.worker.child import child_main
+from runs.worker.child import child_main, dropped_note
+from scheduler_core import conf
 
 FORK = multiprocessing.get_context("fork")
 
@@ -271,3 +272,56 @@ class Slot:
         self.start()
         return waiting
 
+
+
+def streamed_logs(run: InFlight) -> list:
+    """The log of a run that never returned: the lines its child streamed, and a note of
+    those the cap dropped."""
+    logs = run.logs or []
+    if run.dropped:
+        logs = [*logs, dropped_note(run.dropped, conf.get("MAX_LOG_LINES"))]
+    return logs
+
+
+class Children:
+    """The worker's child processes, one Slot each (``slots``), and the moving average of
+    their handlers' wall time (``avg_run_s``, None until a run ended), which the
+    lease-ahead reads. The Worker starts and kills them; the supervisor, the cancels and
+    the recycling replace one (restart) with the worker's ``lanes`` paused."""
+
+    def __init__(self, lanes):
+        self.lanes = lanes
+        self.slots: list[Slot] = []
+        self.avg_run_s: float | None = None
+
+    def start(self, count: int, handoff_config: handoff.Handoff | None, max_runs: int) -> None:
+        """Start ``count`` children (Slot's arguments)."""
+        for _ in range(count):
+            self.slots.append(Slot(handoff_config, max_runs))
+
+    def in_flight(self) -> list[Slot]:
+        """Slots whose child has runs."""
+        return [slot for slot in self.slots if slot.queued]
+
+    def handed(self) -> list[InFlight]:
+        """Every run handed to a child and not finished."""
+        return [run for slot in self.slots for run in slot.queued]
+
+    def empty(self) -> int:
+        """Children with no run."""
+        return sum(1 for slot in self.slots if not slot.queued)
+
+    def note_run_time(self, took: float) -> None:
+        """A handler ran ``took`` seconds: the moving average the prefetch reads."""
+        self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
+
+    def restart(self, slot: Slot) -> list[InFlight]:
+        """Replace ``slot``'s child with the lanes paused (forking beside other threads
+        risks a lock held in the child for ever); returns the runs it had not started."""
+        with self.lanes.paused():
+            return slot.restart()
+
+    def kill(self) -> None:
+        """Kill every child (at the stop; twice is harmless)."""
+        for slot in self.slots:
+            slot.kill()
