@@ -83,7 +83,7 @@ def test_a_head_taken_back_before_its_child_started_it_leaves_no_bytes_counted()
     # zero (the head's were counted off when it became the head; counting them off again
     # let the pipe take more than PIPE_BUDGET).
     worker = Worker(["default"], concurrency=1)
-    worker.avg_run_s = 0.0001  # short runs: several are handed at once
+    worker.children.avg_run_s = 0.0001  # short runs: several are handed at once
 
     slot = Slot()
     os.kill(slot.process.pid, signal.SIGSTOP)
@@ -93,7 +93,7 @@ def test_a_head_taken_back_before_its_child_started_it_leaves_no_bytes_counted()
             task = {"run_id": i, "job_id": 1, "attempt": 1, "scheduled_at": 0,
                     "handler": "noop", "payload": json.dumps({"pad": "x" * pad})}
             lease = Lease(i, 1, "default", 0, datetime.now(UTC))
-            assert worker.hand(slot, Leased(lease, task, 30), worker.depth(), now)
+            assert worker.lease.hand(slot, Leased(lease, task, 30), worker.lease.depth(), now)
         time.sleep(STALL_S + 0.05)
         assert slot.stalled(time.monotonic())
 

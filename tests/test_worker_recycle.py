@@ -114,7 +114,7 @@ def test_recycling_limits_are_checked_before_the_worker_starts(settings):
     with pytest.raises(ValueError, match="SCHEDULER MAX_MEMORY_PER_CHILD_MB must be 0"):
         Worker(["default"], 1)
     settings.SCHEDULER = {"MAX_RUNS_PER_CHILD": 7}
-    assert Worker(["default"], 1, max_memory_per_child_mb=64).recycle.max_runs == 7
+    assert Worker(["default"], 1, max_memory_per_child_mb=64).config.recycle.max_runs == 7
 
 
 def test_a_chain_acked_in_the_children_runs_once_in_order_across_recycled_children(

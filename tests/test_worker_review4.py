@@ -17,7 +17,7 @@ from runs.transitions import run_refs
 from runs.types import Lease, Outcome
 from runs.worker import ACK_BATCH_MAX, Worker
 from runs.worker.child import result_problem
-from runs.worker.lanes import Lane, Lanes
+from runs.worker.lanes import Lane
 from tests.conftest import make_runs, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,23 +49,22 @@ def test_an_int_result_json_cannot_write_fails_its_run_and_the_worker_carries_on
 
 def test_one_ack_carries_at_most_ACK_BATCH_MAX_outcomes():
     worker = Worker(["default"], concurrency=1)
-    worker.lanes = Lanes()
     sizes = []
 
     def ack_call(outcomes):
         sizes.append(len(outcomes))
         return [True] * len(outcomes)
 
-    worker.ack_call = ack_call
+    worker.acks.ack_call = ack_call
     now = datetime.now(UTC)
-    worker.outcomes = [Outcome(lease=Lease(i, 1, "default", 0, now), outcome="succeeded")
+    worker.acks.outcomes = [Outcome(lease=Lease(i, 1, "default", 0, now), outcome="succeeded")
                        for i in range(2000)]
     try:
-        while worker.outcomes or worker.acking:
-            worker.flush()
-            for future, _ in worker.acking:
+        while worker.acks.busy():
+            worker.acks.flush()
+            for future, _ in worker.acks.acking:
                 future.result(5)
-            worker.harvest_acks()
+            worker.acks.harvest()
     finally:
         worker.lanes.close()
 

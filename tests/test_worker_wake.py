@@ -139,7 +139,7 @@ def test_a_worker_whose_next_run_falls_due_within_its_wait_sleeps_to_it_not_in_r
     create_job("wake.noop", delay_s=0.3)
     worker = Worker(["default"], concurrency=1)
 
-    leased, due_in = worker.lease_call(1)
+    leased, due_in = worker.lease.lease_call(1)
 
     assert leased == [] and due_in is not None and 0 < due_in <= 0.3
 
@@ -199,7 +199,7 @@ def test_a_worker_told_to_stop_in_its_wait_passes_the_wake_on(redis_kind, settin
     wake = worker.broker.keys.wake("default")
     worker.broker.client.delete(wake)
     answer = []
-    leasing = threading.Thread(target=lambda: answer.append(worker.lease_call(1)))
+    leasing = threading.Thread(target=lambda: answer.append(worker.lease.lease_call(1)))
     leasing.start()
     time.sleep(0.3)  # its first lease came back empty: it blocks on the wake list now
     worker.stopping = True

@@ -547,6 +547,7 @@ def test_a_worker_with_runs_leased_ahead_offers_no_continuation(pair):
     """A continued run goes first in the worker's line: with runs it leased ahead waiting
     for a child (in the lease's order, maybe more urgent), it would jump them."""
     from runs.worker import Worker
+    from runs.worker.lease_ahead import leased_of
     from tests.conftest import make_runs
 
     broker = pair
@@ -555,8 +556,8 @@ def test_a_worker_with_runs_leased_ahead_offers_no_continuation(pair):
     broker.push(transitions_refs(broker, run))
     [lease] = broker.lease(["default"], 1, "w-ahead")
     outcomes = [Outcome(lease, AttemptOutcome.SUCCEEDED)]
-    assert worker.offer(outcomes) is not None
+    assert worker.acks.offer(outcomes) is not None
 
-    worker.ahead.extend(worker.leased_of([lease]))
+    worker.ahead.put_front(leased_of([lease], broker.using))
 
-    assert worker.offer(outcomes) is None
+    assert worker.acks.offer(outcomes) is None

@@ -1,14 +1,21 @@
-"""The worker daemon (``runworker``), one concern per module:
+"""The worker daemon (``runworker``): a Worker that owns and wires one object per concern,
+each in its module:
 
-- main.py: the Worker, its state and its round;
-- pool.py: the pool of child processes (Slot) and the runs handed to each (InFlight);
+- main.py: the Worker, its round and its Daemon hooks;
+- config.py: what it was started with (WorkerConfig);
+- pool.py: the child processes (Children, one Slot each) and the runs handed to each
+  (InFlight);
 - child.py: what runs in a child process (handlers, log capture);
 - wire.py: what crosses the pipe between the worker and a child, and its framing;
-- lease_ahead.py: how many runs to lease ahead, handing them out, taking them back;
-- acks.py: acking outcomes in batches;
-- supervise.py: waiting on the children, deadlines, dead children, heartbeats;
-- recycle.py: replacing a child after so many runs or past a memory cap;
-- shutdown.py: a graceful and a forced stop;
+- lease_ahead.py: the runs leased ahead (Ahead) and leasing, handing out and taking back
+  (LeaseAhead);
+- acks.py: acking outcomes in batches (Acks);
+- child_acks.py: the worker's side of acks made in its children (ChildAcks, BookKeeper);
+- handoff.py: the child's side of those acks;
+- supervise.py: waiting on the children, deadlines, dead children, heartbeats (Supervisor);
+- cancels.py: stopping the handler of a cancelled run (Cancels);
+- recycle.py: replacing a child after so many runs or past a memory cap (Recycler);
+- shutdown.py: a graceful and a forced stop (Shutdown);
 - lanes.py: the background threads that run leases and acks.
 
 docs/architecture.md ("runworker") describes how they fit together.

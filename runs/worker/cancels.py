@@ -11,31 +11,60 @@ log lines: its ack is refused (the run is no longer running) but the lines are k
 attempt.
 """
 
+import logging
 import time
+from collections.abc import Callable
 
 from django.db import connections
 
 from runs.daemon import TRANSIENT
 from runs.models import AttemptOutcome
 from runs.types import Outcome
-from runs.worker.pool import InFlight, Slot
+from runs.worker.pool import InFlight, Slot, streamed_logs
+
+log = logging.getLogger("scheduler.worker")
+
+
+def cancelled_outcome(run: InFlight, logs: list, how: str) -> Outcome:
+    """The outcome a worker sends for cancelled ``run``; ``how`` says how the handler
+    ended."""
+    return Outcome(lease=run.lease, outcome=AttemptOutcome.CANCELLED,
+                   error=f"cancelled while running; {how}", logs=logs, task=run.task)
 
 
 class Cancels:
-    """The worker's watch for cancelled runs: check_cancels each round, cancel_expired
-    with the deadlines. A mixin of runs/worker/main.py's Worker, whose attributes
-    (``broker``, ``cancel_check_s``, ``cancel_grace_s``, ``next_cancel_check``) it uses."""
+    """The worker's watch for cancelled runs: check each round (the Worker), expired
+    from the supervisor's deadlines. Owns when the next check is due (``next_check``,
+    time.monotonic()); reads ``children``, sends outcomes to ``acks``; a child it kills
+    is replaced and its waiting runs go back to ``ahead``."""
 
-    def check_cancels(self) -> None:
-        """At most every ``cancel_check_s``: signal the children whose run, executing for
-        that long, was cancelled. A failed read is retried at the next check."""
+    def __init__(self, config, broker, children, ahead, acks, child_acks,
+                 note_failure: Callable):
+        self.check_s = config.cancel_check_s
+        self.grace_s = config.cancel_grace_s
+        self.using = config.using
+        self.broker = broker
+        self.children = children
+        self.ahead = ahead
+        self.acks = acks
+        self.child_acks = child_acks
+        self.note_failure = note_failure
+        self.next_check = 0.0
+
+    def due_in(self, now: float) -> float:
+        """Seconds from ``now`` (time.monotonic()) to the next check."""
+        return self.next_check - now
+
+    def check(self) -> None:
+        """At most every ``check_s``: signal the children whose run, executing for that
+        long, was cancelled. A failed read is retried at the next check."""
         now = time.monotonic()
-        if now < self.next_cancel_check:
+        if now < self.next_check:
             return
-        self.next_cancel_check = now + self.cancel_check_s
-        long = [slot for slot in self.in_flight()
+        self.next_check = now + self.check_s
+        long = [slot for slot in self.children.in_flight()
                 if slot.current.cancel_deadline == float("inf") and slot.current.pending is None
-                and now - slot.current.began >= self.cancel_check_s]
+                and now - slot.current.began >= self.check_s]
         if not long:
             return
         try:
@@ -49,24 +78,19 @@ class Cancels:
         for slot in long:
             run = slot.current
             if run.lease.run_id in cancelled:
-                self.log.warning("worker: run %s was cancelled; stopping its handler "
-                                 "(killed if still running in %s s)",
-                                 run.lease.run_id, self.cancel_grace_s)
-                run.cancel_deadline = now + self.cancel_grace_s
+                log.warning("worker: run %s was cancelled; stopping its handler "
+                            "(killed if still running in %s s)",
+                            run.lease.run_id, self.grace_s)
+                run.cancel_deadline = now + self.grace_s
                 slot.signal_cancel(run)
 
-    def cancelled_outcome(self, run: InFlight, logs: list, how: str) -> Outcome:
-        """The outcome a worker sends for cancelled ``run``; ``how`` says how the handler
-        ended."""
-        return Outcome(lease=run.lease, outcome=AttemptOutcome.CANCELLED,
-                       error=f"cancelled while running; {how}", logs=logs, task=run.task)
-
-    def cancel_expired(self, slot: Slot) -> None:
+    def expired(self, slot: Slot) -> None:
         """``slot``'s cancelled run did not stop within the grace: kill its child."""
         run = slot.current
-        self.log.warning("worker: cancelled run %s still running after %s s; killing its "
-                         "child", run.lease.run_id, self.cancel_grace_s)
-        self.add_outcome(self.cancelled_outcome(
-            run, self.streamed_logs(run),
-            f"the handler did not stop within {self.cancel_grace_s} s and was killed"))
-        self.requeue(self.restart(slot))
+        log.warning("worker: cancelled run %s still running after %s s; killing its "
+                    "child", run.lease.run_id, self.grace_s)
+        self.acks.add(cancelled_outcome(
+            run, streamed_logs(run),
+            f"the handler did not stop within {self.grace_s} s and was killed"))
+        self.ahead.requeue(self.children.restart(slot))
+        self.child_acks.allow()

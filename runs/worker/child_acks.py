@@ -4,33 +4,92 @@ and the child's side): when to allow them, what the child's ``acking``, ``acked`
 its ack went (the worker acks it itself, fenced).
 """
 
+import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from runs.models import AttemptOutcome
 from runs.types import Books, Outcome
 from runs.worker import handoff
 from runs.worker.acks import report_outcome
+from runs.worker.cancels import cancelled_outcome
+from runs.worker.lease_ahead import leased_of
 from runs.worker.pool import InFlight, Slot
+
+log = logging.getLogger("scheduler.worker")
+
+
+class BookKeeper:
+    """The broker's books the children's acks left (Books): owed (``owed``) until handed
+    to the ack lane, all in one call, when the last such call (``call``) has ended. A
+    fast chain's hops then share the broker's round trips, as the worker's own acks share
+    commits. ChildAcks owes them; Acks keeps them before each ack of its own (which must
+    come after them); the Worker's round keeps them."""
+
+    def __init__(self, broker, lanes):
+        self.broker = broker
+        self.lanes = lanes
+        self.owed: list[Books] = []
+        self.call: Future | None = None
+
+    def owe(self, books: Books) -> None:
+        self.owed.append(books)
+
+    def keep(self, force: bool = False) -> None:
+        """Hand the books owed to the ack lane when the last call has ended, or at once
+        when ``force``."""
+        if not self.owed:
+            return
+        if not force and self.call is not None and not self.call.done():
+            return
+        owed, self.owed = self.owed, []
+        self.call = self.lanes.ack.submit(self.broker.keep_books, merge_books(owed),
+                                          wake=False)
+
+    def settle(self) -> None:
+        """At the stop: hand over what is owed and wait until the broker has it (the runs
+        adopted before the release forgets them)."""
+        self.keep(force=True)
+        if self.call is not None:
+            self.call.exception()
 
 
 class ChildAcks:
-    """A mixin of runs/worker/main.py's Worker, whose attributes it uses; ``handoff``
-    (a handoff.Handoff, or None: no acks in the children) is set before the children
-    are made."""
+    """The worker's side of the children's acks: when to allow them (allow), the
+    children's ``acking``, ``acked`` and ``ack_back`` messages (child_message, from the
+    supervisor), and acking here, fenced, a success whose child never said how its ack
+    went (take_pending, ack_pending_and_restart). Owns ``handoff`` (a handoff.Handoff, or
+    None: no acks in the children; set by enable before the children are made) and the
+    count ``acked_in_children``. Reports to ``acks`` and ``books``; continued runs go to
+    ``ahead``."""
 
-    handoff: "handoff.Handoff | None" = None
-    acked_in_children = 0  # acks its children made (child_acked): for operators and tests
-    books_call: Future | None = None  # the last keep_books call in the ack lane
+    def __init__(self, config, ahead, children, acks, books: BookKeeper,
+                 stopping: Callable[[], bool]):
+        self.config = config
+        self.ahead = ahead
+        self.children = children
+        self.acks = acks
+        self.books = books
+        self.stopping = stopping
+        self.handoff: handoff.Handoff | None = None
+        self.acked_in_children = 0  # for operators and tests
 
-    def allow_child_acks(self) -> None:
+    def enable(self, handoff_config: handoff.Handoff) -> None:
+        self.handoff = handoff_config
+
+    @property
+    def enabled(self) -> bool:
+        return self.handoff is not None
+
+    def allow(self) -> None:
         """Allow the children to ack workflow nodes themselves while the worker holds no
         run leased ahead (a continued run would jump it), is not stopping and has no
         ``max_runs`` (a run continued in a child is counted after the fact); never a
         child that is full (Slot.full: at its runs per child, or retiring)."""
-        allowed = (self.handoff is not None and not self.stopping and not self.ahead
-                   and self.max_runs is None)
-        for slot in self.slots:
+        allowed = (self.handoff is not None and not self.stopping() and not len(self.ahead)
+                   and self.config.max_runs is None)
+        for slot in self.children.slots:
             # A child to be handed no more runs must not continue one itself either
             # (runs/worker/recycle.py).
             want = allowed and not slot.full
@@ -60,7 +119,7 @@ class ChildAcks:
                                   result=result, took_s=took, task=current.task,
                                   watched=True)
         current.deadline = time.monotonic() + self.handoff.ttl_s
-        self.note_run_time(took)
+        self.children.note_run_time(took)
 
     def child_acked(self, slot: Slot, current: InFlight, message: tuple) -> None:
         """The child's ack committed: count and report it, keep the broker's books in the
@@ -70,17 +129,17 @@ class ChildAcks:
         outcome = current.pending
         outcome.outcome, outcome.error, outcome.fate = state, error, fate
         slot.pop_finished()
-        self.finished += 1
+        self.acks.count_finished(1)
         self.acked_in_children += 1
         report_outcome(outcome)
         books = handoff.books_of(books)
-        self.books_owed.append(books)
-        self.keep_books()
+        self.books.owe(books)
+        self.books.keep()
         if pushed != 0:
-            # The ack left runs to the broker (or cannot say): lease now, as
-            # harvest_acks does after an ack of its own.
-            self.wake_at, self.lease_again = None, True
-        continued = self.leased_of([lease for lease, _ in books.taken])
+            # The ack left runs to the broker (or cannot say): lease now, as Acks.harvest
+            # does after an ack of its own.
+            self.ahead.wake(retry=True)
+        continued = leased_of([lease for lease, _ in books.taken], self.config.using)
         if started:
             run = continued.pop(0)
             slot.queued.appendleft(InFlight(run.lease, run.task, run.timeout_s, began=at,
@@ -91,23 +150,10 @@ class ChildAcks:
         if continued:
             # Continued without its task (not on PostgreSQL's lease statement): handed as
             # a run leased ahead.
-            for leased in reversed(continued):
+            for leased in continued:
                 leased.watched = True
-                self.ahead.appendleft(leased)
-            self.allow_child_acks()
-
-    def keep_books(self, force: bool = False) -> None:
-        """Hand the books the children's acks left (Books) to the ack lane, all owed in
-        one call, when the last such call has ended (or ``force``: before an ack of the
-        worker's own, which must come after them, and at the stop). A fast chain's hops
-        then share the broker's round trips, as the worker's own acks share commits."""
-        if not self.books_owed:
-            return
-        if not force and self.books_call is not None and not self.books_call.done():
-            return
-        owed, self.books_owed = self.books_owed, []
-        merged = merge_books(owed)
-        self.books_call = self.lanes.ack.submit(self.broker.keep_books, merged, wake=False)
+            self.ahead.put_front(continued)
+            self.allow()
 
     def take_pending(self, slot: Slot) -> bool:
         """If ``slot``'s run is one its child was acking, ack its outcome here instead
@@ -117,8 +163,8 @@ class ChildAcks:
             return False
         outcome = current.pending
         if current.cancel_deadline != float("inf"):
-            outcome = self.cancelled_outcome(current, [], "the handler stopped")
-        self.add_outcome(outcome)
+            outcome = cancelled_outcome(current, [], "the handler stopped")
+        self.acks.add(outcome)
         slot.pop_finished()
         return True
 
@@ -126,14 +172,15 @@ class ChildAcks:
         """``slot``'s child ``how`` (died, say) while acking its run: ack that run's
         success here, replace the child, and hand again the runs queued behind it (none
         had started: the child starts the next only after its ack's answer)."""
-        self.log.warning("worker: the child acking run %s %s; acking it here",
-                         slot.current.lease.run_id, how)
+        log.warning("worker: the child acking run %s %s; acking it here",
+                    slot.current.lease.run_id, how)
         self.take_pending(slot)
         waiting = list(slot.queued)
         slot.queued.clear()
         slot.waiting = 0
-        self.restart(slot)
-        self.requeue(waiting)
+        self.children.restart(slot)
+        self.ahead.requeue(waiting)
+        self.allow()
 
 
 def merge_books(owed: list[Books]) -> Books:

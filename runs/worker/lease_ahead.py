@@ -14,7 +14,10 @@ holds at most that much work another worker could have started.
 """
 
 import json
+import logging
 import time
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -23,7 +26,6 @@ from runs.daemon import TRANSIENT
 from runs.models import Run
 from runs.types import Lease
 from runs.worker import wire
-from runs.worker.acks import ACKS_IN_FLIGHT, UNACKED_MAX
 from runs.worker.pool import InFlight, Slot
 
 PREFETCH_PER_SLOT = 256  # most runs leased ahead per child process
@@ -46,6 +48,8 @@ LEASES_IN_FLIGHT = 2
 # what a stopping worker releases (BENCHMARKS.md, "W2 against the ceiling").
 LEASE_MIN_SHARE = 3
 
+log = logging.getLogger("scheduler.worker")
+
 
 def lease_batch(concurrency: int) -> int:
     """Most runs one lease call takes for a worker of ``concurrency`` child processes
@@ -65,52 +69,189 @@ class Leased:
     watched: bool = False  # known to be a workflow node's run (runs/continuation.py)
 
 
+def leased_of(leases: list[Lease], using: str) -> list[Leased]:
+    """``leases`` with what their children need (the lease's own ``task`` where the lease
+    statement returned it, else one read of the runs in database ``using``)."""
+    missing = [lease.run_id for lease in leases if lease.task is None]
+    runs = {
+        # The task's form (start_attempts on PostgreSQL gives it): payload as JSON text.
+        row[0]: {"scheduled_at_us": to_us(row[1]), "job_id": row[2], "handler": row[3],
+                 "payload": json.dumps(row[4]), "timeout_s": row[5]}
+        for row in Run.objects.using(using)
+        .filter(pk__in=missing)
+        .values_list("pk", "scheduled_at", "job_id", "job__handler", "job__payload",
+                     "job__timeout_s")
+    } if missing else {}
+    leased = []
+    for lease in leases:
+        t = lease.task if lease.task is not None else runs[lease.run_id]
+        leased.append(Leased(lease, wire.task_of(lease.run_id, lease.attempt, t),
+                             t["timeout_s"]))
+    return leased
+
+
+class Ahead:
+    """The runs leased ahead, waiting in the worker for a free child (oldest lease
+    first), and when to lease next: ``idle`` (the last lease found none), ``wake_at``
+    (time.monotonic() of the next lease while idle; None: now) and ``lease_again`` (an
+    ack may have made runs: an empty lease is retried at once). Filled by LeaseAhead and
+    by the acks that continued runs here (Acks, ChildAcks); runs a replaced child never
+    started come back to its front (requeue)."""
+
+    def __init__(self):
+        self.runs: deque[Leased] = deque()
+        self.idle = False
+        self.wake_at: float | None = None
+        self.lease_again = False
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def first(self) -> Leased:
+        return self.runs[0]
+
+    def pop_first(self) -> Leased:
+        return self.runs.popleft()
+
+    def put_front(self, leased: list[Leased]) -> None:
+        """``leased`` go first in line, in their order."""
+        self.runs.extendleft(reversed(leased))
+
+    def requeue(self, runs: list[InFlight]) -> None:
+        """Runs a replaced child never started go back to the front of the queue (the
+        caller then allows the children's acks again: ChildAcks.allow)."""
+        self.put_front([Leased(run.lease, run.task, run.timeout_s, run.watched)
+                        for run in runs])
+
+    def take_all(self) -> list[Leased]:
+        """Empty the queue; returns what it held."""
+        runs = list(self.runs)
+        self.runs.clear()
+        return runs
+
+    def leases(self) -> list[Lease]:
+        return [leased.lease for leased in self.runs]
+
+    def renew(self, held: dict[tuple[int, int], Lease]) -> list[int]:
+        """Keep the runs whose lease a heartbeat renewed (``held``, by (run id, attempt));
+        returns the ids of those dropped, their lease lost before they started."""
+        kept, lost = deque(), []
+        for leased in self.runs:
+            lease = held.get((leased.lease.run_id, leased.lease.attempt))
+            if lease is None:
+                lost.append(leased.lease.run_id)
+            else:
+                leased.lease = lease
+                kept.append(leased)
+        self.runs = kept
+        return lost
+
+    def sleeping_until(self) -> float | None:
+        """time.monotonic() of the next lease while idle (None: not idle, or now)."""
+        return self.wake_at if self.idle else None
+
+    def asleep(self, now: float) -> bool:
+        """Whether the worker is idle and its next lease not yet due at ``now``."""
+        return self.idle and self.wake_at is not None and now < self.wake_at
+
+    def wake(self, retry: bool = False) -> None:
+        """Lease at once rather than after the idle poll; ``retry``: also when a lease
+        sent before now comes back empty."""
+        self.wake_at = None
+        if retry:
+            self.lease_again = True
+
+    def wake_if_idle(self) -> None:
+        if self.idle:
+            self.wake_at = None
+
+    def leased(self, runs: list[Leased], due_in: float | None, poll_s: float) -> None:
+        """A lease answered ``runs`` (queued last), or none with the next run due in
+        ``due_in`` s (None: unknown): sleep until then, at most ``poll_s``."""
+        self.idle = not runs
+        if runs:
+            self.runs.extend(runs)
+            return
+        if self.lease_again:
+            # Sent before an ack that may have made runs (acks.py): lease again now.
+            self.lease_again, self.wake_at = False, None
+            return
+        # Sleep until the next run falls due rather than a whole poll interval, so a run
+        # scheduled for an instant starts within a few ms of it.
+        wait_s = poll_s if due_in is None else min(due_in, poll_s)
+        self.wake_at = time.monotonic() + wait_s
+
+
 class LeaseAhead:
     """The worker's leasing: ask the lease lane for runs (lease_more), take its answers
-    (harvest_lease), hand runs to the children (dispatch) and take back the runs waiting
-    behind one gone long (take_back_stalled). A mixin of runs/worker/main.py's Worker,
-    whose attributes it uses."""
+    (harvest), hand runs to the children (dispatch) and take back the runs waiting behind
+    one gone long (take_back_stalled). Owns the lease calls in flight (``leasing``, each
+    with the runs it asked for) and the pause after a failed one. Fills ``ahead``, feeds
+    ``children``; asks ``acks`` whether acks are backed up. Called by the Worker's round
+    and the supervisor (dispatch)."""
+
+    def __init__(self, config, broker, lanes, ahead: Ahead, children, acks, child_acks,
+                 stopping: Callable[[], bool], note_failure: Callable):
+        self.config = config
+        self.broker = broker
+        self.lanes = lanes
+        self.ahead = ahead
+        self.children = children
+        self.acks = acks
+        self.child_acks = child_acks
+        self.stopping = stopping
+        self.note_failure = note_failure
+        self.leasing: list[tuple[Future, int]] = []
+        self.paused_until = 0.0
+
+    def busy(self) -> bool:
+        """Whether a lease call is in flight."""
+        return bool(self.leasing)
+
+    def sleeping_until(self) -> float | None:
+        """time.monotonic() of the next lease while idle with none in flight, else None."""
+        return None if self.leasing else self.ahead.sleeping_until()
 
     def prefetch(self) -> int:
         """Runs to lease beyond the free slots: none until runs are known to be short,
         then PREFETCH_WINDOW_S of average run time per child, at most PREFETCH_PER_SLOT."""
-        if self.avg_run_s is None or self.avg_run_s > PREFETCH_MAX_RUN_S:
+        avg_run_s = self.children.avg_run_s
+        if avg_run_s is None or avg_run_s > PREFETCH_MAX_RUN_S:
             return 0
-        per_slot = PREFETCH_WINDOW_S / max(self.avg_run_s, 1e-6)
-        return self.concurrency * max(1, min(PREFETCH_PER_SLOT, int(per_slot)))
+        per_slot = PREFETCH_WINDOW_S / max(avg_run_s, 1e-6)
+        return self.config.concurrency * max(1, min(PREFETCH_PER_SLOT, int(per_slot)))
 
     def depth(self) -> int:
         """Runs handed to one child at once: while runs are short, as many as its share
         of the lease-ahead (PREFETCH_WINDOW_S of average run time), at most
         PIPELINE_DEPTH; else one."""
-        return max(1, min(PIPELINE_DEPTH, self.prefetch() // self.concurrency))
+        return max(1, min(PIPELINE_DEPTH, self.prefetch() // self.config.concurrency))
 
     def lease_more(self) -> None:
         """Ask the lease lane for runs when a child is idle or the runs leased ahead run
-        low (up to LEASES_IN_FLIGHT calls at once); harvest_lease takes the answers."""
+        low (up to LEASES_IN_FLIGHT calls at once); harvest takes the answers."""
         self.dispatch()
         now = time.monotonic()
-        if (self.stopping or len(self.leasing) >= LEASES_IN_FLIGHT
-                or now < self.lease_paused_until or len(self.acking) > ACKS_IN_FLIGHT
-                or self.acked_pending() > UNACKED_MAX):
+        if (self.stopping() or len(self.leasing) >= LEASES_IN_FLIGHT
+                or now < self.paused_until or self.acks.backed_up()):
             return
-        if self.idle and self.wake_at is not None and now < self.wake_at:
+        if self.ahead.asleep(now):
             return
         asked = sum(want for _, want in self.leasing)
-        held = len(self.ahead) + len(self.handed()) + asked
-        empty = sum(1 for slot in self.slots if not slot.queued)
-        want = self.concurrency + self.prefetch() - held
+        held = len(self.ahead) + len(self.children.handed()) + asked
+        want = self.config.concurrency + self.prefetch() - held
         # Lease when a child is idle and no lease is on its way, or top up the runs
         # leased ahead as soon as a lease's worth of room is free.
-        if not (empty and not self.leasing) and want < max(1, self.prefetch() // LEASE_MIN_SHARE):
+        if (not (self.children.empty() and not self.leasing)
+                and want < max(1, self.prefetch() // LEASE_MIN_SHARE)):
             return
-        if self.max_runs is not None:
-            want = min(want, self.max_runs - self.finished - self.acked_pending() - held)
+        if self.config.max_runs is not None:
+            want = min(want, self.config.max_runs - self.acks.settled() - held)
         if want <= 0:
             return
         self.leasing.append((self.lanes.lease.submit(self.lease_call, want), want))
 
-    def harvest_lease(self) -> None:
+    def harvest(self) -> None:
         """Take the lease lane's answers that have come: runs to hand to the children, or
         nothing (sleep until the next run falls due, at most WORKER_POLL_S), or an error
         (lease again in a second; runs in flight are still collected, acked and
@@ -120,105 +261,90 @@ class LeaseAhead:
             self.take_lease(entry[0])
 
     def take_lease(self, future: Future) -> None:
-        """Handle one finished lease call (harvest_lease)."""
+        """Handle one finished lease call (harvest)."""
         try:
             leased, due_in = future.result()
         except TRANSIENT as exc:
             self.note_failure("lease", exc)
-            self.lease_paused_until = time.monotonic() + 1.0
+            self.paused_until = time.monotonic() + 1.0
             return
-        self.idle = not leased
+        self.ahead.leased(leased, due_in, self.config.poll_s)
         if leased:
-            self.ahead.extend(leased)
             self.dispatch()
-            return
-        if self.lease_again:
-            # Sent before an ack that may have made runs (acks.py): lease again now.
-            self.lease_again, self.wake_at = False, None
-            return
-        # Sleep until the next run falls due rather than a whole poll interval, so a run
-        # scheduled for an instant starts within a few ms of it.
-        wait_s = self.poll_s if due_in is None else min(due_in, self.poll_s)
-        self.wake_at = time.monotonic() + wait_s
 
-    def lease_call(self, want: int) -> tuple[list["Leased"], float | None]:
+    def wait(self) -> None:
+        """Wait for the lease calls in flight and take their runs (at the stop: they are
+        released then)."""
+        for future, _ in self.leasing:
+            future.exception()
+        self.harvest()
+
+    def lease_call(self, want: int) -> tuple[list[Leased], float | None]:
         """In the lease lane: lease up to ``want`` runs with what their children need;
         with none ready, also the seconds until the next falls due (None: unknown). With
         none ready on a broker that can wait (Broker.wait_ready), it first waits there
         for a push, as long as the worker would have slept, and leases once more; the
         seconds are then 0 (lease again now: the wait is done)."""
-        leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
+        c = self.config
+        leases = self.broker.lease(c.queues, want, c.worker_id, weights=c.weights)
         if leases:
-            return self.leased_of(leases), None
-        due_in = self.broker.next_due_s(self.queues)
-        wait_s = self.poll_s if due_in is None else min(due_in, self.poll_s)
+            return leased_of(leases, c.using), None
+        due_in = self.broker.next_due_s(c.queues)
+        wait_s = c.poll_s if due_in is None else min(due_in, c.poll_s)
         # A burst worker does not wait: it stops once idle (main.py, round). Nor does a
         # worker whose next run falls due before the broker's wait could end for sure:
         # it sleeps to that instant itself (redis_wake.py, WAIT_SLACK_S).
         exact = due_in is not None and due_in < wait_s + self.broker.wait_slack_s
-        if (self.stopping or self.burst or exact
-                or not self.broker.wait_ready(self.queues, wait_s,
+        if (self.stopping() or c.burst or exact
+                or not self.broker.wait_ready(c.queues, wait_s,
                                               passing_on=self.waits_end)):
             return [], due_in
         if self.waits_end():
             return [], 0.0
-        leases = self.broker.lease(self.queues, want, self.worker_id, weights=self.weights)
-        return self.leased_of(leases), None if leases else 0.0
+        leases = self.broker.lease(c.queues, want, c.worker_id, weights=c.weights)
+        return leased_of(leases, c.using), None if leases else 0.0
 
     def waits_end(self) -> bool:
         """Whether an idle wait in the broker (Broker.wait_ready) is to end now: the
-        worker is stopping, or its lease lane is pausing to fork a child (supervise.py,
-        restart), which waits for the lane's calls. Asked from the lease lane."""
-        return self.stopping or (self.lanes is not None and self.lanes.lease.stopping)
+        worker is stopping, or its lease lane is pausing to fork a child
+        (Children.restart), which waits for the lane's calls. Asked from the lease lane."""
+        return self.stopping() or self.lanes.lease.stopping
 
-    def leased_of(self, leases: list[Lease]) -> list["Leased"]:
-        """``leases`` with what their children need (the lease's own ``task`` where the
-        lease statement returned it, else one read of the runs)."""
-        missing = [lease.run_id for lease in leases if lease.task is None]
-        runs = {
-            # The task's form (start_attempts on PostgreSQL gives it): payload as JSON text.
-            row[0]: {"scheduled_at_us": to_us(row[1]), "job_id": row[2], "handler": row[3],
-                     "payload": json.dumps(row[4]), "timeout_s": row[5]}
-            for row in Run.objects.using(self.using)
-            .filter(pk__in=missing)
-            .values_list("pk", "scheduled_at", "job_id", "job__handler", "job__payload",
-                         "job__timeout_s")
-        } if missing else {}
-        leased = []
-        for lease in leases:
-            t = lease.task if lease.task is not None else runs[lease.run_id]
-            leased.append(Leased(lease, wire.task_of(lease.run_id, lease.attempt, t),
-                                 t["timeout_s"]))
-        return leased
+    def release_ahead(self) -> None:
+        """Stopping: runs leased ahead go back at once instead of being started."""
+        leases = [leased.lease for leased in self.ahead.take_all()]
+        released = self.broker.release(leases)
+        log.info("worker %s: released %d runs leased ahead", self.config.worker_id,
+                 len(released))
 
     def dispatch(self) -> None:
         """Hand runs leased ahead to the children, one per child in turn (oldest lease
         first), up to ``depth()`` each and PIPE_BUDGET bytes waiting per pipe; each
         child's share goes in one message."""
-        if not self.ahead or self.stopping:
+        if not self.ahead or self.stopping():
             return
         depth = self.depth()
         now = time.time_ns() // 1000  # the children's deadlines, in µs since the epoch
         mono = time.monotonic()
         batches: dict[Slot, list[dict]] = {}
-        open_ = [slot for slot in self.slots
+        open_ = [slot for slot in self.children.slots
                  if len(slot.queued) < depth and not slot.stalled(mono)]
         while self.ahead and open_:
             for slot in list(open_):
                 if not self.ahead:
                     break
-                task = self.hand(slot, self.ahead[0], depth, now)
+                task = self.hand(slot, self.ahead.first(), depth, now)
                 if task is None:
                     open_.remove(slot)
                     continue
-                self.ahead.popleft()
+                self.ahead.pop_first()
                 batches.setdefault(slot, []).append(task)
         for slot, tasks in batches.items():
             try:
                 slot.send(tasks)
             except OSError:
                 # The child died (its last messages were read, the end of its pipe not
-                # yet): collect() or enforce_deadlines() sees it, and the runs just
+                # yet): the supervisor's collect or enforce_deadlines sees it, and the runs just
                 # queued on it go back to be handed again.
                 pass
 
@@ -251,12 +377,6 @@ class LeaseAhead:
             slot.begin_head(time.monotonic())
         return task
 
-    def requeue(self, runs: list[InFlight]) -> None:
-        """Runs a replaced child never started go back to the front of the queue."""
-        for run in reversed(runs):
-            self.ahead.appendleft(Leased(run.lease, run.task, run.timeout_s, run.watched))
-        self.allow_child_acks()  # runs wait ahead now: no child may jump them
-
     def take_back_stalled(self) -> None:
         """Runs waiting behind a run gone long (STALL_S) go back to the front of the
         runs leased ahead, for the other children (dispatch skips the stalled child).
@@ -264,9 +384,10 @@ class LeaseAhead:
         them for other workers cost a release per run and churned (a worker alone
         leased them back at once; BENCHMARKS.md, "W2 against the ceiling")."""
         now = time.monotonic()
-        back = [run for slot in self.slots if len(slot.queued) > 1 and slot.stalled(now)
+        back = [run for slot in self.children.slots if len(slot.queued) > 1 and slot.stalled(now)
                 for run in slot.take_back()]
         if back:
-            self.requeue(back)
+            self.ahead.requeue(back)
+            self.child_acks.allow()  # runs wait ahead now: no child may jump them
             self.dispatch()
 

@@ -16,10 +16,7 @@ everything in flight immediately.
 
 import os
 import socket
-import time
 import uuid
-from collections import deque
-from concurrent.futures import Future
 
 from django.db import connections
 
@@ -28,18 +25,19 @@ from runs.clock import db_now
 from runs.daemon import TRANSIENT, Daemon
 from runs.models import WorkerProcess
 from runs.outcomes import flush_counts
-from runs.types import Outcome
 from runs.worker import child as child_process
 from runs.worker import handoff
-from runs.worker.acks import AckBatch, Acks
+from runs.worker.acks import Acks
 from runs.worker.cancels import Cancels
-from runs.worker.child_acks import ChildAcks
+from runs.worker.child_acks import BookKeeper, ChildAcks
+from runs.worker.config import WorkerConfig
 from runs.worker.lanes import Lanes
-from runs.worker.lease_ahead import LEASES_IN_FLIGHT, LeaseAhead, Leased
-from runs.worker.pool import InFlight, Slot
+from runs.worker.lease_ahead import LEASES_IN_FLIGHT, Ahead, LeaseAhead
+from runs.worker.pool import Children
+from runs.worker.recycle import Recycler
 from runs.worker.recycle import limits as recycle_limits
 from runs.worker.shutdown import Shutdown
-from runs.worker.supervise import Supervision
+from runs.worker.supervise import Supervisor
 from scheduler_core import conf
 from scheduler_core.exceptions import SchedulerError
 
@@ -61,7 +59,7 @@ def default_concurrency() -> int:
         raise ValueError(f"WORKER_CONCURRENCY={value!r} is not a whole number") from None
 
 
-class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon):
+class Worker(Daemon):
     """Run leased runs of ``queues`` in ``concurrency`` child processes (None:
     default_concurrency()).
 
@@ -71,6 +69,12 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
     (Broker.lease); without it the queues are served in the order given.
     ``max_runs_per_child`` and ``max_memory_per_child_mb`` (MiB) recycle the children
     (runs/worker/recycle.py; None: the settings; 0: never); ValueError when negative.
+
+    It owns its parts and wires them (docs/architecture.md, "runworker"): the children
+    (Children), the runs leased ahead (Ahead), the leasing (LeaseAhead), the acks (Acks,
+    with the children's books: BookKeeper), the children's acks (ChildAcks), the cancels
+    (Cancels), the recycling (Recycler), the supervisor (Supervisor) and the stop
+    (Shutdown). Its own state is only the Daemon's: ``stopping`` and ``forced``.
     """
 
     name = "worker"
@@ -86,41 +90,55 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
             concurrency = default_concurrency()
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        self.config = config = WorkerConfig(
+            queues=queues, weights=weights,
+            worker_id=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
+            concurrency=concurrency, max_runs=max_runs, burst=burst,
+            poll_s=conf.get("WORKER_POLL_S"), heartbeat_s=conf.heartbeat_interval(),
+            cancel_check_s=conf.get("CANCEL_CHECK_S"),
+            cancel_grace_s=conf.get("CANCEL_GRACE_S"),
+            grace_s=conf.get("WORKER_GRACE_S") if grace_s is None else grace_s,
+            recycle=recycle_limits(max_runs_per_child, max_memory_per_child_mb),
+            using=using)
+        self.worker_id = config.worker_id
         self.queues = queues
-        self.weights = weights
-        self.recycle = recycle_limits(max_runs_per_child, max_memory_per_child_mb)
-        self.concurrency = concurrency
-        self.max_runs = max_runs
-        self.burst = burst
-        self.grace_s = conf.get("WORKER_GRACE_S") if grace_s is None else grace_s
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.broker = get_broker(using)
-        self.poll_s = conf.get("WORKER_POLL_S")
-        self.heartbeat_s = conf.heartbeat_interval()
-        self.cancel_check_s = conf.get("CANCEL_CHECK_S")
-        self.cancel_grace_s = conf.get("CANCEL_GRACE_S")
-        self.next_cancel_check = 0.0  # time.monotonic() of the next check_cancels
-        self.slots: list[Slot] = []
-        self.outcomes: list[Outcome] = []
-        self.ahead: deque[Leased] = deque()
-        self.avg_run_s: float | None = None  # moving average of handler wall time
-        self.finished = 0
-        self.last_heartbeat = time.monotonic()
-        self.stop_requested_at: float | None = None
-        self.idle = False
-        self.wake_at: float | None = None  # time.monotonic() when the next run falls due
-        self.lease_again = False  # an ack may have made runs: an empty lease is retried
-        self.lease_paused_until = 0.0
-        self.ack_paused_until = 0.0
-        self.lanes: Lanes | None = None
-        # Lease calls in the lease lane not yet harvested, with the runs each asked for.
-        self.leasing: list[tuple[Future, int]] = []
-        self.acking: list[tuple[Future, list[Outcome]]] = []  # ack calls in the ack lane
-        # id of an ack batch (its outcomes list, alive in ``acking`` until harvested) ->
-        # its record: the offer made with it, what its ack continued here and pushed
-        # (runs/worker/acks.py, AckBatch; runs/continuation.py).
-        self.batches: dict[int, AckBatch] = {}
-        self.books_owed: list = []  # Books the children's acks left (runs/worker/child_acks.py)
+        self.broker = broker = get_broker(using)
+        stopping, failed = self.is_stopping, self.note_failure
+        # The wake-up pipe is made here, its threads at their first call (Lanes).
+        self.lanes = lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
+        self.children = children = Children(lanes)
+        self.ahead = ahead = Ahead()
+        self.books = books = BookKeeper(broker, lanes)
+        self.acks = acks = Acks(config, broker, lanes, ahead, children, books, stopping,
+                                failed)
+        self.child_acks = child_acks = ChildAcks(config, ahead, children, acks, books,
+                                                 stopping)
+        self.lease = lease = LeaseAhead(config, broker, lanes, ahead, children, acks,
+                                        child_acks, stopping, failed)
+        self.cancels = cancels = Cancels(config, broker, children, ahead, acks, child_acks,
+                                         failed)
+        recycler = Recycler(config.recycle, children, ahead, child_acks, stopping)
+        self.supervisor = supervisor = Supervisor(
+            config, broker, lanes, children, ahead, lease, acks, child_acks, cancels,
+            recycler, self.register, failed)
+        self.stop = Shutdown(config, broker, children, ahead, lease, acks, child_acks,
+                             supervisor)
+
+    def is_stopping(self) -> bool:
+        return self.stopping
+
+    # What tests and operators read of the parts.
+    @property
+    def slots(self):
+        return self.children.slots
+
+    @property
+    def finished(self) -> int:
+        return self.acks.finished
+
+    @property
+    def acked_in_children(self) -> int:
+        return self.child_acks.acked_in_children
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -135,12 +153,11 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
         # the worker waiting on them at exit, for ever.
         try:
             if conf.get("WORKER_CHILD_ACKS") and handoff.usable(self.using):
-                self.handoff = handoff.Handoff(self.worker_id, tuple(self.queues),
-                                               conf.get("LEASE_TTL_S"), self.using,
-                                               self.broker.name)
-            for _ in range(self.concurrency):
-                self.slots.append(Slot(self.handoff, self.recycle.max_runs))
-            self.lanes = Lanes(lease_threads=LEASES_IN_FLIGHT)
+                self.child_acks.enable(handoff.Handoff(
+                    self.worker_id, tuple(self.queues), conf.get("LEASE_TTL_S"),
+                    self.using, self.broker.name))
+            self.children.start(self.config.concurrency, self.child_acks.handoff,
+                                self.config.recycle.max_runs)
             try:
                 self.register()
             except TRANSIENT as exc:
@@ -148,22 +165,12 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
                     f"registering the worker failed ({type(exc).__name__}: "
                     f"{(str(exc).strip() or '-').splitlines()[0][:200]})") from exc
             self.log.info("worker %s: %d slots on queues %s", self.worker_id,
-                          self.concurrency, ",".join(self.queues))
+                          self.config.concurrency, ",".join(self.queues))
             super().serve(max_rounds)
         finally:
-            for slot in self.slots:
-                slot.kill()
-            if self.lanes is not None:
-                self.lanes.close()
+            self.children.kill()
+            self.lanes.close()
             self.broker.end_waits()
-
-    def in_flight(self) -> list[Slot]:
-        """Slots whose child has runs."""
-        return [slot for slot in self.slots if slot.queued]
-
-    def handed(self) -> list[InFlight]:
-        """Every run handed to a child and not finished."""
-        return [run for slot in self.slots for run in slot.queued]
 
     def register(self) -> None:
         """Record this worker (and refresh its heartbeat) for operators, and add the run
@@ -175,30 +182,43 @@ class Worker(LeaseAhead, Acks, ChildAcks, Supervision, Cancels, Shutdown, Daemon
             defaults={"last_heartbeat_at": now},
             create_defaults={
                 "hostname": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-                "concurrency": self.concurrency, "started_at": now, "last_heartbeat_at": now,
+                "concurrency": self.config.concurrency, "started_at": now,
+                "last_heartbeat_at": now,
             },
         )
+
+    def request_stop(self, signum=None, frame=None) -> None:
+        self.stop.requested()
+        super().request_stop(signum, frame)
+
+    def stop_bound_s(self) -> float:
+        return self.stop.bound_s()
+
+    def keep_going(self) -> bool:
+        return self.stop.keep_going(self.stopping, self.forced)
+
+    def shutdown(self) -> None:
+        self.stop.run()
 
     # --- one round --------------------------------------------------------------------
 
     def round(self) -> bool:
-        self.harvest_lease()
-        self.harvest_acks()
-        self.keep_books()
-        if self.stopping and self.ahead:
-            self.release_ahead()
-        self.lease_more()
-        self.allow_child_acks()
-        self.collect(self.wait_timeout())
-        self.check_cancels()
-        self.enforce_deadlines()
-        self.take_back_stalled()
-        self.flush()
-        self.heartbeat_if_due()
-        if (self.burst and self.idle and not self.in_flight() and not self.outcomes
-                and not self.ahead and not self.acking and not self.leasing):
+        self.lease.harvest()
+        self.acks.harvest()
+        self.books.keep()
+        if self.stopping and len(self.ahead):
+            self.lease.release_ahead()
+        self.lease.lease_more()
+        self.child_acks.allow()
+        self.supervisor.collect(self.supervisor.wait_timeout())
+        self.cancels.check()
+        self.supervisor.enforce_deadlines()
+        self.lease.take_back_stalled()
+        self.acks.flush()
+        self.supervisor.heartbeat_if_due()
+        if (self.config.burst and self.ahead.idle and not self.children.in_flight()
+                and not self.acks.busy() and not len(self.ahead) and not self.lease.busy()):
             self.stopping = True
-        if self.max_runs is not None and self.finished >= self.max_runs:
+        if self.config.max_runs is not None and self.acks.finished >= self.config.max_runs:
             self.stopping = True
         return True
-

@@ -12,9 +12,11 @@ counts the pages the child shares with the worker since the fork, so a cap sits 
 what a child holds when it starts (docs/deploy.md).
 """
 
+import logging
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from scheduler_core import conf
 
 KIB_PER_MIB = 1024
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
+
+log = logging.getLogger("scheduler.worker")
 
 _counts: Counter = Counter()
 _lock = threading.Lock()
@@ -101,20 +105,27 @@ def flush_counts(using: str) -> None:
             _counts.update(pending)
 
 
-class Recycling:
-    """The worker's side: which children to retire (recycle_children) and replacing
-    them. A mixin of runs/worker/supervise.py's Supervision (so of the Worker), whose
-    attributes it uses: ``recycle`` (Limits), ``slots``, ``stopping``, ``log``."""
+class Recycler:
+    """Which children to retire (recycle_children, from the supervisor once a round's
+    messages are handled) and replacing them. Owns nothing but its ``limits`` (Limits);
+    the state of each child's retirement is its Slot's. Runs taken back from a retiring
+    child go to the front of ``ahead``."""
 
-    recycle = Limits()
+    def __init__(self, limits_: Limits, children, ahead, child_acks,
+                 stopping: Callable[[], bool]):
+        self.limits = limits_
+        self.children = children
+        self.ahead = ahead
+        self.child_acks = child_acks
+        self.stopping = stopping
 
     def recycle_children(self) -> None:
         """Retire the children past a limit, and replace those retired whose last run
-        has ended. Called once the children's messages of a round are handled."""
-        limits_ = self.recycle
-        if not (limits_.max_runs or limits_.max_memory_mb) or self.stopping:
+        has ended."""
+        limits_ = self.limits
+        if not (limits_.max_runs or limits_.max_memory_mb) or self.stopping():
             return
-        for slot in self.slots:
+        for slot in self.children.slots:
             if slot.retiring is None:
                 self.check_limits(slot, limits_)
             if slot.retiring is not None and not slot.queued:
@@ -136,19 +147,20 @@ class Recycling:
             slot.allow(False)  # a run its child would continue itself would come after
             back = slot.take_back()
             if back:
-                self.requeue(back)
+                self.ahead.requeue(back)
+                self.child_acks.allow()
 
     def replace_retired(self, slot: Slot) -> None:
         """``slot``'s retired child has no run left: let it exit and start another, with
         one line in the log saying why."""
         pid, ran, reason, rss = slot.process.pid, slot.ran, slot.retiring, slot.rss_kib
         code = slot.let_exit()
-        self.restart(slot)
+        self.children.restart(slot)
         if reason == "runs":
-            why = f"after {ran} runs (max_runs_per_child={self.recycle.max_runs})"
+            why = f"after {ran} runs (max_runs_per_child={self.limits.max_runs})"
         else:
             why = (f"at {rss // KIB_PER_MIB} MiB resident after {ran} runs "
-                   f"(max_memory_per_child={self.recycle.max_memory_mb} MiB)")
-        self.log.info("worker: child %s recycled %s%s; new child %s", pid, why,
+                   f"(max_memory_per_child={self.limits.max_memory_mb} MiB)")
+        log.info("worker: child %s recycled %s%s; new child %s", pid, why,
                  "" if code == 0 else f", killed (exit code {code})", slot.process.pid)
         count(reason)

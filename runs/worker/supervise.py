@@ -4,47 +4,68 @@ the children send (outcomes, streamed log lines, heartbeats), cuts off a run pas
 heartbeat interval (docs/architecture.md, "runworker").
 """
 
+import logging
 import time
-from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import wait
 
 from runs.daemon import TRANSIENT
 from runs.models import AttemptOutcome
 from runs.types import Outcome
 from runs.worker import recycle
-from runs.worker.child import dropped_note
-from runs.worker.pool import STALL_S, InFlight, Slot
-from runs.worker.recycle import Recycling
+from runs.worker.cancels import cancelled_outcome
+from runs.worker.pool import STALL_S, Slot, streamed_logs
 from scheduler_core import conf
 
 # Longest wait between two reads of a child's quiet pipe while it may ack: what it said
 # of its acks (the run it continued, whose timeout the worker then keeps) is that late.
 CHILD_ACKS_READ_S = 0.05
 
+log = logging.getLogger("scheduler.worker")
 
-class Supervision(Recycling):
-    """The worker's watch over its children: wait for them (wait_timeout, collect),
-    their messages (handle_message), their deadlines and deaths (enforce_deadlines,
-    child_died), their recycling (Recycling) and the leases' heartbeat
-    (heartbeat_if_due). A mixin of
-    runs/worker/main.py's Worker, whose attributes it uses."""
+
+class Supervisor:
+    """The worker's watch over its children: wait for them and the lanes (wait_timeout,
+    collect), their messages (handle_message), their deadlines and deaths
+    (enforce_deadlines, child_died) and the leases' heartbeat (heartbeat_if_due). Owns
+    when the last heartbeat was (``last_heartbeat``). Outcomes go to ``acks``, ack
+    messages to ``child_acks``, cancels past their grace to ``cancels``, recycling to
+    ``recycler``; the runs a replaced child had not started go back to ``ahead``. Called
+    by the Worker's round; Shutdown has the children's last messages handled here."""
+
+    def __init__(self, config, broker, lanes, children, ahead, lease, acks, child_acks,
+                 cancels, recycler, register: Callable[[], None], note_failure: Callable):
+        self.config = config
+        self.broker = broker
+        self.lanes = lanes
+        self.children = children
+        self.ahead = ahead
+        self.lease = lease
+        self.acks = acks
+        self.child_acks = child_acks
+        self.cancels = cancels
+        self.recycler = recycler
+        self.register = register
+        self.note_failure = note_failure
+        self.last_heartbeat = time.monotonic()
 
     def wait_timeout(self) -> float:
         """Seconds to wait for a child or a lane: short while a slot is free (so leasing
         resumes soon), never past the nearest deadline, nor past the moment a run with
-        others waiting behind it goes long (take_back_stalled)."""
-        busy = self.in_flight()
-        timeout = self.poll_s if len(busy) < len(self.slots) else 0.5
-        if busy and self.handoff is not None:
+        others waiting behind it goes long (LeaseAhead.take_back_stalled)."""
+        busy = self.children.in_flight()
+        timeout = self.config.poll_s if len(busy) < len(self.children.slots) else 0.5
+        if busy and self.child_acks.enabled:
             # Its child's acks are read at the next round (handoff.py, the quiet pipe).
             timeout = min(timeout, CHILD_ACKS_READ_S)
-        if self.idle and self.wake_at is not None and not self.leasing:
-            timeout = min(timeout, self.wake_at - time.monotonic())
+        wake_at = self.lease.sleeping_until()
+        if wake_at is not None:
+            timeout = min(timeout, wake_at - time.monotonic())
         if busy:
             now = time.monotonic()
             timeout = min(timeout, min(min(s.current.deadline, s.current.cancel_deadline)
                                        for s in busy) - now,
-                          self.next_cancel_check - now)
+                          self.cancels.due_in(now))
             stalls = [wait for s in busy
                       if len(s.queued) > 1 and (wait := s.current.began + STALL_S - now) > 0]
             timeout = min([timeout, *stalls])
@@ -53,7 +74,7 @@ class Supervision(Recycling):
     def collect(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for a child's message or a lane's answer, and
         handle the children's messages."""
-        busy = {slot.conn: slot for slot in self.in_flight()}
+        busy = {slot.conn: slot for slot in self.children.in_flight()}
         ready = wait([*busy, self.lanes.wake_fd], timeout)
         for conn in ready:
             if conn == self.lanes.wake_fd:
@@ -67,15 +88,15 @@ class Supervision(Recycling):
                 continue
             for message in messages:
                 self.handle_message(slot, message)
-        for conn, slot in busy.items() if self.handoff is not None else ():
+        for conn, slot in busy.items() if self.child_acks.enabled else ():
             if conn not in ready:
                 # What its child said of its own acks, which wakes nobody (handoff.py).
                 for message in slot.receive_quiet():
                     self.handle_message(slot, message)
-        self.recycle_children()
-        self.dispatch()
+        self.recycler.recycle_children()
+        self.lease.dispatch()
         # Right after the hand: a continued run handed now may end before the next round.
-        self.allow_child_acks()
+        self.child_acks.allow()
 
     def handle_message(self, slot: Slot, message: tuple) -> None:
         kind, run_id = message[0], message[1]
@@ -86,7 +107,7 @@ class Supervision(Recycling):
             current.logs = (current.logs or []) + message[2]
             current.dropped = message[3]
             return
-        if self.child_message(slot, current, message):
+        if self.child_acks.child_message(slot, current, message):
             return
         if kind == "heartbeat":
             try:
@@ -106,30 +127,23 @@ class Supervision(Recycling):
             logs = current.logs + logs
         took = finished - began
         if current.cancel_deadline != float("inf"):
-            self.add_outcome(self.cancelled_outcome(current, logs, "the handler stopped"))
+            self.acks.add(cancelled_outcome(current, logs, "the handler stopped"))
         else:
-            self.add_outcome(Outcome(
+            self.acks.add(Outcome(
                 lease=current.lease,
                 outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
                 result=result, error=error, logs=logs, took_s=took, retry=retry,
                 task=current.task, watched=current.watched,
             ))
-        self.note_run_time(took)
+        self.children.note_run_time(took)
         slot.pop_finished()
         # The next run in the pipe started when this one finished (same monotonic clock).
         slot.begin_head(finished)
 
-    def note_run_time(self, took: float) -> None:
-        """A handler ran ``took`` seconds: the moving average the prefetch reads."""
-        self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
-
-    def streamed_logs(self, run: InFlight) -> list:
-        """The log of a run that never returned: the lines its child streamed, and a
-        note of those the cap dropped."""
-        logs = run.logs or []
-        if run.dropped:
-            logs = [*logs, dropped_note(run.dropped, conf.get("MAX_LOG_LINES"))]
-        return logs
+    def replace(self, slot: Slot) -> None:
+        """Replace ``slot``'s child; the runs it had not started go back ahead."""
+        self.ahead.requeue(self.children.restart(slot))
+        self.child_acks.allow()  # runs wait ahead now: no child may jump them
 
     def child_died(self, slot: Slot) -> None:
         # Outcomes the child sent before it died may still be in the pipe: read them
@@ -141,81 +155,67 @@ class Supervision(Recycling):
         except (EOFError, OSError):
             pass
         if slot.current is not None and slot.current.pending is not None:
-            self.ack_pending_and_restart(slot, "died")
+            self.child_acks.ack_pending_and_restart(slot, "died")
             return
         current = slot.current
         if current is None:
-            self.restart(slot)
+            self.children.restart(slot)
             return
         slot.process.join(1)
         code = slot.process.exitcode
         if current.cancel_deadline != float("inf"):
-            self.add_outcome(self.cancelled_outcome(
-                current, self.streamed_logs(current), f"its process exited ({code})"))
-            self.requeue(self.restart(slot))
+            self.acks.add(cancelled_outcome(
+                current, streamed_logs(current), f"its process exited ({code})"))
+            self.replace(slot)
             return
-        self.add_outcome(Outcome(
+        self.acks.add(Outcome(
             lease=current.lease, outcome=AttemptOutcome.CRASHED,
             error=f"the worker's child process died (exit code {code}) while running the run",
-            logs=self.streamed_logs(current), took_s=time.monotonic() - current.began,
+            logs=streamed_logs(current), took_s=time.monotonic() - current.began,
             task=current.task,
         ))
-        self.log.warning("worker: child running run %s died (exit code %s); restarting it",
-                         current.lease.run_id, code)
-        self.requeue(self.restart(slot))
-
-    def restart(self, slot: Slot) -> list[InFlight]:
-        """Replace ``slot``'s child with the lanes paused (forking beside other threads
-        risks a lock held in the child for ever); returns the runs it had not started."""
-        with self.lanes.paused():
-            return slot.restart()
+        log.warning("worker: child running run %s died (exit code %s); restarting it",
+                    current.lease.run_id, code)
+        self.replace(slot)
 
     def enforce_deadlines(self) -> None:
-        for slot in [s for s in self.slots if s.lock_lost]:
-            self.log.warning("worker: a child died holding its control lock; replacing it")
+        for slot in [s for s in self.children.slots if s.lock_lost]:
+            log.warning("worker: a child died holding its control lock; replacing it")
             self.child_died(slot)
         now = time.monotonic()
-        for slot in self.in_flight():
+        for slot in self.children.in_flight():
             current = slot.current
             if not slot.process.is_alive():
                 self.child_died(slot)
             elif now >= current.cancel_deadline:
-                self.cancel_expired(slot)
+                self.cancels.expired(slot)
             elif now >= current.deadline and current.pending is not None:
-                self.ack_pending_and_restart(
+                self.child_acks.ack_pending_and_restart(
                     slot, f"did not return from the ack in {conf.get('LEASE_TTL_S')} s")
             elif now >= current.deadline:
-                self.log.warning("worker: run %s exceeded timeout_s=%s; cutting it off",
-                                 current.lease.run_id, current.timeout_s)
-                self.add_outcome(Outcome(
+                log.warning("worker: run %s exceeded timeout_s=%s; cutting it off",
+                            current.lease.run_id, current.timeout_s)
+                self.acks.add(Outcome(
                     lease=current.lease, outcome=AttemptOutcome.TIMED_OUT,
                     error=f"timed out after {current.timeout_s} s; the handler was cut off",
-                    logs=self.streamed_logs(current), took_s=now - current.began,
+                    logs=streamed_logs(current), took_s=now - current.began,
                     task=current.task,
                 ))
-                self.requeue(self.restart(slot))
+                self.replace(slot)
 
     def heartbeat_if_due(self) -> None:
-        if time.monotonic() - self.last_heartbeat < self.heartbeat_s:
+        if time.monotonic() - self.last_heartbeat < self.config.heartbeat_s:
             return
         self.last_heartbeat = time.monotonic()
         self.register()
-        recycle.flush_counts(self.using)
-        live = [run for run in self.handed() if not run.lost]
-        if not live and not self.ahead:
+        recycle.flush_counts(self.config.using)
+        live = [run for run in self.children.handed() if not run.lost]
+        if not live and not len(self.ahead):
             return
         held = {(le.run_id, le.attempt): le for le in self.broker.heartbeat(
-            [c.lease for c in live] + [leased.lease for leased in self.ahead])}
-        kept = deque()
-        for leased in self.ahead:
-            key = (leased.lease.run_id, leased.lease.attempt)
-            if key in held:
-                leased.lease = held[key]
-                kept.append(leased)
-            else:
-                self.log.warning("worker: lease on run %s lost before it started; dropped",
-                                 leased.lease.run_id)
-        self.ahead = kept
+            [c.lease for c in live] + self.ahead.leases())}
+        for run_id in self.ahead.renew(held):
+            log.warning("worker: lease on run %s lost before it started; dropped", run_id)
         for current in live:
             key = (current.lease.run_id, current.lease.attempt)
             if key in held:
@@ -224,5 +224,5 @@ class Supervision(Recycling):
                 current.lost = True  # its child's ack has committed: nothing is lost
             else:
                 current.lost = True
-                self.log.warning("worker: lease on run %s lost; its outcome will be refused",
-                                 current.lease.run_id)
+                log.warning("worker: lease on run %s lost; its outcome will be refused",
+                            current.lease.run_id)
