@@ -38,7 +38,8 @@ KEYS = {"url", "method", "headers", "secret_headers", "encrypted_headers", "json
 
 def url_problem(url) -> str | None:
     """Why ``url`` cannot be an http job's URL, or None: text of at most URL_MAX
-    characters, scheme http or https, a host, no user info."""
+    characters, scheme http or https, a host, a port (if given) from 1 to 65535, no user
+    info."""
     if not isinstance(url, str) or not url:
         return "must be an http:// or https:// URL (text)"
     if len(url) > URL_MAX:
@@ -52,6 +53,9 @@ def url_problem(url) -> str | None:
         return f"scheme {parsed.scheme or '(none)'!r} is not allowed: only http and https"
     if not host:
         return "must name a host"
+    # httpx parses any integer as the port; one out of range fails only at run time.
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        return f"port {parsed.port} is out of range: a port is from 1 to 65535"
     if parsed.userinfo:
         return "must not carry credentials (user:password@): put them in an Authorization " \
                "header, which is stored encrypted"
