@@ -26,7 +26,7 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
-from jobs import node_jobs, services, tenants
+from jobs import node_jobs, services, spec, tenants
 from jobs.access import OwnerOrModelPermission, may_view_all
 from jobs.api_policy import ApiPolicy
 from jobs.bulk_serializers import (
@@ -298,8 +298,12 @@ class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
                 jobs = services.create_jobs(specs, owner=request.user)
         except services.InvalidJobs as exc:
             for j, item_errors in exc.item_errors.items():
-                errors.setdefault(positions[j], {}).update(
-                    api_errors(item_errors, getattr(child, "deprecated_used", ())))
+                # Each item's errors name its fields as it sent them: one item's old
+                # max_retries must not rename another's max_attempts.
+                item = items[positions[j]]
+                sent_old = [key for key in item if spec.renamed(key, spec.REST)] \
+                    if isinstance(item, dict) else []
+                errors.setdefault(positions[j], {}).update(api_errors(item_errors, sent_old))
         except QuotaExceeded as exc:
             raise QuotaRefused(exc) from exc
         if errors:
