@@ -6,6 +6,7 @@ one InvalidJob, so nothing half-valid is ever stored.
 
 import json
 from datetime import UTC, datetime
+from itertools import islice, pairwise
 
 from jobs import cron, flow_fields, unique
 from jobs.models import QUEUE_RE, MisfirePolicy
@@ -138,6 +139,9 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
         if isinstance(jitter, bool) or not isinstance(jitter, int) \
                 or not 0 <= jitter <= cron.MAX_JITTER_S:
             errors["jitter_s"] = f"must be an integer from 0 to {cron.MAX_JITTER_S} (seconds)"
+        elif not {"cron", "timezone"} & set(errors) \
+                and (problem := jitter_problem(clean["cron"], tz, jitter)):
+            errors["jitter_s"] = problem
         clean["jitter_s"] = jitter
     elif spec.get("jitter_s"):
         errors["jitter_s"] = "applies to cron schedules only; a one-off job runs at its run_at"
@@ -170,6 +174,29 @@ def _when_problems(spec: dict) -> dict[str, str]:
         return {"delay_s": f"must be a number of seconds from 0 to {MAX_DELAY_S} (now or "
                            "later; for a time in the past, give run_at)"}
     return {}
+
+
+GAP_OCCURRENCES = 100  # the occurrences whose gaps bound jitter: a DST change shows up
+
+
+def jitter_problem(expression: str, tz: str, jitter_s: int,
+                   now: datetime | None = None) -> str | None:
+    """Why ``jitter_s`` (seconds) cannot spread the runs of cron ``expression`` in IANA
+    zone ``tz`` (both already valid), or None: it must be less than the shortest gap
+    between the next GAP_OCCURRENCES occurrences after ``now`` (aware; default now).
+    A jitter as long as the gap delays each run past the next occurrence, so the runs of
+    ``* * * * *`` with a day's jitter pile up, one more pending per minute, past the
+    job's max_pending (docs/cron.md, "Jitter")."""
+    if not jitter_s:
+        return None
+    times = list(islice(cron.iter_after(expression, tz, now or datetime.now(UTC)),
+                        GAP_OCCURRENCES))
+    gaps = [(later - earlier).total_seconds() for earlier, later in pairwise(times)]
+    if not gaps or jitter_s < min(gaps):
+        return None
+    return (f"must be less than the schedule's shortest gap between occurrences, "
+            f"{min(gaps):g} s (the next {len(times)} occurrences of {expression!r} in "
+            f"{tz}); a longer jitter lets runs pile up")
 
 
 def _timeout_s(value) -> int | None:

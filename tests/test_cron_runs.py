@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs import cron, services
-from jobs.models import Job
+from jobs.models import Job, Schedule
 from jobs.scheduler import Scheduler, plan_occurrences
 from runs.brokers import get_broker
 from runs.brokers.keys import member
@@ -30,12 +30,15 @@ def push_all(broker, job_ids) -> None:
 
 
 def jittered_job(jitter_s: int, at_least: float) -> Job:
-    """A cron job whose jitter offset is at least ``at_least`` seconds (the offset comes
-    from the job id, so create jobs until one qualifies; most do)."""
+    """A ``* * * * *`` job whose jitter offset is at least ``at_least`` seconds (the offset
+    comes from the job id, so create jobs until one qualifies; most do). A jitter_s of a
+    minute or more is planted, as a row stored before jitter had to be shorter than the
+    schedule's gap: the API refuses it now, the scheduler still honours a stored one."""
     for _ in range(50):
         job = services.create_jobs([{"name": "jittered", "handler": "noop",
-                                     "cron": "* * * * *", "jitter_s": jitter_s,
-                                     "misfire_policy": "run_all"}])[0]
+                                     "cron": "* * * * *", "misfire_policy": "run_all"}])[0]
+        Schedule.objects.filter(pk=job.schedule_id).update(jitter_s=jitter_s)
+        job = Job.objects.select_related("schedule").get(pk=job.pk)
         if cron.jitter_offset(job.pk, jitter_s) >= at_least:
             return job
     raise AssertionError("no job id gave a large enough offset")

@@ -15,7 +15,7 @@ from jobs import cron
 from jobs.models import MisfirePolicy
 from jobs.services import InvalidJobs, validate_specs
 from jobs.spec import DEPRECATED, suggestion
-from jobs.validation import NAME_MAX, utf8
+from jobs.validation import NAME_MAX, jitter_problem, utf8
 from runs.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
@@ -282,6 +282,9 @@ def _schedule(schedule, errors: dict) -> dict | None:
     if not _plain_int(clean["jitter_s"]) or not 0 <= clean["jitter_s"] <= cron.MAX_JITTER_S:
         errors["schedule.jitter_s"] = f"must be an integer from 0 to {cron.MAX_JITTER_S} " \
                                       "(seconds)"
+    elif "cron" in clean and "schedule.timezone" not in errors and (
+            problem := jitter_problem(clean["cron"], clean["timezone"], clean["jitter_s"])):
+        errors["schedule.jitter_s"] = problem
     return clean
 
 
