@@ -250,6 +250,8 @@ class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
         incoming.is_valid(raise_exception=True)
         try:
             services.resume([job.pk], catch_up=incoming.validated_data["catch_up"])
+        except InvalidJob as exc:  # a stored schedule that no longer reads: edit it
+            raise ValidationError(api_errors(exc.errors)) from exc
         except QuotaExceeded as exc:  # the catch-up runs count (docs/cron.md)
             raise QuotaRefused(exc) from exc
         except ManagedJob as exc:

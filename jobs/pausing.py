@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from jobs import cron, tenants
+from jobs import cron, tenants, zones
 from jobs.models import Job
 from jobs.scheduler import plan_occurrences
 from runs.brokers import get_broker
@@ -65,9 +65,10 @@ def resume(job_ids, catch_up: str = "skip", using: str = "default") -> int:
     says which runs scheduled inside the paused interval run (module docstring); the
     others that were held end ``cancelled``, with why in ``error``. Held runs scheduled
     outside the interval go back to the broker. Raises InvalidJob for an unknown
-    ``catch_up``, before anything changes, and jobs.tenants.QuotaExceeded (nothing
-    changed) if the catch-up runs would take an owner over ``max_pending``. Returns how
-    many jobs were resumed."""
+    ``catch_up``, before anything changes, and for a stored schedule that no longer
+    reads (``cron`` or ``timezone``, jobs/zones.py: nothing changed), and
+    jobs.tenants.QuotaExceeded (nothing changed) if the catch-up runs would take an owner
+    over ``max_pending``. Returns how many jobs were resumed."""
     if catch_up not in CATCH_UP:
         raise InvalidJob({"catch_up": f"must be one of {', '.join(CATCH_UP)}, "
                                       f"not {catch_up!r}"})
@@ -79,6 +80,9 @@ def resume(job_ids, catch_up: str = "skip", using: str = "default") -> int:
                     .order_by("pk"))
         now = db_now(using)
         for job in jobs:
+            if job.schedule is not None and (problems := zones.stored_problems(
+                    job.schedule.cron, job.schedule.timezone)):
+                raise InvalidJob(problems)  # rolls back the jobs settled before it
             _settle(job, now, catch_up, using)
         ids = [job.pk for job in jobs]
         pending = Run.objects.using(using).filter(job_id__in=ids, state__in=PENDING_STATES)

@@ -8,9 +8,6 @@ rules every job obeys, whichever API created it, live in jobs/validation.py and 
 the service layer.
 """
 
-from functools import cache
-from zoneinfo import available_timezones
-
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
@@ -23,6 +20,7 @@ from jobs.models import Job, MisfirePolicy
 from jobs.old_names import DeprecatedNamesMixin
 from jobs.unique import ALL_STATES, KEY_MAX
 from jobs.validation import MAX_DELAY_S, QUEUE_RE
+from jobs.zones import known_zones, zone_problem
 from runs.outbound.redact import shown_payload
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, UnknownHandler
@@ -34,10 +32,10 @@ NAIVE = "give an ISO 8601 datetime with a UTC offset, e.g. 2026-01-01T09:00:00+0
 MAX_INT = 2_147_483_647  # PostgreSQL integer
 
 
-@cache
 def iana_zones() -> frozenset[str]:
-    """Every IANA timezone name the installed tz database knows (read once)."""
-    return frozenset(available_timezones())
+    """The IANA timezone names a schedule may use: those the installed tz database knows,
+    less those that mean a different zone on each host (jobs/zones.py)."""
+    return known_zones()
 
 
 class TextField(serializers.CharField):
@@ -219,8 +217,8 @@ def _check_cron(value):
 
 
 def _check_timezone(value):
-    if value is not None and value not in iana_zones():
-        raise serializers.ValidationError(f"unknown IANA timezone {value!r}")
+    if value is not None and (problem := zone_problem(value)):
+        raise serializers.ValidationError(problem)
     return value
 
 

@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime
 from itertools import islice, pairwise
 
-from jobs import cron, flow_fields, unique
+from jobs import cron, flow_fields, unique, zones
 from jobs.models import QUEUE_RE, MisfirePolicy
 from runs.outbound import payload as http_payload
 from runs.quotas import MAX_INT
@@ -121,11 +121,10 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
         except ValueError as exc:
             errors["cron"] = str(exc)
         tz = spec.get("timezone") or "UTC"
-        try:
-            cron.zone(tz)
+        if problem := zones.zone_problem(tz):
+            errors["timezone"] = problem
+        else:
             clean["timezone"] = tz
-        except ValueError as exc:
-            errors["timezone"] = str(exc)
         policy = spec.get("misfire_policy") or MisfirePolicy.RUN_ONCE
         if policy not in MisfirePolicy.values:
             errors["misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"

@@ -184,7 +184,11 @@ class WorkflowViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         workflow = self.get_object()
-        if not control.resume_workflow(workflow.pk):
+        try:
+            resumed = control.resume_workflow(workflow.pk)
+        except InvalidJob as exc:  # a stored schedule that no longer reads: edit it
+            raise ValidationError(api_errors(exc.errors)) from exc
+        if not resumed:
             raise Conflict(f"workflow {workflow.pk} is {workflow.status}; only a paused "
                            "workflow can be resumed")
         return self._shown(workflow.pk)

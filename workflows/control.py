@@ -10,11 +10,12 @@ occurrences of the pause are skipped, as a job's resume does by default).
 
 from django.db import transaction
 
-from jobs import cron
+from jobs import cron, zones
 from jobs.models import Job
 from runs import services as run_services
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run
+from scheduler_core.exceptions import InvalidJob
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
@@ -157,7 +158,9 @@ def pause_workflow(workflow, using: str = "default") -> bool:
 
 def resume_workflow(workflow, using: str = "default") -> bool:
     """Resume a paused workflow: its schedule goes on from the first occurrence after now
-    (the occurrences of the pause are skipped). Returns False when it was not paused."""
+    (the occurrences of the pause are skipped). Returns False when it was not paused.
+    Raises InvalidJob naming ``schedule.cron`` or ``schedule.timezone`` when the stored
+    schedule no longer reads (jobs/zones.py), and changes nothing."""
     with transaction.atomic(using=using):
         wf = (Workflow.objects.using(using).select_related("schedule")
               .select_for_update(of=("self",)).filter(pk=_pk(workflow),
@@ -167,6 +170,10 @@ def resume_workflow(workflow, using: str = "default") -> bool:
         now = db_now(using)
         wf.status, wf.paused_at = Workflow.Status.ACTIVE, None
         if wf.schedule is not None:
+            if problems := zones.stored_problems(
+                    wf.schedule.cron, wf.schedule.timezone, "schedule.",
+                    "a workflow's schedule cannot be edited: cancel it and create it again"):
+                raise InvalidJob(problems)
             wf.next_run_at = cron.next_after(wf.schedule.cron, wf.schedule.timezone, now)
         wf.save(using=using, update_fields=["status", "paused_at", "next_run_at", "updated_at"])
     return True

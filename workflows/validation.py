@@ -16,6 +16,7 @@ from jobs.models import MisfirePolicy
 from jobs.services import InvalidJobs, validate_specs
 from jobs.spec import DEPRECATED, suggestion
 from jobs.validation import NAME_MAX, jitter_problem, utf8
+from jobs.zones import zone_problem
 from runs.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
@@ -267,10 +268,8 @@ def _schedule(schedule, errors: dict) -> dict | None:
     except ValueError as exc:
         errors["schedule"] = str(exc)
     clean["timezone"] = schedule.get("timezone") or "UTC"
-    try:
-        cron.zone(clean["timezone"])
-    except (ValueError, TypeError) as exc:
-        errors["schedule.timezone"] = str(exc)
+    if problem := zone_problem(clean["timezone"]):
+        errors["schedule.timezone"] = problem
     clean["misfire_policy"] = schedule.get("misfire_policy") or MisfirePolicy.RUN_ONCE
     if clean["misfire_policy"] not in MisfirePolicy.values:
         errors["schedule.misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"

@@ -33,7 +33,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from jobs import cron, services
+from jobs import cron, services, zones
 from jobs.admin.forms import JobChangeForm, JobCreateForm
 from jobs.admin.list_filters import HandlerFilter, KindFilter, StatusFilter
 from jobs.guards import ManagedJob, managed
@@ -204,6 +204,10 @@ class JobAdmin(admin.ModelAdmin):
     def upcoming(self, job):
         if job.schedule_id is None or job.status != Job.Status.ACTIVE:
             return "-"
+        # Stored before a rule or a tz database change: say so instead of a 500.
+        if problems := zones.stored_problems(job.schedule.cron, job.schedule.timezone,
+                                             remedy="edit it below"):
+            return "; ".join(problems.values())
         zone = ZoneInfo(job.schedule.timezone)
         moment, times = timezone.now(), []
         for _ in range(UPCOMING):
