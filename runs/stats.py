@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from django.db import connections
 from django.db.models import Count, Min, Q
+from django.db.models.functions import Greatest
 
 from runs.brokers import get_broker
 from runs.brokers.base import Broker
@@ -127,15 +128,17 @@ def shard_depth(broker: Broker) -> dict[QueueShard, Depth]:
 
 
 def oldest_due(using: str, now: datetime) -> dict[QueueShard, datetime]:
-    """The earliest ``run_at`` per (queue, shard) of pending runs that are due, of active
-    jobs. Whatever the label: the Redis broker moves a run pushed when already due straight
+    """The earliest ``run_at`` (or ``created_at``, if later: a run backdated before it
+    existed has waited since then) per (queue, shard) of pending runs that are due, of
+    active jobs. Whatever the label: the Redis broker moves a run pushed when already due straight
     to ready while its row may still say "scheduled". Runs held by a paused job are left
     out: no worker can take them, so more workers would not shorten their wait."""
     active = Job.objects.using(using).filter(status=Job.Status.ACTIVE).values("pk")
     rows = (
         Run.objects.using(using)
         .filter(state__in=PENDING_STATES, run_at__lte=now, job_id__in=active)
-        .values("queue", "shard").annotate(oldest=Min("run_at")).order_by()
+        .values("queue", "shard")
+        .annotate(oldest=Min(Greatest("run_at", "created_at"))).order_by()
     )
     return {(r["queue"], r["shard"]): r["oldest"] for r in rows}
 

@@ -1,7 +1,8 @@
 """A run backdated before it existed (docs/api.md, "Job fields"): a negative ``delay_s``
 is refused at every way in; a one-off whose ``run_at`` is in the past runs at once, and
 its lag counts from when it was made, in every lag figure (/metrics, /api/queues/, the
-run's ``lag_s``, the admin's lag, the dashboard), not from 1970."""
+run's ``lag_s``, the admin's lag, the dashboard), not from 1970; so do its wait while it
+is due (oldest ready age) and the owner's late alert."""
 
 from datetime import timedelta
 
@@ -11,6 +12,8 @@ from jobs import services
 from jobs.models import Job
 from runs import stats
 from runs.admin_helpers import with_timing
+from runs.alerts import late
+from runs.alerts.models import AlertPolicy
 from runs.clock import db_now
 from runs.dashboard.figures import series
 from runs.metrics_health import lag_buckets
@@ -89,3 +92,15 @@ def test_a_run_made_ahead_of_its_time_still_counts_lag_from_its_time(api, alice)
     _, queue_lag = stats.lags("default", run.created_at, in_database=True)
     assert queue_lag["default"].max_s == 1.5
     assert Job.objects.count() == 1
+
+
+def test_a_backdated_run_waiting_to_start_is_not_decades_old(api, alice):
+    AlertPolicy.objects.create(owner=alice, late_after_s=30)
+    answer = api.post("/api/jobs/", {"handler": "noop", "run_at": "1970-01-01T00:00:00Z"},
+                      format="json")
+    assert answer.status_code == 201, answer.content
+    [run] = Run.objects.filter(job_id=answer.json()["id"])
+
+    oldest = stats.oldest_due("default", db_now())[("default", run.shard)]
+    assert oldest == run.created_at  # its wait starts when it was made, not in 1970
+    assert late.scan() == 0  # not "late" by 56 years

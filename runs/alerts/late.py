@@ -36,14 +36,15 @@ def scan(using: str = "default") -> int:
                                             job__status="active", catch_up=False,
                                             run_at__lt=now - seconds(shortest))
             .filter(~Exists(alerted))
-            .values_list("id", "job_id", "job__owner_id", "run_at")[:SCAN_LIMIT])
+            .values_list("id", "job_id", "job__owner_id", "run_at", "created_at")[:SCAN_LIMIT])
         if not rows:
             return 0
-        policies = effective({(owner, job) for _, job, owner, _ in rows}, using)
+        policies = effective({(owner, job) for _, job, owner, _, _ in rows}, using)
         items = []
-        for run_id, job_id, owner_id, run_at in rows:
+        for run_id, job_id, owner_id, run_at, created_at in rows:
             limit = policies[(owner_id, job_id)].late_after_s
-            waited = (now - run_at).total_seconds()
+            # A run backdated before it existed waits from its creation (runs/models.py).
+            waited = (now - max(run_at, created_at)).total_seconds()
             if limit and waited > limit:
                 items.append((owner_id, job_id, run_id,
                               f"run {run_id} of job {job_id} has waited {waited:.0f} s past "
