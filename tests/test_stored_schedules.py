@@ -6,6 +6,9 @@ import pytest
 
 from jobs import services
 from jobs.models import Job, Schedule
+from tests.test_admin import act, text
+from workflows import control
+from workflows import services as workflow_services
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
@@ -76,3 +79,30 @@ def test_the_admin_job_page_shows_a_stored_timezone_that_is_gone(admin_client, a
     assert page.status_code == 200
     assert "the stored timezone &#x27;Mars/Phobos&#x27; is not in this host" in \
         page.content.decode()
+
+
+def test_the_admin_resume_actions_name_a_stored_schedule_that_no_longer_reads(
+        admin_client, admin_user):
+    job = services.create_job("noop", cron="* * * * *", owner=admin_user)
+    services.pause([job.pk])
+    plant(Schedule, job.schedule_id, timezone="Mars/Phobos")
+    workflow = services_workflow(admin_user)
+    plant(Schedule, workflow.schedule_id, cron="61 99 * * *")
+
+    jobs_page = text(act(admin_client, "/admin/jobs/job/", "resume_jobs", [job.pk]))
+    flows_page = text(act(admin_client, "/admin/workflows/workflow/", "resume_workflows",
+                          [workflow.pk]))
+
+    assert "Nothing was resumed: timezone: the stored timezone" in jobs_page
+    assert f"Workflow {workflow.pk} was not resumed: schedule.cron: the stored cron" \
+        in flows_page
+    assert Job.objects.get(pk=job.pk).status == Job.Status.PAUSED
+    assert Workflow.objects.get(pk=workflow.pk).status == Workflow.Status.PAUSED
+
+
+def services_workflow(owner) -> Workflow:
+    """A paused minutely workflow of ``owner``."""
+    workflow = workflow_services.create_workflow(
+        "w", [{"name": "a", "handler": "noop"}], [], owner=owner, schedule="* * * * *")
+    control.pause_workflow(workflow.pk)
+    return Workflow.objects.get(pk=workflow.pk)

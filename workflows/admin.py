@@ -28,7 +28,7 @@ from runs.admin_helpers import (
     timestamp_column,
 )
 from runs.models import Run
-from scheduler_core.exceptions import SchedulerError
+from scheduler_core.exceptions import InvalidJob, SchedulerError
 from workflows import control, services
 from workflows.graph_svg import Node, draw
 from workflows.models import NodeRun, NodeState, Workflow, WorkflowEdge, WorkflowRun
@@ -132,8 +132,13 @@ class WorkflowAdmin(ReadOnlyAdmin):
     @admin.action(description="Resume selected workflows (from the next occurrence)",
                   permissions=["operate"], location=BOTH)
     def resume_workflows(self, request, queryset):
-        ids = list(queryset.values_list("pk", flat=True))
-        done = sum(control.resume_workflow(pk) for pk in ids)
+        ids, done = list(queryset.values_list("pk", flat=True)), 0
+        for pk in ids:
+            try:
+                done += control.resume_workflow(pk)
+            except InvalidJob as exc:  # a stored schedule that no longer reads
+                self.message_user(request, f"Workflow {pk} was not resumed: {exc}",
+                                  messages.ERROR)
         report_count(self, request, done, len(ids), "resumed",
                      "only paused workflows can be resumed")
 
