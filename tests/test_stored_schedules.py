@@ -20,7 +20,8 @@ def post(api, path, body):
     return api.post(path, body, format="json")
 
 
-@pytest.mark.parametrize("zone", ["localtime", "Factory", "posixrules", "Mars/Phobos"])
+@pytest.mark.parametrize("zone", ["localtime", "Factory", "posixrules", "right/UTC",
+                                  "Mars/Phobos"])
 def test_a_host_dependent_or_unknown_timezone_is_refused(api, zone):
     job = post(api, "/api/jobs/", {**MINUTELY, "timezone": zone})
     bulk = post(api, "/api/jobs/bulk/", {"jobs": [{**MINUTELY, "timezone": zone}]})
