@@ -18,6 +18,7 @@ from django.urls import Resolver404, resolve
 
 from jobs.spec import DEPRECATED
 from scheduler_core import conf
+from tests.test_prometheus_rules import exposed_names, queried
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -129,6 +130,12 @@ def test_every_markdown_file_a_doc_names_is_in_the_repository(doc):
                if not (doc.parent / name).is_file() and not (ROOT / name).is_file()]
 
     assert missing == [], f"{doc.name} names documents the repository lacks"
+
+
+def test_every_metric_family_the_collectors_expose_is_named_in_a_doc():
+    text = " ".join(doc.read_text() for doc in DOCS)
+
+    assert exposed_names() - queried(text) == set(), "a /metrics family no doc names"
 
 
 # A job field's old names (jobs/spec.py, DEPRECATED) belong only on the page that explains
