@@ -15,14 +15,12 @@ and reconnects (runs/daemon.py).
 """
 
 import logging
-import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
-from django.db import DatabaseError, connections
-
 from runs.alerts.models import DaemonErrorCount
+from runs.counts import CountTable
 
 ITEM_BACKOFF_MAX_S = 600.0
 # A duty or round waits at most as long as the outage path does (runs/daemon.py): a
@@ -31,44 +29,25 @@ DUTY_BACKOFF_MAX_S = 5.0
 # Streaks remembered per daemon; past it the oldest is forgotten (and retried at once).
 TRACKED_MAX = 10_000
 
-_counts: Counter = Counter()
-_lock = threading.Lock()
+_table = CountTable(DaemonErrorCount, ("daemon", "duty"))
 
 
 def count(daemon: str, duty: str) -> None:
-    """Count one failure of ``duty`` (str) in ``daemon`` (str), in memory until
-    flush_counts adds it to the database."""
-    with _lock:
-        _counts[(daemon, duty)] += 1
+    """Count one failure of ``daemon``'s ``duty``, in memory until flush_counts adds it
+    to the database."""
+    _table.add(daemon, duty)
 
 
 def flush_counts(using: str = "default") -> None:
     """Add the failures counted since the last flush to DaemonErrorCount in one
     statement; when the database refuses, they are kept for the next flush and nothing
     is raised (a count must not fail the caller)."""
-    with _lock:
-        pending = dict(_counts)
-        _counts.clear()
-    if not pending:
-        return
-    table = DaemonErrorCount._meta.db_table
-    values = ",".join(["(%s, %s, %s)"] * len(pending))
-    params = [v for (daemon, duty), n in pending.items() for v in (daemon, duty, n)]
-    try:
-        with connections[using].cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (daemon, duty, count) VALUES {values} "
-                f"ON CONFLICT (daemon, duty) DO UPDATE SET count = {table}.count + "
-                f"excluded.count", params)
-    except DatabaseError:
-        with _lock:
-            _counts.update(pending)
+    _table.flush(using)
 
 
 def counts(using: str = "default") -> list[tuple[str, str, int]]:
     """``(daemon, duty, count)`` of every failure counted so far (database)."""
-    return list(DaemonErrorCount.objects.using(using).order_by("daemon", "duty")
-                .values_list("daemon", "duty", "count"))
+    return _table.totals(using)
 
 
 class Faults:

@@ -11,18 +11,14 @@ increment per outcome; ``flush_counts`` adds the counts to the database every fe
 """
 
 import logging
-import threading
-from collections import Counter
-
-from django.db import connections
 
 from runs import signals
 from runs.alerts.models import OutcomeCount
+from runs.counts import CountTable
 
 log = logging.getLogger("scheduler.runs")
 
-_counts: Counter = Counter()
-_lock = threading.Lock()
+_table = CountTable(OutcomeCount, ("queue", "outcome"))
 
 
 def last_line(error: str) -> str:
@@ -50,8 +46,7 @@ def report(*, run_id: int, job_id: int | None, handler: str | None, attempt: int
                 job_id if job_id is not None else "?", handler or "?", attempt, took, said,
                 extra=fields)
     if queue is not None:
-        with _lock:
-            _counts[(queue, state)] += 1
+        _table.add(queue, state)
     signals.send(state, run_id=run_id, job_id=job_id, handler=handler, attempt=attempt,
                  outcome=outcome, error=error,
                  **({"result": result} if state == "succeeded" else {}))
@@ -70,28 +65,10 @@ def after_reap(rows: list[tuple], fates: dict[int, str], errors: dict[int, str])
 
 def flush_counts(using: str) -> None:
     """Add the outcomes counted since the last flush to OutcomeCount, in one statement;
-    on failure the counts are kept for the next flush."""
-    with _lock:
-        counts = dict(_counts)
-        _counts.clear()
-    if not counts:
-        return
-    table = OutcomeCount._meta.db_table
-    values = ",".join(["(%s, %s, %s)"] * len(counts))
-    params = [value for (queue, state), n in counts.items() for value in (queue, state, n)]
-    try:
-        with connections[using].cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (queue, outcome, count) VALUES {values} "
-                f"ON CONFLICT (queue, outcome) DO UPDATE SET count = {table}.count + "
-                f"excluded.count", params)
-    except Exception:
-        with _lock:
-            _counts.update(counts)
-        raise
+    on failure the counts are kept for the next flush and the error is raised."""
+    _table.flush(using, raise_errors=True)
 
 
 def counts(using: str) -> list[tuple[str, str, int]]:
     """``(queue, outcome, count)`` of every run outcome counted so far (database)."""
-    return list(OutcomeCount.objects.using(using).order_by("queue", "outcome")
-                .values_list("queue", "outcome", "count"))
+    return _table.totals(using)

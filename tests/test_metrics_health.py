@@ -8,10 +8,11 @@ import pytest
 from django.contrib.auth.models import User
 
 from jobs.models import SchedulerPartition
+from runs import outcomes
 from runs.clock import db_now
 from runs.metrics_health import LAG_BUCKETS, lag_buckets
 from runs.models import RunState, ShardLease, WorkerProcess
-from runs.outcomes import _counts, flush_counts
+from runs.outcomes import flush_counts
 from scheduler_core import conf
 from tests.test_metrics import finished_and_running, job_on, ran, scrape
 
@@ -34,11 +35,14 @@ def test_dead_letter_per_queue_and_per_owner():
 
 
 def test_outcomes_are_counters_that_add_up_across_flushes():
-    _counts.clear()
-    _counts[("q1", "succeeded")] += 5
-    _counts[("q1", "dead")] += 1
+    flush_counts("default")  # whatever earlier tests counted in this process
+    outcomes.OutcomeCount.objects.all().delete()
+    for _ in range(5):
+        outcomes._table.add("q1", "succeeded")
+    outcomes._table.add("q1", "dead")
     flush_counts("default")
-    _counts[("q1", "succeeded")] += 2
+    outcomes._table.add("q1", "succeeded")
+    outcomes._table.add("q1", "succeeded")
     flush_counts("default")
 
     samples = scrape()
@@ -46,7 +50,7 @@ def test_outcomes_are_counters_that_add_up_across_flushes():
     total = "scheduler_runs_total"
     assert samples[(total, (("outcome", "succeeded"), ("queue", "q1")))] == 7
     assert samples[(total, (("outcome", "dead"), ("queue", "q1")))] == 1
-    assert not _counts
+    assert outcomes.counts("default") == [("q1", "dead", 1), ("q1", "succeeded", 7)]
 
 
 def test_start_lag_is_a_histogram_of_the_last_minute():

@@ -14,14 +14,11 @@ what a child holds when it starts (docs/deploy.md).
 
 import logging
 import os
-import threading
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.db import DatabaseError, connections
-
+from runs.counts import CountTable
 from runs.models import ChildRecycleCount
 from runs.worker.pool import Slot
 from scheduler_core import conf
@@ -31,8 +28,7 @@ PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
 
 log = logging.getLogger("scheduler.worker")
 
-_counts: Counter = Counter()
-_lock = threading.Lock()
+_table = CountTable(ChildRecycleCount, ("reason",))
 
 
 @dataclass(frozen=True)
@@ -79,30 +75,14 @@ def rss_kib(pid: int | None) -> int | None:
 def count(reason: str) -> None:
     """Count one child replaced for ``reason`` ("runs" or "memory"), in memory until
     flush_counts adds it to the database."""
-    with _lock:
-        _counts[reason] += 1
+    _table.add(reason)
 
 
 def flush_counts(using: str) -> None:
     """Add the recycles counted since the last flush to ChildRecycleCount (the counter
     ``scheduler_worker_child_recycles_total``) in one statement; when the database
     refuses, they are kept for the next flush and nothing is raised."""
-    with _lock:
-        pending = dict(_counts)
-        _counts.clear()
-    if not pending:
-        return
-    table = ChildRecycleCount._meta.db_table
-    values = ",".join(["(%s, %s)"] * len(pending))
-    params = [v for reason, n in pending.items() for v in (reason, n)]
-    try:
-        with connections[using].cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (reason, count) VALUES {values} ON CONFLICT (reason) "
-                f"DO UPDATE SET count = {table}.count + excluded.count", params)
-    except DatabaseError:
-        with _lock:
-            _counts.update(pending)
+    _table.flush(using)
 
 
 class Recycler:
