@@ -110,7 +110,7 @@ class RunAdmin(ReadOnlyAdmin):
     def job_link(self, run):
         url = reverse("admin:jobs_job_change", args=[run.job_id])
         return format_html('<a href="{}">{}</a> <span class="quiet">#{}</span>', url,
-                           cut(run.job.name), run.job_id)
+                           cut(run.job.name, two_lines=True), run.job_id)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, run):

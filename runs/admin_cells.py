@@ -8,8 +8,10 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 
-def cut(text, narrow: bool = False) -> SafeString:
-    """``text`` (str) in a span the stylesheet cuts at 18rem (``narrow``: 10rem), its
-    whole value in the title."""
-    css = "cell-cut cell-cut-narrow" if narrow else "cell-cut"
+def cut(text, narrow: bool = False, two_lines: bool = False) -> SafeString:
+    """``text`` (str) in a span the stylesheet cuts at 18rem (``narrow``: 10rem;
+    ``two_lines``: 10rem wide, wrapped onto at most two lines, for the run lists whose
+    rows must fit 1366 px with the sidebar open), its whole value in the title."""
+    css = ("cell-cut cell-cut-two-lines" if two_lines
+           else "cell-cut cell-cut-narrow" if narrow else "cell-cut")
     return format_html('<span class="{}" title="{}">{}</span>', css, text, text)
