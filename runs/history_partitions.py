@@ -34,9 +34,13 @@ TABLES = (("runs_run", "scheduled_at"), ("runs_attempt", "run_scheduled_at"),
           ("runs_logline", "run_scheduled_at"))
 # pg_advisory_xact_lock key of every partition change: dispatchers take turns.
 LOCK_KEY = 0x5C4ED_0019
-# pg_try_advisory_lock key (session level) of finishing detached partitions
-# (retention.finish_detached): one session at a time drops them and cleans their jobs.
-FINISH_KEY = 0x5C4ED_001A
+# The lease (runs/leases.py) of finishing detached partitions (retention.finish_detached):
+# one process at a time drops them and cleans their jobs. A row, not a session-level
+# advisory lock, which PgBouncer's transaction pooling would leave held on another session.
+FINISH_LEASE = "history_partitions.finish"
+# Renewed before every step (one partition's count and job deletes, the drop); a holder
+# that dies blocks the finishing this long at most.
+FINISH_LEASE_S = 600.0
 # Detaching locks the three tables outright; a dispatcher that cannot have them within
 # this wait gives up until its next prune round instead of stalling every worker's ack
 # behind its queued lock request.

@@ -326,6 +326,20 @@ class ChildRecycleCount(models.Model):
     def __str__(self) -> str:
         return f"{self.reason}: {self.count}"
 
+
+class NamedLease(models.Model):
+    """A lease on one piece of work that one process at a time may do, named ``name``
+    (runs/leases.py): ``holder`` has it until ``expires_at`` (database clock). A row,
+    not an advisory lock, so it holds through PgBouncer's transaction pooling, and a
+    holder that dies leaves it to expire."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    holder = models.CharField(max_length=200, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.holder or '-'}"
+
 # Django finds an app's models in its models module.
 from runs.alerts.models import (  # noqa: E402, F401, I001
     AlertChannelState,

@@ -15,6 +15,7 @@ prunehistory`` does it on demand. On PostgreSQL the history is in time partition
 whole partitions go at once (drop_partitions, runs/history_partitions.py).
 """
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,13 +23,14 @@ from django.db import connections, transaction
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
-from runs import history_partitions, hooks
+from runs import history_partitions, hooks, leases
 from runs.clock import db_now, seconds
 from runs.models import AlertPolicy, Attempt, LogLine, Run, RunState
 from runs.transitions import in_shards
 from scheduler_core import conf
 from scheduler_core.models import IdempotencyKey, Job
 
+log = logging.getLogger("scheduler.retention")
 PRUNABLE_STATES = (RunState.SUCCEEDED, RunState.CANCELLED)
 
 
@@ -160,40 +162,65 @@ def finish_detached(using: str = "default", count: bool = True) -> Pruned:
     or left by a crash after its detach): delete the one-off jobs it leaves with no run
     (in batches of JOB_BATCH, locked as prune locks them), then drop the detached tables
     (one statement). Returns what went: exact counts with ``count``, else
-    the planner's estimates. Only one session at a time does it (the advisory lock
-    history_partitions.FINISH_KEY); another finds it held and returns nothing pruned.
-    Every step is one transaction and can be redone, so a crash leaves the rest to the
-    next call (docs/retention.md, "Retired whole")."""
+    the planner's estimates. Only one process at a time does it, under the lease
+    history_partitions.FINISH_LEASE (runs/leases.py; a row, so it holds through
+    PgBouncer's transaction pooling): another finds it held and returns nothing pruned.
+    The lease is renewed before every step and given back at the end; a holder that
+    dies leaves it to expire (FINISH_LEASE_S). Every step is one transaction and can be
+    redone, so a crash leaves the rest to the next call; a holder that finds its lease
+    lost stops there, returning what it did (docs/retention.md, "Retired whole")."""
     total = Pruned()
     if not history_partitions.partitioned(using):
         return total
-    with connections[using].cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [history_partitions.FINISH_KEY])
-        if not cursor.fetchone()[0]:
-            return total
+    holder = leases.new_holder()
+
+    def keep() -> bool:
+        return leases.take(history_partitions.FINISH_LEASE, holder,
+                           history_partitions.FINISH_LEASE_S, using)
+
+    if not keep():
+        return total
     try:
         with connections[using].cursor() as cursor:
             suffixes = history_partitions.detached(cursor)
         for suffix in suffixes:
-            total.add(_delete_jobs_left(suffix, using, count))
+            if not keep():
+                raise _LeaseLost
+            total.add(_delete_jobs_left(suffix, using, count, keep))
         if suffixes:  # one statement: one pass over the buffers, one commit
+            if not keep():
+                raise _LeaseLost
             with connections[using].cursor() as cursor:
                 cursor.execute("DROP TABLE IF EXISTS " + ", ".join(
                     f"{table}_{suffix}" for suffix in suffixes
                     for table, _ in reversed(history_partitions.TABLES)))
+    except _LeaseLost:
+        return _lost(total)
     finally:
-        with connections[using].cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [history_partitions.FINISH_KEY])
+        leases.release(history_partitions.FINISH_LEASE, holder, using)
     return total
 
 
-def _delete_jobs_left(suffix: str, using: str, count: bool) -> Pruned:
+class _LeaseLost(Exception):
+    """The finish lease expired and another holder took it between two steps."""
+
+
+def _lost(total: Pruned) -> Pruned:
+    # Only when a step outlasted FINISH_LEASE_S: the new holder redoes what is left.
+    log.warning("finishing detached partitions: lease lost to another holder, stopped")
+    return total
+
+
+def _delete_jobs_left(suffix: str, using: str, count: bool, keep) -> Pruned:
     """Delete the one-off jobs detached partition ``suffix`` leaves with no run; returns
-    what it held (see finish_detached)."""
+    what it held (see finish_detached). ``keep``: renews the lease before each batch,
+    False when lost (then raises _LeaseLost)."""
     one_off: set[int] = set()
     total = _count_detached(suffix, using, count, one_off)
     ids = sorted(one_off)
     for start in range(0, len(ids), JOB_BATCH):
+        if not keep():
+            raise _LeaseLost
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
             locked = list(Job.objects.using(using).filter(
                 pk__in=ids[start:start + JOB_BATCH], schedule__isnull=True)

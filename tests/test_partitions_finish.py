@@ -1,8 +1,8 @@
 """The drop of retired time partitions deferred (docs/retention.md, "Retired whole"): the
 dispatcher's retention call only detaches (the runs are gone from every query), its
 finisher thread drops the detached tables and deletes the one-off jobs left with no run;
-a crash between the two leaves detached tables that the next pass finishes, and one
-session at a time finishes them."""
+a crash between the two leaves detached tables that the next pass finishes (one
+finisher at a time: tests/test_finish_lease.py)."""
 
 import psycopg
 import pytest
@@ -61,24 +61,6 @@ def test_a_crash_between_detach_and_drop_is_finished_by_the_next_pass():
     assert not Job.objects.filter(pk=runs["ok1"].job_id).exists()
     assert set(Run.objects.values_list("pk", flat=True)) == expected
     assert retention.finish_detached() == retention.Pruned()  # nothing left: a no-op
-
-
-@pytest.mark.usefixtures("layout")
-def test_another_session_finishing_detached_partitions_is_left_alone():
-    runs = old_history()
-    old = partition_of(runs["ok1"].pk)
-    retention.drop_partitions(retention.cutoff(7 * 86_400), finish=False)
-    url = database_url("default").replace("postgres://", "postgresql://")
-    with psycopg.connect(url, autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(%s)", [hp.FINISH_KEY])
-
-        assert retention.finish_detached() == retention.Pruned()
-        assert table_exists(old)
-        # Released here: a closed connection's backend may still hold it a moment.
-        other.execute("SELECT pg_advisory_unlock(%s)", [hp.FINISH_KEY])
-
-    assert retention.finish_detached().runs == 5
-    assert not table_exists(old)
 
 
 @pytest.mark.usefixtures("layout")
