@@ -14,6 +14,7 @@ name in any module (``Timeout``). Either matches the raised exception's class or
 it derives from (its MRO), so ``OSError`` matches a ``ConnectionResetError``.
 """
 
+import logging
 import math
 import random
 import re
@@ -25,6 +26,8 @@ MAX_JITTER_S = 86_400
 MAX_NAMES = 50
 NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 NAME_MAX = 200
+
+log = logging.getLogger("scheduler.runs")
 
 
 def clean(value) -> dict | None:
@@ -62,12 +65,27 @@ def clean(value) -> dict | None:
     return out
 
 
+def stored(value, job_id: int | None = None) -> dict | None:
+    """A job's stored ``retry`` as fail_runs reads it: clean(value), or None (the default
+    strategy) with one warning on the logger ``scheduler.runs`` when the row holds what
+    no way in accepts (written to the database by hand, or by an older release). A
+    strategy that cannot be read must not stop the reaping of every tenant's runs
+    (docs/security.md, "Daemons' fault isolation")."""
+    try:
+        return clean(value)
+    except (ValueError, TypeError) as exc:
+        log.warning("job %s: its stored retry strategy is unreadable (%s); the run retries "
+                    "with the default backoff", job_id if job_id is not None else "?", exc)
+        return None
+
+
 def _names(key: str, names) -> list[str]:
     if not isinstance(names, list) or len(names) > MAX_NAMES:
         raise ValueError(f"{key}: give a list of at most {MAX_NAMES} exception class names")
     for name in names:
         if not isinstance(name, str) or len(name) > NAME_MAX or not NAME_RE.match(name):
-            raise ValueError(f"{key}: {name!r} is not a class name (ValueError) or a "
+            shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+            raise ValueError(f"{key}: {shown} is not a class name (ValueError) or a "
                              "dotted one (requests.exceptions.Timeout)")
     return list(dict.fromkeys(names))
 

@@ -231,8 +231,9 @@ def fail_runs(rows, outcome: str, errors: dict[int, str], now: datetime, using: 
     """
     base, cap = conf.get("RETRY_BACKOFF_BASE_S"), conf.get("RETRY_BACKOFF_CAP_S")
     runs = Run.objects.using(using)
-    policies = dict(runs.filter(pk__in=[row[0] for row in rows], job__retry__isnull=False)
-                    .values_list("id", "job__retry"))
+    policies = {run_id: retry.stored(policy, job_id) for run_id, job_id, policy in
+                runs.filter(pk__in=[row[0] for row in rows], job__retry__isnull=False)
+                .values_list("id", "job_id", "job__retry")}
     retried, dead = [], []
     for run_id, attempt, max_attempts in rows:
         error = errors.get(run_id, "")

@@ -156,3 +156,33 @@ def test_delays_per_kind_over_attempts():
 def test_a_bad_strategy_is_refused_naming_the_key(value, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         retry.clean(value)
+
+
+@pytest.mark.parametrize("planted", ['"str"', '{"kind": "linear", "base_s": "x"}', "[1]"])
+def test_a_stored_strategy_no_way_in_accepts_fails_no_other_run(planted):
+    # A row written by hand: the reaper and the worker's acks fail runs in batches, and
+    # one unreadable strategy raised for the whole batch, every tenant's runs with it.
+    from django.db import connection
+
+    from runs.clock import db_now
+    from runs.transitions import fail_runs
+
+    poisoned = services.create_job("retry.raise", {"raise": "ValueError"})
+    other = services.create_job("retry.raise", {"raise": "ValueError"},
+                                retry={"kind": "fixed", "base_s": 30})
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobs_job SET retry = %s::jsonb WHERE id = %s",
+                       [planted, poisoned.pk])
+    Run.objects.filter(job__in=[poisoned, other]).update(
+        state=RunState.RUNNING, attempt=1, worker_id="w1", lease_expires_at=db_now())
+    rows = list(Run.objects.filter(job__in=[poisoned, other])
+                .values_list("id", "attempt", "max_attempts"))
+
+    now = db_now()
+    retried = fail_runs(rows, AttemptOutcome.FAILED, {}, now, "default")
+
+    assert sorted(retried) == sorted(row[0] for row in rows)
+    theirs = Run.objects.get(job=poisoned)
+    assert theirs.state == RunState.RETRYING
+    assert theirs.run_at - now == timedelta(seconds=1)  # the default backoff
+    assert Run.objects.get(job=other).run_at - now == timedelta(seconds=30)
