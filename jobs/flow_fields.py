@@ -3,10 +3,23 @@ retry strategy, runs/retry.py) and ``expires_at`` / ``expires_in_s`` (expiry,
 runs/expiry.py), checked for every way in by jobs/validation.py (docs/api.md, "Job
 fields"; docs/retries-and-expiry.md)."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from django.utils import timezone
 
 from runs import retry
 from runs.quotas import MAX_INT
+
+
+def _due(spec: dict) -> datetime:
+    """When the one-off run of ``spec`` falls due: its run_at, else now plus delay_s
+    (this process's clock: a bound for a check, not a time to store)."""
+    run_at = spec.get("run_at")
+    if isinstance(run_at, datetime) and run_at.utcoffset() is not None:
+        return run_at
+    delay = spec.get("delay_s")
+    delay = delay if type(delay) in (int, float) and delay >= 0 else 0
+    return timezone.now() + timedelta(seconds=min(delay, MAX_INT))
 
 
 def problems(spec: dict, clean: dict, moment_problem) -> dict[str, str]:
@@ -32,9 +45,9 @@ def problems(spec: dict, clean: dict, moment_problem) -> dict[str, str]:
         elif spec.get("cron"):
             errors["expires_at"] = ("applies to one-off jobs only; a cron job's runs take "
                                     "expires_in_s, counted from each occurrence")
-        elif isinstance(run_at := spec.get("run_at"), datetime) \
-                and run_at.utcoffset() is not None and at <= run_at:
-            errors["expires_at"] = "must be after run_at: the run could never start"
+        elif at <= (due := _due(spec)):
+            errors["expires_at"] = (f"must be after the run's time ({due.isoformat()}: "
+                                    "run_at, or now plus delay_s): the run could never start")
     if in_s is not None and (type(in_s) is not int or not 1 <= in_s <= MAX_INT):
         errors["expires_in_s"] = f"must be an integer from 1 to {MAX_INT} (seconds)"
     return errors

@@ -348,6 +348,11 @@ def _merged_spec(job: Job, changes: dict) -> dict:
     if schedule is None:
         for field in sorted(SCHEDULE_FIELDS & set(changes)):
             errors[field] = "a one-off job has no schedule; change its run_at instead"
+    moved = changes.get("run_at")
+    if job.expires_at is not None and isinstance(moved, datetime) \
+            and moved.utcoffset() is not None and moved >= job.expires_at:
+        errors["run_at"] = (f"must be before the job's expires_at "
+                            f"({job.expires_at.isoformat()}): the run could never start")
     if errors:
         raise InvalidJob(errors)
     spec = {
