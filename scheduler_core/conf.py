@@ -26,6 +26,15 @@ def flag(raw) -> bool:
     raise ValueError("give true or false")
 
 
+def count(raw) -> int:
+    """A tunable that counts (0 meaning "never"): an int of 0 or more. Raises ValueError
+    for a negative one, which would read as a limit already passed."""
+    value = int(raw)
+    if value < 0:
+        raise ValueError("give 0 or more (0: never)")
+    return value
+
+
 @dataclass(frozen=True)
 class Tunable:
     default: object
@@ -108,10 +117,10 @@ DEFAULTS: dict[str, Tunable] = {
     # Recycling a worker's children (runs/worker/recycle.py, docs/deploy.md): overridden
     # per worker by runworker's --max-runs-per-child and --max-memory-per-child.
     "MAX_RUNS_PER_CHILD": Tunable(
-        0, int, "runs a worker's child process executes before it is replaced by a new "
+        0, count, "runs a worker's child process executes before it is replaced by a new "
         "one (Celery's worker_max_tasks_per_child); 0: never"),
     "MAX_MEMORY_PER_CHILD_MB": Tunable(
-        0, int, "MiB of current resident memory (RSS, read from /proc after its runs; "
+        0, count, "MiB of current resident memory (RSS, read from /proc after its runs; "
         "Linux) at which a worker's child is replaced once its run in flight ends "
         "(Celery's worker_max_memory_per_child, in MiB not KiB); 0: never"),
     "CANCEL_CHECK_S": Tunable(

@@ -53,6 +53,12 @@ def test_e004_an_unknown_or_unreadable_tunable(monkeypatch):
     assert ids(SCHEDULER={"NO_SUCH_TUNABLE": 1}) == ["scheduler.E004"]
     monkeypatch.setenv("SCHEDULER_SHARDS", "many")
     assert ids() == ["scheduler.E004"]
+    monkeypatch.delenv("SCHEDULER_SHARDS")
+    # A negative count read as a limit already passed: only runworker refused it.
+    monkeypatch.setenv("SCHEDULER_MAX_RUNS_PER_CHILD", "-1")
+    assert ids() == ["scheduler.E004"]
+    monkeypatch.setenv("SCHEDULER_MAX_RUNS_PER_CHILD", "0")
+    assert ids(SCHEDULER={"MAX_MEMORY_PER_CHILD_MB": -5}) == ["scheduler.E004"]
 
 
 def test_e005_a_bad_isolation_setting():
