@@ -120,3 +120,17 @@ def test_the_admins_job_actions_refuse_a_node_job(bobs, admin_client, action):
     assert page.status_code == 200
     assert f"node &#x27;load&#x27; of workflow {bobs['wf'].pk}" in text(page)
     assert snapshot() == before
+
+
+def test_the_admins_job_page_of_a_node_job_is_a_view_and_refuses_a_post(bobs, admin_client):
+    url = f"/admin/jobs/job/{bobs['job']}/change/"
+    before = snapshot()
+
+    page = admin_client.get(url)
+    posted = admin_client.post(url, {"name": "renamed", "priority": 3})
+
+    assert page.status_code == 200
+    assert 'name="_save"' not in page.content.decode()  # no form to save
+    assert posted.status_code == 403
+    assert snapshot() == before
+    assert Job.objects.get(pk=bobs["job"]).name != "renamed"

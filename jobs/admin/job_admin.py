@@ -295,6 +295,13 @@ class JobAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def has_change_permission(self, request, obj=None):
+        # A workflow's node job is shown, never edited: its writes belong to the workflow
+        # (jobs/guards.py), so its page is a view, as the REST API answers 409.
+        if obj is not None and managed([obj.pk]):
+            return False
+        return super().has_change_permission(request, obj)
+
     # ---- actions: the service functions, with counts -----------------------------------
 
     def _refused(self, request, queryset, verb: str) -> bool:
