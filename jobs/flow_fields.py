@@ -51,3 +51,13 @@ def problems(spec: dict, clean: dict, moment_problem) -> dict[str, str]:
     if in_s is not None and (type(in_s) is not int or not 1 <= in_s <= MAX_INT):
         errors["expires_in_s"] = f"must be an integer from 1 to {MAX_INT} (seconds)"
     return errors
+
+
+def move_problems(expires_at: datetime | None, run_at) -> dict[str, str]:
+    """``{"run_at": reason}`` when a one-off job's ``run_at`` (an aware datetime, its new
+    time) is at or past its ``expires_at``: its run could never start; else ``{}``."""
+    if expires_at is None or not isinstance(run_at, datetime) or run_at.utcoffset() is None \
+            or run_at < expires_at:
+        return {}
+    return {"run_at": f"must be before the job's expires_at ({expires_at.isoformat()}): "
+                      "the run could never start"}

@@ -12,7 +12,7 @@ import psycopg
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import cron, ingest, one_off, pausing, tenants
+from jobs import cron, flow_fields, ingest, one_off, pausing, tenants
 from jobs.guards import refuse_managed
 from jobs.models import Job
 from jobs.spec import CREATE_JOB, CREATE_JOBS, NAMES, translate, unknown_message
@@ -341,18 +341,13 @@ def check_update(job: Job, changes: dict, using: str = "default") -> dict:
 
 
 def _merged_spec(job: Job, changes: dict) -> dict:
-    schedule = job.schedule
-    errors = {}
+    schedule, errors = job.schedule, {}
     if schedule is not None and "run_at" in changes:
         errors["run_at"] = "a recurring job has no run_at; change its schedule instead"
     if schedule is None:
         for field in sorted(SCHEDULE_FIELDS & set(changes)):
             errors[field] = "a one-off job has no schedule; change its run_at instead"
-    moved = changes.get("run_at")
-    if job.expires_at is not None and isinstance(moved, datetime) \
-            and moved.utcoffset() is not None and moved >= job.expires_at:
-        errors["run_at"] = (f"must be before the job's expires_at "
-                            f"({job.expires_at.isoformat()}): the run could never start")
+    errors.update(flow_fields.move_problems(job.expires_at, changes.get("run_at")))
     if errors:
         raise InvalidJob(errors)
     spec = {
