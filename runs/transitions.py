@@ -146,7 +146,7 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
                     # JSON text (Django loads jsonb as text for JSONField to decode): the
                     # worker's child decodes it (runs/worker/lease_ahead.py, Leased).
                     "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
-                    "timeout_s": r[9]})
+                    "timeout_s": r[9], "max_attempts": r[10], "retry": r[11]})
         for r in rows
     ]
 
@@ -178,9 +178,10 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
         SELECT s.id, s.attempt, s.queue, s.shard,
                (EXTRACT(EPOCH FROM s.lease_expires_at) * 1000000)::bigint, s.job_id,
                (EXTRACT(EPOCH FROM s.scheduled_at) * 1000000)::bigint,
-               j.handler, j.payload, j.timeout_s
+               j.handler, j.payload, j.timeout_s, j.max_attempts, j.retry
         FROM started s
-        CROSS JOIN LATERAL (SELECT handler, payload, timeout_s FROM {job}
+        CROSS JOIN LATERAL (SELECT handler, payload, timeout_s, max_attempts, retry
+                            FROM {job}
                             WHERE id = s.job_id OFFSET 0) AS j"""
     return sql, [RunState.RUNNING, worker_id, ttl_s, int_array(ids),
                  [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,

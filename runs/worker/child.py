@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from runs.clock import from_us
 from runs.context import RunContext
-from runs.retry import exception_names
+from runs.retry import exception_names, refusal, stored
 from runs.worker import handoff
 from runs.worker.wire import message_sender, quiet_sender
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
@@ -201,15 +201,43 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         # django.tasks gives their traceback back to the code that enqueued them.
         if is_internal(task["handler"]):
             error = traceback.format_exc()
-        log.warning("run %s (handler %s, attempt %s) raised %s", task["run_id"],
-                    task["handler"], task["attempt"], error, exc_info=True,
-                    extra={"run_id": task["run_id"], "attempt": task["attempt"]})
+        log_failure(task, exc, error, retry)
     if ok:
         problem = result_problem(result)
         if problem:
             ok, result, error = False, None, f"the handler's result {problem}"
     return ("done", task["run_id"], task["attempt"], ok, result, error, capture.finish(),
             began, time.monotonic(), retry)
+
+
+def log_failure(task: dict, exc: BaseException, error: str, retry) -> None:
+    """Log a handler's failure for the operators (docs/deploy.md, "Logs"): an attempt the
+    retry gives up on at ERROR with its traceback, one that will be retried at WARNING on
+    one line. Unknown (a task without the job's max_attempts) is logged as WARNING with
+    the traceback, so a last attempt's traceback is never lost."""
+    final = gives_up(task, exc, retry)
+    level = logging.ERROR if final else logging.WARNING
+    what = "failed for good" if final else "failed; it will be retried"
+    log.log(level, "run %s (handler %s, attempt %s) %s: %s", task["run_id"], task["handler"],
+            task["attempt"], what, error, exc_info=final is not False,
+            extra={"run_id": task["run_id"], "attempt": task["attempt"]})
+
+
+def gives_up(task: dict, exc: BaseException, retry) -> bool | None:
+    """Whether the retry gives up on this failed attempt (runs/retry.py; completion's
+    fail_runs decides for real): the last of max_attempts, a PermanentFailure, or an
+    exception the job's retry_on / never_retry_on refuses. None when the task does not
+    carry the job's max_attempts (a run a workflow's ack continued)."""
+    max_attempts = task.get("max_attempts")
+    if max_attempts is None:
+        return None
+    if retry is False or task["attempt"] >= max_attempts:
+        return True
+    policy = task.get("retry")
+    if isinstance(policy, str):
+        policy = json.loads(policy)
+    return bool(isinstance(retry, tuple) and refusal(stored(policy, task["job_id"]),
+                                                     exception_names(exc)))
 
 
 def error_text(exc: BaseException) -> str:

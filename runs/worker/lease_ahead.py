@@ -76,11 +76,12 @@ def leased_of(leases: list[Lease], using: str) -> list[Leased]:
     runs = {
         # The task's form (start_attempts on PostgreSQL gives it): payload as JSON text.
         row[0]: {"scheduled_at_us": to_us(row[1]), "job_id": row[2], "handler": row[3],
-                 "payload": json.dumps(row[4]), "timeout_s": row[5]}
+                 "payload": json.dumps(row[4]), "timeout_s": row[5],
+                 "max_attempts": row[6], "retry": row[7]}
         for row in Run.objects.using(using)
         .filter(pk__in=missing)
         .values_list("pk", "scheduled_at", "job_id", "job__handler", "job__payload",
-                     "job__timeout_s")
+                     "job__timeout_s", "job__max_attempts", "job__retry")
     } if missing else {}
     leased = []
     for lease in leases:

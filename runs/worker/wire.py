@@ -56,10 +56,12 @@ QUIET_MAX = select.PIPE_BUF
 def task_of(run_id: int, attempt: int, t: dict) -> dict:
     """The task the pipe carries for attempt ``attempt`` of run ``run_id`` (without its
     ``deadline`` and ``seq``), from ``t``, a lease's task (Lease.task: job_id,
-    scheduled_at_us, handler, payload as JSON text)."""
+    scheduled_at_us, handler, payload as JSON text; max_attempts and retry, the job's, where
+    the lease read them: the child logs an attempt the retry gives up on at ERROR)."""
     return {"run_id": run_id, "job_id": t["job_id"], "attempt": attempt,
             "scheduled_at": t["scheduled_at_us"], "handler": t["handler"],
-            "payload": t["payload"]}
+            "payload": t["payload"], "max_attempts": t.get("max_attempts"),
+            "retry": t.get("retry")}
 
 
 def send_tasks(conn, tasks: list[dict]) -> None:
