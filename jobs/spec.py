@@ -29,7 +29,9 @@ SCHEDULE = frozenset({*ALL, ADMIN, TASK, WORKFLOW_SCHEDULE, UPDATE})
 @dataclass(frozen=True)
 class Field:
     """One field of a job: ``kind`` its JSON type, ``default`` and ``bounds`` as
-    documented, ``doors`` the ways in that take it."""
+    documented, ``doors`` the ways in that take it. ``low``/``high`` (a number, or the
+    name of the tunable that gives it) and ``max_length`` are the bounds as numbers:
+    tests/test_job_spec_bounds.py holds validation and REST to them."""
 
     name: str
     kind: str
@@ -37,11 +39,24 @@ class Field:
     bounds: str
     doors: frozenset
     doc: str
+    low: int | None = None
+    high: int | str | None = None
+    max_length: int | None = None
+
+    def limits(self) -> tuple[int | None, int | None]:
+        """(low, high) with a tunable's name read from the settings; MAX_RETRIES, which
+        counts retries, gives max_attempts' high as MAX_RETRIES + 1."""
+        high = self.high
+        if isinstance(high, str):
+            from scheduler_core import conf
+
+            high = conf.get(high) + (1 if high == "MAX_RETRIES" else 0)
+        return self.low, high
 
 
 FIELDS = (
     Field("name", "text", "the handler's name", f"at most {NAME_MAX} characters",
-          ALL | {ADMIN, NODE, UPDATE}, "free text shown in lists"),
+          ALL | {ADMIN, NODE, UPDATE}, "free text shown in lists", max_length=NAME_MAX),
     Field("handler", "text", "(required)", "a registered handler", ALL | {ADMIN, NODE},
           "what runs (create_job: its first argument)"),
     Field("payload", "object", "{}", "a JSON object of at most MAX_PAYLOAD_BYTES",
@@ -51,7 +66,7 @@ FIELDS = (
           "one-off: when it runs; in the past means now; its lag counts from when it was "
           "made"),
     Field("delay_s", "number", "0", f"0 to {MAX_DELAY_S} seconds", ALL,
-          "one-off: seconds from now"),
+          "one-off: seconds from now", low=0, high=MAX_DELAY_S),
     Field("cron", "text", "none (one-off)", "five-field cron or @hourly, @daily, "
           "@weekly, @monthly, @yearly", SCHEDULE, "recurring: the cron expression"),
     Field("timezone", "text", "UTC", "an IANA timezone", SCHEDULE,
@@ -59,26 +74,31 @@ FIELDS = (
     Field("misfire_policy", "choice", "run_once", "run_once, run_all, skip", SCHEDULE,
           "what to do with occurrences missed while the scheduler was down"),
     Field("max_lag_s", "integer", "MAX_LAG_S (3600)", f"0 to {MAX_INT}",
-          SCHEDULE, "missed occurrences older than this many seconds are dropped"),
+          SCHEDULE, "missed occurrences older than this many seconds are dropped",
+          low=0, high=MAX_INT),
     Field("jitter_s", "integer", "0", f"0 to {MAX_JITTER_S}, below the cron's shortest gap",
           SCHEDULE - {ADMIN},
-          "spread each occurrence's run over this many seconds after it"),
+          "spread each occurrence's run over this many seconds after it",
+          low=0, high=MAX_JITTER_S),
     Field("queue", "text", "the owner's default queue, else default",
           "1-64 of letters, digits, _ . -", ALL | {ADMIN, NODE},
-          "the queue its runs go to (@task: Django's queue_name)"),
+          "the queue its runs go to (@task: Django's queue_name)", max_length=64),
     Field("shard_key", "text", "the handler", "at most 200 characters", ALL,
-          "runs go to shard crc32(shard_key) % SHARDS of the queue"),
+          "runs go to shard crc32(shard_key) % SHARDS of the queue", max_length=200),
     Field("priority", "integer", "5", "0 (most urgent) to 9", ALL | {ADMIN, NODE, UPDATE},
-          "@task: Django's priority, -100 to 100, mapped onto it"),
+          "@task: Django's priority, -100 to 100, mapped onto it", low=0, high=9),
     Field("timeout_s", "integer", "DEFAULT_TIMEOUT_S (300)", "1 to MAX_TIMEOUT_S",
-          ALL | {ADMIN, TASK, NODE, UPDATE}, "seconds one attempt may run"),
+          ALL | {ADMIN, TASK, NODE, UPDATE}, "seconds one attempt may run",
+          low=1, high="MAX_TIMEOUT_S"),
     Field("max_attempts", "integer", "DEFAULT_MAX_ATTEMPTS (4)", "1 to MAX_RETRIES + 1",
           ALL | {ADMIN, TASK, NODE, UPDATE},
-          "attempts before the run goes to the dead letter, the first try included"),
+          "attempts before the run goes to the dead letter, the first try included",
+          low=1, high="MAX_RETRIES"),
     Field("unique_key", "text", "none", "at most 200 characters", ALL,
-          "while an earlier job of the owner holds it, that job is the answer"),
+          "while an earlier job of the owner holds it, that job is the answer",
+          max_length=200),
     Field("unique_period_s", "integer", "no end", f"1 to {MAX_INT}", ALL,
-          "seconds the key counts after the job's creation"),
+          "seconds the key counts after the job's creation", low=1, high=MAX_INT),
     Field("unique_states", "list", "scheduled, queued, running, retrying", "run states",
           ALL, "the run states in which a one-off job holds its key"),
     Field("retry", "object", "null: exponential, base RETRY_BACKOFF_BASE_S (1), cap "
@@ -89,7 +109,8 @@ FIELDS = (
     Field("expires_at", "datetime", "none", "aware, after run_at; one-off jobs only",
           ALL | {ADMIN}, "a run not started by then ends expired, never runs"),
     Field("expires_in_s", "integer", "none", f"1 to {MAX_INT}", ALL | {ADMIN, TASK, NODE},
-          "a run not started this many seconds after its scheduled_at ends expired"),
+          "a run not started this many seconds after its scheduled_at ends expired",
+          low=1, high=MAX_INT),
 )
 NAMES = tuple(f.name for f in FIELDS)
 
