@@ -43,6 +43,7 @@ from jobs.lifecycle import with_shown_status
 from jobs.models import Job
 from jobs.old_names import deprecation_headers
 from jobs.pausing import CATCH_UP
+from jobs.query_params import KnownParameters
 from jobs.serializers import (
     CreatedJobSerializer,
     JobCreateSerializer,
@@ -58,6 +59,7 @@ from runs.brokers import get_broker
 from runs.serializers import RunSerializer
 from scheduler_core import conf
 from scheduler_core.exceptions import BrokerUnavailable, InvalidJob, SchedulerError
+from scheduler_core.replicas import ReplicaList
 
 log = logging.getLogger("scheduler.health")
 
@@ -143,14 +145,14 @@ class JobPagination(PageNumberPagination):
         summary="Cancel a job and its pending runs (the job is kept, status cancelled)",
         responses={200: JobSerializer, 409: DetailSerializer, **COMMON}),
 )
-class JobViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
+class JobViewSet(ApiPolicy, ReplicaList, mixins.CreateModelMixin, mixins.ListModelMixin,
                  mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """/api/jobs/: list, create, retrieve, partial update, cancel (DELETE), pause, resume,
     trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (jobs/runs_api.py)."""
 
     serializer_class = JobSerializer
     pagination_class = JobPagination
-    filter_backends = [DjangoFilterBackend, StrictOrderingFilter]
+    filter_backends = [KnownParameters, DjangoFilterBackend, StrictOrderingFilter]
     filterset_class = JobFilter
     ordering_fields = JOB_ORDERING
     ordering = ["-id"]

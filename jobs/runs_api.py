@@ -24,6 +24,7 @@ from jobs.api_policy import ApiPolicy
 from jobs.filters import StrictOrderingFilter
 from jobs.models import Job
 from jobs.owner_lists import OwnerScopedCursor, owner_job_ids
+from jobs.query_params import KnownParameters
 from jobs.serializers import StrictFieldsMixin
 from jobs.tenants import QuotaExceeded, bounds_of
 from jobs.throttling import IsAuthenticatedOrThrottled
@@ -38,6 +39,7 @@ from runs.serializers import (
 )
 from runs.stats import queue_stats
 from scheduler_core.exceptions import BrokerUnavailable
+from scheduler_core.replicas import ReplicaList
 
 RUN_ORDERING = ("scheduled_at", "created_at", "id")
 
@@ -111,14 +113,14 @@ def visible_job(request, job_pk) -> Job:
     retrieve=extend_schema(summary="One run with its attempts",
                            responses={200: RunSerializer, **COMMON}),
 )
-class RunViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+class RunViewSet(ApiPolicy, ReplicaList, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                  viewsets.GenericViewSet):
     """/api/runs/ and /api/jobs/{job_pk}/runs/: runs with their attempts; retry and cancel
     one run."""
 
     serializer_class = RunSerializer
     pagination_class = RunCursor
-    filter_backends = [DjangoFilterBackend, StrictOrderingFilter]
+    filter_backends = [KnownParameters, DjangoFilterBackend, StrictOrderingFilter]
     filterset_class = RunFilter
     ordering_fields = RUN_ORDERING
     lookup_value_regex = r"\d+"
@@ -176,12 +178,12 @@ class RunViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
 @extend_schema_view(list=extend_schema(
     summary="The log lines of a run's attempts (filter by level, text, attempt)",
     responses={200: LogLineSerializer(many=True), **LISTED}))
-class LogLineViewSet(ApiPolicy, mixins.ListModelMixin, viewsets.GenericViewSet):
+class LogLineViewSet(ApiPolicy, ReplicaList, mixins.ListModelMixin, viewsets.GenericViewSet):
     """/api/runs/{run_pk}/logs/: every attempt's log lines, oldest first."""
 
     serializer_class = LogLineSerializer
     pagination_class = LogCursor
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [KnownParameters, DjangoFilterBackend]
     filterset_class = LogLineFilter
 
     def get_queryset(self):
@@ -224,7 +226,7 @@ class DeadLetterBulkResultSerializer(serializers.Serializer):
     retrieve=extend_schema(summary="One dead run",
                            responses={200: DeadRunSerializer, **COMMON}),
 )
-class DeadLetterViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+class DeadLetterViewSet(ApiPolicy, ReplicaList, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
     """/api/dead-letter/: runs whose attempts are exhausted. Retry one with
     POST /api/runs/{id}/retry/; requeue or discard many by filter with
@@ -232,7 +234,7 @@ class DeadLetterViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMi
 
     serializer_class = DeadRunSerializer
     pagination_class = DeadCursor
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [KnownParameters, DjangoFilterBackend]
     filterset_class = DeadLetterFilter
     lookup_value_regex = r"\d+"
 

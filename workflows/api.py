@@ -33,11 +33,13 @@ from jobs.api import (
 )
 from jobs.api_policy import ApiPolicy
 from jobs.idempotency import idempotent
+from jobs.query_params import KnownParameters
 from jobs.runs_api import CheckedCursor
 from jobs.serializers import api_errors
 from jobs.tenants import QuotaExceeded
 from jobs.throttling import IsAuthenticatedOrThrottled
 from scheduler_core.exceptions import InvalidJob, SchedulerError
+from scheduler_core.replicas import ReplicaList
 from workflows import control, services
 from workflows.models import Workflow, WorkflowRun, WorkflowRunState
 from workflows.serializers import (
@@ -109,14 +111,14 @@ class WorkflowRunFilter(filters.FilterSet):
                    422: DetailSerializer, **COMMON},
         examples=[OpenApiExample("a chain on a schedule", request_only=True, value=EXAMPLE)]),
 )
-class WorkflowViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
+class WorkflowViewSet(ApiPolicy, ReplicaList, mixins.CreateModelMixin, mixins.ListModelMixin,
                       mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """/api/workflows/: create, list, retrieve, pause, resume, trigger. A workflow's runs
     are at /api/workflows/{id}/runs/ (WorkflowRunViewSet)."""
 
     serializer_class = WorkflowSerializer
     pagination_class = JobPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [KnownParameters, DjangoFilterBackend]
     filterset_fields = ["status"]
     lookup_value_regex = r"\d+"
     permission_classes = [IsAuthenticatedOrThrottled, WorkflowOwnerOrModelPermission]
@@ -230,14 +232,14 @@ class WorkflowViewSet(ApiPolicy, mixins.CreateModelMixin, mixins.ListModelMixin,
         summary="One workflow run with every node's state, run, attempts and timing",
         responses={200: WorkflowRunDetailSerializer, **COMMON}),
 )
-class WorkflowRunViewSet(ApiPolicy, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+class WorkflowRunViewSet(ApiPolicy, ReplicaList, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                          viewsets.GenericViewSet):
     """/api/workflow-runs/ and /api/workflows/{workflow_pk}/runs/: workflow runs; one with
     its nodes; cancel, pause and resume one."""
 
     serializer_class = WorkflowRunSerializer
     pagination_class = WorkflowRunCursor
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [KnownParameters, DjangoFilterBackend]
     filterset_class = WorkflowRunFilter
     lookup_value_regex = r"\d+"
     permission_classes = [IsAuthenticatedOrThrottled, WorkflowOwnerOrModelPermission]
