@@ -233,7 +233,12 @@ def test_editing_a_job_changes_only_the_safe_fields_and_validates_them(admin_cli
     assert Job.objects.get(pk=job.pk).name == "old"
 
     Job.objects.filter(pk=job.pk).update(status="paused")  # as if paused meanwhile
-    admin_client.post(url, {**form, "handler": "noop", "status": "active"})
+    # Fields the page does not show are refused, naming them; nothing of the post is kept.
+    page = text(admin_client.post(url, {**form, "handler": "noop", "status": "active"}))
+    assert "handler: unknown field" in page and "status: unknown field" in page
+    job.refresh_from_db()
+    assert (job.name, job.handler, job.status) == ("old", "echo", "paused")
+    admin_client.post(url, form)
     job.refresh_from_db()
     assert (job.name, job.handler, job.status) == ("new", "echo", "paused")
 
@@ -528,3 +533,14 @@ def test_a_nul_character_in_any_filter_of_any_list_is_a_400_not_a_500(admin_clie
     # The queue filters list the broker's queues; with none known they are not shown.
     for url in ("/admin/jobs/job/", "/admin/runs/run/", "/admin/runs/deadrun/"):
         assert admin_client.get(url, {"queue": "\x00"}).status_code == 400
+
+
+def test_the_add_form_refuses_a_posted_field_it_does_not_have(admin_client):
+    """A script posting a REST-shaped spec (``schedule``) made a one-off job due now."""
+    form = {"name": "n", "handler": "noop", "payload": "{}", "schedule": "@hourly",
+            "timezone": "UTC", "misfire_policy": "run_once", "priority": "5",
+            "timeout_s": "60", "max_attempts": "4", "_save": "Save"}
+    page = text(admin_client.post("/admin/jobs/job/add/", form))
+    assert "schedule: unknown field (did you mean &#x27;cron&#x27;?)" in page \
+        or "schedule: unknown field (did you mean 'cron'?)" in page
+    assert not Job.objects.filter(name="n").exists()

@@ -1,11 +1,14 @@
 """Forms of the admin's job pages (docs/admin.md): create a job through the service
 layer, and edit the fields a live job may change, its cron schedule included."""
 
+import re
+
 from django import forms
 from django.utils import timezone
 
 from jobs import services, tenants
 from jobs.models import Job, MisfirePolicy
+from jobs.spec import unknown_message
 from jobs.validation import validate_job
 from runs.outbound.redact import shown_payload
 from scheduler_core.exceptions import InvalidJob
@@ -23,6 +26,25 @@ def add_invalid_job_errors(form: forms.Form, exc: InvalidJob, aliases: dict) -> 
         field = aliases.get(field, field)
         form.add_error(field if field in form.fields else None,
                        reason if field in form.fields else f"{field}: {reason}")
+
+
+# What the admin's own pages post beside a form's fields.
+ADMIN_CONTROLS = frozenset({"csrfmiddlewaretoken", "_save", "_continue", "_addanother",
+                            "_saveasnew", "_popup", "_to_field", "_changelist_filters"})
+WIDGET_PART = re.compile(r"^(?:initial-)?(?P<name>.+?)(?:_\d+)?$")
+
+
+def refuse_unknown_posted(form: forms.Form) -> None:
+    """Add a form error for each posted name that is none of ``form``'s fields (a split
+    widget's ``run_at_0``/``run_at_1`` and Django's ``initial-`` copies count as their
+    field) nor the admin's controls: a form drops what it does not know, so a script's
+    POST with ``schedule`` made a one-off job due now (docs/admin.md, "Jobs"). The error
+    names the field and the one likely meant (jobs/spec.py)."""
+    for key in sorted(set(form.data) - ADMIN_CONTROLS):
+        match = WIDGET_PART.match(key)
+        if key in form.fields or (match and match["name"] in form.fields):
+            continue
+        form.add_error(None, f"{key}: {unknown_message(key, form.fields)}")
 
 
 class JobCreateForm(forms.ModelForm):
@@ -75,6 +97,7 @@ class JobCreateForm(forms.ModelForm):
 
     def clean(self):
         data = self.cleaned_data
+        refuse_unknown_posted(self)
         if self.errors:
             return data
         spec = {key: data.get(key) for key in ("name", "handler", "queue", "priority",
@@ -157,6 +180,7 @@ class JobChangeForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
+        refuse_unknown_posted(self)
         if self.errors:
             return data
         try:
