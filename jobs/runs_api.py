@@ -9,6 +9,7 @@ Every change goes through runs/services.py, the functions the admin uses too.
 """
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DEFAULT_DB_ALIAS
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -100,8 +101,9 @@ def owner_jobs(view) -> list[int] | None:
 
 def visible_job(request, job_pk) -> Job:
     """The job ``job_pk`` if ``request.user`` may see it (their own, or any with the
-    view_job or change_job permission); raises Http404 otherwise."""
-    jobs = Job.objects.all()
+    view_job or change_job permission); raises Http404 otherwise. Read from the primary,
+    also in a list read from a replica: a job made a moment ago has a list, if empty."""
+    jobs = Job.objects.using(DEFAULT_DB_ALIAS)
     if not may_view_all(request.user, Job):
         jobs = jobs.filter(owner=request.user)
     return get_object_or_404(jobs, pk=job_pk)
@@ -189,7 +191,9 @@ class LogLineViewSet(ApiPolicy, ReplicaList, mixins.ListModelMixin, viewsets.Gen
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return LogLine.objects.none()
-        run = get_object_or_404(visible_runs(self.request), pk=self.kwargs["run_pk"])
+        # The run from the primary (as visible_job), its lines from the replica if fresh.
+        run = get_object_or_404(visible_runs(self.request).using(DEFAULT_DB_ALIAS),
+                                pk=self.kwargs["run_pk"])
         return LogLine.objects.filter(attempt__run=run).select_related("attempt")
 
 

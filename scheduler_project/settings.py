@@ -4,6 +4,9 @@ environment (docs/architecture.md, "Configuration").
 DATABASE_URL  default sqlite:///db.sqlite3 (the embedded default)
 DATABASE_POOLER  "pgbouncer" when DATABASE_URL goes through PgBouncer in transaction
               pooling mode (docs/scaling.md, "PgBouncer"); default empty: a direct connection
+DATABASE_REPLICA_URL  PostgreSQL streaming replicas, comma-separated, for the history lists,
+              logs and dashboard; DATABASE_REPLICA_MAX_LAG_S their staleness bound, default
+              5 s (docs/scaling.md, "Read replicas")
 DATABASE_LISTEN_URL  PostgreSQL: where idle workers of the database broker LISTEN, when
               DATABASE_URL goes through PgBouncer in transaction mode (default: DATABASE_URL)
 REDIS_URL     unset: the database broker serves the queue; redis+cluster://host:port/ a
@@ -19,12 +22,13 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from jobs.client_address import DEFAULT_PROXY_NETWORKS
 from scheduler_core import drf_settings
 from scheduler_core.conf import flag
+from scheduler_core.db_urls import parse_database_url
+from scheduler_core.replicas import replica_databases
 from scheduler_core.startup import DEV_SECRET_KEY, proxy_ssl_header
 from scheduler_project.logging_config import django_logging
 
@@ -170,7 +174,8 @@ def database_config(url: str, pooler: str | None = None) -> dict:
         raise ImproperlyConfigured(
             f"DATABASE_POOLER={pooler!r}: expected 'pgbouncer' (transaction pooling) or "
             "nothing (a direct connection)")
-    config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+    # libpq's host lists too (host1:5432,host2:5432): docs/scaling.md, "Failover".
+    config = parse_database_url(url, conn_max_age=60, conn_health_checks=True)
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["CONN_MAX_AGE"] = 0
         config["OPTIONS"] = {
@@ -198,7 +203,11 @@ DATABASES = {
     "default": database_config(
         os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
     ),
+    # replica_1, replica_2, ...: read only where a view asks (scheduler_core/replicas.py).
+    **replica_databases(os.environ.get("DATABASE_REPLICA_URL", ""), database_config),
 }
+DATABASE_ROUTERS = ["scheduler_core.replicas.ReplicaRouter"]
+DATABASE_REPLICA_MAX_LAG_S = float(os.environ.get("DATABASE_REPLICA_MAX_LAG_S", "5"))
 
 # The same database reached directly, for the listen connection of the database broker's
 # idle workers (runs/brokers/pg_listen.py): a LISTEN through PgBouncer in transaction mode

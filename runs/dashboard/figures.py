@@ -190,20 +190,23 @@ def partitions(using: str = "default", now: datetime | None = None) -> list[dict
     return sorted(owners.values(), key=lambda e: (e["owner"] == "", e["owner"]))
 
 
-def snapshot(using: str = "default") -> dict:
+def snapshot(using: str = "default", history: str | None = None) -> dict:
     """Everything the dashboard shows, JSON-able: ``now`` (database clock), ``totals``,
     ``queues`` (runs/stats.py), ``series`` (last hour per minute), ``workers``,
-    ``partitions``, ``ownership`` (the newest OWNERSHIP_ROWS tenures, runs/ownership.py)."""
+    ``partitions``, ``ownership`` (the newest OWNERSHIP_ROWS tenures, runs/ownership.py).
+    ``history``: the alias the history figures (series, dead letter count, ownership)
+    are read from, a read replica's (docs/scaling.md, "Read replicas"); default ``using``."""
+    history = history or using
     now = db_now(using)
     queues = [q.as_dict() for q in queue_stats(using)]
-    chart = series(using, now=now)
+    chart = series(history, now=now)
     window = chart.pop("totals")
     live = workers(using, now=now)
     totals = {
         "ready": sum(q["ready"] for q in queues),
         "delayed": sum(q["delayed"] for q in queues),
         "leased": sum(q["leased"] for q in queues),
-        "dead_letter": Run.objects.using(using).filter(state=RunState.DEAD).count(),
+        "dead_letter": Run.objects.using(history).filter(state=RunState.DEAD).count(),
         "live_workers": len(live),
         "started_last_hour": window["started"],
         "catch_up_last_hour": window["catch_up"],
@@ -212,5 +215,5 @@ def snapshot(using: str = "default") -> dict:
     }
     return {"now": now.isoformat(), "totals": totals, "queues": queues, "series": chart,
             "workers": live, "partitions": partitions(using, now=now),
-            "ownership": ownership.history(OWNERSHIP_ROWS, using)}
+            "ownership": ownership.history(OWNERSHIP_ROWS, history)}
 

@@ -11,6 +11,7 @@ from django.template.response import TemplateResponse
 from django.views.decorators.cache import never_cache
 
 from runs.dashboard.figures import snapshot
+from scheduler_core.replicas import read_alias
 
 REFRESH_S = 3.0
 PERMISSION = "runs.view_run"
@@ -26,7 +27,7 @@ def dashboard(request):
     context = {
         **admin.site.each_context(request),
         "title": "Dashboard",
-        "snapshot": snapshot(),
+        "snapshot": snapshot(history=read_alias()),
         "refresh_ms": int(REFRESH_S * 1000),
     }
     return TemplateResponse(request, "admin/runs/dashboard.html", context)
@@ -43,4 +44,4 @@ def dashboard_data(request):
     if not user.has_perm(PERMISSION):
         return JsonResponse({"detail": f"the {PERMISSION} permission is required"},
                             status=403)
-    return JsonResponse(snapshot())
+    return JsonResponse(snapshot(history=read_alias()))
