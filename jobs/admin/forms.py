@@ -15,6 +15,7 @@ from scheduler_core.exceptions import InvalidJob
 from scheduler_core.registry import creatable_handler_names
 
 EDITABLE = ("name", "payload", "priority", "timeout_s", "max_attempts")
+FLOW_KEYS = ("rate_key", "concurrency_key", "concurrency_limit")
 # A cron job's schedule, named as services.update_job names it.
 SCHEDULE_FIELDS = ("cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s")
 
@@ -30,7 +31,9 @@ def add_invalid_job_errors(form: forms.Form, exc: InvalidJob, aliases: dict) -> 
 
 # What the admin's own pages post beside a form's fields.
 ADMIN_CONTROLS = frozenset({"csrfmiddlewaretoken", "_save", "_continue", "_addanother",
-                            "_saveasnew", "_popup", "_to_field", "_changelist_filters"})
+                            "_saveasnew", "_popup", "_to_field", "_changelist_filters",
+                            "_selected_action", "index"})
+ACTIONS_PREFIX = "CHANGE_FORM-"  # the change page's actions form (jobs/admin/job_admin.py)
 WIDGET_PART = re.compile(r"^(?:initial-)?(?P<name>.+?)(?:_\d+)?$")
 
 
@@ -41,6 +44,8 @@ def refuse_unknown_posted(form: forms.Form) -> None:
     POST with ``schedule`` made a one-off job due now (docs/admin.md, "Jobs"). The error
     names the field and the one likely meant (jobs/spec.py)."""
     for key in sorted(set(form.data) - ADMIN_CONTROLS):
+        if key.startswith(ACTIONS_PREFIX):
+            continue
         match = WIDGET_PART.match(key)
         if key in form.fields or (match and match["name"] in form.fields):
             continue
@@ -69,7 +74,8 @@ class JobCreateForm(forms.ModelForm):
         model = Job
         fields = ["name", "handler", "payload", "run_at", "cron", "timezone",
                   "misfire_policy", "max_lag_s", "queue", "priority", "timeout_s",
-                  "max_attempts", "retry", "expires_at", "expires_in_s"]
+                  "max_attempts", "retry", "expires_at", "expires_in_s", "rate_key",
+                  "concurrency_key", "concurrency_limit"]
         help_texts = {
             "run_at": "When a one-off job runs. Leave this and the cron schedule empty to "
                       "run once now.",
@@ -82,6 +88,10 @@ class JobCreateForm(forms.ModelForm):
             "expires_at": "One-off jobs: a run not started by then ends expired.",
             "expires_in_s": "A run not started this many seconds after its scheduled "
                             "time ends expired.",
+            "rate_key": "handler, name or payload.<field>: a rate limit of this key "
+                        "holds per value.",
+            "concurrency_key": "As rate_key: at most concurrency limit runs of one value "
+                               "run at once.",
         }
 
     owner = None  # the user creating the job: JobAdmin.get_form sets it
@@ -103,6 +113,11 @@ class JobCreateForm(forms.ModelForm):
         spec = {key: data.get(key) for key in ("name", "handler", "queue", "priority",
                                                "timeout_s", "max_attempts", "retry",
                                                "expires_at", "expires_in_s")}
+        # The flow keys as given (templates): create_job evaluates them again.
+        self.flow = {key: data[key] for key in FLOW_KEYS if data.get(key) not in (None, "")}
+        if not data.get("concurrency_key"):
+            self.flow.pop("concurrency_limit", None)
+        spec.update(self.flow)
         spec["payload"] = {} if data.get("payload") in (None, "") else data["payload"]
         if data.get("cron"):
             spec.update(cron=data["cron"], timezone=data.get("timezone") or "UTC",

@@ -122,3 +122,23 @@ def test_the_dashboard_refreshes_its_numbers_without_reloading(page, daemons):
     expect(page.locator('[data-total="live_workers"]')).to_have_text("1")
     expect(page.locator("#chart-throughput path.line")).to_have_count(3)
     assert page.evaluate("window.__not_reloaded") is True
+
+
+def test_a_browsers_add_and_change_posts_are_taken_whole(page):
+    """The job forms refuse a posted field they do not have (jobs/admin/forms.py): what a
+    real browser posts (split date widgets, Django's initial- copies, the admin's
+    buttons) must never count as one."""
+    page.goto("/admin/jobs/job/add/")
+    page.select_option('select[name="handler"]', "noop")
+    page.fill('input[name="name"]', "browser made")
+    page.fill('input[name="cron"]', "@hourly")
+    page.click('input[name="_save"]')
+    expect(page.locator(".messagelist")).to_contain_text("browser made")
+    job = Job.objects.get(name="browser made")
+    assert job.schedule.cron == "0 * * * *"  # @hourly, normalised
+
+    page.goto(f"/admin/jobs/job/{job.pk}/change/")
+    page.fill('input[name="name"]', "browser changed")
+    page.click('input[name="_save"]')
+    expect(page.locator(".messagelist")).to_contain_text("browser changed")
+    assert Job.objects.get(pk=job.pk).name == "browser changed"
