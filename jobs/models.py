@@ -7,6 +7,7 @@ layout and dependency rule") and imported here, their home to Django, to jobs/ a
 migrations. Only the models nothing in runs/ needs are defined here.
 """
 
+from jobs.backfill_models import Backfill
 from scheduler_core.models import (
     QUEUE_RE,
     IdempotencyKey,
@@ -22,6 +23,6 @@ from scheduler_core.models import (
     validate_queue_list,
 )
 
-__all__ = ["IdempotencyKey", "Job", "JobQuerySet", "LeaseChangeCount", "LeaseMember",
-           "LeaseTenure", "MisfirePolicy", "OwnerPolicy", "QUEUE_RE", "Schedule",
+__all__ = ["Backfill", "IdempotencyKey", "Job", "JobQuerySet", "LeaseChangeCount",
+           "LeaseMember", "LeaseTenure", "MisfirePolicy", "OwnerPolicy", "QUEUE_RE", "Schedule",
            "SchedulerPartition", "validate_queue_list"]

@@ -76,6 +76,10 @@ class Run(models.Model):
     # was down (misfire policy) or held by a pause (resume's catch_up). Its lateness is
     # not the system's lag, so lag figures leave it out (docs/cron.md, "Catch-up runs").
     catch_up = models.BooleanField(default=False, db_default=False)
+    # The backfill that made this run (jobs.Backfill's id; None: the scheduler, a trigger
+    # or the API made it). No foreign key: the runs table is partitioned and keeps none
+    # (docs/architecture.md, "Data model"); docs/cron.md, "Backfill".
+    backfill_id = models.BigIntegerField(null=True, blank=True)
 
     objects = RunQuerySet.as_manager()
 

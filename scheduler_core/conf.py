@@ -154,6 +154,8 @@ DEFAULTS: dict[str, Tunable] = {
     "API_BULK_MAX_BODY_BYTES": Tunable(
         67_108_864, int, "largest request body of POST /api/jobs/bulk/, in bytes (64 MiB)"),
     "API_BULK_MAX_JOBS": Tunable(10_000, int, "most jobs one POST /api/jobs/bulk/ may create"),
+    "BACKFILL_MAX_OCCURRENCES": Tunable(
+        1000, int, "most occurrences one backfill may cover; a larger range is refused"),
     "IDEMPOTENCY_TTL_S": Tunable(
         86_400, int, "seconds an Idempotency-Key's first response is replayed"),
     "ALERT_DIGEST_WINDOW_S": Tunable(

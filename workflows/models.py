@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from jobs.backfill_models import BackfillBase
 from scheduler_core.models import Job, Schedule
 
 NAME_MAX = 200
@@ -144,13 +145,14 @@ LIVE_WORKFLOW_STATES = (WorkflowRunState.RUNNING, WorkflowRunState.PAUSED)
 class WorkflowRun(models.Model):
     """One run of a workflow at ``scheduled_at`` (UTC; the cron occurrence, or the
     database's now for a trigger). ``run_key`` (optional) makes a start through the API
-    idempotent ("": none). ``started_by``: ``schedule``, ``trigger`` or ``api``. ``error`` says why
-    a failed run failed (the nodes that did not succeed)."""
+    idempotent ("": none). ``started_by``: ``schedule``, ``trigger``, ``api`` or
+    ``backfill``. ``error`` says why a failed run failed (the nodes that did not succeed)."""
 
     class StartedBy(models.TextChoices):
         SCHEDULE = "schedule"
         TRIGGER = "trigger"
         API = "api"
+        BACKFILL = "backfill"  # docs/workflows.md, "Backfill"
 
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="runs")
     scheduled_at = models.DateTimeField()
@@ -227,3 +229,13 @@ class NodeRun(models.Model):
 
     def __str__(self) -> str:
         return f"node {self.node_id} of workflow run {self.workflow_run_id}: {self.state}"
+
+
+class WorkflowBackfill(BackfillBase):
+    """A backfill of one cron workflow (docs/workflows.md, "Backfill"): its workflow
+    runs have ``started_by`` backfill and ``run_key`` ``backfill:<this id>:<occurrence>``."""
+
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="backfills")
+
+    def __str__(self) -> str:
+        return f"backfill {self.pk} of workflow {self.workflow_id}"
