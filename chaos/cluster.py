@@ -54,17 +54,22 @@ def free_port() -> int:
 
 
 def database_url(alias: str = "default") -> str:
-    """The PostgreSQL URL behind database alias ``alias``, for the daemons.
-    Raises ClusterError if it is not PostgreSQL (the harness restarts and measures it)."""
+    """The PostgreSQL URL behind database alias ``alias``, for the daemons; a host list
+    with its target_session_attrs when the alias names several hosts (docs/scaling.md,
+    "Failover"). Raises ClusterError if it is not PostgreSQL (the harness restarts and
+    measures it)."""
     connection = connections[alias]
     if connection.vendor != "postgresql":
         raise ClusterError(f"the chaos harness needs PostgreSQL; {alias!r} is {connection.vendor}")
     params = connection.settings_dict
     user = params.get("USER") or "postgres"
     password = f":{params['PASSWORD']}" if params.get("PASSWORD") else ""
-    host = params.get("HOST") or "127.0.0.1"
-    port = params.get("PORT") or 5432
-    return f"postgres://{user}{password}@{host}:{port}/{params['NAME']}"
+    hosts = str(params.get("HOST") or "127.0.0.1").split(",")
+    ports = str(params.get("PORT") or 5432).split(",")
+    netloc = ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=True))
+    attrs = (params.get("OPTIONS") or {}).get("target_session_attrs")
+    query = f"?target_session_attrs={attrs}" if attrs else ""
+    return f"postgres://{user}{password}@{netloc}/{params['NAME']}{query}"
 
 
 class RedisServer:

@@ -150,6 +150,15 @@ class PgPair:
             time.sleep(0.1)
         raise ClusterError(f"replicas not streaming after {timeout} s (logs in {self.workdir})")
 
+    def make_synchronous(self) -> None:
+        """Make every replica synchronous (``synchronous_standby_names = '*'`` on the
+        primary only): a commit returns once a replica has it, so a failover loses
+        nothing committed. A promoted replica has no such setting, so it does not wait
+        for a standby it lacks."""
+        with self.primary.connect("postgres") as conn:
+            conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            conn.execute("SELECT pg_reload_conf()")
+
     def multi_host_url(self, servers: list[PgServer] | None = None) -> str:
         """A libpq multi-host URL naming ``servers`` (default: primary, then replicas),
         with target_session_attrs=read-write: a client connects to whichever is the

@@ -3,7 +3,8 @@
 live one concern a module: chaos/kills.py (daemons signalled), chaos/outages.py (Redis or
 PostgreSQL taken away), chaos/poison.py (hung and crashing handlers), chaos/skew.py
 (clocks off), chaos/overload.py, chaos/failover.py (a Redis Cluster master killed) and
-chaos/many_daemons.py (three of each daemon, control plane killed in turns).
+chaos/many_daemons.py (three of each daemon, control plane killed in turns) and
+chaos/pg_failover.py (a PostgreSQL primary stopped, its replica promoted).
 
 Every scenario goes through the same phases: a private Redis; cron jobs; the daemons;
 one-off load spread over the fault window; faults until the window closes; every daemon
@@ -27,6 +28,7 @@ from chaos.load import create_cron, forget_previous, owner, with_db_retry
 from chaos.many_daemons import ManyDaemons
 from chaos.outages import PostgresRestart, RedisLoss
 from chaos.overload import Overload
+from chaos.pg_failover import PgFailover
 from chaos.poison import HungAndPoison
 from chaos.session import Scenario, Session
 from chaos.skew import ClockSkew
@@ -42,14 +44,14 @@ LONG_DRAIN_S = 600
 # The order docs/reliability.md lists them in; these names are the command's contract.
 SCENARIO_NAMES = ["worker-kill", "control-plane-kill", "redis-loss", "postgres-restart",
                   "stale-worker", "hung-and-poison", "clock-skew", "rolling-deploy", "overload",
-                  "cluster-failover", "many-daemons", "workflow-kill"]
+                  "cluster-failover", "many-daemons", "workflow-kill", "pg-failover"]
 
 
 def get_scenario(name: str) -> Scenario:
     """A new instance of scenario ``name`` (one of SCENARIO_NAMES); KeyError otherwise."""
     classes = (WorkerKill, ControlPlaneKill, RedisLoss, PostgresRestart, StaleWorker,
                HungAndPoison, ClockSkew, RollingDeploy, Overload, ClusterFailover,
-               ManyDaemons, WorkflowKill)
+               ManyDaemons, WorkflowKill, PgFailover)
     return {cls.name: cls for cls in classes}[name]()
 
 
@@ -69,12 +71,22 @@ def run_scenario(name: str, seed: int, *, short: bool = False, duration: float |
     workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{name}-{seed}-"))
     result = Result(name, seed)
     began = time.monotonic()
+    # The database the harness and its daemons use: the default one, or the scenario's
+    # own (pg-failover's primary and replica).
+    with scenario.database(workdir, out):
+        _run_with_daemons(scenario, size, workdir, result, out)
+    result.elapsed_s = round(time.monotonic() - began, 1)
+    return result
+
+
+def _run_with_daemons(scenario: Scenario, size, workdir: Path, result: Result, out) -> None:
+    """Set up the owner, the cluster and the broker, run the phases, stop everything."""
     forget_previous()
     cluster = Cluster(workdir, redis_server=scenario.redis_server(workdir),
                       extra_env={f"SCHEDULER_{k}": str(v) for k, v in scenario.tunables.items()})
-    s = Session(name, seed, size, cluster, random.Random(seed), owner(), result, out,
-                workdir, grace_s=scenario.grace_s)
-    s.say(f"{name} seed {seed}: {size}; logs in {workdir}")
+    s = Session(result.scenario, result.seed, size, cluster, random.Random(result.seed),
+                owner(), result, out, workdir, grace_s=scenario.grace_s)
+    s.say(f"{result.scenario} seed {result.seed}: {size}; logs in {workdir}")
     try:
         s.cluster.start_redis()
         with broker_of(s.cluster.redis, scenario.tunables):
@@ -91,8 +103,6 @@ def run_scenario(name: str, seed: int, *, short: bool = False, duration: float |
             Job.objects.filter(owner=s.user, status=Job.Status.ACTIVE,
                                workflow_node__isnull=True)
             .values_list("pk", flat=True)))
-    result.elapsed_s = round(time.monotonic() - began, 1)
-    return result
 
 
 def _run_phases(scenario: Scenario, s: Session) -> None:

@@ -8,6 +8,7 @@ many_daemons.py).
 
 import random
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,6 +148,12 @@ class Scenario:
             s.cluster.add(f"dispatcher-{i + 1}", ["rundispatcher"])
         for _ in range(s.size.workers):
             s.add_worker()
+
+    def database(self, workdir: Path, out) -> AbstractContextManager:
+        """A context manager within which the harness and the daemons it starts use this
+        scenario's database (``default``'s settings switched, ``out`` told): by default
+        the default database as it is."""
+        return nullcontext()
 
     def redis_server(self, workdir: Path):
         """The Redis the daemons use: None, a private redis-server (chaos/cluster.py)."""
