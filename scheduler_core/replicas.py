@@ -139,6 +139,8 @@ class ReplicaRouter:
             return None  # an object of another database: its own
         if not _reading.get() or connections[DEFAULT_DB_ALIAS].in_atomic_block:
             return DEFAULT_DB_ALIAS if _is_replica(db) else None
+        if _is_replica(db):
+            return db  # an object's relations from the replica it came from
         return fresh_replica() or DEFAULT_DB_ALIAS
 
     def db_for_write(self, model, **hints):
