@@ -24,7 +24,9 @@ class RunSerializer(serializers.ModelSerializer):
     seconds from ``scheduled_at`` (or the run's creation, if later: a backdated one-off)
     to the first attempt's start (null before it);
     ``catch_up`` is true for a run made late on purpose, for an occurrence missed while
-    the scheduler was down or held by a pause (docs/cron.md, "Catch-up runs")."""
+    the scheduler was down or held by a pause (docs/cron.md, "Catch-up runs");
+    ``backfill_id`` names the backfill that made the run (null: none; docs/cron.md,
+    "Backfill")."""
 
     handler = serializers.CharField(source="job.handler", read_only=True)
     attempts = AttemptSerializer(many=True, read_only=True)
@@ -34,8 +36,8 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "job", "handler", "scheduled_at", "run_at", "state", "queue",
                   "priority", "attempt", "max_attempts", "worker_id", "lease_expires_at",
-                  "started_at", "finished_at", "lag_s", "catch_up", "error", "result",
-                  "attempts"]
+                  "started_at", "finished_at", "lag_s", "catch_up", "backfill_id", "error",
+                  "result", "attempts"]
         read_only_fields = fields
 
     def get_lag_s(self, run) -> float | None:

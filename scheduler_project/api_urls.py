@@ -8,10 +8,12 @@ from rest_framework.routers import DefaultRouter
 from jobs.alerts_api import JobAlertsView, OwnerAlertsView
 from jobs.api import JobViewSet
 from jobs.api_policy import ApiPolicy
+from jobs.backfill_api import JobBackfillViewSet
 from jobs.limits_api import LimitsView
 from jobs.runs_api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 from scheduler_project.api_docs import DocsView, SchemaView
 from workflows.api import WorkflowRunViewSet, WorkflowViewSet
+from workflows.backfill_api import WorkflowBackfillViewSet
 
 
 class Router(DefaultRouter):
@@ -42,6 +44,10 @@ urlpatterns = [
     path("jobs/<int:job_pk>/runs/", RunViewSet.as_view({"get": "list"}), name="job-runs"),
     path("workflows/<int:workflow_pk>/runs/", WorkflowRunViewSet.as_view({"get": "list"}),
          name="workflow-runs-of"),
+    path("jobs/<int:pk>/backfill/", JobBackfillViewSet.as_view({"post": "backfill"}),
+         name="job-backfill"),
+    path("workflows/<int:pk>/backfill/",
+         WorkflowBackfillViewSet.as_view({"post": "backfill"}), name="workflow-backfill"),
     path("runs/<int:run_pk>/logs/", LogLineViewSet.as_view({"get": "list"}), name="run-logs"),
     path("queues/", QueueView.as_view(), name="queues"),
     path("limits/", LimitsView.as_view(), name="limits"),

@@ -34,7 +34,7 @@ EMBEDDED = [
     "tests/test_api_token_command.py", "tests/test_workflows_api_isolation.py",
     "tests/test_api_throttling.py", "tests/test_ownership.py",
     "tests/test_api_bulk_parser.py", "tests/test_admin_list_widths.py",
-    "tests/test_swagger_offline.py",
+    "tests/test_swagger_offline.py", "tests/test_backfill_api.py",
 ]
 
 

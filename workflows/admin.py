@@ -30,6 +30,7 @@ from runs.admin_helpers import (
 from runs.models import Run
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from workflows import control, services
+from workflows.backfill_admin import backfill_workflows
 from workflows.graph_svg import Node, draw
 from workflows.models import NodeRun, NodeState, Workflow, WorkflowEdge, WorkflowRun
 
@@ -54,7 +55,8 @@ class WorkflowAdmin(ReadOnlyAdmin):
     search_help_text = "Workflow id, name, owner's username."
     list_select_related = ("owner", "schedule")
     ordering = ("-id",)
-    actions = ["pause_workflows", "resume_workflows", "trigger_workflows", "cancel_workflows"]
+    actions = ["pause_workflows", "resume_workflows", "trigger_workflows", "cancel_workflows",
+               backfill_workflows]
     fields = (("name", "owner"), ("status_display", "paused"), ("schedule_display",
               "next_run"), "created", "graph", "nodes_table", "recent_runs")
     readonly_fields = fields[0] + fields[1] + fields[2] + (
