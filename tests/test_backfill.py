@@ -264,3 +264,20 @@ def test_the_command_backfills_a_workflow(broker):
 
     assert "2 runs made" in out.getvalue()
     assert WorkflowRun.objects.using(using).filter(workflow=flow).count() == 2
+
+
+@pytest.mark.slow
+def test_the_command_shows_a_progress_bar_on_a_terminal():
+    from tests.conftest import daemon_env
+    from tests.test_progress import _on_a_terminal
+
+    job = cron_job("default", cron="*/5 * * * *")
+    start = day_ago("default")
+    env = {**daemon_env("database"), "TERM": "xterm", "COLUMNS": "100"}
+
+    shown = _on_a_terminal(["backfill", "--job", str(job.pk), "--start", start.isoformat(),
+                            "--end", (start + timedelta(hours=12)).isoformat()], env)
+
+    assert f"backfilling job {job.pk}" in shown
+    assert "144 occurrences" in shown and "144 runs made" in shown
+    assert Run.objects.filter(job=job, backfill_id__isnull=False).count() == 144
