@@ -1,5 +1,5 @@
 """Progress of the long management commands (importcrontab, prunehistory, loaddemo,
-deadletter): a rich progress bar on a terminal, nothing otherwise, so logs and pipes
+deadletter, backfill): a rich progress bar on a terminal, nothing otherwise, so logs and pipes
 get only the command's summary line (docs/architecture.md, "Commands")."""
 
 from collections.abc import Callable, Iterator
