@@ -281,3 +281,25 @@ def test_the_command_shows_a_progress_bar_on_a_terminal():
     assert f"backfilling job {job.pk}" in shown
     assert "144 occurrences" in shown and "144 runs made" in shown
     assert Run.objects.filter(job=job, backfill_id__isnull=False).count() == 144
+
+
+def test_backfills_racing_over_one_range_make_each_run_once(broker):
+    from tests.test_workflows_races import race
+
+    using = broker.using
+    if using != "default":
+        pytest.skip("SQLite serialises writers: there is no race to lose")
+    job = cron_job(using, cron="*/10 * * * *")
+    flow = workflows.create_workflow("raced", [{"name": "a", "handler": "noop"}], [],
+                                     schedule="*/10 * * * *", using=using)
+    start = day_ago(using)
+    end = start + timedelta(hours=4)
+
+    errors = race(*[lambda: backfill_job(job.pk, start, end, using=using)] * 3,
+                  *[lambda: backfill_workflow(flow.pk, start, end, using=using)] * 3)
+
+    assert errors == []
+    assert Run.objects.using(using).filter(job=job).count() == 24
+    records = Backfill.objects.using(using).filter(job=job)
+    assert sum(r.made for r in records) == 24 and sum(r.skipped for r in records) == 48
+    assert WorkflowRun.objects.using(using).filter(workflow=flow).count() == 24
