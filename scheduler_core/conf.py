@@ -123,6 +123,9 @@ DEFAULTS: dict[str, Tunable] = {
         0, count, "MiB of current resident memory (RSS, read from /proc after its runs; "
         "Linux) at which a worker's child is replaced once its run in flight ends "
         "(Celery's worker_max_memory_per_child, in MiB not KiB); 0: never"),
+    "ASYNC_CONCURRENCY_PER_CHILD": Tunable(
+        100, int, "most runs of async def handlers one worker child runs at once on its "
+        "event loop, at least 1 (docs/async-handlers.md)"),
     "CANCEL_CHECK_S": Tunable(
         1.0, float, "seconds between a worker's checks whether a run it has been running "
         "for that long was cancelled (docs/architecture.md, \"Cancelling a running run\")"),

@@ -2,6 +2,7 @@
 app's ``handlers.py`` and discovered at start-up, the way ``admin.py`` is (docs/architecture.md,
 "Handlers")."""
 
+import inspect
 import re
 from collections.abc import Callable
 
@@ -10,6 +11,7 @@ from scheduler_core.exceptions import SchedulerError, UnknownHandler
 HandlerFn = Callable[..., object]
 _registry: dict[str, HandlerFn] = {}
 _internal: set[str] = set()
+_async: set[str] = set()
 NAME_RE = re.compile(r"^[A-Za-z_][\w.:-]{0,199}$")
 
 
@@ -22,7 +24,9 @@ def handler(name: str, *, internal: bool = False) -> Callable[[HandlerFn], Handl
     An ``internal`` handler runs jobs that code creates through the Python API, but the
     REST API and the admin's Add job form do not offer it (``django_task``: a client would
     otherwise run any of the project's tasks with arguments of its choosing;
-    docs/security.md, "Tenants and limits").
+    docs/security.md, "Tenants and limits"). An ``async def`` handler
+    (inspect.iscoroutinefunction) runs on an event loop in the worker's child, many at
+    once (docs/async-handlers.md).
     """
     if not NAME_RE.match(name):
         raise SchedulerError(f"invalid handler name {name!r}")
@@ -32,6 +36,10 @@ def handler(name: str, *, internal: bool = False) -> Callable[[HandlerFn], Handl
         if existing is not None and existing.__qualname__ != fn.__qualname__:
             raise SchedulerError(f"handler {name!r} is already registered to {existing!r}")
         _registry[name] = fn
+        if inspect.iscoroutinefunction(fn):
+            _async.add(name)
+        else:
+            _async.discard(name)
         if internal:
             _internal.add(name)
         return fn
@@ -62,6 +70,12 @@ def is_internal(name: str) -> bool:
     """Whether handler ``name`` was registered ``internal``: no client can create its
     jobs, only the project's own code."""
     return name in _internal
+
+
+def is_async(name: str) -> bool:
+    """Whether handler ``name`` is an ``async def`` (runs on its child's event loop:
+    docs/async-handlers.md); False for a sync or unknown one."""
+    return name in _async
 
 
 def autodiscover() -> None:

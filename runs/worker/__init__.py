@@ -6,9 +6,11 @@ each in its module:
 - pool.py: the child processes (Children, one Slot each) and the runs handed to each
   (InFlight);
 - child.py: what runs in a child process (handlers, log capture);
+- child_async.py: a child's event loop, which runs the async handlers' runs;
 - wire.py: what crosses the pipe between the worker and a child, and its framing;
-- lease_ahead.py: the runs leased ahead (Ahead) and leasing, handing out and taking back
-  (LeaseAhead);
+- ahead.py: the runs leased ahead (Ahead, one Leased each);
+- lease_ahead.py: leasing, handing out and taking back (LeaseAhead);
+- async_hand.py: leasing for and handing out the async handlers' runs;
 - acks.py: acking outcomes in batches (Acks);
 - child_acks.py: the worker's side of acks made in its children (ChildAcks, BookKeeper);
 - handoff.py: the child's side of those acks;

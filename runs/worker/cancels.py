@@ -62,21 +62,20 @@ class Cancels:
         if now < self.next_check:
             return
         self.next_check = now + self.check_s
-        long = [slot for slot in self.children.in_flight()
-                if slot.current.cancel_deadline == float("inf") and slot.current.pending is None
-                and now - slot.current.began >= self.check_s]
+        long = [(slot, run) for slot in self.children.in_flight() for run in slot.executing()
+                if run.cancel_deadline == float("inf") and run.pending is None
+                and now - run.began >= self.check_s]
         if not long:
             return
         try:
-            cancelled = self.broker.cancelled([slot.current.lease for slot in long])
+            cancelled = self.broker.cancelled([run.lease for _, run in long])
         except TRANSIENT as exc:
             # The round goes on (outcomes to collect, deadlines to keep); a broken
             # connection is replaced before the next query, as serve() does after a round.
             self.note_failure("cancel check", exc)
             connections[self.using].close_if_unusable_or_obsolete()
             return
-        for slot in long:
-            run = slot.current
+        for slot, run in long:
             if run.lease.run_id in cancelled:
                 log.warning("worker: run %s was cancelled; stopping its handler "
                             "(killed if still running in %s s)",

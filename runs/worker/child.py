@@ -9,6 +9,7 @@ its worker allows it, on a session of its own (runs/worker/handoff.py).
 What crosses the pipe, and how: runs/worker/wire.py.
 """
 
+import contextvars
 import ctypes
 import json
 import logging
@@ -51,6 +52,14 @@ class RunCancelled(BaseException):  # noqa: N818 - named like asyncio's Cancelle
 # forks): a handler context's ``using``, where what it reads lazily comes from.
 WORKER_DATABASE = ["default"]
 
+# Async runs (runs/worker/child_async.py): the capture of the run a record is emitted in
+# (None: not an async run's), the live captures by task seq (the streamer's; changed
+# under the send lock) and the event loop's thread (its records outside a run are not
+# any run's).
+ASYNC_CAPTURE: contextvars.ContextVar = contextvars.ContextVar("async_capture", default=None)
+ASYNC_LIVE: dict = {}
+LOOP_THREAD = [0]
+
 # The seq of the task whose handler is executing (0: none). A cancel raises only while it
 # is set, so it can never land in the child's own code between runs.
 _executing = [0]
@@ -73,6 +82,8 @@ class CaptureHandler(logging.Handler):
     that logs without end cannot stall its worker or fill the database. ``lock`` (an
     RLock, the child's send lock) guards the records: the log streamer takes them from
     another thread (stream_logs)."""
+
+    routes = False  # the child's own: records of async runs go to theirs (ASYNC_CAPTURE)
 
     def __init__(self, max_lines: int = 1000, lock=None):
         super().__init__(logging.DEBUG)
@@ -118,6 +129,13 @@ class CaptureHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.name == log.name:
             return  # the child's own lines (a handler's traceback) are the operators'
+        if self.routes:
+            run = ASYNC_CAPTURE.get()
+            if run is not None:
+                run.emit(record)
+                return
+            if record.thread == LOOP_THREAD[0]:
+                return  # the event loop's own, outside any run
         if self.kept >= self.max_lines:  # past the cap: count it, format nothing
             with self.guard:
                 self.dropped += 1
@@ -152,9 +170,10 @@ def stream_logs(capture: CaptureHandler, send) -> None:
     while True:
         time.sleep(LOG_STREAM_S)
         with send.lock:
-            taken = capture.take_streamable()
-            if taken is not None:
-                send(("log", *taken))
+            for each in (capture, *ASYNC_LIVE.values()):
+                taken = each.take_streamable()
+                if taken is not None:
+                    send(("log", *taken))
 
 
 def _die_with_parent() -> None:
@@ -296,12 +315,15 @@ def take_task(task: dict, control, lock) -> bool:
         return True
 
 
-def child_main(conn, control, lock, handoff_config=None, quiet_fd=None) -> None:
+def child_main(conn, control, lock, handoff_config=None, quiet_fd=None,
+               on_start=None) -> None:
     """Entry point of a worker's child process: serve tasks until the pipe closes.
     ``control`` (a shared array of int64) and ``lock``: see runs/worker/wire.py;
     ``handoff_config`` (a handoff.Handoff, or None): what this child needs to ack
     workflow nodes itself (runs/worker/handoff.py), ``quiet_fd`` the write end of its
-    quiet pipe for the messages about those acks (wire.quiet_sender)."""
+    quiet pipe for the messages about those acks (wire.quiet_sender); ``on_start(send,
+    capture)``, if given, is called once set up (the async runs' loop:
+    runs/worker/child_async.py)."""
     _die_with_parent()
     handoff.HANDOFF[0] = handoff_config
     # A process-group SIGTERM (honcho, Ctrl-C in a terminal) is meant for the worker; it
@@ -314,6 +336,7 @@ def child_main(conn, control, lock, handoff_config=None, quiet_fd=None) -> None:
     send = message_sender(conn)
     quiet = quiet_sender(quiet_fd, send)
     capture = CaptureHandler(conf.get("MAX_LOG_LINES"), lock=send.lock)
+    capture.routes = True
     root = logging.getLogger()
     root.addHandler(capture)
     root.setLevel(logging.INFO)
@@ -321,6 +344,8 @@ def child_main(conn, control, lock, handoff_config=None, quiet_fd=None) -> None:
     logging.getLogger("jobs").propagate = True
     threading.Thread(target=stream_logs, args=(capture, send), daemon=True).start()
     forget_inherited_connections()
+    if on_start is not None:
+        on_start(send, capture)
     while True:
         try:
             tasks = conn.recv()

@@ -16,17 +16,18 @@ holds at most that much work another worker could have started.
 import json
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 
 from runs.clock import to_us
 from runs.daemon import TRANSIENT
 from runs.models import Run
 from runs.types import Lease
 from runs.worker import wire
+from runs.worker.ahead import TASK_OVERHEAD, Ahead, Leased
+from runs.worker.async_hand import AsyncRoom, hand_async
 from runs.worker.pool import InFlight, Slot
+from scheduler_core.registry import is_async
 
 PREFETCH_PER_SLOT = 256  # most runs leased ahead per child process
 PREFETCH_WINDOW_S = 0.05  # ... and at most this much average run time per child
@@ -35,7 +36,6 @@ PIPELINE_DEPTH = 128  # most runs handed to one child at once while runs are sho
 # Bytes of runs waiting in one child's pipe: below the 64 KiB pipe buffer, so a send never
 # blocks the worker behind a run that turns out to be long.
 PIPE_BUDGET = 32 * 1024
-TASK_OVERHEAD = 200  # bytes of a pickled task besides its payload's JSON text
 # Lease calls in flight at once (threads of the lease lane), and the smallest lease worth
 # a call: 1/LEASE_MIN_SHARE of the lease-ahead. Measured (BENCHMARKS.md, "W2"): with one
 # lease at a time the children sat idle waiting for it 70% of a drain of short runs.
@@ -57,18 +57,6 @@ def lease_batch(concurrency: int) -> int:
     return concurrency * (1 + PREFETCH_PER_SLOT)
 
 
-@dataclass
-class Leased:
-    """A run leased ahead, waiting in the worker for a free child. ``task`` is what the
-    child needs (runs/worker/child.py), the payload as the JSON text the database gave: the
-    child decodes it, so the worker does not decode and re-encode it per run."""
-
-    lease: Lease
-    task: dict
-    timeout_s: int
-    watched: bool = False  # known to be a workflow node's run (runs/continuation.py)
-
-
 def leased_of(leases: list[Lease], using: str) -> list[Leased]:
     """``leases`` with what their children need (the lease's own ``task`` where the lease
     statement returned it, else one read of the runs in database ``using``)."""
@@ -87,100 +75,8 @@ def leased_of(leases: list[Lease], using: str) -> list[Leased]:
     for lease in leases:
         t = lease.task if lease.task is not None else runs[lease.run_id]
         leased.append(Leased(lease, wire.task_of(lease.run_id, lease.attempt, t),
-                             t["timeout_s"]))
+                             t["timeout_s"], is_async=is_async(t["handler"])))
     return leased
-
-
-class Ahead:
-    """The runs leased ahead, waiting in the worker for a free child (oldest lease
-    first), and when to lease next: ``idle`` (the last lease found none), ``wake_at``
-    (time.monotonic() of the next lease while idle; None: now) and ``lease_again`` (an
-    ack may have made runs: an empty lease is retried at once). Filled by LeaseAhead and
-    by the acks that continued runs here (Acks, ChildAcks); runs a replaced child never
-    started come back to its front (requeue)."""
-
-    def __init__(self):
-        self.runs: deque[Leased] = deque()
-        self.idle = False
-        self.wake_at: float | None = None
-        self.lease_again = False
-
-    def __len__(self) -> int:
-        return len(self.runs)
-
-    def first(self) -> Leased:
-        return self.runs[0]
-
-    def pop_first(self) -> Leased:
-        return self.runs.popleft()
-
-    def put_front(self, leased: list[Leased]) -> None:
-        """``leased`` go first in line, in their order."""
-        self.runs.extendleft(reversed(leased))
-
-    def requeue(self, runs: list[InFlight]) -> None:
-        """Runs a replaced child never started go back to the front of the queue (the
-        caller then allows the children's acks again: ChildAcks.allow)."""
-        self.put_front([Leased(run.lease, run.task, run.timeout_s, run.watched)
-                        for run in runs])
-
-    def take_all(self) -> list[Leased]:
-        """Empty the queue; returns what it held."""
-        runs = list(self.runs)
-        self.runs.clear()
-        return runs
-
-    def leases(self) -> list[Lease]:
-        return [leased.lease for leased in self.runs]
-
-    def renew(self, held: dict[tuple[int, int], Lease]) -> list[int]:
-        """Keep the runs whose lease a heartbeat renewed (``held``, by (run id, attempt));
-        returns the ids of those dropped, their lease lost before they started."""
-        kept, lost = deque(), []
-        for leased in self.runs:
-            lease = held.get((leased.lease.run_id, leased.lease.attempt))
-            if lease is None:
-                lost.append(leased.lease.run_id)
-            else:
-                leased.lease = lease
-                kept.append(leased)
-        self.runs = kept
-        return lost
-
-    def sleeping_until(self) -> float | None:
-        """time.monotonic() of the next lease while idle (None: not idle, or now)."""
-        return self.wake_at if self.idle else None
-
-    def asleep(self, now: float) -> bool:
-        """Whether the worker is idle and its next lease not yet due at ``now``."""
-        return self.idle and self.wake_at is not None and now < self.wake_at
-
-    def wake(self, retry: bool = False) -> None:
-        """Lease at once rather than after the idle poll; ``retry``: also when a lease
-        sent before now comes back empty."""
-        self.wake_at = None
-        if retry:
-            self.lease_again = True
-
-    def wake_if_idle(self) -> None:
-        if self.idle:
-            self.wake_at = None
-
-    def leased(self, runs: list[Leased], due_in: float | None, poll_s: float) -> None:
-        """A lease answered ``runs`` (queued last), or none with the next run due in
-        ``due_in`` s (None: unknown): sleep until then, at most ``poll_s``."""
-        self.idle = not runs
-        if runs:
-            self.runs.extend(runs)
-            return
-        if self.lease_again:
-            # Sent before an ack that may have made runs (acks.py): lease again now.
-            self.lease_again, self.wake_at = False, None
-            return
-        # Sleep until the next run falls due rather than a whole poll interval, so a run
-        # scheduled for an instant starts within a few ms of it.
-        wait_s = poll_s if due_in is None else min(due_in, poll_s)
-        self.wake_at = time.monotonic() + wait_s
 
 
 class LeaseAhead:
@@ -204,6 +100,7 @@ class LeaseAhead:
         self.note_failure = note_failure
         self.leasing: list[tuple[Future, int]] = []
         self.paused_until = 0.0
+        self.async_room = AsyncRoom()  # room for the children's event loops
 
     def busy(self) -> bool:
         """Whether a lease call is in flight."""
@@ -240,11 +137,14 @@ class LeaseAhead:
             return
         asked = sum(want for _, want in self.leasing)
         held = len(self.ahead) + len(self.children.handed()) + asked
-        want = self.config.concurrency + self.prefetch() - held
+        room = self.async_room.room(self.config.concurrency, self.config.async_per_child)
+        want = self.config.concurrency + self.prefetch() + room - held
         # Lease when a child is idle and no lease is on its way, or top up the runs
-        # leased ahead as soon as a lease's worth of room is free.
+        # leased ahead as soon as a lease's worth of room is free; never for the async
+        # room while sync runs already wait here (async_hand.py).
         if (not (self.children.empty() and not self.leasing)
-                and want < max(1, self.prefetch() // LEASE_MIN_SHARE)):
+                and want < max(1, (self.prefetch() + room) // LEASE_MIN_SHARE)
+                or room and len(self.ahead.runs) > self.config.concurrency + self.prefetch()):
             return
         if self.config.max_runs is not None:
             want = min(want, self.config.max_runs - self.acks.settled() - held)
@@ -269,6 +169,7 @@ class LeaseAhead:
             self.note_failure("lease", exc)
             self.paused_until = time.monotonic() + 1.0
             return
+        self.async_room.note(leased)
         self.ahead.leased(leased, due_in, self.config.poll_s)
         if leased:
             self.dispatch()
@@ -324,15 +225,16 @@ class LeaseAhead:
         child's share goes in one message."""
         if not self.ahead or self.stopping():
             return
+        hand_async(self.ahead, self.children.slots, self.config.async_per_child)
         depth = self.depth()
         now = time.time_ns() // 1000  # the children's deadlines, in µs since the epoch
         mono = time.monotonic()
         batches: dict[Slot, list[dict]] = {}
         open_ = [slot for slot in self.children.slots
                  if len(slot.queued) < depth and not slot.stalled(mono)]
-        while self.ahead and open_:
+        while self.ahead.runs and open_:
             for slot in list(open_):
-                if not self.ahead:
+                if not self.ahead.runs:
                     break
                 task = self.hand(slot, self.ahead.first(), depth, now)
                 if task is None:

@@ -28,11 +28,12 @@ from runs.outcomes import flush_counts
 from runs.worker import child as child_process
 from runs.worker import handoff
 from runs.worker.acks import Acks
+from runs.worker.ahead import Ahead
 from runs.worker.cancels import Cancels
 from runs.worker.child_acks import BookKeeper, ChildAcks
 from runs.worker.config import WorkerConfig
 from runs.worker.lanes import Lanes
-from runs.worker.lease_ahead import LEASES_IN_FLIGHT, Ahead, LeaseAhead
+from runs.worker.lease_ahead import LEASES_IN_FLIGHT, LeaseAhead
 from runs.worker.pool import Children
 from runs.worker.recycle import Recycler
 from runs.worker.recycle import limits as recycle_limits
@@ -90,6 +91,10 @@ class Worker(Daemon):
             concurrency = default_concurrency()
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        async_per_child = conf.get("ASYNC_CONCURRENCY_PER_CHILD")
+        if async_per_child < 1:
+            raise ValueError(f"SCHEDULER_ASYNC_CONCURRENCY_PER_CHILD must be at least 1, "
+                             f"not {async_per_child}")
         self.config = config = WorkerConfig(
             queues=queues, weights=weights,
             worker_id=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
@@ -99,7 +104,7 @@ class Worker(Daemon):
             cancel_grace_s=conf.get("CANCEL_GRACE_S"),
             grace_s=conf.get("WORKER_GRACE_S") if grace_s is None else grace_s,
             recycle=recycle_limits(max_runs_per_child, max_memory_per_child_mb),
-            using=using)
+            using=using, async_per_child=async_per_child)
         self.worker_id = config.worker_id
         self.queues = queues
         self.broker = broker = get_broker(using)

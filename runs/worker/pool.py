@@ -4,6 +4,8 @@ pipe). Replacing a child, killing it and taking back the runs it has not started
 here; when to do so is the worker's (runs/worker/supervise.py, runs/worker/lease_ahead.py).
 """
 
+import fcntl
+import functools
 import multiprocessing
 import os
 import signal
@@ -11,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from runs.types import Lease, Outcome
-from runs.worker import handoff, wire
+from runs.worker import child_async, handoff, wire
 from runs.worker.child import child_main, dropped_note
 from scheduler_core import conf
 
@@ -29,6 +31,9 @@ LOCK_WAIT_S = 0.1
 # Longest wait for a retired child to exit once asked (it is idle, between runs): past it,
 # it is killed (Slot.let_exit).
 EXIT_WAIT_S = 2.0
+# Capacity asked for a child's async pipe (Linux's default cap for a pipe; 64 KiB where
+# it cannot be had): runs/worker/async_hand.py keeps what waits in it under half.
+ASYNC_PIPE_BYTES = 1 << 20
 
 
 @dataclass
@@ -53,6 +58,9 @@ class InFlight:
     # Its success, which the child is acking itself (runs/worker/handoff.py): what the
     # worker acks if that ack does not come back.
     pending: Outcome | None = None
+    # A run of an async handler, on its child's event loop (Slot.running), started when
+    # handed; its deadline is past its timeout_s by the kill grace (async_hand.py).
+    is_async: bool = False
 
 
 class Slot:
@@ -81,6 +89,17 @@ class Slot:
         given (handed, or continued itself) ``max_runs`` runs (runs/worker/recycle.py).
         Read without the lock: only the worker ever raises the budget (take_back)."""
         return self.retiring is not None or self.control[handoff.BUDGET] == 0
+
+    def executing(self) -> list[InFlight]:
+        """The runs the child is executing: the head of its queue and its async runs."""
+        return [*([self.queued[0]] if self.queued else ()), *self.running.values()]
+
+    def finish_async(self, run_id: int) -> InFlight:
+        """Drop async run ``run_id``, which has ended, and count it as one the child ran."""
+        run = self.running.pop(run_id)
+        self.async_bytes -= run.size
+        self.ran += 1
+        return run
 
     def pop_finished(self) -> InFlight:
         """Drop the run executing, which has ended, and count it as one the child ran."""
@@ -128,13 +147,22 @@ class Slot:
         # before the main pipe but never waited on (wire.quiet_sender).
         self.quiet_fd, quiet_w = os.pipe()
         os.set_blocking(self.quiet_fd, False)
+        # The async pipe: runs of async handlers and their cancels, read by the child's
+        # event loop (runs/worker/child_async.py); ``running`` holds those runs by run id,
+        # ``async_bytes`` their tasks' size.
+        async_r, self.async_fd = os.pipe()
+        self.async_capacity = grow_pipe(self.async_fd)
+        self.running: dict[int, InFlight] = {}
+        self.async_bytes = 0
         self.process = FORK.Process(target=child_main,
                                     args=(child, self.control, self.lock, self.handoff,
-                                          quiet_w),
+                                          quiet_w, functools.partial(child_async.start,
+                                                                     async_r)),
                                     daemon=True)
         self.process.start()
         child.close()
         os.close(quiet_w)
+        os.close(async_r)
         self.conn = parent
         self.received = bytearray()
         self.quiet_received = bytearray()
@@ -236,9 +264,20 @@ class Slot:
                 self.waiting -= run.size
         return back
 
+    def send_async(self, items: list[dict]) -> None:
+        """Send async tasks or cancels to the child's event loop (wire.write_frame)."""
+        wire.write_frame(self.async_fd, items)
+
     def signal_cancel(self, run: InFlight) -> None:
         """Ask the child to stop ``run``'s handler (RunCancelled raised in it, if it is
-        still the one executing): its seq in ``control``, then SIGUSR1."""
+        still the one executing): its seq in ``control``, then SIGUSR1; an async run's
+        asyncio task is cancelled instead, asked over the async pipe."""
+        if run.is_async:
+            try:
+                self.send_async([{"cancel": run.seq}])
+            except OSError:
+                pass  # the child is gone: collect sees it
+            return
         self.control[2] = run.seq
         if self.process.is_alive():
             os.kill(self.process.pid, signal.SIGUSR1)
@@ -261,7 +300,8 @@ class Slot:
         self.conn.close()
         if self.quiet_fd >= 0:  # kill may come twice (shutdown, then serve's end)
             os.close(self.quiet_fd)
-            self.quiet_fd = -1
+            os.close(self.async_fd)
+            self.quiet_fd = self.async_fd = -1
 
     def restart(self) -> list[InFlight]:
         """Replace the child; returns the runs handed to it that it had not started."""
@@ -272,6 +312,13 @@ class Slot:
         self.start()
         return waiting
 
+
+def grow_pipe(fd: int) -> int:
+    """Ask for ASYNC_PIPE_BYTES of capacity for pipe ``fd``; returns what it has."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, ASYNC_PIPE_BYTES)
+    except (OSError, AttributeError):
+        return 65_536
 
 
 def streamed_logs(run: InFlight) -> list:
@@ -293,6 +340,9 @@ class Children:
         self.lanes = lanes
         self.slots: list[Slot] = []
         self.avg_run_s: float | None = None
+        # Async runs whose child was killed or replaced under them, for the supervisor to
+        # record (Supervisor.record_orphans).
+        self.orphans: list[InFlight] = []
 
     def start(self, count: int, handoff_config: handoff.Handoff | None, max_runs: int) -> None:
         """Start ``count`` children (Slot's arguments)."""
@@ -301,15 +351,15 @@ class Children:
 
     def in_flight(self) -> list[Slot]:
         """Slots whose child has runs."""
-        return [slot for slot in self.slots if slot.queued]
+        return [slot for slot in self.slots if slot.queued or slot.running]
 
     def handed(self) -> list[InFlight]:
         """Every run handed to a child and not finished."""
-        return [run for slot in self.slots for run in slot.queued]
+        return [run for slot in self.slots for run in (*slot.queued, *slot.running.values())]
 
     def empty(self) -> int:
-        """Children with no run."""
-        return sum(1 for slot in self.slots if not slot.queued)
+        """Children with no run, sync or async."""
+        return sum(1 for slot in self.slots if not slot.queued and not slot.running)
 
     def note_run_time(self, took: float) -> None:
         """A handler ran ``took`` seconds: the moving average the prefetch reads."""
@@ -317,7 +367,9 @@ class Children:
 
     def restart(self, slot: Slot) -> list[InFlight]:
         """Replace ``slot``'s child with the lanes paused (forking beside other threads
-        risks a lock held in the child for ever); returns the runs it had not started."""
+        risks a lock held in the child for ever); returns the runs it had not started. Its
+        async runs, cut off, go to ``orphans``."""
+        self.orphans.extend(slot.running.values())
         with self.lanes.paused():
             return slot.restart()
 

@@ -108,7 +108,7 @@ class Recycler:
         for slot in self.children.slots:
             if slot.retiring is None:
                 self.check_limits(slot, limits_)
-            if slot.retiring is not None and not slot.queued:
+            if slot.retiring is not None and not slot.queued and not slot.running:
                 self.replace_retired(slot)
 
     def check_limits(self, slot: Slot, limits_: Limits) -> None:

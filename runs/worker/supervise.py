@@ -63,8 +63,8 @@ class Supervisor:
             timeout = min(timeout, wake_at - time.monotonic())
         if busy:
             now = time.monotonic()
-            timeout = min(timeout, min(min(s.current.deadline, s.current.cancel_deadline)
-                                       for s in busy) - now,
+            timeout = min(timeout, min(min(r.deadline, r.cancel_deadline)
+                                       for s in busy for r in s.executing()) - now,
                           self.cancels.due_in(now))
             stalls = [wait for s in busy
                       if len(s.queued) > 1 and (wait := s.current.began + STALL_S - now) > 0]
@@ -102,12 +102,14 @@ class Supervisor:
         kind, run_id = message[0], message[1]
         current = slot.current
         if current is None or current.lease.run_id != run_id:
-            return
+            current = slot.running.get(run_id)  # an async run's (async_hand.py)
+            if current is None:
+                return
         if kind == "log":
             current.logs = (current.logs or []) + message[2]
             current.dropped = message[3]
             return
-        if self.child_acks.child_message(slot, current, message):
+        if not current.is_async and self.child_acks.child_message(slot, current, message):
             return
         if kind == "heartbeat":
             try:
@@ -122,7 +124,11 @@ class Supervisor:
             else:
                 current.lost = True
             return
-        _, _, attempt, ok, result, error, logs, began, finished, retry = message
+        if kind == "timed_out":  # an async run its loop cut off (child_async.py)
+            _, _, _, error, logs, began, finished = message
+            ok, result, retry = False, None, None
+        else:
+            _, _, attempt, ok, result, error, logs, began, finished, retry = message
         if current.logs:
             logs = current.logs + logs
         took = finished - began
@@ -131,10 +137,14 @@ class Supervisor:
         else:
             self.acks.add(Outcome(
                 lease=current.lease,
-                outcome=AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED,
+                outcome=(AttemptOutcome.TIMED_OUT if kind == "timed_out" else
+                         AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED),
                 result=result, error=error, logs=logs, took_s=took, retry=retry,
                 task=current.task, watched=current.watched,
             ))
+        if current.is_async:
+            slot.finish_async(run_id)
+            return
         self.children.note_run_time(took)
         slot.pop_finished()
         # The next run in the pipe started when this one finished (same monotonic clock).
@@ -149,7 +159,7 @@ class Supervisor:
         # Outcomes the child sent before it died may still be in the pipe: read them
         # first, so the run it died in, not one it finished, is the one marked crashed.
         try:
-            while slot.queued and slot.conn.poll():
+            while (slot.queued or slot.running) and slot.conn.poll():
                 for message in slot.receive():
                     self.handle_message(slot, message)
         except (EOFError, OSError):
@@ -159,6 +169,9 @@ class Supervisor:
             return
         current = slot.current
         if current is None:
+            if slot.running:
+                log.warning("worker: child running %d async runs died; restarting it",
+                            len(slot.running))
             self.children.restart(slot)
             return
         slot.process.join(1)
@@ -187,6 +200,8 @@ class Supervisor:
             current = slot.current
             if not slot.process.is_alive():
                 self.child_died(slot)
+            elif self.async_overdue(slot, now) or current is None:
+                pass
             elif now >= current.cancel_deadline:
                 self.cancels.expired(slot)
             elif now >= current.deadline and current.pending is not None:
@@ -202,6 +217,57 @@ class Supervisor:
                     task=current.task,
                 ))
                 self.replace(slot)
+        self.record_orphans()
+
+    def async_overdue(self, slot: Slot, now: float) -> bool:
+        """If an async run of ``slot`` is past its deadline (its timeout and KILL_AFTER_S:
+        it blocks its child's loop) or a cancel's grace, kill the child (True): that run
+        ends timed out or cancelled, the child's other runs crashed (record_orphans)."""
+        late = [run for run in slot.running.values()
+                if now >= min(run.deadline, run.cancel_deadline)]
+        if not late:
+            return False
+        run = slot.running.pop(late[0].lease.run_id)
+        if now >= run.cancel_deadline:
+            outcome = cancelled_outcome(run, streamed_logs(run), "the handler did not "
+                                        "stop in time and its child was killed")
+        else:
+            outcome = Outcome(
+                lease=run.lease, outcome=AttemptOutcome.TIMED_OUT,
+                error=f"timed out after {run.timeout_s} s; the handler did not stop when "
+                      "cancelled (it blocks the event loop?) and its child was killed",
+                logs=streamed_logs(run), took_s=now - run.began, task=run.task)
+        self.acks.add(outcome)
+        log.warning("worker: async run %s did not stop at its %s; killing its child",
+                    run.lease.run_id, "cancel" if outcome.outcome == AttemptOutcome.CANCELLED
+                    else f"timeout_s={run.timeout_s}")
+        current = slot.current
+        if current is not None and current.pending is not None:
+            self.child_acks.ack_pending_and_restart(slot, "was killed for an async run")
+            return True
+        if current is not None:
+            self.acks.add(Outcome(
+                lease=current.lease, outcome=AttemptOutcome.CRASHED,
+                error=f"its child process was killed: async run {run.lease.run_id} "
+                      "blocked the child's event loop", logs=streamed_logs(current),
+                took_s=now - current.began, task=current.task))
+        self.replace(slot)
+        return True
+
+    def record_orphans(self) -> None:
+        """Record the async runs cut off by their child's death or replacement: crashed
+        (cancelled if they were being cancelled)."""
+        for run in self.children.orphans:
+            if run.cancel_deadline != float("inf"):
+                self.acks.add(cancelled_outcome(run, streamed_logs(run),
+                                                "its child process was stopped"))
+                continue
+            self.acks.add(Outcome(
+                lease=run.lease, outcome=AttemptOutcome.CRASHED,
+                error="the worker's child process died or was replaced while the run ran "
+                      "on its event loop", logs=streamed_logs(run),
+                took_s=time.monotonic() - run.began, task=run.task))
+        self.children.orphans.clear()
 
     def heartbeat_if_due(self) -> None:
         if time.monotonic() - self.last_heartbeat < self.config.heartbeat_s:

@@ -70,6 +70,16 @@ def send_tasks(conn, tasks: list[dict]) -> None:
     conn.send_bytes(pickle.dumps(tasks, pickle.HIGHEST_PROTOCOL))
 
 
+def write_frame(fd: int, message) -> None:
+    """Parent side: write ``message`` to a child's async pipe ``fd`` (blocking), framed as
+    send_bytes frames it (runs/worker/child_async.py reads it). Raises OSError when the
+    child is gone."""
+    data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+    view = memoryview(struct.pack("!i", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def send_stop(conn) -> None:
     """Parent side: tell the child to exit once it has read what was sent before (a
     message of None). Raises OSError when the child is gone."""
