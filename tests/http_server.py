@@ -57,7 +57,12 @@ class Handler(BaseHTTPRequestHandler):
         elif route[0] == "retry-after":
             self.answer(503, b"later", {"Retry-After": route[1].replace("%20", " ")})
         elif route[0] == "slow":  # headers only after that many seconds
+            with server.lock:  # how many wait at once (server.peak)
+                server.live += 1
+                server.peak = max(server.peak, server.live)
             time.sleep(float(route[1]))
+            with server.lock:
+                server.live -= 1
             self.answer(200, b"late")
         elif route[0] == "bomb":
             with server.lock:
@@ -80,12 +85,19 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = handle_any
 
 
+class Server(ThreadingHTTPServer):
+    """socketserver's listen backlog is 5: more clients at once waited for a SYN retry."""
+
+    request_queue_size = 64
+
+
 def start() -> ThreadingHTTPServer:
     """A server on 127.0.0.1 and a free port, serving in a daemon thread; ``server.url``
     is its base URL. Call ``stop(server)`` at the end."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     server.requests, server.lock, server.bomb = [], threading.Lock(), None
+    server.live = server.peak = 0  # /slow requests waiting now, and at most
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server

@@ -10,16 +10,21 @@ from datetime import UTC, datetime
 
 import httpcore
 import pytest
+from asgiref.sync import async_to_sync
 from django.test import override_settings
 
 from jobs import services
 from runs.context import RunContext
 from runs.outbound import guard
-from runs.outbound.handler import HttpError, http, retry_after_s
+from runs.outbound.handler import HttpError, retry_after_s
+from runs.outbound.handler import http as http_coroutine
 from runs.outbound.payload import http_payload
 from runs.outbound.transport import PinnedBackend
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
 from tests import http_server
+
+# The handler is a coroutine (docs/async-handlers.md); its ORM reads run on this thread.
+http = async_to_sync(http_coroutine)
 
 LOOPBACK = http_server.LOOPBACK
 server = pytest.fixture(http_server.serving)
@@ -250,9 +255,9 @@ def test_a_name_with_any_private_answer_is_refused(monkeypatch):
 def test_the_pinned_backend_connects_nowhere_else():
     backend = PinnedBackend("example.com", 443, ["93.184.216.34"])
     with pytest.raises(httpcore.ConnectError, match="not checked"):
-        backend.connect_tcp("other.example", 443)
+        async_to_sync(backend.connect_tcp)("other.example", 443)
     with pytest.raises(httpcore.ConnectError, match="not checked"):
-        backend.connect_tcp("example.com", 80)
+        async_to_sync(backend.connect_tcp)("example.com", 80)
 
 
 def test_a_bad_allowlist_entry_is_named():

@@ -10,12 +10,17 @@ import threading
 from datetime import UTC, datetime
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from runs.context import RunContext
 from runs.outbound import client
-from runs.outbound.handler import HttpError, http
+from runs.outbound.handler import HttpError
+from runs.outbound.handler import http as http_coroutine
 from runs.outbound.payload import http_payload
 from tests import http_server
+
+# The handler is a coroutine (docs/async-handlers.md); its ORM reads run on this thread.
+http = async_to_sync(http_coroutine)
 
 LOOPBACK = http_server.LOOPBACK
 server = pytest.fixture(http_server.serving)
@@ -30,8 +35,8 @@ def ctx() -> RunContext:
 
 @LOOPBACK
 def test_a_gzip_bomb_is_read_as_sent_not_inflated(server):
-    answer = client.send("GET", f"{server.url}/bomb/64", headers={}, content=None,
-                         timeout_s=10, max_redirects=0, max_bytes=4096)
+    answer = async_to_sync(client.send)("GET", f"{server.url}/bomb/64", headers={}, content=None,
+                                        timeout_s=10, max_redirects=0, max_bytes=4096)
 
     assert len(server.bomb) < 4096  # 64 MiB of zeros, twice gzipped
     assert answer.body == server.bomb  # every byte pulled is a byte sent: none inflated

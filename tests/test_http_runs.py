@@ -6,9 +6,11 @@ broker/database pair; the last test runs a real worker."""
 
 import json
 import logging
+import threading
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.test import override_settings
 
 from jobs import services
@@ -16,7 +18,8 @@ from runs.clock import to_us
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.outbound.payload import http_payload
 from runs.types import Outcome
-from runs.worker.child import CaptureHandler, execute
+from runs.worker.child import CaptureHandler
+from runs.worker.child_async import AsyncRunner
 from tests import http_server
 from tests.conftest import daemon_env, flush_redis, start_daemon, stop, wait_until
 from tests.test_broker_contract import lease_one
@@ -27,22 +30,31 @@ server = pytest.fixture(http_server.serving)
 
 
 def attempt_once(broker, url: str, max_attempts: int = 4, **options):
-    """One http run leased, executed as a worker's child does, and acked with what the
-    child reported; returns the run and its attempt afterwards."""
+    """One http run leased, executed as a worker's child does (on an event loop: the
+    handler is async), and acked with what the child reported; returns the run and its
+    attempt afterwards."""
     payload = http_payload(url, **options)
     run, lease = lease_one(broker, handler="http", payload=payload, max_attempts=max_attempts)
     task = {"run_id": lease.run_id, "job_id": run.job_id, "attempt": lease.attempt, "seq": 1,
             "scheduled_at": to_us(run.scheduled_at), "deadline": to_us(lease.expires_at),
-            "handler": "http", "payload": json.dumps(payload)}
+            "handler": "http", "payload": json.dumps(payload), "timeout_s": 60}
+    sent = []
+
+    def send(message) -> bool:
+        sent.append(message)
+        return True
+
+    send.lock = threading.RLock()
     capture, root = CaptureHandler(), logging.getLogger()
+    capture.routes = True
     root.addHandler(capture)  # as the child does (runs/worker/child.py, child_main)
     level, root.level = root.level, logging.INFO
     try:
-        done = execute(task, capture, send=lambda message: None)
+        async_to_sync(AsyncRunner(-1, send, 1000).run)(task)
     finally:
         root.removeHandler(capture)
         root.setLevel(level)
-    _, _, _, ok, result, error, logs, _, _, retry = done
+    _, _, _, ok, result, error, logs, _, _, retry = sent[-1]
     outcome = AttemptOutcome.SUCCEEDED if ok else AttemptOutcome.FAILED
     assert broker.complete([Outcome(lease, outcome, result, error, logs, retry=retry)]) == [True]
     run = Run.objects.using(broker.using).get(pk=run.pk)

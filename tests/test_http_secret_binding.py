@@ -8,18 +8,23 @@ import logging
 from datetime import UTC, datetime
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 
 from jobs import services
 from jobs.models import Job
 from runs.context import RunContext
 from runs.outbound import redact, secrets
-from runs.outbound.handler import failure_text, http
+from runs.outbound.handler import failure_text
+from runs.outbound.handler import http as http_coroutine
 from runs.outbound.payload import http_payload, opened
 from runs.outbound.reseal import reseal
 from scheduler_core.exceptions import InvalidJob, PermanentFailure
 from tests import http_server
 from tests.sealed import secret_of
+
+# The handler is a coroutine (docs/async-handlers.md); its ORM reads run on this thread.
+http = async_to_sync(http_coroutine)
 
 pytestmark = pytest.mark.django_db
 URL = "https://hooks.example.com/x"

@@ -16,6 +16,7 @@ import re
 from datetime import UTC, datetime
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
@@ -26,11 +27,14 @@ from jobs.models import Job
 from runs.alerts.webhook import enqueue
 from runs.context import RunContext
 from runs.models import Attempt, AttemptOutcome, LogLine, Run, RunState
-from runs.outbound.handler import http
+from runs.outbound.handler import http as http_coroutine
 from runs.outbound.payload import http_payload
 from tests import http_server
 from tests.test_api_helpers import client_for
 from workflows import services as workflow_services
+
+# The handler is a coroutine (docs/async-handlers.md); its ORM reads run on this thread.
+http = async_to_sync(http_coroutine)
 
 pytestmark = pytest.mark.django_db
 server = pytest.fixture(http_server.serving)

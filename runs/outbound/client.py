@@ -1,15 +1,16 @@
 """One outbound HTTP request through the SSRF guard (docs/http-handler.md): redirects are
 followed by hand, at most HTTP_MAX_REDIRECTS, each hop's host checked by guard.check and
 connected to through a transport pinned to the checked address; the body is streamed
-as it came on the wire (never inflated) and reading stops at the excerpt cap; a watchdog
-cuts the connection when the request as a whole outlives its timeout.
+as it came on the wire (never inflated) and reading stops at the excerpt cap; the
+request as a whole is cancelled when it outlives its timeout (asyncio.timeout).
 
-Every outbound request the project makes goes through ``send``.
+Every outbound request the project makes goes through ``send``, a coroutine: the http
+handler is an ``async def`` and many of its runs share a worker child's event loop
+(docs/async-handlers.md). The name is resolved and checked in a thread (guard.check,
+asyncio.to_thread), so a slow DNS answer never stalls the loop.
 """
 
-import threading
-import time
-from contextlib import closing
+import asyncio
 from dataclasses import dataclass
 
 import httpx
@@ -60,9 +61,9 @@ def target(url: str | httpx.URL) -> tuple[httpx.URL, str, int]:
     return parsed, parsed.raw_host.decode("ascii"), parsed.port or SCHEMES[parsed.scheme]
 
 
-def send(method: str, url: str, *, headers: dict[str, str], content: bytes | None,
-         timeout_s: float, max_redirects: int, max_bytes: int,
-         secret_names: frozenset[str] = frozenset()) -> Answer:
+async def send(method: str, url: str, *, headers: dict[str, str], content: bytes | None,
+               timeout_s: float, max_redirects: int, max_bytes: int,
+               secret_names: frozenset[str] = frozenset()) -> Answer:
     """Send ``method`` ``url`` with ``headers`` and body ``content``, within ``timeout_s``
     seconds in all (every hop and the body). A redirect (301, 302, 303, 307, 308 with a
     Location) is followed up to ``max_redirects`` times: 303, and 301/302 after a POST,
@@ -73,15 +74,15 @@ def send(method: str, url: str, *, headers: dict[str, str], content: bytes | Non
     more than ``max_redirects`` redirects), guard.Unresolvable, TimedOut and
     httpx.RequestError (connection errors, timeouts: worth a retry).
     """
-    deadline = time.monotonic() + timeout_s
+    # httpcore's timeouts bound each read, not the whole request (headers sent one line
+    # at a time restart them): the whole of it is bounded here.
+    limit = asyncio.timeout(timeout_s)
     try:
-        return _send(method, url, headers, content, timeout_s, deadline, max_redirects,
-                     max_bytes, secret_names)
-    except httpx.TransportError:
-        # httpcore's timeouts bound each read, not the whole request (headers sent one
-        # line at a time restart them): past the deadline the watchdog has cut the
-        # connection, and the error the cut caused is a timeout.
-        if time.monotonic() >= deadline:
+        async with limit:
+            return await _send(method, url, headers, content, timeout_s, max_redirects,
+                               max_bytes, secret_names)
+    except TimeoutError:
+        if limit.expired():
             raise TimedOut(_late(timeout_s)) from None
         raise
 
@@ -90,36 +91,30 @@ def _late(timeout_s: float) -> str:
     return f"no complete answer within {timeout_s:g} s (the payload's timeout_s)"
 
 
-def _send(method, url, headers, content, timeout_s, deadline, max_redirects, max_bytes,
-          secret_names) -> Answer:
+async def _send(method, url, headers, content, timeout_s, max_redirects, max_bytes,
+                secret_names) -> Answer:
     if not any(name.lower() == "accept-encoding" for name in headers):
         headers = {"Accept-Encoding": "identity", **headers}  # no decompression bomb
     parsed, host, port = target(url)
     for hop in range(max_redirects + 1):
-        addresses = guard.check(host, port)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimedOut(_late(timeout_s))
+        addresses = await asyncio.to_thread(guard.check, host, port)
         request = httpx.Request(method, parsed, headers={**DEFAULT_HEADERS, **headers},
                                 content=content,
-                                extensions={"timeout": httpx.Timeout(left).as_dict()})
-        # The transport alone, not an httpx.Client: a client parses every redirect's
-        # Location itself (a garbled one raising a protocol error) even when it follows
-        # none, and would add cookies from one hop to the next.
-        transport = PinnedTransport(host, port, addresses)
-        watchdog = threading.Timer(left, transport.cut)
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            with transport, closing(transport.handle_request(request)) as response:
+                                extensions={"timeout": httpx.Timeout(timeout_s).as_dict()})
+        # The transport alone, not an httpx.AsyncClient: a client parses every
+        # redirect's Location itself (a garbled one raising a protocol error) even when
+        # it follows none, and would add cookies from one hop to the next.
+        async with PinnedTransport(host, port, addresses) as transport:
+            response = await transport.handle_async_request(request)
+            try:
                 location = response.headers.get("location")
                 if response.status_code not in REDIRECTS or not location:
-                    body, truncated = read(response, max_bytes, deadline, timeout_s)
+                    body, truncated = await read(response, max_bytes)
                     return Answer(response.status_code, response.headers, body, truncated,
                                   str(parsed), hop,
                                   response.headers.get("content-encoding", "identity"))
-        finally:
-            watchdog.cancel()
+            finally:
+                await response.aclose()
         if hop == max_redirects:
             raise PermanentFailure(f"more than {max_redirects} redirects "
                                    f"(HTTP_MAX_REDIRECTS); the last to {location}")
@@ -140,20 +135,17 @@ def _send(method, url, headers, content, timeout_s, deadline, max_redirects, max
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-def read(response: httpx.Response, max_bytes: int, deadline: float,
-         timeout_s: float) -> tuple[bytes, bool]:
+async def read(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
     """The first ``max_bytes`` of ``response``'s body as it came on the wire and whether
     there was more; stops reading (and the connection closes) as soon as the cap is
-    passed. Raises TimedOut past ``deadline`` (time.monotonic()).
+    passed (send's timeout bounds it).
 
     The raw bytes, not iter_bytes(): that inflates whatever Content-Encoding the server
     sends (whatever Accept-Encoding asked), each chunk in full before any cap can apply,
     so 1 KB of gzip(gzip(zeros)) became 512 MiB (docs/http-handler.md, "Result")."""
     body = bytearray()
-    for chunk in response.iter_raw():
+    async for chunk in response.aiter_raw():
         body += chunk
         if len(body) > max_bytes:
             return bytes(body[:max_bytes]), True
-        if time.monotonic() > deadline:
-            raise TimedOut(f"the body did not arrive within {timeout_s:g} s")
     return bytes(body), False

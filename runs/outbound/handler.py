@@ -104,19 +104,21 @@ def failure_text(exc: Exception, headers: dict[str, str]) -> str:
     return f"{type(exc).__name__}: {scrub(str(exc), headers.values())}"
 
 
-def _owner_id(ctx, payload: dict) -> int | None:
+async def _owner_id(ctx, payload: dict) -> int | None:
     """The owner of the run's job, which its secrets are sealed for: read only when the
     payload holds sealed secrets (most http jobs, e.g. alert webhooks, hold none)."""
     if not payload.get("encrypted_headers"):
         return None
-    return Job.objects.using(ctx.using).values_list("owner_id", flat=True).get(pk=ctx.job_id)
+    return await Job.objects.using(ctx.using).values_list("owner_id", flat=True).aget(
+        pk=ctx.job_id)
 
 
-def http(ctx, payload: dict) -> dict:
+async def http(ctx, payload: dict) -> dict:
     """Send the request ``payload`` describes (payload.py, normalize) and return the
-    result dict. Raises HttpError or RetryAfter (retry), PermanentFailure (no retry:
-    a refused address, a bad payload, another status)."""
-    owner_id = _owner_id(ctx, payload)
+    result dict; a coroutine, run on its worker child's event loop with the other async
+    runs (docs/async-handlers.md). Raises HttpError or RetryAfter (retry),
+    PermanentFailure (no retry: a refused address, a bad payload, another status)."""
+    owner_id = await _owner_id(ctx, payload)
     payload, errors = check_stored(payload, owner_id)
     if errors:
         raise PermanentFailure("invalid http payload: " + "; ".join(
@@ -125,7 +127,7 @@ def http(ctx, payload: dict) -> dict:
     marked = SECRET_HEADERS | {n.lower() for n in payload["encrypted_headers"]}
     began = time.monotonic()
     try:
-        answer = client.send(
+        answer = await client.send(
             payload["method"], payload["url"], headers=headers, content=content,
             timeout_s=payload["timeout_s"], max_redirects=conf.get("HTTP_MAX_REDIRECTS"),
             max_bytes=conf.get("HTTP_BODY_EXCERPT_BYTES"), secret_names=frozenset(marked))

@@ -39,6 +39,12 @@ lease is the books' first taken) and the child's time.monotonic() then. ``acking
 ``acked`` go through the child's quiet pipe (quiet_sender), read by the parent before the
 main one and at least every CHILD_ACKS_READ_S (runs/worker/supervise.py).
 
+Runs of async handlers go over a third pipe, the async pipe (parent -> child, read by
+the child's event loop: runs/worker/child_async.py, write_frame): lists of task dicts
+(with ``timeout_s``) to start at once, and ``{"cancel": seq}``. They report over the main
+pipe as sync runs do, or with ``("timed_out", run_id, attempt, error, logs, began,
+finished)`` when their timeout cancelled them.
+
 Every message is framed as Connection.send_bytes frames it: a 4-byte big-endian length,
 then the pickle.
 """
