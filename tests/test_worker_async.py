@@ -13,6 +13,7 @@ from django.db import connections
 
 from jobs.registry import handler
 from runs import services
+from runs.clock import db_now
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.outbound.payload import http_payload
 from runs.transitions import run_refs
@@ -224,3 +225,30 @@ def test_http_runs_wait_together_on_one_childs_loop(pair, settings):
     assert {state for state, _ in done} == {"succeeded"}
     assert {result["body"] for _, result in done} == {"late"}
     assert server.peak == 10
+
+
+def test_an_async_runs_lease_is_heartbeated_while_it_awaits(pair, settings):
+    broker = pair
+    settings.SCHEDULER = {**settings.SCHEDULER, "LEASE_TTL_S": 1.2}
+    [run] = make_runs(broker.using, 1, handler="async.nap", payload={"s": 2.5})
+    push(broker, [run])
+    seen = []
+
+    def read_lease() -> None:  # past the first lease's 1.2 s, while the run still awaits
+        try:
+            seen.append(Run.objects.using(broker.using).filter(pk=run.pk)
+                        .values_list("lease_expires_at", flat=True).get())
+            seen.append(db_now(broker.using))
+        finally:
+            connections.close_all()  # this thread's
+
+    timer = threading.Timer(1.9, read_lease)
+    timer.start()
+    try:
+        Worker(["default"], concurrency=1, using=broker.using, burst=True).serve()
+    finally:
+        timer.join()
+
+    expires, now = seen
+    assert expires > now
+    assert results(broker, [run])[0][0] == "succeeded"
