@@ -8,7 +8,8 @@ and attempts, the workflow run, what each ack continued on the worker and what i
 to the broker.
 
 Each seed draws a DAG of three to nine nodes, mostly fan-outs, with mixed priorities
-(and, one seed in three, an owner whose policy limits its runs), then up to 24 steps,
+(one seed in three, an owner whose policy limits its runs; the others, random trigger
+rules on some nodes), then up to 24 steps,
 each after leasing a few of the ready runs (the rest wait in the queue): an ack of one
 or more leased nodes with a random room, sometimes by a worker that does not serve the
 queue; a node's failure; a pause or a resume; a node's job cancelled (a case the one
@@ -27,7 +28,7 @@ from runs.continuation import Offer
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.types import Outcome
 from scheduler_core.models import Job
-from workflows import ack_pg, control, services
+from workflows import ack_pg, control, rules, services
 from workflows.models import NodeRun, NodeState, WorkflowRun
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
@@ -57,12 +58,21 @@ def twin(broker, seed: int, queue: str):
     # Mostly trees (one upstream each: fan-outs whose runs outnumber the room), some
     # nodes with a second upstream (fan-ins), some roots.
     edges = []
+    ruled = seed % 3 != 0  # some nodes get another trigger rule (below)
     for j, down in enumerate(names[1:], start=1):
-        ups = rng.sample(names[:j], min(j, 1 + (rng.random() < 0.25)))
+        # Rules tell apart only at a fan-in: more of them where rules are drawn.
+        ups = rng.sample(names[:j], min(j, 1 + (rng.random() < 0.25)
+                                        + (ruled and rng.random() < 0.7)))
         if rng.random() < 0.85:
             edges += [(up, down) for up in sorted(ups)]
     nodes = [{"name": n, "handler": "wf.paths", "payload": {}, "queue": queue,
               "priority": rng.choice([0, 5, 9]), "max_attempts": 1} for n in names]
+    # Two seeds in three give some nodes another trigger rule: the one call reads it, and
+    # leaves to the engine a node whose rule a success may make fail.
+    if ruled:
+        for spec in nodes:
+            if rng.random() < 0.7:
+                spec["trigger_rule"] = rng.choice(rules.RULES[1:])
     owner = None
     if seed % 3 == 0:
         owner = User.objects.db_manager(broker.using).create_user(f"tenant-{queue}")

@@ -94,8 +94,11 @@ def test_a_cycle_is_refused_naming_its_nodes_and_nothing_is_stored(api):
     ({"nodes": []}, "nodes", ""),
     ({"schedule": "61 * * * *"}, "schedule", ""),
     ({"name": ""}, "name", ""),
+    ({"nodes": [{"name": "a", "handler": "noop", "trigger_rule": "always"}], "edges": []},
+     "nodes[0].trigger_rule", "all_success, all_done, all_failed, one_success, one_failed, "
+                              "none_failed"),
 ], ids=["unknown node", "self-edge", "duplicate", "handler", "node field", "no nodes",
-        "schedule", "name"])
+        "schedule", "name", "trigger rule"])
 def test_a_bad_definition_is_a_400_naming_the_field_and_stores_nothing(api, changes, field,
                                                                        words):
     before = stored()

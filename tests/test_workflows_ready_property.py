@@ -2,15 +2,15 @@
 (workflows/ready_pg.py, the handoff path of engine.start_ready, taken when ``below`` is
 given) decide what the ORM path (engine.start_ready with ``node_ids``, which reconcile,
 resume and SQLite take) decides, and both what the rules say (docs/workflows.md, "The
-rules" and "Failure"): of the pending node runs below the acked nodes, those of a
-running workflow run all of whose upstream node runs succeeded start, or are cancelled
-when their job was, and the pending nodes below a failed or cancelled one become
-upstream_failed.
+rules", "Failure" and "Trigger rules"): of the pending node runs below the acked nodes,
+those of a running workflow run whose trigger rule holds (rules.verdict) start, or are
+cancelled when their job was; then the pending nodes whose rule can no longer hold are
+marked, and those below the cancelled or marked ones whose rule now holds start.
 
-Seeded random DAGs (a few dozen), several workflow runs each in random states, random
-node run states (some as an execution could leave them, some arbitrary), some node jobs
-cancelled, a random set of acked upstream nodes. Each path runs in a transaction rolled
-back, so both see the same rows."""
+Seeded random DAGs (a few dozen), random trigger rules on half of them, several workflow
+runs each in random states, random node run states (some as an execution could leave
+them, some arbitrary), some node jobs cancelled, a random set of acked upstream nodes.
+Each path runs in a transaction rolled back, so both see the same rows."""
 
 import random
 from datetime import timedelta
@@ -21,16 +21,15 @@ from django.utils import timezone
 
 from jobs.models import Job
 from jobs.registry import handler
-from workflows import services
+from workflows import rules, services
 from workflows.engine import downstream_of, start_ready
-from workflows.graph import BLOCKING
 from workflows.models import NodeRun, NodeState, WorkflowRun, WorkflowRunState
 
 pytestmark = pytest.mark.django_db
 
 SEEDS = range(40)
 STATES = [NodeState.PENDING, NodeState.RUNNING, NodeState.SUCCEEDED, NodeState.FAILED,
-          NodeState.CANCELLED, NodeState.UPSTREAM_FAILED]
+          NodeState.CANCELLED, NodeState.UPSTREAM_FAILED, NodeState.SKIPPED]
 RUN_STATES = [WorkflowRunState.RUNNING] * 6 + [WorkflowRunState.PAUSED,
                                                WorkflowRunState.CANCELLED,
                                                WorkflowRunState.FAILED]
@@ -61,14 +60,14 @@ def ancestors(name: str, ups: dict[str, list[str]]) -> set[str]:
     return seen
 
 
-def node_states(rng, names, ups, consistent: bool, planted: str | None = None
-                ) -> dict[str, str]:
+def node_states(rng, names, ups, consistent: bool, planted: str | None = None,
+                rule_of: dict | None = None) -> dict[str, str]:
     """A state per node: arbitrary, or as an execution could have left them (a node ran
-    only once its upstreams all succeeded; below a blocked one it is pending, left for
-    propagate to mark, or upstream_failed already)."""
+    only once its rule held; one whose rule can no longer hold is pending, left for
+    propagate to mark, or marked already)."""
     if not consistent:
         # Weighted to successes and pending rows, or nothing would ever be ready.
-        return {name: rng.choices(STATES, weights=[3, 1, 5, 1, 1, 1])[0] for name in names}
+        return {name: rng.choices(STATES, weights=[3, 1, 5, 1, 1, 1, 1])[0] for name in names}
     # ``planted``: that node is pending with every ancestor succeeded, i.e. ready; the
     # rest follows the rule below (random graphs and states rarely make one ready).
     states: dict[str, str] = {}
@@ -80,12 +79,13 @@ def node_states(rng, names, ups, consistent: bool, planted: str | None = None
         if name in states:
             continue
         above = [states[u] for u in ups.get(name, ())]
-        if all(s == NodeState.SUCCEEDED for s in above):
+        fate = rules.verdict(rule_of[name], above)
+        if fate == rules.READY:
             states[name] = NodeState.SUCCEEDED if rng.random() < progress else rng.choices(
                 [NodeState.PENDING, NodeState.RUNNING, NodeState.FAILED, NodeState.CANCELLED],
                 weights=[12, 2, 1, 1])[0]
-        elif any(s in (*BLOCKING, NodeState.UPSTREAM_FAILED) for s in above):
-            states[name] = rng.choice([NodeState.PENDING, NodeState.UPSTREAM_FAILED])
+        elif fate is not None:
+            states[name] = rng.choice([NodeState.PENDING, fate])
         else:
             states[name] = NodeState.PENDING
     return states
@@ -97,8 +97,10 @@ def build(seed: int):
     ids, the workflow runs' states, the cancelled jobs' nodes."""
     rng = random.Random(seed)
     names, edges = random_dag(rng)
+    rule_of = {n: rng.choice(rules.RULES) if seed % 2 else rules.DEFAULT for n in names}
     wf = services.create_workflow(f"prop{seed}", [
-        {"name": n, "handler": "wf.prop", "payload": {}} for n in names], edges)
+        {"name": n, "handler": "wf.prop", "payload": {}, "trigger_rule": rule_of[n]}
+        for n in names], edges)
     nodes = {n.name: n for n in wf.nodes.all()}
     ups: dict[str, list[str]] = {}
     for a, b in edges:
@@ -117,7 +119,7 @@ def build(seed: int):
             else rng.choice(RUN_STATES))
         wr_states[wr.pk] = wr.state
         states = node_states(rng, names, ups, consistent=plant is not None
-                             or rng.random() < 0.7, planted=plant)
+                             or rng.random() < 0.7, planted=plant, rule_of=rule_of)
         made = NodeRun.objects.bulk_create([NodeRun(
             workflow_run=wr, node=nodes[n], state=states[n],
             run_id=None if states[n] == NodeState.PENDING else 10**9 + seed * 1000 + i * 50 + k)
@@ -131,35 +133,45 @@ def build(seed: int):
         below = {node.pk for node in nodes.values()}
     upstream = {nodes[b].pk: {nodes[a].pk for a in ups_of}
                 for b, ups_of in ups.items()}
-    return list(wr_states), below, rows, upstream, wr_states, gone
+    rules_by_node = {nodes[n].pk: rule_of[n] for n in names}
+    return list(wr_states), below, rows, upstream, wr_states, gone, rules_by_node
 
 
-def oracle(below, rows, upstream, wr_states, gone) -> tuple[set[int], dict[int, str]]:
-    """The rules, by hand: (node run ids started, every node run's state after)."""
+def oracle(below, rows, upstream, wr_states, gone, rule_of
+           ) -> tuple[set[int], dict[int, str]]:
+    """The rules, by hand: (node run ids started, every node run's state after). A round
+    decides every candidate on the states before it (one statement), then the nodes
+    cancelled with their job settle their workflow runs (engine.settle): marks in node
+    order (topological here), then another round below what changed."""
     state = {pk: row[2] for pk, row in rows.items()}
     by_wr: dict[int, dict[int, int]] = {}
     for pk, (wr, node_id, _) in rows.items():
         by_wr.setdefault(wr, {})[node_id] = pk
-    below_of = {n for n, ups in upstream.items() if ups & below}
-    ready = [pk for pk, (wr, node_id, s) in rows.items()
-             if s == NodeState.PENDING and node_id in below_of
-             and wr_states[wr] == WorkflowRunState.RUNNING
-             and all(state[by_wr[wr][u]] == NodeState.SUCCEEDED for u in upstream[node_id])]
-    started = {pk for pk in ready if rows[pk][1] not in gone}
-    for pk in ready:
-        state[pk] = NodeState.CANCELLED if rows[pk][1] in gone else NodeState.RUNNING
-    children: dict[int, set[int]] = {}
-    for down, ups in upstream.items():
-        for up in ups:
-            children.setdefault(up, set()).add(down)
-    for wr in {rows[pk][0] for pk in ready if rows[pk][1] in gone}:
-        nodes = by_wr[wr]
-        queue = [n for n, pk in nodes.items() if state[pk] in BLOCKING]
-        while queue:
-            for child in children.get(queue.pop(), ()):
-                if state[nodes[child]] == NodeState.PENDING:
-                    state[nodes[child]] = NodeState.UPSTREAM_FAILED
-                    queue.append(child)
+
+    def fate(pk):
+        wr, node_id, _ = rows[pk]
+        return rules.verdict(rule_of[node_id],
+                             [state[by_wr[wr][u]] for u in upstream.get(node_id, ())])
+
+    started: set[int] = set()
+    wrs, changed = set(wr_states), set(below)
+    while changed:
+        below_of = {n for n, ups in upstream.items() if ups & changed}
+        ready = [pk for pk, (wr, node_id, _) in rows.items()
+                 if wr in wrs and state[pk] == NodeState.PENDING and node_id in below_of
+                 and wr_states[wr] == WorkflowRunState.RUNNING and fate(pk) == rules.READY]
+        cut = {pk for pk in ready if rows[pk][1] in gone}
+        for pk in ready:
+            state[pk] = NodeState.CANCELLED if pk in cut else NodeState.RUNNING
+        started |= set(ready) - cut
+        wrs = {rows[pk][0] for pk in cut}
+        changed = {rows[pk][1] for pk in cut}
+        for wr in sorted(wrs):
+            for node_id in sorted(by_wr[wr]):
+                pk = by_wr[wr][node_id]
+                if state[pk] == NodeState.PENDING and fate(pk) not in (None, rules.READY):
+                    state[pk] = fate(pk)
+                    changed.add(node_id)
     return started, state
 
 
@@ -175,13 +187,13 @@ def rolled_back(call, wr_ids) -> tuple[set[int], dict[int, str]]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_sql_and_the_orm_readiness_decide_what_the_rules_say(seed):
-    wr_ids, below, rows, upstream, wr_states, gone = build(seed)
+    wr_ids, below, rows, upstream, wr_states, gone, rule_of = build(seed)
     now = timezone.now()
 
     sql = rolled_back(lambda: start_ready(wr_ids, now, "default", below=below), wr_ids)
     orm = rolled_back(lambda: start_ready(wr_ids, now, "default",
                                           node_ids=downstream_of(below, "default")), wr_ids)
 
-    expected = oracle(below, rows, upstream, wr_states, gone)
+    expected = oracle(below, rows, upstream, wr_states, gone, rule_of)
     assert sql == orm, f"seed {seed}: ready_pg and the ORM disagree"
     assert sql == expected, f"seed {seed}: the engine and the rules disagree"

@@ -1,6 +1,8 @@
 """The workflow engine's forward steps (docs/workflows.md, "The rules"): a node becomes a
-run once every upstream node's run in the same workflow run has succeeded, exactly once,
-and a workflow run ends once none of its nodes can progress.
+run once its trigger rule holds over its upstream node runs in the same workflow run
+(workflows/rules.py; by default: every one succeeded), exactly once, a node whose rule
+can no longer hold is marked (workflows/graph.py), and a workflow run ends once none of
+its nodes can progress.
 
 Exactly once, however the upstreams finish: the candidates are locked (FOR UPDATE, in id
 order, so two acks never wait on each other in a circle) before their upstreams are read,
@@ -22,7 +24,7 @@ change there too, and tests/test_workflows_ack_paths.py compares the two.
 from datetime import datetime
 
 from django.db import connections
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from jobs import cron
@@ -35,9 +37,10 @@ from runs.transitions import int_array
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.models import Job
-from workflows import ready_pg
+from workflows import ready_pg, rules
 from workflows.graph import propagate
 from workflows.models import (
+    FINE_NODE_STATES,
     NodeRun,
     NodeState,
     WorkflowEdge,
@@ -53,23 +56,17 @@ def node_runs_of(run_ids: list[int], states, using: str) -> list[tuple[int, int,
                 .values_list("id", "workflow_run_id", "node_id"))
 
 
-def blocked_by_upstream():
-    """An Exists over a NodeRun row (OuterRef) that is true while one of its node's
-    upstream nodes has not succeeded in the same workflow run."""
-    return Exists(NodeRun.objects.filter(
-        workflow_run_id=OuterRef("workflow_run_id"),
-        node__downstream_edges__downstream_id=OuterRef("node_id"),
-    ).exclude(state=NodeState.SUCCEEDED))
-
-
 def start_ready(workflow_run_ids, now: datetime, using: str,
-                node_ids=None, running: set | None = None, below=None) -> list[int]:
+                node_ids=None, running: set | None = None, below=None,
+                doomed: set | None = None) -> list[int]:
     """Make a run for every node of the running workflow runs ``workflow_run_ids`` that is
-    pending and whose upstreams have all succeeded (``node_ids``: consider only those
-    nodes, ids or a subquery of them; ``below``: only the nodes that wait directly for
-    one of these node ids; neither: every node). Returns the node run ids started;
-    ``running``, if given, gets the ids of the workflow runs in which one was (PostgreSQL
-    only: elsewhere it stays as it is)."""
+    pending and whose trigger rule holds (``node_ids``: consider only those nodes, ids or
+    a subquery of them; ``below``: only the nodes that wait directly for one of these
+    node ids; neither: every node). Returns the node run ids started; ``running``, if
+    given, gets the ids of the workflow runs in which one was (PostgreSQL only: elsewhere
+    it stays as it is); ``doomed``, if given, those in which a candidate left pending
+    has a rule an upstream's success can make fail (rules.KILLED_BY_SUCCESS: settle
+    them)."""
     # The candidates are locked whatever their workflow run's state, and that state is
     # read after the lock, in the ready statement: pause and resume lock the same
     # pending rows first (control.py), so one of the two waits for the other's commit
@@ -78,7 +75,8 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
         # A handoff's reads as plain SQL (workflows/ready_pg.py).
         locked = ready_pg.lock_below(workflow_run_ids, below, using)
         with ready_pg.by_index(len(locked), using):
-            ready = ready_pg.ready_rows(locked, using) if locked else []
+            ready = ready_pg.ready_rows([r[0] for r in locked], using) if locked else []
+        _doomed(locked, ready, doomed)
         return _start(ready, now, using, running)
     if below is not None:
         node_ids = downstream_of(below, using)
@@ -88,26 +86,53 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
         candidates = candidates.filter(
             node_id__in=node_ids if isinstance(node_ids, QuerySet) else list(node_ids))
     locked = list(candidates.order_by("id").select_for_update(of=("self",))
-                  .values_list("id", flat=True))
+                  .values_list("id", "workflow_run_id", "node__trigger_rule"))
     if not locked:
         return []
     with ready_pg.by_index(len(locked), using):
         ready = list(
-            NodeRun.objects.using(using).filter(pk__in=locked, state=NodeState.PENDING,
+            NodeRun.objects.using(using).filter(pk__in=[r[0] for r in locked],
+                                                state=NodeState.PENDING,
                                                 workflow_run__state=WorkflowRunState.RUNNING)
-            .filter(~blocked_by_upstream())
+            .filter(rules.ready_q())
             .values_list("id", "workflow_run__workflow_id", "workflow_run__scheduled_at",
                          "workflow_run__started_by",
                          "workflow_run__workflow__schedule__jitter_s",
                          "node__job_id", "node__job__queue", "node__job__priority",
                          "node__job__max_attempts", "node__job__shard_key",
                          "node__job__handler", "node__job__owner_id", "node__job__status"))
+    _doomed(locked, ready, doomed)
     return _start(ready, now, using, running)
+
+
+def _doomed(locked: list[tuple], ready: list[tuple], doomed: set | None) -> None:
+    """Add to ``doomed`` the workflow runs of the ``locked`` (node run id, workflow run
+    id, rule) rows not ``ready`` whose rule an upstream's success can make fail."""
+    if doomed is None:
+        return
+    started = {row[0] for row in ready}
+    doomed |= {wr for nid, wr, rule in locked
+               if rule in rules.KILLED_BY_SUCCESS and nid not in started}
+
+
+def settle(workflow_run_ids, changed, now: datetime, using: str,
+           running: set | None = None) -> list[int]:
+    """After node runs of ``workflow_run_ids`` changed state other than by starting
+    (``changed``: their node ids): mark the pending nodes whose rule can no longer hold
+    (graph.propagate), then start those below ``changed`` or the marked that are now
+    ready (an ``all_done`` clean-up below a failure, say). Marks and starts cascade: a
+    start whose job was cancelled settles again (_start). Returns the node run ids
+    started."""
+    below = set(changed) | propagate(workflow_run_ids, now, using)
+    if not below:
+        return []
+    return start_ready(workflow_run_ids, now, using, below=below, running=running)
 
 
 def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -> list[int]:
     """start_ready's end: runs for the ``ready`` rows (see start_ready's read), or their
-    cancellation when their job was cancelled; returns the node run ids started."""
+    cancellation when their job was cancelled; returns the node run ids started (also
+    those the cancellation's settle started)."""
     # A node whose job was cancelled (through the jobs' API) can never run: its runs would
     # wait for ever, as a cancelled job's runs are never leased. It is cancelled instead.
     live = [row[:-1] for row in ready if row[-1] != Job.Status.CANCELLED]
@@ -121,8 +146,10 @@ def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -
                                             state=NodeState.PENDING).update(
             state=NodeState.CANCELLED, finished_at=now,
             error="its job was cancelled, so it cannot run")
-        propagate(set(NodeRun.objects.using(using).filter(pk__in=[r[0] for r in gone])
-                      .values_list("workflow_run_id", flat=True)), now, using)
+        cut = list(NodeRun.objects.using(using).filter(pk__in=[r[0] for r in gone])
+                   .values_list("workflow_run_id", "node_id"))
+        return [row[0] for row in live] + settle({c[0] for c in cut}, {c[1] for c in cut},
+                                                 now, using, running)
     return [row[0] for row in live]
 
 
@@ -266,7 +293,11 @@ def nodes_succeeded(run_ids: list[int], now: datetime, using: str) -> None:
         return
     workflow_runs = {r[1] for r in rows}
     running: set[int] = set()
-    start_ready(workflow_runs, now, using, below={r[2] for r in rows}, running=running)
+    doomed: set[int] = set()
+    start_ready(workflow_runs, now, using, below={r[2] for r in rows}, running=running,
+                doomed=doomed)
+    if doomed:  # an all_failed or one_failed node below may no longer hold
+        settle(doomed, (), now, using, running)
     # A workflow run in which a node has just started is not done: one statement fewer
     # on each of a chain's handoffs (BENCHMARKS.md, "Workflows (W7)").
     finish_if_done(workflow_runs - running, now, using)
@@ -295,8 +326,8 @@ def _succeed_node_runs(run_ids: list[int], now: datetime, using: str) -> list[tu
 
 def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
     """End each running workflow run of ``workflow_run_ids`` none of whose nodes is
-    pending or running: ``succeeded`` if every node succeeded, else ``failed`` with the
-    nodes that did not succeed in ``error``. Returns the ids ended. A paused one is left
+    pending or running: ``succeeded`` if every node succeeded or was skipped, else
+    ``failed`` with the nodes that did not in ``error``. Returns the ids ended. A paused one is left
     paused, whatever its nodes did: its outcome is decided when it is resumed (resume
     calls this), so a requeue of its dead node revives it still paused
     (docs/workflows.md, "Cancel and pause")."""
@@ -312,7 +343,7 @@ def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
     unsuccessful: dict[int, list[tuple[str, str]]] = {}
     for wr_id, name, state in (NodeRun.objects.using(using)
                                .filter(workflow_run_id__in=list(done))
-                               .exclude(state=NodeState.SUCCEEDED).order_by("id")
+                               .exclude(state__in=FINE_NODE_STATES).order_by("id")
                                .values_list("workflow_run_id", "node__name", "state")):
         unsuccessful.setdefault(wr_id, []).append((name, state))
     runs = WorkflowRun.objects.using(using).filter(state=WorkflowRunState.RUNNING)

@@ -1,6 +1,7 @@
 """A node that does not succeed, and its way back (docs/workflows.md, "Failure"): when a
-node's run goes to the dead letter (or is cancelled), every node below it that has not
-run becomes ``upstream_failed`` at once, the rest of the graph goes on where it can, and
+node's run goes to the dead letter (or is cancelled), every node below it whose trigger
+rule can no longer hold becomes ``upstream_failed`` at once, those whose rule now holds
+(``all_done``, ``one_failed``, ...) start, the rest of the graph goes on where it can, and
 the workflow run fails once nothing is left to run. Requeueing that run from the dead
 letter (runs/services.py's requeue) brings the node back to ``running``, the nodes below
 it back to ``pending`` and the workflow run back to ``running``. Each step runs inside
@@ -12,7 +13,7 @@ from datetime import datetime
 from django.db.models import Case, Value, When
 
 from runs.models import Run
-from workflows.engine import finish_if_done, node_runs_of
+from workflows.engine import finish_if_done, node_runs_of, settle
 from workflows.graph import BLOCKING, propagate
 from workflows.models import NodeRun, NodeState, WorkflowRun, WorkflowRunState
 
@@ -25,8 +26,9 @@ CAUSE_MAX = 300  # characters of the run's last error line a failed node run rep
 
 def nodes_failed(run_ids: list[int], state: str, now: datetime, using: str) -> None:
     """The runs ``run_ids`` went dead (``state`` FAILED) or were cancelled (CANCELLED):
-    their node runs take ``state``, the pending nodes below them become upstream_failed,
-    and each workflow run concerned ends if nothing is left to run."""
+    their node runs take ``state``, the pending nodes below them whose rule can no
+    longer hold are marked and those whose rule now holds start (engine.settle), and
+    each workflow run concerned ends if nothing is left to run."""
     rows = node_runs_of(run_ids, [NodeState.RUNNING], using)
     if not rows:
         return
@@ -44,7 +46,7 @@ def nodes_failed(run_ids: list[int], state: str, now: datetime, using: str) -> N
     else:
         running.update(state=state, finished_at=now, error=WHY[state])
     workflow_runs = {r[1] for r in rows}
-    propagate(workflow_runs, now, using)
+    settle(workflow_runs, {r[2] for r in rows}, now, using)
     finish_if_done(workflow_runs, now, using)
 
 

@@ -53,15 +53,19 @@ class WorkflowListener(hooks.RunListener):
         return ack_pg.ack_successes(outcomes, using)
 
     def changed(self, event: str, run_ids: list[int], now, using: str) -> None:
+        # Runs continued on the acking worker (runs/continuation.py) roll back with this
+        # listener's savepoint if it fails: the offer must forget them too. A failure
+        # starts nodes as well (an all_done or one_failed node below it).
+        taken = continuation.mark()
+        try:
+            self._changed(event, run_ids, now, using)
+        except BaseException:
+            continuation.undo_to(taken)
+            raise
+
+    def _changed(self, event: str, run_ids: list[int], now, using: str) -> None:
         if event == hooks.SUCCEEDED:
-            # Runs continued on the acking worker (runs/continuation.py) roll back with
-            # this listener's savepoint if it fails: the offer must forget them too.
-            taken = continuation.mark()
-            try:
-                nodes_succeeded(run_ids, now, using)
-            except BaseException:
-                continuation.undo_to(taken)
-                raise
+            nodes_succeeded(run_ids, now, using)
         elif event in (hooks.DEAD, hooks.EXPIRED):
             # An expired run never ran: to its downstream it failed (docs/workflows.md).
             nodes_failed(run_ids, NodeState.FAILED, now, using)

@@ -61,7 +61,8 @@ class Workflow(models.Model):
 
 
 class WorkflowNode(models.Model):
-    """One node: ``name`` (unique in its workflow) and the job whose runs it makes. What
+    """One node: ``name`` (unique in its workflow), the job whose runs it makes and its
+    ``trigger_rule`` (workflows/rules.py). What
     the node runs (handler, payload, queue, priority, timeout_s, max_attempts) is that
     job's, shown here as properties; a django.tasks node's job has the ``django_task``
     handler with the task's path in its payload (``task``)."""
@@ -69,6 +70,9 @@ class WorkflowNode(models.Model):
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="nodes")
     name = models.CharField(max_length=NAME_MAX)
     job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="workflow_node")
+    # When the node runs, by its upstreams' states: workflows/rules.py (which checks it;
+    # no choices here, so a new rule needs no migration).
+    trigger_rule = models.CharField(max_length=16, default="all_success")
 
     class Meta:
         constraints = [
@@ -188,11 +192,14 @@ class NodeState(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # its run went to the dead letter
     CANCELLED = "cancelled"  # its run, or its workflow run, was cancelled
-    UPSTREAM_FAILED = "upstream_failed"  # an upstream failed: it will not run
+    UPSTREAM_FAILED = "upstream_failed"  # a failure means its rule cannot hold: won't run
+    SKIPPED = "skipped"  # its rule cannot hold, and no failure decided it: won't run
 
 
 DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED,
-                    NodeState.UPSTREAM_FAILED)
+                    NodeState.UPSTREAM_FAILED, NodeState.SKIPPED)
+# What a workflow run that succeeds may end with: a skipped node is no failure.
+FINE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED)
 
 
 class NodeRun(models.Model):

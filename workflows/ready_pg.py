@@ -12,6 +12,7 @@ from django.db import connections
 
 from runs.transitions import int_array
 from scheduler_core.models import Job, Schedule
+from workflows import rules
 from workflows.models import (
     NodeRun,
     NodeState,
@@ -55,25 +56,28 @@ def _tables() -> dict[str, str]:
             "e": WorkflowEdge._meta.db_table}
 
 
-def lock_below(workflow_run_ids, upstream_node_ids, using: str) -> list[int]:
+def lock_below(workflow_run_ids, upstream_node_ids, using: str) -> list[tuple[int, int, str]]:
     """Lock (FOR UPDATE, in id order) the pending node runs of the workflow runs
     ``workflow_run_ids`` whose node waits directly for one of ``upstream_node_ids``,
     whatever their workflow run's state (ready_rows reads it after the lock, as
-    start_ready does); returns their ids. Call inside the ack's transaction."""
+    start_ready does); returns their (id, workflow run id, node's trigger rule). Call
+    inside the ack's transaction."""
     t = _tables()
-    sql = (f"SELECT n.id FROM {t['n']} AS n"
+    sql = (f"SELECT n.id, n.workflow_run_id, wn.trigger_rule FROM {t['n']} AS n"
+           f" JOIN {t['wn']} AS wn ON wn.id = n.node_id"
            " WHERE n.workflow_run_id = ANY(%s::bigint[]) AND n.state = %s"
            f" AND n.node_id IN (SELECT e.downstream_id FROM {t['e']} AS e"
            " WHERE e.upstream_id = ANY(%s::bigint[])) ORDER BY n.id FOR UPDATE OF n")
     with connections[using].cursor() as cursor:
         cursor.execute(sql, [int_array(workflow_run_ids), NodeState.PENDING,
                              int_array(upstream_node_ids)])
-        return [row[0] for row in cursor.fetchall()]
+        return cursor.fetchall()
 
 
 def ready_rows(locked: list[int], using: str) -> list[tuple]:
     """Of the locked node runs ``locked``, those still pending, of a running workflow
-    run, none of whose upstream node runs (same workflow run) has not succeeded, as
+    run, whose trigger rule holds over their upstream node runs (same workflow run;
+    workflows/rules.py, ready_sql), as
     start_ready's rows: (node run id, workflow id, scheduled_at, started_by, schedule
     jitter_s or None, job id, queue, priority, max_attempts, shard_key, handler, owner
     id, job status). A statement of its own, after the lock (the module's docstring)."""
@@ -85,11 +89,8 @@ def ready_rows(locked: list[int], using: str) -> list[tuple]:
         f" JOIN {t['w']} AS w ON w.id = wr.workflow_id"
         f" LEFT JOIN {t['s']} AS s ON s.id = w.schedule_id"
         f" JOIN {t['wn']} AS wn ON wn.id = n.node_id JOIN {t['j']} AS j ON j.id = wn.job_id"
-        " WHERE n.id = ANY(%s::bigint[]) AND n.state = %s AND wr.state = %s AND NOT EXISTS ("
-        f"SELECT 1 FROM {t['n']} AS u JOIN {t['e']} AS e ON e.upstream_id = u.node_id"
-        " WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id"
-        " AND u.state <> %s)")
+        " WHERE n.id = ANY(%s::bigint[]) AND n.state = %s AND wr.state = %s AND "
+        + rules.ready_sql("n", "wn", t["n"], t["e"]))
     with connections[using].cursor() as cursor:
-        cursor.execute(sql, [int_array(locked), NodeState.PENDING, WorkflowRunState.RUNNING,
-                             NodeState.SUCCEEDED])
+        cursor.execute(sql, [int_array(locked), NodeState.PENDING, WorkflowRunState.RUNNING])
         return cursor.fetchall()

@@ -8,8 +8,8 @@ hooks would have done:
 * a running node whose run succeeded, died or was cancelled takes that outcome (and its
   downstream nodes start, or become upstream_failed); one whose run is gone (deleted)
   fails;
-* a pending node whose upstreams have all succeeded gets its run (a running workflow
-  run);
+* a pending node whose trigger rule holds gets its run (a running workflow run); one
+  whose rule can no longer hold is marked ``upstream_failed`` or ``skipped``;
 * a workflow run none of whose nodes can progress ends;
 * the runs still live of a cancelled workflow run are cancelled (one made by a resume in
   the instant of a cancel that raced three times, workflows/control.py).
@@ -19,11 +19,12 @@ is the truth, docs/architecture.md, "Invariants" 2).
 """
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from runs import services as run_services
 from runs.clock import db_now
 from runs.models import TERMINAL_STATES, Run, RunState
+from workflows import rules
 from workflows.engine import finish_if_done, nodes_succeeded, start_ready
 from workflows.failures import BLOCKING, nodes_failed, propagate
 from workflows.models import (
@@ -92,10 +93,14 @@ def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> No
             state=NodeState.FAILED, finished_at=now, error="its run no longer exists")
     counts["finished"] += len(ended) + len(gone)
     counts["started"] += len(start_ready(batch, now, using))
-    stuck = set(NodeRun.objects.using(using).filter(
-        workflow_run_id__in=batch, state__in=BLOCKING).values_list("workflow_run_id", flat=True))
-    if stuck:
-        propagate(stuck, now, using)
+    # Where a node's rule may no longer hold: below a failure or a skip, or a rule
+    # other than all_success (workflows/rules.py). What a mark makes ready starts.
+    stuck = set(NodeRun.objects.using(using).filter(workflow_run_id__in=batch).filter(
+        Q(state__in=(*BLOCKING, NodeState.SKIPPED))
+        | (Q(state=NodeState.PENDING) & ~Q(node__trigger_rule=rules.DEFAULT)))
+        .values_list("workflow_run_id", flat=True))
+    if stuck and propagate(stuck, now, using):
+        counts["started"] += len(start_ready(stuck, now, using))
     counts["ended"] += len(finish_if_done(batch, now, using))
 
 

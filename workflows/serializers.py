@@ -30,8 +30,9 @@ class WorkflowCreateSerializer(StrictFieldsMixin, serializers.Serializer):
     nodes = serializers.ListField(
         child=serializers.JSONField(), allow_empty=False,
         help_text="the nodes: {name, handler | task, payload (handler nodes), args and "
-                  "kwargs (task nodes), queue, priority, timeout_s, max_attempts}; at most "
-                  "WORKFLOW_MAX_NODES (1,000)")
+                  "kwargs (task nodes), queue, priority, timeout_s, max_attempts, "
+                  "trigger_rule (all_success (default), all_done, all_failed, one_success, "
+                  "one_failed, none_failed)}; at most WORKFLOW_MAX_NODES (1,000)")
     edges = serializers.ListField(
         child=serializers.JSONField(), required=False, default=list,
         help_text='[upstream, downstream] pairs or {"from": upstream, "to": downstream} '
@@ -65,6 +66,9 @@ class WorkflowNodeSerializer(serializers.Serializer):
     priority = serializers.IntegerField()
     timeout_s = serializers.IntegerField()
     max_attempts = serializers.IntegerField()
+    trigger_rule = serializers.CharField(
+        help_text="when it runs, by its upstreams' states (docs/workflows.md, "
+                  "\"Trigger rules\")")
     upstream = serializers.SerializerMethodField(
         help_text="the names of the nodes this one waits for")
 
@@ -164,10 +168,11 @@ class NodeRunSerializer(serializers.Serializer):
     and ``max_attempts``, ``ready_at`` (when its last upstream succeeded, or the workflow
     run's start for a node without upstreams), ``first_started_at`` (its first attempt's
     start), ``started_at`` (the current or last attempt's), ``finished_at``, and
-    ``error`` (why it did not run: which upstream failed)."""
+    ``error`` (why it did not run: which upstream failed), ``trigger_rule`` (its node's)."""
 
     name = serializers.CharField()
     state = serializers.ChoiceField(choices=NodeState.choices)
+    trigger_rule = serializers.CharField()
     upstream = serializers.ListField(child=serializers.CharField())
     run_id = serializers.IntegerField(allow_null=True)
     run_state = serializers.CharField(allow_null=True)

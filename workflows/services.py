@@ -4,10 +4,10 @@ run (cancel, pause, resume) is workflows/control.py.
 
 Shapes are JSON-like so a REST view can pass a request body through unchanged:
 ``nodes`` a list of ``{name, handler | task, payload, args, kwargs, queue, priority,
-timeout_s, max_attempts}`` dicts, ``edges`` a list of ``[upstream, downstream]`` pairs or
-``{"from": upstream, "to": downstream}`` dicts, ``schedule`` a cron expression or
-``{cron, timezone, misfire_policy, max_lag_s, jitter_s}``. Everything happens in one
-transaction on ``using``; runs reach the broker after it commits.
+timeout_s, max_attempts, trigger_rule}`` dicts, ``edges`` a list of ``[upstream,
+downstream]`` pairs or ``{"from": upstream, "to": downstream}`` dicts, ``schedule`` a cron
+expression or ``{cron, timezone, misfire_policy, max_lag_s, jitter_s}``. Everything
+happens in one transaction on ``using``; runs reach the broker after it commits.
 """
 
 from datetime import datetime
@@ -93,7 +93,8 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
                 retry=spec.get("retry"), expires_in_s=spec.get("expires_in_s"))
             for spec in clean["nodes"]], batch_size=1000)
         made = WorkflowNode.objects.using(using).bulk_create([
-            WorkflowNode(workflow=workflow, name=spec["node"], job_id=job.pk)
+            WorkflowNode(workflow=workflow, name=spec["node"], job_id=job.pk,
+                         trigger_rule=spec["trigger_rule"])
             for spec, job in zip(clean["nodes"], jobs, strict=True)], batch_size=1000)
         ids = {node.name: node.pk for node in made}
         WorkflowEdge.objects.using(using).bulk_create([
@@ -251,7 +252,8 @@ def trigger(workflow, using: str = "default") -> WorkflowRun:
 def get_workflow_run(workflow_run, using: str = "default") -> dict:
     """A workflow run and every node's state, as JSON-like data: ``{id, workflow,
     scheduled_at, run_key, state, started_by, created_at, finished_at, error, nodes}``,
-    ``nodes`` a list (in creation order) of ``{name, state, upstream (names), run_id,
+    ``nodes`` a list (in creation order) of ``{name, state, trigger_rule, upstream (names),
+    run_id,
     run_state, attempt, max_attempts, ready_at, first_started_at, started_at, finished_at,
     error}``; times are aware UTC datetimes, ``first_started_at`` the first attempt's
     start, ``started_at`` the current or last attempt's. Raises WorkflowRun.DoesNotExist."""
@@ -272,6 +274,7 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
         # A node not started yet has no run: its attempts are its job's.
         run = runs.get(n.run_id, (None, 0, n.node.job.max_attempts, None))
         nodes.append({"name": n.node.name, "state": n.state,
+                      "trigger_rule": n.node.trigger_rule,
                       "upstream": sorted(upstream.get(n.node_id, [])), "run_id": n.run_id,
                       "run_state": run[0], "attempt": run[1], "max_attempts": run[2],
                       "ready_at": n.ready_at, "first_started_at": first.get(n.run_id),

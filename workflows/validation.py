@@ -3,10 +3,11 @@
 
 ``validate_workflow`` collects every problem it finds into one InvalidWorkflow whose
 ``errors`` map a field path (``name``, ``schedule``, ``nodes``, ``nodes[3].handler``,
-``edges[7]``, ``edges``) to its reason: duplicate or bad node names, each node's job
-fields (the jobs' own rules, jobs/validation.py, and the owner's bounds), edges naming
-unknown nodes, self-edges, repeated edges, a cycle (named node by node), and more nodes or
-edges than WORKFLOW_MAX_NODES / WORKFLOW_MAX_EDGES.
+``edges[7]``, ``edges``) to its reason: duplicate or bad node names, an unknown
+trigger rule (``nodes[3].trigger_rule``, listing the rules), each node's job fields (the
+jobs' own rules, jobs/validation.py, and the owner's bounds), edges naming unknown nodes,
+self-edges, repeated edges, a cycle (named node by node), and more nodes or edges than
+WORKFLOW_MAX_NODES / WORKFLOW_MAX_EDGES.
 """
 
 from graphlib import CycleError, TopologicalSorter
@@ -24,9 +25,11 @@ from scheduler_core.text import line_problem
 from scheduler_tasks.exceptions import NotATask
 from scheduler_tasks.results import HANDLER as TASK_HANDLER
 from scheduler_tasks.results import load_task
+from workflows import rules
 
 NODE_KEYS = frozenset({"name", "handler", "task", "payload", "args", "kwargs", "queue",
-                       "priority", "timeout_s", "max_attempts", "retry", "expires_in_s"})
+                       "priority", "timeout_s", "max_attempts", "retry", "expires_in_s",
+                       "trigger_rule"})
 # What a node's job takes as a plain job does (expires_in_s counts from when the node's
 # run is made, its scheduled_at: an absolute expires_at has no place in a template).
 NODE_JOB_KEYS = ("queue", "priority", "timeout_s", "max_attempts", "retry", "expires_in_s")
@@ -146,12 +149,13 @@ def check_graph(names: list[str], pairs: list[tuple[str, str]]) -> dict[str, str
 def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
                       allow_tasks: bool = True) -> dict:
     """Check a whole workflow definition; returns ``{"name", "nodes", "edges",
-    "schedule"}`` cleaned: ``nodes`` a list of job specs with their ``node`` name (in the
-    order given), ``edges`` a list of (upstream, downstream) name pairs, ``schedule`` a
-    dict of the Schedule fields or None.
+    "schedule"}`` cleaned: ``nodes`` a list of job specs with their ``node`` name and
+    ``trigger_rule`` (in the order given), ``edges`` a list of (upstream, downstream) name
+    pairs, ``schedule`` a dict of the Schedule fields or None.
 
     ``nodes`` is a list of dicts ``{name, handler | task, payload (handler nodes), args and
-    kwargs (task nodes), queue, priority, timeout_s, max_attempts}``; ``edges`` a list of
+    kwargs (task nodes), queue, priority, timeout_s, max_attempts, trigger_rule}``
+    (``trigger_rule``: one of workflows/rules.py's RULES, default all_success); ``edges`` a list of
     ``[upstream, downstream]`` pairs or ``{"from": upstream, "to": downstream}`` dicts;
     ``schedule`` None, a cron expression, or a dict ``{cron, timezone, misfire_policy,
     max_lag_s, jitter_s}`` (docs/cron.md). ``bounds`` (jobs/tenants.py Bounds) are the
@@ -176,7 +180,7 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
                           f"have ({max_edges}, WORKFLOW_MAX_EDGES)"
     if errors.get("nodes") or errors.get("edges"):
         raise InvalidWorkflow(errors)
-    names, specs, seen = [], [], {}
+    names, specs, seen, trigger_rules = [], [], {}, {}
     for i, node in enumerate(nodes):
         where = f"nodes[{i}]"
         if not isinstance(node, dict):
@@ -193,6 +197,9 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
         seen[node_name] = i
         names.append(node_name)
         spec = _node_spec(node, errors, where, allow_tasks)
+        if problem := rules.rule_problem(node.get("trigger_rule")):
+            errors[f"{where}.trigger_rule"] = problem
+        trigger_rules[node_name] = node.get("trigger_rule") or rules.DEFAULT
         specs.append((i, node_name, spec))
     pairs, pair_set, known = [], set(), set(names)
     # A node whose own fields are wrong still has its name: its edges are not unknown.
@@ -217,7 +224,8 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
     for key, reason in check_graph(names, pairs).items():
         errors.setdefault(key, reason)
     clean_schedule = _schedule(schedule, errors)
-    cleaned = _node_jobs(specs, bounds, errors, name)
+    cleaned = [{**spec, "trigger_rule": trigger_rules[spec["node"]]}
+               for spec in _node_jobs(specs, bounds, errors, name)]
     if errors:
         raise InvalidWorkflow(errors)
     return {"name": name, "nodes": cleaned, "edges": pairs, "schedule": clean_schedule}

@@ -7,7 +7,8 @@
 -- that Python path, statement for statement, in one round trip, which is what keeps a
 -- chain's handoff fast (BENCHMARKS.md, "Workflows (W7)"). What it does not do itself (a
 -- node of a cancelled job, a schedule's jitter still ahead, a workflow run that ends
--- failed) raises SQLSTATE WFA01, which undoes the whole call; the caller then acks
+-- failed, an all_failed or one_failed node below that does not start) raises SQLSTATE
+-- WFA01, which undoes the whole call; the caller then acks
 -- through engine.py. tests/test_workflows_ack_paths.py runs the same scenarios through
 -- both and compares every row they leave.
 --
@@ -63,6 +64,7 @@ DECLARE
   v_nodes bigint[];
   v_down bigint[];
   v_locked bigint[];
+  v_doomed bigint[];
   v_running bigint[] := '{}';
   v_take bigint[];
   v_error text;
@@ -124,6 +126,12 @@ BEGIN
       WHERE n.workflow_run_id = ANY(v_wruns) AND n.node_id = ANY(v_down)
         AND n.state = 'pending'
       ORDER BY n.id FOR UPDATE OF n);
+    -- Those whose rule an upstream's success can make fail (all_failed, one_failed:
+    -- engine.settle marks them): not ready, they are left to the engine.
+    v_doomed := ARRAY(
+      SELECT n.id FROM workflows_noderun AS n
+      JOIN workflows_workflownode AS wn ON wn.id = n.node_id
+      WHERE n.id = ANY(v_locked) AND wn.trigger_rule IN ('all_failed', 'one_failed'));
     -- (4) ... and, in a statement of its own, those ready are read (ready_pg.ready_rows).
     -- A case engine._start or engine._run_at handles otherwise is left to it (WFA01).
     IF cardinality(v_locked) > 0 THEN
@@ -137,11 +145,35 @@ BEGIN
         JOIN workflows_workflownode AS wn ON wn.id = n.node_id
         JOIN jobs_job AS j ON j.id = wn.job_id
         WHERE n.id = ANY(v_locked) AND n.state = 'pending' AND wr.state = 'running'
-          AND NOT EXISTS (
-            SELECT 1 FROM workflows_noderun AS u
-            JOIN workflows_workflowedge AS e ON e.upstream_id = u.node_id
-            WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
-              AND u.state <> 'succeeded')
+          -- the node's trigger rule holds (workflows/rules.py, ready_sql: the same; a
+          -- candidate here has an upstream, so one_* need no case without one)
+          AND CASE wn.trigger_rule
+            WHEN 'all_success' THEN NOT EXISTS (
+              SELECT 1 FROM workflows_noderun AS u
+              JOIN workflows_workflowedge AS e ON e.upstream_id = u.node_id
+              WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
+                AND u.state <> 'succeeded')
+            WHEN 'one_success' THEN EXISTS (
+              SELECT 1 FROM workflows_noderun AS u
+              JOIN workflows_workflowedge AS e ON e.upstream_id = u.node_id
+              WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
+                AND u.state = 'succeeded')
+            WHEN 'one_failed' THEN EXISTS (
+              SELECT 1 FROM workflows_noderun AS u
+              JOIN workflows_workflowedge AS e ON e.upstream_id = u.node_id
+              WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
+                AND u.state IN ('failed', 'cancelled', 'upstream_failed'))
+            ELSE NOT EXISTS (
+              SELECT 1 FROM workflows_noderun AS u
+              JOIN workflows_workflowedge AS e ON e.upstream_id = u.node_id
+              WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
+                AND NOT (u.state::text = ANY(CASE wn.trigger_rule
+                  WHEN 'all_failed' THEN ARRAY['failed', 'cancelled', 'upstream_failed']
+                  WHEN 'all_done' THEN ARRAY['succeeded', 'failed', 'cancelled',
+                                             'upstream_failed', 'skipped']
+                  WHEN 'none_failed' THEN ARRAY['succeeded', 'skipped']
+                  ELSE ARRAY[]::text[] END)))
+          END
         ORDER BY n.id
       LOOP
         IF r.status = 'cancelled' THEN
@@ -151,6 +183,7 @@ BEGIN
             AND r.scheduled_at + r.jitter_s * interval '1 second' > v_now THEN
           RAISE EXCEPTION 'node run % may wait for its jitter', r.nid USING ERRCODE = 'WFA01';
         END IF;
+        v_doomed := array_remove(v_doomed, r.nid);
         a_nid := a_nid || r.nid;
         a_job := a_job || r.jid;
         a_sched := a_sched || r.scheduled_at;
@@ -162,6 +195,10 @@ BEGIN
         a_prio := a_prio || r.priority;
         a_max := a_max || r.max_attempts;
       END LOOP;
+    END IF;
+    IF cardinality(v_doomed) > 0 THEN
+      RAISE EXCEPTION 'node run % may no longer hold its rule', v_doomed[1]
+        USING ERRCODE = 'WFA01';
     END IF;
     IF cardinality(a_nid) > 8 THEN
       PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
@@ -284,7 +321,7 @@ BEGIN
       CONTINUE WHEN NOT EXISTS (SELECT 1 FROM workflows_workflowrun
                                 WHERE id = r.id AND state = 'running');
       IF EXISTS (SELECT 1 FROM workflows_noderun
-                 WHERE workflow_run_id = r.id AND state <> 'succeeded') THEN
+                 WHERE workflow_run_id = r.id AND state NOT IN ('succeeded', 'skipped')) THEN
         RAISE EXCEPTION 'workflow run % ends failed', r.id USING ERRCODE = 'WFA01';
       END IF;
       UPDATE workflows_workflowrun SET state = 'succeeded', finished_at = v_now, error = ''
