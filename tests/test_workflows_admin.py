@@ -161,3 +161,19 @@ def test_the_layout_puts_every_node_right_of_its_upstreams():
     assert layer == {"a": 0, "b": 1, "c": 1, "d": 2, "e": 3}
     assert all(place[up][0] < place[down][0] for up, down in edges)
     assert len(set(place.values())) == len(keys)
+
+
+def test_the_graph_shows_a_trigger_rule_only_when_not_the_default(admin_client):
+    wf = services.create_workflow("graph", [{"name": "a", "handler": "noop"}, {
+        "name": "tidy", "handler": "noop", "trigger_rule": "all_done"}], [["a", "tidy"]])
+    wr = services.trigger(wf)
+
+    for url in (f"/admin/workflows/workflow/{wf.pk}/change/",
+                f"/admin/workflows/workflowrun/{wr.pk}/change/"):
+        html = admin_client.get(url).content.decode()
+        start = html.index('class="workflow-graph"')
+        svg = html[start:html.index("</svg>", start)]
+        boxes = dict(re.findall(r"<title>(\w+)[^<]*</title>(.*?)</g>", svg))
+        assert "all_done" in boxes["tidy"] and 'stroke-dasharray' in boxes["tidy"], url
+        assert "<th>trigger rule</th>" in html, url
+        assert "all_success" not in boxes["a"] and 'stroke-dasharray' not in boxes["a"], url

@@ -29,7 +29,7 @@ from runs.admin_helpers import (
 )
 from runs.models import Run
 from scheduler_core.exceptions import InvalidJob, SchedulerError
-from workflows import control, services
+from workflows import control, rules, services
 from workflows.backfill_admin import backfill_workflows
 from workflows.graph_svg import Node, draw
 from workflows.models import NodeRun, NodeState, Workflow, WorkflowEdge, WorkflowRun
@@ -37,6 +37,11 @@ from workflows.models import NodeRun, NodeState, Workflow, WorkflowEdge, Workflo
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 RECENT_RUNS = 10
 TRIGGER_MAX = 100
+
+
+def shown_rule(rule: str) -> str:
+    """A node's trigger rule as the graph shows it: "" for the default (all_success)."""
+    return "" if rule == rules.DEFAULT else rule
 
 
 def _state_badge(state: str):
@@ -103,7 +108,8 @@ class WorkflowAdmin(ReadOnlyAdmin):
         pairs = list(WorkflowEdge.objects.filter(workflow=workflow)
                      .values_list("upstream_id", "downstream_id"))
         boxes = [Node(n.pk, n.name, note=n.task or n.handler,
-                      url=reverse("admin:jobs_job_change", args=[n.job_id])) for n in nodes]
+                      url=reverse("admin:jobs_job_change", args=[n.job_id]),
+                      rule=shown_rule(n.trigger_rule)) for n in nodes]
         return format_html('<div class="wf-graph">{}</div>', draw(boxes, pairs, legend=False))
 
     @admin.display(description="nodes")
@@ -242,7 +248,8 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
             if n["run_id"]:
                 note = f"{n['state']} · attempt {n['attempt']}/{n['max_attempts']}"
             url = reverse("admin:runs_run_change", args=[n["run_id"]]) if n["run_id"] else ""
-            boxes.append(Node(ids[n["name"]], n["name"], n["state"], note, url))
+            boxes.append(Node(ids[n["name"]], n["name"], n["state"], note, url,
+                              shown_rule(n["trigger_rule"])))
         return format_html('<div class="wf-graph">{}</div>', draw(boxes, pairs))
 
     @admin.display(description="nodes")

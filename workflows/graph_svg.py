@@ -28,6 +28,7 @@ COLOURS = {
     "failed": ("#fbd5d5", "#c0392b"),
     "cancelled": ("#e4e4e4", "#555555"),
     "upstream_failed": ("#ffe3c4", "#d35400"),
+    "skipped": ("#fff8db", "#a08a2a"),
     "": ("#ffffff", "#868e96"),  # a node of the definition, outside any run
 }
 
@@ -36,13 +37,15 @@ COLOURS = {
 class Node:
     """One box: ``key`` (any hashable id), ``name``, ``state`` (a NodeState value, or ""
     for a definition), ``note`` (second line, e.g. "attempt 2/3"), ``url`` (link, or
-    "")."""
+    ""), ``rule`` (its trigger rule when not the default, or "": shown first on the
+    second line, in the tooltip, and as a dashed border)."""
 
     key: object
     name: str
     state: str = ""
     note: str = ""
     url: str = ""
+    rule: str = ""
 
 
 def layers(keys: list, edges: list[tuple]) -> dict:
@@ -135,14 +138,21 @@ def draw(nodes: list[Node], edges: list[tuple], legend: bool = True) -> SafeStri
     for node in nodes:
         x, y = corner(node.key)
         fill, stroke = COLOURS.get(node.state, COLOURS[""])
-        title = escape(f"{node.name}: {node.state}" if node.state else node.name)
-        box = (f'<g class="wf-node wf-{escape(node.state or "definition")}"><title>{title}</title>'
+        title = f"{node.name}: {node.state}" if node.state else node.name
+        note = node.note or node.state
+        dash = ""
+        if node.rule:
+            title += f" (trigger rule {node.rule})"
+            note = f"{node.rule} · {note}" if note else node.rule
+            dash = ' stroke-dasharray="5 3"'
+        box = (f'<g class="wf-node wf-{escape(node.state or "definition")}">'
+               f'<title>{escape(title)}</title>'
                f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{fill}" '
-               f'stroke="{stroke}" stroke-width="1.6"/>'
+               f'stroke="{stroke}" stroke-width="1.6"{dash}/>'
                f'<text x="{x + 8}" y="{y + 16}" fill="#111" font-weight="bold">'
                f'{escape(_short(node.name))}</text>'
                f'<text x="{x + 8}" y="{y + 32}" fill="#333" font-size="11">'
-               f'{escape(_short(node.note or node.state, 25))}</text></g>')
+               f'{escape(_short(note, 25))}</text></g>')
         if node.url:
             box = f'<a href="{escape(node.url)}">{box}</a>'
         parts.append(box)
