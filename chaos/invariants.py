@@ -155,7 +155,10 @@ def check(result: Result, user, cron_initial: dict[int, datetime], load_started:
     result.outcomes = dict(Attempt.objects.filter(run__job__owner=user)
                            .values_list("outcome").annotate(n=Count("pk")).order_by())
     result.not_terminal = runs.exclude(state__in=TERMINAL_STATES).count()
-    result.one_off_without_run = jobs.filter(run_at__isnull=False, runs__isnull=True).count()
+    # A workflow node's job has runs only as its workflow runs make them, none for a
+    # skipped node: workflow-kill checks its nodes itself (chaos/workflow_kill.py).
+    result.one_off_without_run = jobs.filter(run_at__isnull=False, runs__isnull=True,
+                                             workflow_node__isnull=True).count()
     result.duplicate_runs = sum(
         n - 1 for n in runs.values("job_id", "scheduled_at").annotate(n=Count("pk"))
         .filter(n__gt=1).values_list("n", flat=True)

@@ -1,6 +1,7 @@
 """The workflow-kill scenario (docs/reliability.md, "Scenarios"; docs/workflows.md, "Nothing lost"):
-workers SIGKILLed at random while workflow runs of a 20-node graph full of diamonds go
-through them, a scheduler (the workflow reconcile) and a dispatcher running.
+workers SIGKILLed at random while workflow runs of a 25-node graph full of diamonds (five
+nodes with trigger rules) go through them, a scheduler (the workflow reconcile) and a
+dispatcher running.
 
 What it checks beyond the common invariants (chaos/invariants.py, which already cover
 the nodes' runs: they are runs of the ``chaos`` owner's jobs, run by ``chaos.work``, so
@@ -10,9 +11,13 @@ recorded ``lease_expired``):
 * every node of every workflow run has exactly one node run and exactly one run (no node
   missing, none twice, no stray run of a node's job that no node run points at);
 * no workflow run stuck: every one ends ``succeeded`` within the drain's bound;
-* no node started before every one of its upstreams had succeeded (the downstream's
-  first attempt started at or after each upstream's succeeded attempt finished,
-  database clock on both sides).
+* no node started before its trigger rule held (docs/workflows.md, "Trigger rules"): an
+  ``all_success`` node's first attempt started at or after each upstream's succeeded
+  attempt finished, a ``one_success`` node's after one had, an ``all_done`` or
+  ``none_failed`` node's after each upstream that ran had (database clock on both
+  sides);
+* every node ends in its rule's state: none fails, so the ``one_failed`` alarm and the
+  node below it are ``skipped`` and every other node succeeded (RULES, EXPECTED).
 """
 
 import time
@@ -29,7 +34,15 @@ from jobs.models import OwnerPolicy
 from runs.clock import db_now
 from runs.models import Attempt, AttemptOutcome, Run
 from workflows import services
-from workflows.models import NodeRun, Workflow, WorkflowEdge, WorkflowRun, WorkflowRunState
+from workflows.models import (
+    NodeRun,
+    NodeState,
+    Workflow,
+    WorkflowEdge,
+    WorkflowNode,
+    WorkflowRun,
+    WorkflowRunState,
+)
 
 # 20 nodes: diamonds a-{b1,b2}-c, c-{d1,d2,d3}-e (with b1 -> e across it), e-{f1,f2}-g,
 # g-{h1..h4}-i, i-{j1,j2}-k, and a long side branch a -> side -> k: fan-outs of 2 to 4,
@@ -44,8 +57,22 @@ EDGES = [
     ("i", "j1"), ("i", "j2"), ("j1", "k"), ("j2", "k"),
     ("a", "side"), ("side", "k"),
 ]
+# Trigger rules (workflows/rules.py) on five more nodes: "first_h" starts at the first of
+# h1..h4's successes, "alarm" waits for a failure that never comes and is skipped with
+# the node below it, "tidy" and "guard" run once all their upstreams are done.
+EDGES += [
+    ("h1", "first_h"), ("h2", "first_h"), ("h3", "first_h"), ("h4", "first_h"),
+    ("c", "alarm"), ("e", "alarm"), ("i", "alarm"), ("alarm", "after_alarm"),
+    ("k", "tidy"), ("alarm", "tidy"), ("first_h", "tidy"),
+    ("alarm", "guard"), ("k", "guard"),
+]
 NODES = ["a", "b1", "b2", "c", "d1", "d2", "d3", "e", "f1", "f2", "g", "h1", "h2", "h3",
-         "h4", "i", "j1", "j2", "k", "side"]
+         "h4", "i", "j1", "j2", "k", "side", "first_h", "alarm", "after_alarm", "tidy",
+         "guard"]
+RULES = {"first_h": "one_success", "alarm": "one_failed", "tidy": "all_done",
+         "guard": "none_failed"}
+EXPECTED = {name: "skipped" if name in ("alarm", "after_alarm") else "succeeded"
+            for name in NODES}
 # Nodes whose handler takes 0.2-0.8 s, so that a kill finds runs in flight; the others
 # take under 50 ms.
 LONG_NODES = {"b2", "d2", "h3", "side"}
@@ -76,7 +103,7 @@ class WorkflowKill(WorkerKill):
     def create_load(self, s: Session) -> None:
         OwnerPolicy.objects.filter(owner=s.user).update(max_running=None)
         nodes = [{"name": name, "handler": "chaos.work", "max_attempts": MAX_ATTEMPTS,
-                  "timeout_s": 60,
+                  "timeout_s": 60, "trigger_rule": RULES.get(name, "all_success"),
                   "payload": {"seconds": (round(s.rng.uniform(0.2, 0.8), 3)
                                           if name in LONG_NODES else work_seconds(s.rng, 0))}}
                  for name in NODES]
@@ -107,7 +134,7 @@ class WorkflowKill(WorkerKill):
         deadline = time.monotonic() + s.size.drain_s
         while with_db_retry(_live, workflow) and time.monotonic() < deadline:
             s.tick(0.5)
-        figures = with_db_retry(_figures, workflow, len(NODES))
+        figures = with_db_retry(_figures, workflow, len(NODES), EXPECTED)
         figures["live_at_drain"] = live_at_drain
         figures["worker_kills"] = sum(1 for f in s.result.fault_log if f.kind == "SIGKILL")
         figures["duplicates_explained"] = (s.result.duplicate_executions
@@ -120,7 +147,8 @@ class WorkflowKill(WorkerKill):
                           ("missing_nodes", "nodes of a workflow run without a run"),
                           ("duplicate_node_runs", "node runs beyond one per node"),
                           ("stray_runs", "runs of a node's job no node run points at"),
-                          ("early_downstream", "nodes started before an upstream succeeded")):
+                          ("early_downstream", "nodes started before their rule held"),
+                          ("wrong_states", "nodes not in their rule's state")):
             if figures[key]:
                 s.result.failures.append(f"{figures[key]} {what}")
         s.result.notes.append(
@@ -128,7 +156,8 @@ class WorkflowKill(WorkerKill):
             f"{figures['stuck']}, node runs {figures['node_runs']}, missing nodes "
             f"{figures['missing_nodes']}, duplicate node runs {figures['duplicate_node_runs']}, "
             f"stray runs {figures['stray_runs']}, downstream starts before an upstream's "
-            f"success {figures['early_downstream']}")
+            f"success {figures['early_downstream']}, nodes not in their rule's state "
+            f"{figures['wrong_states']}")
         s.result.notes.append(
             f"still running when every run had drained: {live_at_drain}; a workflow run's "
             f"makespan (scheduled_at to finished) p50 {figures['makespan_p50_s']} s, max "
@@ -144,8 +173,9 @@ def _live(workflow: int) -> int:
     ).count()
 
 
-def _figures(workflow: int, width: int) -> dict:
-    """The workflow figures of docs/reliability.md's workflow-kill row."""
+def _figures(workflow: int, width: int, expected: dict[str, str] | None = None) -> dict:
+    """The workflow figures of docs/reliability.md's workflow-kill row: ``width`` nodes a
+    workflow run, ``expected`` each node's final state by name (None: all succeeded)."""
     runs = WorkflowRun.objects.filter(workflow_id=workflow)
     states = dict(runs.values_list("state").annotate(n=Count("pk")).order_by())
     node_runs = NodeRun.objects.filter(workflow_run__workflow_id=workflow)
@@ -162,7 +192,10 @@ def _figures(workflow: int, width: int) -> dict:
         "states": states,
         "stuck": runs.exclude(state=WorkflowRunState.SUCCEEDED).count(),
         "node_runs": node_runs.count(),
-        "missing_nodes": runs.count() * width - with_run.count(),
+        "missing_nodes": (runs.count() * width - with_run.count()
+                          - node_runs.filter(state=NodeState.SKIPPED).count()),
+        "wrong_states": sum(1 for name, state in node_runs.values_list("node__name", "state")
+                            if state != (expected or {}).get(name, NodeState.SUCCEEDED)),
         "duplicate_node_runs": sum(n - 1 for n in per_node.filter(n__gt=1)
                                    .values_list("n", flat=True)),
         "stray_runs": len(node_jobs_runs - node_runs_runs),
@@ -185,7 +218,9 @@ def _started_in_the_ack(run_ids: set[int]) -> int:
 
 def _early_downstream(workflow: int) -> int:
     """Edges (in a workflow run) whose downstream's first attempt started before the
-    upstream's succeeded attempt finished."""
+    upstream's succeeded attempt finished; an upstream that never ran (skipped) counts
+    for an all_success node only; a one_success node counts once, when it started
+    before all of its upstreams finished."""
     node_runs = NodeRun.objects.filter(workflow_run__workflow_id=workflow)
     run_of = {(wr, node): run for wr, node, run in
               node_runs.values_list("workflow_run_id", "node_id", "run_id")}
@@ -196,15 +231,24 @@ def _early_downstream(workflow: int) -> int:
                 .values_list("run_id", "finished_at"))
     edges = list(WorkflowEdge.objects.filter(workflow_id=workflow)
                  .values_list("upstream_id", "downstream_id"))
+    rule_of = dict(WorkflowNode.objects.filter(workflow_id=workflow)
+                   .values_list("pk", "trigger_rule"))
     early = Counter()
     for (wr, node), run in run_of.items():
         if node is None or run is None:
             continue
+        started = first_start.get(run)
+        held = []  # per upstream: whether it finished (succeeded) before this started
         for up, down in edges:
             if down != node:
                 continue
             up_run = run_of.get((wr, up))
-            finished, started = done.get(up_run), first_start.get(run)
-            if finished is None or started is None or started < finished:
-                early[(wr, node)] += 1
+            if up_run is None and rule_of[node] != "all_success":
+                continue  # skipped: done for all_done and none_failed, no success
+            finished = done.get(up_run)
+            held.append(finished is not None and started is not None and started >= finished)
+        if rule_of[node] == "one_success":
+            early[(wr, node)] += not any(held)
+        else:
+            early[(wr, node)] += held.count(False)
     return sum(early.values())
