@@ -18,6 +18,7 @@ lag is measured where the handler starts, not where the worker leased the run (a
 """
 
 import argparse
+import asyncio
 import json
 import os
 import secrets
@@ -62,6 +63,9 @@ for _key, _value in ENV.items():
 TABLES = ["runs_logline", "runs_attempt", "runs_run", "jobs_idempotencykey", "jobs_job",
           "jobs_schedule", "jobs_schedulerpartition", "runs_workerprocess", "runs_shardlease"]
 WORKER_ARGS = ["runworker", "--concurrency", "2"]
+# The async rows (bench/async_pairs.py): W2 drains bench.async_noop, W3 runs
+# bench.async_stamp (a 50 ms awaited sleep).
+ASYNC = bool(os.environ.get("BENCH_ASYNC"))
 
 
 def _ensure_database() -> None:
@@ -82,6 +86,18 @@ def _setup_django() -> None:
     def stamp(ctx, payload):
         """Return the handler's start as Unix seconds (float), stored as the run's result."""
         return {"t": time.time()}
+
+    @handler("bench.async_noop")
+    async def async_noop(ctx, payload):
+        """W2's async row (BENCH_ASYNC set: bench/async_pairs.py)."""
+        return None
+
+    @handler("bench.async_stamp")
+    async def async_stamp(ctx, payload):
+        """W3's async row: bench.stamp's start, then a 50 ms awaited sleep."""
+        started = time.time()
+        await asyncio.sleep(0.05)
+        return {"t": started}
 
 
 # --- shared steps ----------------------------------------------------------------------
@@ -345,7 +361,8 @@ def w2(args) -> None:
         daemons.start("dispatcher", "rundispatcher")
         if not wait_dispatcher_ready():
             raise SystemExit("W2: the dispatcher took no shard within 30 s")
-        load_s = create_jobs(n, handler="noop", run_at=datetime.now(UTC))
+        load_s = create_jobs(n, handler="bench.async_noop" if ASYNC else "noop",
+                             run_at=datetime.now(UTC))
         ready = sum(redis_client().zcard(k)
                     for k in redis_client().scan_iter(f"{PREFIX}:*:ready"))
         cpu_before = daemons.cpu()
@@ -405,7 +422,8 @@ def w3(args) -> None:
             else:
                 behind = max(behind, -delay)
             at = datetime.fromtimestamp(time.time() + 2.0, UTC)
-            services.create_job("bench.stamp", {"i": i}, run_at=at)
+            services.create_job("bench.async_stamp" if ASYNC else "bench.stamp", {"i": i},
+                                run_at=at)
         submit_s = time.time() - began
         common.wait_until(lambda: count_succeeded() >= total, 30, 0.1)
     finally:

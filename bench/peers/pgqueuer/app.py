@@ -7,6 +7,7 @@ Entrypoints: ``noop`` (W1, W2) and ``stamp`` (W3: appends "<payload> <time.time(
 file BENCH_STARTS_FILE names, one O_APPEND write, atomic between the two workers).
 """
 
+import asyncio
 import os
 import time
 from contextlib import asynccontextmanager
@@ -30,6 +31,13 @@ async def main():
     async def stamp(job: Job) -> None:
         with open(os.environ["BENCH_STARTS_FILE"], "a") as f:
             f.write(f"{job.payload.decode()} {time.time()!r}\n")
+
+    @pgq.entrypoint("astamp")
+    async def astamp(job: Job) -> None:
+        """W3's async row (bench/async_pairs.py): stamp, then await a 50 ms sleep."""
+        with open(os.environ["BENCH_STARTS_FILE"], "a") as f:
+            f.write(f"{job.payload.decode()} {time.time()!r}\n")
+        await asyncio.sleep(0.05)
 
     yield pgq
     await connection.close()

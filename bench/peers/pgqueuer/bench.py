@@ -160,7 +160,8 @@ def w3(args, logdir: Path) -> dict:
             if pause > 0:
                 await asyncio.sleep(pause)
             scheduled[str(i)] = time.time() + delay
-            await queries.enqueue("stamp", str(i).encode(),
+            await queries.enqueue("astamp" if os.environ.get("BENCH_ASYNC") else "stamp",
+                                  str(i).encode(),
                                   execute_after=timedelta(seconds=delay))
         await conn.close()
 

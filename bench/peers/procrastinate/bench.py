@@ -111,11 +111,13 @@ def versions():
 
 
 def defer_bulk(n):
-    """Defer n no-op jobs with batch_defer, BATCH at a time."""
+    """Defer n no-op jobs with batch_defer, BATCH at a time (the async no-op when
+    BENCH_ASYNC is set: bench/async_pairs.py)."""
     done = 0
+    task = tasks.anoop if os.environ.get("BENCH_ASYNC") else tasks.noop
     while done < n:
         k = min(BATCH, n - done)
-        tasks.noop.batch_defer(*({} for _ in range(k)))
+        task.batch_defer(*({} for _ in range(k)))
         done += k
 
 
@@ -183,7 +185,8 @@ def w3(duration, logdir, rate=116.0, delay=2.0):
             if pause > 0:
                 time.sleep(pause)
             at = time.time() + delay
-            tasks.stamp.configure(schedule_at=datetime.fromtimestamp(at, UTC)).defer(key=i)
+            stamp = tasks.astamp if os.environ.get("BENCH_ASYNC") else tasks.stamp
+            stamp.configure(schedule_at=datetime.fromtimestamp(at, UTC)).defer(key=i)
             scheduled[str(i)] = at
         submit_s = time.time() - t0
     common.wait_until(lambda: len(common.read_starts(starts)) >= total, delay + 60, 0.25)

@@ -6,6 +6,7 @@ BENCH_PG_DSN (libpq URL of bench_procrastinate), BENCH_STARTS_FILE (where handle
 "key start_time" lines), BENCH_PERIODIC_N, BENCH_PERIODIC_MAX_DELAY (seconds).
 """
 
+import asyncio
 import os
 import time
 
@@ -33,6 +34,19 @@ def noop():
 def stamp(key):
     """W3: record time.time() (seconds) at start under key."""
     _record(key, time.time())
+
+
+@app.task(name="anoop")
+async def anoop():
+    """The async no-op of W2's async row (BENCH_ASYNC set: bench/async_pairs.py)."""
+    return None
+
+
+@app.task(name="astamp")
+async def astamp(key):
+    """W3's async row: record time.time() at start, then await a 50 ms sleep."""
+    _record(key, time.time())
+    await asyncio.sleep(0.05)
 
 
 @app.task(name="tick", pass_context=True)
