@@ -227,3 +227,35 @@ def test_rest_takes_and_shows_each_nodes_rule(api):
     assert shown == {"a": "all_success", "tidy": "all_done"}
     run = api.post(f"/api/workflows/{made.json()['id']}/trigger/", format="json").json()
     assert {n["name"]: n["trigger_rule"] for n in run["nodes"]} == shown
+
+
+def test_the_reconcile_marks_and_starts_by_the_rules_what_no_listener_told(pair):
+    # A node's run dead without its listener told (a run changed by hand): the reconcile
+    # fails the node, marks the all_success node below it, starts the all_done one.
+    from workflows.reconcile import reconcile
+
+    wr = start(pair, [ruled("bad"), ruled("strict"), ruled("tidy", "all_done")],
+               [["bad", "strict"], ["bad", "tidy"]])
+    bad = NodeRun.objects.using(pair.using).get(workflow_run=wr, node__name="bad")
+    Run.objects.using(pair.using).filter(pk=bad.run_id).update(state="dead", error="gone")
+
+    counts = reconcile(using=pair.using)
+
+    assert counts["finished"] == 1, counts  # tidy starts inside the failure's settle
+    assert node_state(pair, wr, "bad") == "failed"
+    assert node_state(pair, wr, "strict") == "upstream_failed"
+    assert node_state(pair, wr, "tidy") == "running"
+
+
+def test_the_reconcile_skips_what_a_success_no_listener_told_of_rules_out(pair):
+    from workflows.reconcile import reconcile
+
+    wr = start(pair, [ruled("a"), ruled("alarm", "one_failed"), ruled("tidy", "all_done")],
+               [["a", "alarm"], ["alarm", "tidy"]])
+    first = NodeRun.objects.using(pair.using).get(workflow_run=wr, node__name="a")
+    Run.objects.using(pair.using).filter(pk=first.run_id).update(state="succeeded")
+
+    reconcile(using=pair.using)
+
+    assert node_state(pair, wr, "alarm") == "skipped"
+    assert node_state(pair, wr, "tidy") == "running"
