@@ -19,7 +19,7 @@ is the truth, docs/architecture.md, "Invariants" 2).
 """
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 
 from runs import services as run_services
 from runs.clock import db_now
@@ -93,12 +93,16 @@ def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> No
             state=NodeState.FAILED, finished_at=now, error="its run no longer exists")
     counts["finished"] += len(ended) + len(gone)
     counts["started"] += len(start_ready(batch, now, using))
-    # Where a node's rule may no longer hold: below a failure or a skip, or a rule
-    # other than all_success (workflows/rules.py). What a mark makes ready starts.
-    stuck = set(NodeRun.objects.using(using).filter(workflow_run_id__in=batch).filter(
-        Q(state__in=(*BLOCKING, NodeState.SKIPPED))
-        | (Q(state=NodeState.PENDING) & ~Q(node__trigger_rule=rules.DEFAULT)))
-        .values_list("workflow_run_id", flat=True))
+    # Where a pending node's rule may no longer hold (workflows/rules.py): below a
+    # failure or a skip, or a rule a success can make fail. What a mark makes ready
+    # starts.
+    pending = NodeRun.objects.using(using).filter(workflow_run_id__in=batch,
+                                                  state=NodeState.PENDING)
+    stuck = set(NodeRun.objects.using(using).filter(
+        workflow_run_id__in=pending.values("workflow_run_id"),
+        state__in=(*BLOCKING, NodeState.SKIPPED)).values_list("workflow_run_id", flat=True))
+    stuck |= set(pending.filter(node__trigger_rule__in=rules.KILLED_BY_SUCCESS)
+                 .values_list("workflow_run_id", flat=True))
     if stuck and propagate(stuck, now, using):
         counts["started"] += len(start_ready(stuck, now, using))
     counts["ended"] += len(finish_if_done(batch, now, using))
