@@ -9,8 +9,10 @@ import threading
 import time
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connections
 
+from jobs import services as jobs_services
 from jobs.registry import handler
 from runs import services
 from runs.clock import db_now
@@ -252,3 +254,26 @@ def test_an_async_runs_lease_is_heartbeated_while_it_awaits(pair, settings):
     expires, now = seen
     assert expires > now
     assert results(broker, [run])[0][0] == "succeeded"
+
+
+def test_an_http_runs_secret_header_is_opened_in_the_child(pair, settings):
+    """The handler reads its job's owner with the ORM's async API, on the child's event
+    loop, to open a sealed header: it reaches the server in the clear."""
+    broker = pair
+    settings.SCHEDULER = {**settings.SCHEDULER, "HTTP_ALLOWLIST": "127.0.0.1"}
+    owner = User.objects.db_manager(broker.using).create_user("alice")
+    server = http_server.start()
+    try:
+        job = jobs_services.create_job(
+            "http", {"url": f"{server.url}/echo", "headers": {"Authorization": "Bearer s3"}},
+            owner=owner, using=broker.using)
+        assert "encrypted_headers" in job.payload
+        broker.promote()
+        Worker(["default"], concurrency=1, using=broker.using, burst=True).serve()
+    finally:
+        http_server.stop(server)
+
+    [(state, result)] = Run.objects.using(broker.using).filter(job=job).values_list(
+        "state", "result")
+    assert state == "succeeded", result
+    assert server.requests[-1][2]["Authorization"] == "Bearer s3"
