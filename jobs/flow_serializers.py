@@ -1,15 +1,19 @@
 """The REST fields of a job's retry strategy and expiry (jobs/flow_fields.py checks them
-as every way in does; docs/retries-and-expiry.md)."""
+as every way in does; docs/retries-and-expiry.md) and of its flow keys (jobs/flow_keys.py;
+docs/isolation.md)."""
 
 from rest_framework import serializers
 
+from jobs import flow_keys
 from runs.quotas import MAX_INT
 
-FLOW_FIELDS = ("retry", "expires_at", "expires_in_s")
+FLOW_FIELDS = ("retry", "expires_at", "expires_in_s", "rate_key", "concurrency_key",
+               "concurrency_limit")
 
 
 class FlowFieldsMixin(serializers.Serializer):
-    """``retry``, ``expires_at`` and ``expires_in_s`` of a job created over REST."""
+    """``retry``, ``expires_at``, ``expires_in_s``, ``rate_key``, ``concurrency_key`` and
+    ``concurrency_limit`` of a job created over REST."""
 
     retry = serializers.JSONField(
         required=False, allow_null=True, default=None,
@@ -22,3 +26,15 @@ class FlowFieldsMixin(serializers.Serializer):
     expires_in_s = serializers.IntegerField(
         required=False, allow_null=True, default=None, min_value=1, max_value=MAX_INT,
         help_text="a run not started this many seconds after its scheduled_at ends expired")
+    rate_key = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=200,
+        help_text="handler, name or payload.<field>: its runs share the rate limit of this "
+                  "template, one bucket per value (docs/isolation.md, Rate limits)")
+    concurrency_key = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=200,
+        help_text="as rate_key: at most concurrency_limit runs of one value run at once "
+                  "(docs/isolation.md, Concurrency keys)")
+    concurrency_limit = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1,
+        max_value=flow_keys.MAX_LIMIT,
+        help_text="most runs of one concurrency_key value running at once (default 1)")

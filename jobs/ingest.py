@@ -27,6 +27,7 @@ from jobs.bulk_insert import (
 )
 from jobs.models import Job, Schedule
 from jobs.validation import compact_json
+from runs import flow
 from runs.brokers import get_broker
 from runs.brokers.keys import shard_of
 from runs.clock import db_now
@@ -42,7 +43,7 @@ JOB_COLUMNS = ("id", "name", "owner_id", "handler", "payload", "queue", "shard_k
                "priority", "status", "run_at", "schedule_id", "next_run_at", "timeout_s",
                "max_attempts", "paused_at", "unique_key", "unique_lock", "unique_states",
                "unique_until", "created_at", "updated_at", "retry", "expires_at",
-               "expires_in_s")
+               "expires_in_s", "rate_key", "concurrency_key", "concurrency_limit")
 ACTIVE, SCHEDULED = Job.Status.ACTIVE.value, RunState.SCHEDULED.value
 RUN_COLUMNS = ("id", "job_id", "scheduled_at", "run_at", "jitter_s", "state", "queue",
                "shard", "priority", "attempt", "max_attempts", "worker_id",
@@ -148,7 +149,8 @@ class _Rows:
                 s.get("timeout_s") or default_timeout,
                 s.get("max_attempts") or default_attempts, None,
                 *unique.columns(s, owner_id, now), stamp, stamp, s.get("retry"),
-                s.get("expires_at"), s.get("expires_in_s"))
+                s.get("expires_at"), s.get("expires_in_s"), s.get("rate_key") or "",
+                s.get("concurrency_key") or "", s.get("concurrency_limit") or 1)
             self.jobs.append(values)
             if postgres:
                 at = moment(run_at)
@@ -193,8 +195,9 @@ class _Rows:
                 pass
             self._bulk_create(Run, ("id", "job_id", "scheduled_at", "run_at", "queue",
                                     "shard", "priority", "max_attempts"), runs)
-        self.refs = [RunRef(r[0], r[4], r[5], r[6], r[3], self.owner_id)
-                     for r in runs.values()]
+        self.refs = [RunRef(r[0], r[4], r[5], r[6], r[3], self.owner_id,
+                            flow.gate(v[3], v[24], v[25], v[26]))
+                     for r, v in zip(runs.values(), one_off, strict=True)]
 
     def _bulk_create(self, model, columns: tuple[str, ...], rows: dict[int, tuple]) -> None:
         """Off PostgreSQL (SQLite): bulk_create instances of ``rows`` (their ids None),
@@ -212,9 +215,11 @@ def _schedule_line(v: tuple) -> str:
 
 
 def _flow_text(v: tuple) -> str:
-    """retry, expires_at and expires_in_s of job values ``v`` as COPY fields."""
+    """retry, expires_at, expires_in_s, rate_key, concurrency_key and
+    concurrency_limit of job values ``v`` as COPY fields."""
     return (f"{NULL if v[21] is None else json_text(compact_json(v[21]))}\t"
-            f"{moment(v[22])}\t{NULL if v[23] is None else v[23]}")
+            f"{moment(v[22])}\t{NULL if v[23] is None else v[23]}\t"
+            f"{v[24] and text(v[24])}\t{v[25] and text(v[25])}\t{v[26]}")
 
 
 def _unique_text(v: tuple) -> str:

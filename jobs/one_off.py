@@ -10,6 +10,7 @@ the database clock itself, and outside a transaction that statement is its own c
 from django.db import connections, transaction
 
 from jobs.models import Job
+from runs import flow
 from runs.brokers import get_broker, pg_listen
 from runs.brokers.keys import shard_of
 from runs.models import Run, RunState
@@ -43,7 +44,9 @@ def create_one(spec: dict, owner, bounds: Bounds | None, using: str) -> Job:
         timeout_s=spec.get("timeout_s") or conf.get("DEFAULT_TIMEOUT_S"),
         max_attempts=spec.get("max_attempts") or conf.get("DEFAULT_MAX_ATTEMPTS"),
         retry=spec.get("retry"), expires_at=spec.get("expires_at"),
-        expires_in_s=spec.get("expires_in_s"),
+        expires_in_s=spec.get("expires_in_s"), rate_key=spec.get("rate_key") or "",
+        concurrency_key=spec.get("concurrency_key") or "",
+        concurrency_limit=spec.get("concurrency_limit") or 1,
     )
     job.conflict = False
     Job.owner.field.set_cached_value(job, owner)
@@ -59,8 +62,9 @@ def create_one(spec: dict, owner, bounds: Bounds | None, using: str) -> Job:
         # one waits for the dispatcher's promote: nothing to push (runs/brokers/database.py).
         insert_job_with_run(job, run, using, delay_s, ready_if_due=broker.ready_when_stored)
     if not broker.ready_when_stored:
-        broker.push_after_commit([RunRef(run.pk, run.queue, run.shard, run.priority,
-                                         run.run_at, job.owner_id)])
+        broker.push_after_commit([RunRef(
+            run.pk, run.queue, run.shard, run.priority, run.run_at, job.owner_id,
+            flow.gate(job.handler, job.rate_key, job.concurrency_key, job.concurrency_limit))])
     job.created_run = run
     return job
 

@@ -176,7 +176,8 @@ class JobSerializer(serializers.ModelSerializer):
                   "status", "paused_at",
                   "run_at", "cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
                   "next_run_at", "timeout_s", "max_attempts", "unique_key", "retry",
-                  "expires_at", "expires_in_s", "created_at", "updated_at", "workflow",
+                  "expires_at", "expires_in_s", "rate_key", "concurrency_key",
+                  "concurrency_limit", "created_at", "updated_at", "workflow",
                   "schedule", "max_retries"]
         read_only_fields = fields
 

@@ -12,7 +12,7 @@ import psycopg
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import cron, flow_fields, ingest, one_off, pausing, tenants
+from jobs import cron, flow_fields, flow_keys, ingest, one_off, pausing, tenants
 from jobs.guards import refuse_managed
 from jobs.models import Job
 from jobs.spec import CREATE_JOB, CREATE_JOBS, NAMES, translate, unknown_message
@@ -46,17 +46,18 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron=None,
           timezone="UTC", queue=None, shard_key="", priority=None, timeout_s=None,
           max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
           unique_key=None, unique_period_s=None, unique_states=None, retry=None,
-          expires_at=None, expires_in_s=None) -> dict:
+          expires_at=None, expires_in_s=None, rate_key=None, concurrency_key=None,
+          concurrency_limit=None) -> dict:
     spec = {
         "name": name, "handler": handler, "payload": {} if payload is None else payload,
         "run_at": run_at, "delay_s": delay_s, "cron": cron, "timezone": timezone,
-        "queue": queue,
-        "shard_key": shard_key, "priority": priority,
+        "queue": queue, "shard_key": shard_key, "priority": priority,
         "timeout_s": timeout_s, "max_attempts": max_attempts,  # None: validate_specs's default
         "misfire_policy": misfire_policy, "unique_key": unique_key,
         "unique_period_s": unique_period_s, "unique_states": unique_states,
         "retry": retry, "expires_at": expires_at, "expires_in_s": expires_in_s,
-    }
+        "rate_key": rate_key, "concurrency_key": concurrency_key,
+        "concurrency_limit": concurrency_limit}
     if max_lag_s is not None:
         spec["max_lag_s"] = max_lag_s
     if jitter_s is not None:
@@ -87,16 +88,15 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     default UTC), ``misfire_policy``, ``max_lag_s`` and ``jitter_s``; ``queue``
     (default: the owner's OwnerPolicy.default_queue, else "default"), ``shard_key`` (what
     the shard is hashed from; default the handler), ``priority`` (0-9, 0 most urgent,
-    default 5), ``timeout_s`` (seconds),
-    ``max_attempts`` (first try included); without ``run_at``, ``delay_s`` or ``cron``
-    the job runs once now (docs/api.md, "Create"); ``unique_key`` with ``unique_period_s``
-    and ``unique_states`` (jobs/unique.py): when an earlier job holds the key, that job is
-    returned, with ``conflict`` True (a new job has it False); ``retry`` (the retry
-    strategy, a dict: runs/retry.py), ``expires_at`` (aware datetime, one-off jobs) or
-    ``expires_in_s`` (seconds after each run's scheduled_at: runs/expiry.py). With an
-    ``owner``, its
-    bounds apply (see create_jobs). The old names ``cron_expr`` and ``timezone_name`` still
-    work this release, with a DeprecationWarning. Raises InvalidJob naming each bad field,
+    default 5), ``timeout_s`` (seconds), ``max_attempts`` (first try included); without
+    ``run_at``, ``delay_s`` or ``cron`` the job runs once now (docs/api.md, "Create");
+    ``unique_key`` with ``unique_period_s`` and ``unique_states`` (jobs/unique.py): when
+    an earlier job holds the key, that job is returned, with ``conflict`` True (a new job
+    has it False); ``retry`` (a dict: runs/retry.py), ``expires_at`` (one-off jobs) or
+    ``expires_in_s`` (runs/expiry.py); ``rate_key``, ``concurrency_key``,
+    ``concurrency_limit`` (jobs/flow_keys.py). With an ``owner``, its bounds apply (see
+    create_jobs). The old names ``cron_expr`` and ``timezone_name`` still work this
+    release, with a DeprecationWarning. Raises InvalidJob naming each bad field,
     tenants.QuotaExceeded; TypeError for an option it does not take, naming the one meant.
     """
     job_spec = _spec(handler, payload, **_check_options(options))
@@ -302,7 +302,7 @@ def update_job(job_id: int, changes: dict, using: str = "default") -> Job:
         clean = check_update(job, changes, using)
         now = db_now(using)
         fields = [f for f in ("name", "payload", "priority", "timeout_s", "max_attempts")
-                  if f in changes]
+                  if f in changes] + flow_keys.changed(job, clean)
         for field in fields:
             setattr(job, field, clean[field])
         if job.schedule is not None:
@@ -353,7 +353,7 @@ def _merged_spec(job: Job, changes: dict) -> dict:
     spec = {
         "name": job.name, "handler": job.handler, "payload": job.payload, "queue": job.queue,
         "priority": job.priority, "timeout_s": job.timeout_s,
-        "max_attempts": job.max_attempts, "run_at": job.run_at,
+        "max_attempts": job.max_attempts, "run_at": job.run_at, **flow_keys.templates(job),
     }
     if schedule is not None:
         spec.update(cron=schedule.cron, timezone=schedule.timezone,

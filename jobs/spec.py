@@ -15,6 +15,7 @@ import warnings
 from dataclasses import dataclass
 
 from jobs.cron import MAX_JITTER_S
+from jobs.flow_keys import MAX_LIMIT as MAX_CONCURRENCY
 from jobs.validation import MAX_DELAY_S, NAME_MAX
 from runs.quotas import MAX_INT
 
@@ -111,6 +112,14 @@ FIELDS = (
     Field("expires_in_s", "integer", "none", f"1 to {MAX_INT}", ALL | {ADMIN, TASK, NODE},
           "a run not started this many seconds after its scheduled_at ends expired",
           low=1, high=MAX_INT),
+    Field("rate_key", "text", "none", "handler, name or payload.<field>[.<field>...]",
+          ALL | {ADMIN, TASK}, "its runs share the rate limit of this key, one bucket per "
+          "value (docs/isolation.md)"),
+    Field("concurrency_key", "text", "none", "as rate_key", ALL | {ADMIN, TASK},
+          "at most concurrency_limit runs of one value of this key run at once"),
+    Field("concurrency_limit", "integer", "1", f"1 to {MAX_CONCURRENCY}", ALL | {ADMIN, TASK},
+          "most runs of one concurrency_key value running at once", low=1,
+          high=MAX_CONCURRENCY),
 )
 NAMES = tuple(f.name for f in FIELDS)
 

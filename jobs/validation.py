@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime
 from itertools import islice, pairwise
 
-from jobs import cron, flow_fields, unique, zones
+from jobs import cron, flow_fields, flow_keys, unique, zones
 from jobs.models import QUEUE_RE, MisfirePolicy
 from runs.outbound import payload as http_payload
 from runs.quotas import MAX_INT
@@ -146,6 +146,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
         errors["jitter_s"] = "applies to cron schedules only; a one-off job runs at its run_at"
     errors.update(unique.problems(spec))
     errors.update(flow_fields.problems(spec, clean, moment_problem))
+    errors.update(flow_keys.problems(spec, clean))
     if errors:
         raise InvalidJob(errors)
     return clean

@@ -38,6 +38,7 @@ from runs.admin_helpers import (
     with_timing,
 )
 from runs.admin_paginator import EstimatedCountPaginator
+from runs.admin_rate_limits import RateLimitAdmin  # noqa: F401 - registers rate limits
 from runs.alerts import admin as alerts_admin  # noqa: F401 - registers its models
 from runs.models import Attempt, DeadRun, LogLine, Run
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from runs import policy, transitions
+from runs import flow, policy, transitions
 from runs.limits import owner_limits
 from runs.types import Lease
 from scheduler_core import conf
@@ -106,12 +106,12 @@ def continuable(queue: str, owner_id: int | None, priority: int, using: str) -> 
     """Whether a run of ``queue``, owner ``owner_id`` and ``priority`` (0-9, 0 the most
     urgent) may be continued: the worker offering serves the queue, no limit of the
     broker's lease applies (docs/isolation.md: QUEUE_CONCURRENCY, QUEUE_RATE,
-    OWNER_CONCURRENCY and owner policies) and no more urgent run waits ready in the queue
-    (``urgent``)."""
+    OWNER_CONCURRENCY, owner policies; no run at all while flow control by handler or key
+    is in use, runs/flow.py) and no more urgent run waits ready in the queue (``urgent``)."""
     offer = current()
     if offer is None or queue not in offer.queues:
         return False
-    if queue in limited_queues():
+    if queue in limited_queues() or flow.in_use(using):
         return False
     waiting = urgent(offer).get(queue)
     if waiting is not None and waiting < priority:

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from runs import ownership, stats
 from runs.brokers import get_broker
 from runs.clock import db_now
+from runs.metrics_flow import FlowCollector
 from runs.metrics_health import HealthCollector
 from runs.models import ChildRecycleCount
 from scheduler_core import conf
@@ -178,6 +179,7 @@ class SchedulerCollector(Collector):
 registry = CollectorRegistry(auto_describe=False)
 registry.register(SchedulerCollector())
 registry.register(HealthCollector())
+registry.register(FlowCollector())
 
 
 def metrics_token() -> str:

@@ -10,8 +10,9 @@ Slot = tuple[int, str, int]
 @dataclass(frozen=True)
 class RunRef:
     """What a broker needs to place a run: its id, queue, shard, priority (0-9),
-    ``run_at`` (aware UTC datetime: when it may start) and its job's owner id (None: no
-    owner; per-owner limits do not apply)."""
+    ``run_at`` (aware UTC datetime: when it may start), its job's owner id (None: no
+    owner; per-owner limits do not apply) and its gate entry (runs/flow.py; None: not
+    known here, the broker reads it when flow control is in use)."""
 
     id: int
     queue: str
@@ -19,6 +20,7 @@ class RunRef:
     priority: int
     run_at: datetime
     owner: int | None = None
+    gate: str | None = None
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,12 @@ class Job(models.Model):
         max_length=255, null=True, blank=True, editable=False)
     unique_states = models.CharField(max_length=100, blank=True, default="", editable=False)
     unique_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # Flow control (docs/isolation.md, "Rate limits" and "Concurrency keys"): each key
+    # stored "<template>=<value>", its value evaluated from the job at creation
+    # (jobs/flow_keys.py); "" none. concurrency_limit: most runs of one key value at once.
+    rate_key = models.CharField(max_length=255, blank=True, default="", db_default="")
+    concurrency_key = models.CharField(max_length=255, blank=True, default="", db_default="")
+    concurrency_limit = models.PositiveIntegerField(default=1, db_default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

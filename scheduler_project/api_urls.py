@@ -10,6 +10,7 @@ from jobs.api import JobViewSet
 from jobs.api_policy import ApiPolicy
 from jobs.backfill_api import JobBackfillViewSet
 from jobs.limits_api import LimitsView
+from jobs.rate_limits_api import RateLimitsView
 from jobs.runs_api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 from scheduler_project.api_docs import DocsView, SchemaView
 from workflows.api import WorkflowRunViewSet, WorkflowViewSet
@@ -51,6 +52,7 @@ urlpatterns = [
     path("runs/<int:run_pk>/logs/", LogLineViewSet.as_view({"get": "list"}), name="run-logs"),
     path("queues/", QueueView.as_view(), name="queues"),
     path("limits/", LimitsView.as_view(), name="limits"),
+    path("limits/rates/", RateLimitsView.as_view(), name="rate-limits"),
     path("alerts/", OwnerAlertsView.as_view(), name="alerts"),
     path("jobs/<int:job_pk>/alerts/", JobAlertsView.as_view(), name="job-alerts"),
     path("schema/", SchemaView.as_view(), name="schema"),

@@ -56,7 +56,8 @@ class SchedulerTask(Task):
     never_retry_on; None: RETRY_BACKOFF_BASE_S · 2^(attempt−1) seconds) and
     ``expires_in_s`` the seconds after which a run not started ends expired
     (docs/retries-and-expiry.md); Django's API has no per-enqueue option for an absolute
-    ``expires_at``.
+    ``expires_at``. ``rate_key``, ``concurrency_key`` and ``concurrency_limit`` are the
+    flow keys (docs/isolation.md): a template such as ``payload.kwargs.customer_id``.
     """
 
     max_attempts: int | None = None
@@ -69,6 +70,9 @@ class SchedulerTask(Task):
     # Not compared or hashed: a dict is unhashable, and a frozen Task may be hashed.
     retry: dict | None = field(default=None, compare=False, hash=False)
     expires_in_s: int | None = None
+    rate_key: str | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 def _positive_int(name: str, value) -> None:
@@ -165,6 +169,8 @@ class SchedulerBackend(BaseTaskBackend):
                              or self.options.get("MAX_ATTEMPTS")),
             "retry": getattr(task, "retry", None),
             "expires_in_s": getattr(task, "expires_in_s", None),
+            **{name: getattr(task, name, None)
+               for name in ("rate_key", "concurrency_key", "concurrency_limit")},
         }
 
     def enqueue(self, task, args, kwargs):

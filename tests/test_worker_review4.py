@@ -102,7 +102,8 @@ def test_a_class_whose_last_run_waits_on_its_owner_does_not_hold_back_the_others
     prefix = os.environ["SCHEDULER_REDIS_PREFIX"]
     keys = [f"{prefix}:{{t}}:{name}"
             for name in ("ready", "leased", "owners", "fair", "parkedby", "running",
-                         "limits", "bucket", "delayed", "parked", "parkedrun")]
+                         "limits", "bucket", "delayed", "parked", "parkedrun", "gates",
+                         "buckets")]
     span = 4398046511104
     client = rb.client
     client.zadd(keys[0], {"1": 0 * span + 1000, "2": 5 * span + 1000})

@@ -16,7 +16,7 @@ import logging
 
 from django.db import DatabaseError, connections
 
-from runs import continuation
+from runs import continuation, flow
 from runs.brokers import get_broker
 from runs.clock import from_us
 from runs.transitions import int_array
@@ -48,7 +48,8 @@ def ack_successes(outcomes: list[Outcome], using: str) -> list[bool] | None:
     ``taken`` and ``pushed``; pushes the other runs made ready to the broker. Raises what
     the database raises (DatabaseError and its kinds), nothing changed then either."""
     offer = continuation.current()
-    room = 0 if offer is None else offer.room - len(offer.taken)
+    # Flow control by handler or key in use: nothing continued (runs/continuation.py).
+    room = 0 if offer is None or flow.in_use(using) else offer.room - len(offer.taken)
     results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
     broker = get_broker(using)
     if offer is None or room <= 0:

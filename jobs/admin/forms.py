@@ -69,6 +69,9 @@ class JobCreateForm(forms.ModelForm):
     max_lag_s = forms.IntegerField(
         min_value=0, required=False, label="max lag (s)",
         help_text="Missed occurrences older than this are dropped (default 3600).")
+    concurrency_limit = forms.IntegerField(
+        min_value=1, required=False, help_text="Most runs of one concurrency key value "
+                                               "running at once (default 1).")
 
     class Meta:
         model = Job

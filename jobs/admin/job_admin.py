@@ -34,7 +34,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from jobs import cron, services, zones
-from jobs.admin.forms import JobChangeForm, JobCreateForm
+from jobs.admin.forms import FLOW_KEYS, JobChangeForm, JobCreateForm
 from jobs.admin.list_filters import HandlerFilter, KindFilter, StatusFilter
 from jobs.guards import ManagedJob, managed
 from jobs.lifecycle import shown_status, with_shown_status
@@ -94,7 +94,7 @@ class JobAdmin(admin.ModelAdmin):
                        "cron_expression", "timezone_name", "misfire_policy_display",
                        "run_at_display", "retry", "expires_at", "expires_in_s",
                        "next_run", "upcoming", "last_run_outcome", "recent_runs",
-                       "created", "updated")
+                       "created", "updated", "rate_key", "concurrency_key", "concurrency_limit")
     fieldsets = [
         (None, {"fields": ["name", ("owner", "status_display"), "handler", "payload"]}),
         ("When", {"fields": [("schedule_in_words", "cron_expression", "timezone_name"),
@@ -102,7 +102,8 @@ class JobAdmin(admin.ModelAdmin):
                              ("next_run", "last_run_outcome"),
                              "upcoming"]}),
         ("How", {"fields": [("queue", "priority"), ("timeout_s", "max_attempts"),
-                            "retry", ("expires_at", "expires_in_s")]}),
+                            "retry", ("expires_at", "expires_in_s"),
+                            ("rate_key", "concurrency_key", "concurrency_limit")]}),
         ("Recent runs", {"fields": ["recent_runs"], "classes": ["recent-runs"]}),
         ("History", {"fields": [("created", "updated")], "classes": ["collapse"]}),
     ]
@@ -114,7 +115,7 @@ class JobAdmin(admin.ModelAdmin):
         (None, {"fields": ["name", "handler", "payload"]}),
         ("When", {"fields": ["run_at", "cron", "timezone", "misfire_policy", "max_lag_s"]}),
         ("How", {"fields": ["queue", "priority", "timeout_s", "max_attempts", "retry",
-                            "expires_at", "expires_in_s"]}),
+                            "expires_at", "expires_in_s", *FLOW_KEYS]}),
     ]
 
     class Media:
@@ -268,6 +269,7 @@ class JobAdmin(admin.ModelAdmin):
             "priority": spec.get("priority", 5), "timeout_s": spec.get("timeout_s"),
             "max_attempts": spec.get("max_attempts"), "retry": spec.get("retry"),
             "expires_at": spec.get("expires_at"), "expires_in_s": spec.get("expires_in_s"),
+            **form.flow,
         }
         if spec.get("cron"):
             options.update(cron=spec["cron"], timezone=spec["timezone"],

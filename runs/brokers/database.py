@@ -21,8 +21,8 @@ from collections.abc import Callable
 from django.db import connections, transaction
 from django.db.models import Count, F, Q
 
-from runs import policy
-from runs.brokers import pg_listen
+from runs import flow, policy
+from runs.brokers import db_flow, pg_listen
 from runs.brokers.base import Broker
 from runs.clock import db_now, to_ms
 from runs.limits import owner_limits
@@ -131,7 +131,8 @@ class DatabaseBroker(Broker):
         limits = policy.queue_limits(queue)
         owner_default = conf.get("OWNER_CONCURRENCY")
         explicit = owner_limits(self.using)
-        if limits.max_running or limits.rate or owner_default or explicit:
+        gated = flow.in_use(self.using)
+        if limits.max_running or limits.rate or owner_default or explicit or gated:
             self._serialise()
         if limits.max_running:
             n = min(n, limits.max_running
@@ -145,14 +146,18 @@ class DatabaseBroker(Broker):
         if owner_default or explicit:
             room = self._owner_room(owner_default, explicit)
             ready = ready.exclude(job__owner_id__in=[o for o, r in room.items() if r <= 0])
-        fetch = n * CANDIDATES_PER_SLOT if room is not None else n
+        gates = db_flow.ClaimGates(self.using) if gated else None
+        columns = ("pk", "queue", "shard", "job__owner_id", "priority", "run_at")
+        if gates is not None:
+            ready = ready.exclude(gates.exclusion())
+            columns += db_flow.COLUMNS
+        fetch = n * CANDIDATES_PER_SLOT if room is not None or gates else n
         classes = policy.classes()
         candidates = [
             list(ready.filter(priority__gte=c.lo, priority__lte=c.hi)
                  .order_by("priority", "run_at", "pk")
                  .select_for_update(skip_locked=True, of=("self",))
-                 .values_list("pk", "queue", "shard", "job__owner_id", "priority",
-                              "run_at")[:fetch])
+                 .values_list(*columns)[:fetch])
             for c in classes
         ]
         stride = self._stride.get(queue)
@@ -174,11 +179,17 @@ class DatabaseBroker(Broker):
                     if left <= 0:
                         continue
                     room[owner] = left - 1
+            if gates is not None and not gates.admit(row):
+                if room is not None and owner is not None and owner in room:
+                    room[owner] += 1
+                continue
             stride.charge(i)
             picked.append(row)
         stride.settle([heads[c] < len(candidates[c]) for c in range(len(classes))])
         if limits.rate and len(picked) < n:
             self._return_tokens(queue, n - len(picked))
+        if gates is not None:
+            gates.save()
         picked.sort(key=lambda r: (r[4], r[5], r[0]))  # most urgent first, as Redis returns
         return [(r[0], r[1], r[2]) for r in picked]
 

@@ -78,6 +78,11 @@ class Keys:
         """HASH run id -> its member in ``parked`` (push.lua takes a parked run back)."""
         return self._tagged(queue, shard, "parkedrun")
 
+    def gates(self, queue: str, shard: int) -> str:
+        """HASH run id -> its gate entry (handler, rate key, concurrency key, limit:
+        runs/flow.py) for the runs pushed to this shard while flow control is in use."""
+        return self._tagged(queue, shard, "gates")
+
     def shard_keys(self, queue: str, shard: int) -> list[str]:
         """``[delayed, ready, leased]`` of one queue shard."""
         return [self.delayed(queue, shard), self.ready(queue, shard), self.leased(queue, shard)]
@@ -115,6 +120,12 @@ class Keys:
     def bucket(self, queue: str) -> str:
         """HASH ``tokens``, ``ts`` (ms): the token bucket of ``queue``'s rate limit."""
         return self._limit(queue, f"rate:{queue}")
+
+    def buckets(self, queue: str) -> str:
+        """HASH ``h:<handler>`` / ``k:<rate key>`` -> ``"<tokens> <ms>"``: the token
+        buckets of the handler and key rate limits (global on a single Redis, per queue
+        on a cluster)."""
+        return self._limit(queue, "buckets")
 
     def alive(self, shard: int) -> str:
         """Written after each reconcile of ``shard``; its absence means Redis lost the

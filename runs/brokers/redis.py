@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runs import policy
+from runs import flow, policy
 from runs.brokers.base import Broker
 from runs.brokers.keys import Keys
 from runs.brokers.redis_books import RedisBookkeeping
@@ -104,17 +104,18 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Bro
             by_shard[(ref.queue, ref.shard)].append(ref)
         if self.keys.cluster:
             self._limits_for_new_queues({queue for queue, _shard in by_shard})
+        gates = flow.gates_of(runs, self.using)
         pipe = self._pipe()
         for (queue, shard), refs in by_shard.items():
             pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
             keys = [*self.keys.shard_keys(queue, shard), self.keys.owners(queue, shard),
                     self.keys.running(queue), self.keys.parked(queue, shard),
-                    self.keys.parkedrun(queue, shard)]
+                    self.keys.parkedrun(queue, shard), self.keys.gates(queue, shard)]
             for start in range(0, len(refs), PUSH_CHUNK):
                 args = [queue]
                 for ref in refs[start:start + PUSH_CHUNK]:
                     args += [ref.id, to_ms(ref.run_at), ref.priority,
-                             "" if ref.owner is None else ref.owner]
+                             "" if ref.owner is None else ref.owner, gates.get(ref.id, "")]
                 pipe.script("push", keys, args)
         pipe.execute()
         self._wake(runs)
@@ -321,7 +322,8 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Bro
                  self.keys.parkedby(queue, shard), self.keys.running(queue),
                  self.keys.limits(queue), self.keys.bucket(queue),
                  self.keys.delayed(queue, shard), self.keys.parked(queue, shard),
-                 self.keys.parkedrun(queue, shard)],
+                 self.keys.parkedrun(queue, shard), self.keys.gates(queue, shard),
+                 self.keys.buckets(queue)],
                 [n, ttl_ms, queue, owner_default, limits.max_running, limits.rate,
                  limits.burst, park_budget,
                  *[x for c in classes for x in (c.lo, c.hi, c.weight)]])
@@ -363,6 +365,7 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Bro
                 int(i)
                 for i in self._script(
                     "reap", [self.keys.leased(queue, shard), self.keys.owners(queue, shard),
-                             self.keys.running(queue)], [limit, queue])
+                             self.keys.running(queue), self.keys.gates(queue, shard)],
+                    [limit, queue])
             ]
         return ids

@@ -28,7 +28,7 @@ class RedisBookkeeping:
         for (queue, shard), ids in by_shard.items():
             pipe.script("forget", [self.keys.leased(queue, shard),
                                    self.keys.owners(queue, shard),
-                                   self.keys.running(queue)],
+                                   self.keys.running(queue), self.keys.gates(queue, shard)],
                         [queue, *ids])
         # A finished run may make room for its owner's parked runs in this shard.
         self._unpark_into(pipe, list(by_shard))

@@ -6,6 +6,7 @@ synced from the database, the running counts (docs/isolation.md, "Concurrency li
 
 from collections import defaultdict
 
+from runs import flow
 from runs.brokers.redis_wire import translate_errors
 from scheduler_core import conf
 
@@ -22,7 +23,8 @@ class RedisLimits:
             pipe.script("unpark", [self.keys.ready(queue, shard),
                                    self.keys.parkedby(queue, shard), self.keys.running(queue),
                                    self.keys.limits(queue), self.keys.parked(queue, shard),
-                                   self.keys.parkedrun(queue, shard)],
+                                   self.keys.parkedrun(queue, shard),
+                                   self.keys.gates(queue, shard)],
                         [owner_default, UNPARK_CAP])
 
     @translate_errors
@@ -40,9 +42,13 @@ class RedisLimits:
     @translate_errors
     def sync_limits(self, limits: dict[int, int]) -> None:
         """Replace the per-owner limits Redis enforces with ``limits`` (owner id ->
-        most running runs, positive), atomically per hash: the one hash on a single Redis;
-        on a cluster the master copy and each known queue's copy."""
+        most running runs, positive) and the handler and key rate limits (runs/flow.py,
+        read now), atomically per hash: the one hash on a single Redis; on a cluster the
+        master copy and each known queue's copy."""
+        flow.forget_cache(self.using)
         args = [x for owner, n in limits.items() for x in (f"o:{owner}", n)]
+        args += [x for field, value in flow.redis_fields(self.using).items()
+                 for x in (field, value)]
         hashes = {self.keys.limits("")}
         if self.keys.cluster:
             hashes |= {self.keys.limits(queue) for queue, _shard in self._queue_shards()}

@@ -5,7 +5,11 @@
 --   * per-owner limits (over every queue on a single Redis, per queue on a Redis Cluster:
 --     docs/isolation.md): a run whose owner is at its limit is parked (KEYS[10]) instead
 --     of blocking the runs behind it; unpark.lua puts it back when the owner has room;
---   * per-queue concurrency limit and token-bucket rate limit (over all its shards).
+--   * per-queue concurrency limit and token-bucket rate limit (over all its shards);
+--   * per-run gates (runs/flow.py, docs/isolation.md "Rate limits", "Concurrency keys"):
+--     a run whose handler's or rate key's bucket is empty is deferred to the delayed set
+--     until its token is due; a run whose concurrency key is at its limit, or has parked
+--     runs ahead of it, is parked under the key (unpark.lua returns them in order).
 -- Every key comes in KEYS, all in one slot on a Redis Cluster (runs/brokers/keys.py).
 -- KEYS[1]  ready    ZSET  score priority * 2^42 + run_at_ms
 -- KEYS[2]  leased   ZSET  score lease expiry ms (Redis TIME + ttl)
@@ -18,6 +22,9 @@
 -- KEYS[9]  delayed  ZSET  score run_at_ms * 10 + priority (promote.lua's)
 -- KEYS[10] parked   ZSET  score 0, member <owner>|<ready score, 16 digits>|<padded id>
 -- KEYS[11] parkedrun HASH run id -> its member in parked
+-- KEYS[12] gates    HASH  run id -> handler\trate key\tconcurrency key\tlimit (push.lua)
+-- KEYS[13] buckets  HASH  h:<handler> / k:<rate key> -> "<tokens> <ms>" (rate limits;
+--                     KEYS[7] holds their rh:<handler> / rk:<template> -> "<rate> <burst>")
 -- ARGV[1] n  ARGV[2] ttl ms  ARGV[3] queue  ARGV[4] default owner limit (0: none)
 -- ARGV[5] queue limit (0: none)  ARGV[6] rate per s (0: none)  ARGV[7] burst
 -- ARGV[8] most runs to park in this call
@@ -107,6 +114,77 @@ local function owner_room(owner)
   return left
 end
 
+local function split(entry)
+  local f = {}
+  for part in string.gmatch(entry .. '\t', '([^\t]*)\t') do f[#f + 1] = part end
+  return f
+end
+local rates = {}
+local function rate_of(field)
+  local v = rates[field]
+  if v == nil then
+    v = false
+    local raw = redis.call('HGET', KEYS[7], field)
+    if raw then
+      local r, b = string.match(raw, '^(%S+) (%S+)$')
+      v = {tonumber(r), tonumber(b)}
+    end
+    rates[field] = v
+  end
+  return v
+end
+local buckets = {}
+local function bucket(name, spec)
+  local b = buckets[name]
+  if b == nil then
+    local tokens, ts = spec[2], now
+    local raw = redis.call('HGET', KEYS[13], name)
+    if raw then
+      local t, s = string.match(raw, '^(%S+) (%S+)$')
+      tokens, ts = tonumber(t), tonumber(s)
+    end
+    b = {tokens = math.min(spec[2], tokens + math.max(now - ts, 0) * spec[1] / 1000),
+         rate = spec[1], deferred = 0, touched = false}
+    buckets[name] = b
+  end
+  return b
+end
+local function buckets_of(f)
+  local list = {}
+  local h = rate_of('rh:' .. f[1])
+  if h then list[#list + 1] = bucket('h:' .. f[1], h) end
+  if f[2] ~= '' then
+    local k = rate_of('rk:' .. string.match(f[2], '^([^=]*)'))
+    if k then list[#list + 1] = bucket('k:' .. f[2], k) end
+  end
+  return list
+end
+local cused, cfirst = {}, {}
+local function key_blocked(ckey, limit, position)
+  local used = cused[ckey]
+  if used == nil then
+    used = tonumber(redis.call('HGET', KEYS[6], 'c:' .. ckey) or '0')
+    cused[ckey] = used
+  end
+  if used >= limit then
+    return true
+  end
+  local first = cfirst[ckey]
+  if first == nil then
+    first = false
+    if redis.call('SISMEMBER', KEYS[5], 'c:' .. ckey) == 1 then
+      local tag = 'c' .. redis.sha1hex(ckey)
+      local head = redis.call('ZRANGEBYLEX', KEYS[10], '[' .. tag .. '|', '(' .. tag .. '}',
+        'LIMIT', 0, 1)
+      if #head > 0 then
+        first = string.sub(head[1], #tag + 2)
+      end
+    end
+    cfirst[ckey] = first
+  end
+  return first and first < position
+end
+
 local picked = {}
 local parked = 0
 local expiry = now + tonumber(ARGV[2])
@@ -142,6 +220,7 @@ while #picked < n and not stop do
       ids[#ids + 1] = plain(head[i])
     end
     local owners = redis.call('HMGET', KEYS[3], unpack(ids))
+    local gates = redis.call('HMGET', KEYS[12], unpack(ids))
     local taken, leased, counts = {}, {}, {}
     for j, id in ipairs(ids) do
       local score = head[2 * j]
@@ -150,7 +229,20 @@ while #picked < n and not stop do
       if owner then
         left = owner_room(owner)
       end
+      local f = gates[j] and split(gates[j])
+      local position = string.format('%016.0f', tonumber(score)) .. '|' .. members[j]
+      local verdict, rb = nil, nil
       if left and left <= 0 then
+        verdict = 'owner'
+      elseif f and f[3] ~= '' and key_blocked(f[3], tonumber(f[4]), position) then
+        verdict = 'key'
+      elseif f then
+        rb = buckets_of(f)
+        for _, b in ipairs(rb) do
+          if b.tokens < 1 then verdict = 'rate' end
+        end
+      end
+      if verdict then
         if parked >= park_budget then
           -- Enough set aside for one call: leave it where it is and stop here. Its class
           -- counts it as taken, as a run looked at: a class whose last ready run waits on
@@ -160,10 +252,29 @@ while #picked < n and not stop do
           stop = true
           break
         end
-        local entry = owner .. '|' .. string.format('%016.0f', tonumber(score)) .. '|' .. members[j]
-        redis.call('ZADD', KEYS[10], 0, entry)
-        redis.call('HSET', KEYS[11], id, entry)
-        redis.call('SADD', KEYS[5], owner)
+        if verdict == 'rate' then
+          -- Deferred: back to the delayed set, due when its emptiest bucket has a token
+          -- for it (runs deferred before it in this call queue up behind).
+          local wait = 0
+          for _, b in ipairs(rb) do
+            if b.tokens < 1 then
+              b.deferred = b.deferred + 1
+              wait = math.max(wait, (b.deferred - b.tokens) / b.rate * 1000)
+            end
+          end
+          local prio = math.floor(tonumber(score) / SPAN)
+          redis.call('ZADD', KEYS[9], (now + math.ceil(wait)) * 10 + prio, members[j])
+        else
+          local who, by = owner, owner
+          if verdict == 'key' then
+            who, by = 'c' .. redis.sha1hex(f[3]), 'c:' .. f[3]
+            if not cfirst[f[3]] or position < cfirst[f[3]] then cfirst[f[3]] = position end
+          end
+          local entry = who .. '|' .. position
+          redis.call('ZADD', KEYS[10], 0, entry)
+          redis.call('HSET', KEYS[11], id, entry)
+          redis.call('SADD', KEYS[5], by)
+        end
         parked = parked + 1
       else
         if owner then
@@ -171,6 +282,14 @@ while #picked < n and not stop do
             room[owner] = left - 1
           end
           counts[owner] = (counts[owner] or 0) + 1
+        end
+        if f and f[3] ~= '' then
+          cused[f[3]] = cused[f[3]] + 1
+          counts['c:' .. f[3]] = (counts['c:' .. f[3]] or 0) + 1
+        end
+        for _, b in ipairs(rb or {}) do
+          b.tokens = b.tokens - 1
+          b.touched = true
         end
         leased[#leased + 1] = expiry
         leased[#leased + 1] = id
@@ -188,7 +307,11 @@ while #picked < n and not stop do
       redis.call('ZADD', KEYS[2], unpack(leased))
     end
     for owner, count in pairs(counts) do
-      redis.call('HINCRBY', KEYS[6], 'o:' .. owner, count)
+      if string.sub(owner, 1, 2) == 'c:' then
+        redis.call('HINCRBY', KEYS[6], owner, count)
+      else
+        redis.call('HINCRBY', KEYS[6], 'o:' .. owner, count)
+      end
     end
   end
 end
@@ -209,6 +332,11 @@ if #picked > 0 then
 end
 if rate > 0 then
   redis.call('HSET', KEYS[8], 'tokens', tokens - #picked, 'ts', now)
+end
+for name, b in pairs(buckets) do
+  if b.touched then
+    redis.call('HSET', KEYS[13], name, string.format('%.6f %d', b.tokens, now))
+  end
 end
 
 -- Score, then the padded member: table.sort is not stable, and equal scores are the FIFO case.

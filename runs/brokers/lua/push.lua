@@ -7,12 +7,14 @@
 -- KEYS[5]  running HASH  o:<owner> / q:<queue> -> runs leased now (keys.py)
 -- KEYS[6]  parked  ZSET  runs held back by their owner's limit (lease.lua)
 -- KEYS[7]  parkedrun HASH  run id -> its member in parked
+-- KEYS[8]  gates   HASH  run id -> its gate entry (runs/flow.py; lease.lua)
 -- ARGV[1]  queue
--- ARGV[2..] quadruples: run id, run_at (ms since epoch), priority (0-9), owner id ('' none)
+-- ARGV[2..] quintuples: run id, run_at (ms since epoch), priority (0-9), owner id ('' none),
+--           gate entry ('' none)
 -- A run due now (Redis TIME) goes straight to ready, otherwise to delayed; it is removed
 -- from the other sets (and from the parked set), so pushing twice never leaves
 -- two copies; a lease it still had is forgotten and uncounted.
--- A run id given twice in one call is pushed as its last quadruple says (as two calls
+-- A run id given twice in one call is pushed as its last quintuple says (as two calls
 -- one after the other would leave it).
 -- Returns {ready_count, delayed_count}, each run counted once.
 -- Each step is one variadic command over the whole call's runs, not one per run: seven
@@ -33,9 +35,9 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local last = {}
-for i = 2, #ARGV, 4 do last[ARGV[i]] = i end
+for i = 2, #ARGV, 5 do last[ARGV[i]] = i end
 local ids = {}
-for i = 2, #ARGV, 4 do
+for i = 2, #ARGV, 5 do
   if last[ARGV[i]] == i then ids[#ids + 1] = ARGV[i] end
 end
 if #ids == 0 then return {0, 0} end
@@ -57,6 +59,11 @@ if #leased > 0 then
     if was and redis.call('HINCRBY', KEYS[5], 'o:' .. was, -1) <= 0 then
       redis.call('HDEL', KEYS[5], 'o:' .. was)
     end
+    local gate = redis.call('HGET', KEYS[8], id)
+    local ckey = gate and string.match(gate, '^[^\t]*\t[^\t]*\t([^\t]+)\t')
+    if ckey and redis.call('HINCRBY', KEYS[5], 'c:' .. ckey, -1) <= 0 then
+      redis.call('HDEL', KEYS[5], 'c:' .. ckey)
+    end
   end
 end
 -- Runs parked by their owner's limit: out of the parked set.
@@ -74,7 +81,7 @@ if #parked_ids > 0 then
   many('ZREM', KEYS[6], parked_members)
   many('HDEL', KEYS[7], parked_ids)
 end
-local owned, unowned = {}, {}
+local owned, unowned, gated, ungated = {}, {}, {}, {}
 -- Plain ids (left by a version before padding; reconcile pushes those runs again) leave
 -- both sets; each run's padded member leaves the set it is not going to.
 local from_delayed, from_ready, to_ready, to_delayed = {}, {}, {}, {}
@@ -82,6 +89,12 @@ local ready, delayed = 0, 0
 for _, id in ipairs(ids) do
   local i = last[id]
   local at, prio, owner = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
+  if ARGV[i + 4] ~= '' then
+    gated[#gated + 1] = id
+    gated[#gated + 1] = ARGV[i + 4]
+  else
+    ungated[#ungated + 1] = id
+  end
   if owner ~= '' then
     owned[#owned + 1] = id
     owned[#owned + 1] = owner
@@ -105,6 +118,8 @@ for _, id in ipairs(ids) do
 end
 if #owned > 0 then many('HSET', KEYS[4], owned) end
 if #unowned > 0 then many('HDEL', KEYS[4], unowned) end
+if #gated > 0 then many('HSET', KEYS[8], gated) end
+if #ungated > 0 then many('HDEL', KEYS[8], ungated) end
 many('ZREM', KEYS[1], from_delayed)
 many('ZREM', KEYS[2], from_ready)
 if #to_ready > 0 then many('ZADD', KEYS[2], to_ready) end

@@ -1,10 +1,17 @@
 -- reap: remove and return leases whose expiry (Redis TIME) has passed, uncounting them
--- from the running counters and dropping their owner entry (the caller pushes back the
--- runs the database still calls pending, which records their owner again).
+-- from the running counters (owner, concurrency key, queue) and dropping their owner and
+-- gate entries (the caller pushes back the runs the database still calls pending, which
+-- records them again). A killed worker's concurrency slots come back here.
 -- KEYS[1]  leased  ZSET  score lease expiry ms
 -- KEYS[2]  owners  HASH  KEYS[3] running HASH (see lease.lua)
+-- KEYS[4]  gates   HASH  run id -> handler\trate key\tconcurrency key\tlimit
 -- ARGV[1]  limit: most leases to reap in this call   ARGV[2] queue
 -- Returns the reaped run ids; the caller asks the database what each run's state is.
+local function uncount(field, by)
+  if redis.call('HINCRBY', KEYS[3], field, -by) <= 0 then
+    redis.call('HDEL', KEYS[3], field)
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
@@ -13,14 +20,16 @@ if #ids > 0 then
   for _, id in ipairs(ids) do
     local owner = redis.call('HGET', KEYS[2], id)
     if owner then
-      if redis.call('HINCRBY', KEYS[3], 'o:' .. owner, -1) <= 0 then
-        redis.call('HDEL', KEYS[3], 'o:' .. owner)
-      end
+      uncount('o:' .. owner, 1)
       redis.call('HDEL', KEYS[2], id)
     end
+    local gate = redis.call('HGET', KEYS[4], id)
+    local ckey = gate and string.match(gate, '^[^\t]*\t[^\t]*\t([^\t]+)\t')
+    if ckey then
+      uncount('c:' .. ckey, 1)
+    end
+    redis.call('HDEL', KEYS[4], id)
   end
-  if redis.call('HINCRBY', KEYS[3], 'q:' .. ARGV[2], -#ids) <= 0 then
-    redis.call('HDEL', KEYS[3], 'q:' .. ARGV[2])
-  end
+  uncount('q:' .. ARGV[2], #ids)
 end
 return ids

@@ -1,0 +1,226 @@
+"""Flow control by handler and by key (docs/isolation.md, "Rate limits" and "Concurrency
+keys") on every broker/database pair: token buckets per handler and per rate key value,
+concurrency slots per key value, held across callers, released at ack and at lease
+expiry; the ways in refuse bad values naming the field; /metrics shows the limits."""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.utils import timezone
+
+from jobs import services
+from jobs.models import Job
+from runs import flow, flow_limits
+from runs.models import Run
+from runs.types import Outcome
+from scheduler_core.exceptions import InvalidJob
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+
+
+@pytest.fixture(autouse=True)
+def fresh_limits():
+    """The limits cache is per process: no test sees another's limits."""
+    flow.forget_cache("default")
+    flow.forget_cache("sqlite")
+    yield
+    flow.forget_cache("default")
+    flow.forget_cache("sqlite")
+    flow.forget_use()  # the keyed jobs are gone: later tests continue runs again
+
+
+def queue_keyed(broker, count, handler="noop", payload=None, **keys) -> list[int]:
+    """One job (``keys``: rate_key, concurrency_key, concurrency_limit as templates) with
+    ``count`` due runs, pushed; returns the run ids in creation order."""
+    spec = {"handler": handler, "payload": payload or {}, **keys}
+    clean = services.validate_specs([spec])[0]
+    now = timezone.now()
+    job = Job.objects.using(broker.using).create(
+        name=handler, handler=handler, payload=clean["payload"], run_at=now,
+        rate_key=clean["rate_key"], concurrency_key=clean["concurrency_key"],
+        concurrency_limit=clean["concurrency_limit"])
+    runs = Run.objects.using(broker.using).bulk_create([
+        Run(job=job, scheduled_at=now + timedelta(microseconds=i), run_at=now,
+            queue="default", priority=5, max_attempts=10, shard=0) for i in range(count)])
+    ids = [r.pk for r in runs]
+    broker._push_ids(ids)
+    broker.promote()
+    return ids
+
+
+def lease_all(broker, n=100, ttl_s=None):
+    return broker.lease(["default"], n, "w1", ttl_s=ttl_s)
+
+
+def succeed(broker, leases):
+    broker.complete([Outcome(lease, "succeeded") for lease in leases])
+
+
+def set_limit(broker, scope, name, rate, burst=None):
+    flow_limits.set_rate_limit(scope, name, rate, burst, using=broker.using)
+
+
+# --- rate limits ------------------------------------------------------------------------
+
+def test_a_handler_rate_limit_is_a_token_bucket(broker):
+    set_limit(broker, "handler", "noop", 5, 5)
+    queue_keyed(broker, 40)
+    assert len(lease_all(broker)) == 5  # the full bucket
+    assert lease_all(broker) == []
+    time.sleep(1.0)
+    assert 4 <= len(lease_all(broker)) <= 6
+    # Deferred, not lost: every run is still waiting.
+    waiting = Run.objects.using(broker.using).filter(state__in=["queued", "scheduled"])
+    assert waiting.count() >= 29
+
+
+def test_a_key_rate_limit_keeps_one_bucket_per_value(broker):
+    set_limit(broker, "key", "payload.customer", 2, 2)
+    queue_keyed(broker, 10, payload={"customer": "a"}, rate_key="payload.customer")
+    queue_keyed(broker, 10, payload={"customer": "b"}, rate_key="payload.customer")
+    leases = lease_all(broker)
+    jobs = Run.objects.using(broker.using).filter(pk__in=[x.run_id for x in leases])
+    assert sorted(jobs.values_list("job__rate_key", flat=True)) == [
+        "payload.customer=a", "payload.customer=a", "payload.customer=b",
+        "payload.customer=b"]
+
+
+def test_a_rate_limited_handler_holds_up_no_other_handler(broker):
+    set_limit(broker, "handler", "noop", 1, 1)
+    queue_keyed(broker, 20)
+    queue_keyed(broker, 5, handler="echo")
+    leased = Run.objects.using(broker.using).filter(
+        pk__in=[x.run_id for x in lease_all(broker)])
+    assert sorted(leased.values_list("job__handler", flat=True)) == ["echo"] * 5 + ["noop"]
+
+
+def test_a_changed_limit_takes_effect_at_once(broker):
+    set_limit(broker, "handler", "noop", 1, 1)
+    queue_keyed(broker, 30)
+    assert len(lease_all(broker)) == 1
+    set_limit(broker, "handler", "noop", 1000, 10)
+    time.sleep(0.3)  # the runs deferred by the old limit fall due within a second
+    got = len(lease_all(broker))
+    deadline = time.monotonic() + 2
+    while got < 10 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        got += len(lease_all(broker))
+    assert got >= 10
+    flow_limits.delete_rate_limit("handler", "noop", using=broker.using)
+    deadline = time.monotonic() + 3
+    while got < 29 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        got += len(lease_all(broker))
+    assert got == 29
+
+
+# --- concurrency keys ---------------------------------------------------------------------
+
+def test_a_concurrency_key_caps_running_runs_per_value_in_order(broker):
+    a = queue_keyed(broker, 6, payload={"c": "a"}, concurrency_key="payload.c",
+                    concurrency_limit=2)
+    b = queue_keyed(broker, 6, payload={"c": "b"}, concurrency_key="payload.c",
+                    concurrency_limit=2)
+    first = lease_all(broker)
+    assert sorted(x.run_id for x in first) == sorted(a[:2] + b[:2])
+    assert lease_all(broker) == []
+    succeed(broker, [x for x in first if x.run_id == a[0]])
+    broker.unpark()
+    assert [x.run_id for x in lease_all(broker)] == [a[2]]  # the next of key a, in order
+    assert lease_all(broker) == []
+
+
+def test_concurrency_slots_come_back_when_a_lease_expires(broker):
+    ids = queue_keyed(broker, 5, payload={"c": "x"}, concurrency_key="payload.c",
+                      concurrency_limit=2)
+    assert len(lease_all(broker, ttl_s=0.5)) == 2  # a worker takes two, then dies
+    assert lease_all(broker) == []
+    time.sleep(1.2)
+    broker.reap()  # the lease reaper releases the dead worker's slots
+    broker.unpark()
+    again = lease_all(broker)
+    assert len(again) == 2
+    assert {x.run_id for x in again} <= set(ids)
+
+
+def test_a_concurrency_key_holds_up_no_other_run(broker):
+    queue_keyed(broker, 10, payload={"c": "x"}, concurrency_key="payload.c")
+    queue_keyed(broker, 3, handler="echo")
+    leased = Run.objects.using(broker.using).filter(
+        pk__in=[x.run_id for x in lease_all(broker)])
+    assert sorted(leased.values_list("job__handler", flat=True)) == ["echo"] * 3 + ["noop"]
+
+
+# --- the ways in ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values, field", [
+    ({"rate_key": "payload.missing"}, "rate_key"),
+    ({"rate_key": "customer id"}, "rate_key"),
+    ({"concurrency_key": "payload.c", "payload": {"c": [1]}}, "concurrency_key"),
+    ({"concurrency_key": "payload.c", "payload": {"c": 1}, "concurrency_limit": 0},
+     "concurrency_limit"),
+])
+def test_bad_flow_keys_are_refused_naming_the_field(api, values, field):
+    answer = api.post("/api/jobs/", {"handler": "noop", **values}, format="json")
+    assert answer.status_code == 400, answer.content
+    assert field in answer.json(), answer.json()
+    with pytest.raises(InvalidJob) as caught:
+        services.create_job("noop", values.get("payload"),
+                            **{k: v for k, v in values.items() if k != "payload"})
+    assert field in caught.value.errors
+
+
+def test_a_job_carries_its_key_values_through_rest(api):
+    answer = api.post("/api/jobs/", {"handler": "noop", "payload": {"customer_id": 42},
+                                     "rate_key": "payload.customer_id",
+                                     "concurrency_key": "handler",
+                                     "concurrency_limit": 3}, format="json")
+    assert answer.status_code == 201, answer.content
+    job = Job.objects.get(pk=answer.json()["id"])
+    assert (job.rate_key, job.concurrency_key, job.concurrency_limit) == (
+        "payload.customer_id=42", "handler=noop", 3)
+    assert answer.json()["rate_key"] == "payload.customer_id=42"
+    changed = api.patch(f"/api/jobs/{job.pk}/", {"payload": {"customer_id": 7}}, format="json")
+    assert changed.status_code == 200, changed.content
+    job.refresh_from_db()
+    assert job.rate_key == "payload.customer_id=7"
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"scope": "queue", "name": "noop", "rate": 5}, "scope"),
+    ({"scope": "handler", "name": "noop", "rate": 0}, "rate"),
+    ({"scope": "handler", "name": "noop", "rate": "fast"}, "rate"),
+    ({"scope": "handler", "name": "noop", "rate": 5, "burst": 0.5}, "burst"),
+    ({"scope": "key", "name": "customer id", "rate": 5}, "name"),
+])
+def test_bad_rate_limits_are_400s_naming_the_field(api, alice, body, field):
+    alice.user_permissions.add(Permission.objects.get(codename="change_ratelimit"))
+    answer = api.put("/api/limits/rates/", body, format="json")
+    assert answer.status_code == 400, answer.content
+    assert field in answer.json(), answer.json()
+
+
+def test_setting_a_rate_limit_needs_the_permission(api, alice):
+    body = {"scope": "handler", "name": "noop", "rate": 5}
+    assert api.put("/api/limits/rates/", body, format="json").status_code == 403
+    alice.user_permissions.add(Permission.objects.get(codename="change_ratelimit"))
+    answer = api.put("/api/limits/rates/", body, format="json")
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["burst"] == 5.0
+    listed = api.get("/api/limits/rates/").json()
+    assert [(r["scope"], r["name"], r["rate"]) for r in listed] == [("handler", "noop", 5.0)]
+    assert api.delete("/api/limits/rates/?scope=handler&name=noop").status_code == 403
+
+
+def test_metrics_show_the_limits(settings, db):
+    settings.SCHEDULER = {**getattr(settings, "SCHEDULER", {}), "METRICS_OPEN": True,
+                          "METRICS_TOKEN": ""}
+    flow_limits.set_rate_limit("handler", "noop", 50, 10)
+    services.create_job("noop", {"c": "a"}, concurrency_key="payload.c", delay_s=60)
+    text = Client().get("/metrics").content.decode()
+    assert 'scheduler_rate_limit_per_second{name="noop",scope="handler"} 50.0' in text
+    assert 'scheduler_rate_limit_burst{name="noop",scope="handler"} 10.0' in text
+    assert 'scheduler_concurrency_key_runs{state="waiting",template="payload.c"} 1.0' in text
