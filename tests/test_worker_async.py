@@ -277,3 +277,33 @@ def test_an_http_runs_secret_header_is_opened_in_the_child(pair, settings):
         "state", "result")
     assert state == "succeeded", result
     assert server.requests[-1][2]["Authorization"] == "Bearer s3"
+
+
+LIVE = [0]  # async.count runs awaiting at once in this child
+
+
+@handler("async.count")
+async def count_live(ctx, payload):
+    """How many runs of it were awaiting in this child when it started (itself included)."""
+    LIVE[0] += 1
+    try:
+        seen = LIVE[0]
+        await asyncio.sleep(payload["s"])
+        return seen
+    finally:
+        LIVE[0] -= 1
+
+
+@pytest.mark.parametrize("s", [0, 0.05])  # no-ops are leased ahead of the loop's room
+def test_a_child_runs_at_most_its_limit_of_async_runs_at_once(pair, settings, s):
+    broker = pair
+    settings.SCHEDULER = {**settings.SCHEDULER, "ASYNC_CONCURRENCY_PER_CHILD": 10}
+    runs = make_runs(broker.using, 300, handler="async.count", payload={"s": s})
+    push(broker, runs)
+    Worker(["default"], concurrency=1, using=broker.using, burst=True).serve()
+
+    done = results(broker, runs)
+    assert {state for state, _ in done} == {"succeeded"}
+    assert max(seen for _, seen in done) <= 10
+    if s:
+        assert max(seen for _, seen in done) == 10  # and the loop was kept full

@@ -20,14 +20,27 @@ from runs.worker.pool import InFlight
 KILL_AFTER_S = 5.0
 # The weight of the latest lease in the share of async runs (a moving average).
 SHARE_WEIGHT = 0.3
+# While async runs are short, runs leased beyond the loops' room, per child, as
+# lease_ahead.py's PREFETCH_*: at most AHEAD_PER_CHILD and AHEAD_WINDOW_S of average run
+# time, and only while runs average under AHEAD_MAX_RUN_S. Without it the children
+# emptied their loops and waited for the next lease (BENCHMARKS.md, "Async handlers").
+AHEAD_PER_CHILD = 256
+AHEAD_WINDOW_S = 0.05
+AHEAD_MAX_RUN_S = 0.02
 
 
 class AsyncRoom:
     """The share of async runs among the runs this worker leased (``share``, 0 to 1, a
-    moving average over leases) and the room it gives them (room)."""
+    moving average over leases), the moving average of their handlers' wall time
+    (``avg_s``, None until one ended) and the room it gives them (room)."""
 
     def __init__(self):
         self.share = 0.0
+        self.avg_s: float | None = None
+
+    def note_time(self, took: float) -> None:
+        """An async handler ran ``took`` seconds."""
+        self.avg_s = took if self.avg_s is None else 0.8 * self.avg_s + 0.2 * took
 
     def note(self, leased: list) -> None:
         """A lease brought ``leased`` (Leased, some async or none)."""
@@ -39,8 +52,12 @@ class AsyncRoom:
 
     def room(self, concurrency: int, per_child: int) -> int:
         """Runs to lease for the event loops of ``concurrency`` children of
-        ``per_child`` async runs each, beyond what the sync runs get."""
-        return int(concurrency * per_child * self.share)
+        ``per_child`` async runs each, beyond what the sync runs get: their room, and
+        while async runs are short as many again to wait here (AHEAD_*)."""
+        ahead = 0
+        if self.avg_s is not None and self.avg_s < AHEAD_MAX_RUN_S:
+            ahead = min(AHEAD_PER_CHILD, int(AHEAD_WINDOW_S / max(self.avg_s, 1e-6)))
+        return int(concurrency * (per_child + ahead) * self.share)
 
 
 def hand_async(ahead: Ahead, slots: list, per_child: int) -> None:

@@ -143,6 +143,7 @@ class Supervisor:
                 task=current.task, watched=current.watched,
             ))
         if current.is_async:
+            self.lease.async_room.note_time(took)
             slot.finish_async(run_id)
             return
         self.children.note_run_time(took)
