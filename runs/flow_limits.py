@@ -59,19 +59,20 @@ def delete_rate_limit(scope: str, name: str, using: str = "default") -> bool:
     """Remove the limit of ``scope`` and ``name``; returns whether there was one."""
     deleted, _ = RateLimit.objects.using(using).filter(scope=scope, name=name).delete()
     if deleted:
-        _spread(scope, name, using, regate=False)
+        _spread(scope, name, using)
     return bool(deleted)
 
 
-def _spread(scope: str, name: str, using: str, regate: bool = True) -> None:
+def _spread(scope: str, name: str, using: str) -> None:
     """Tell this process and the broker of a changed limit. On a broker that keeps its
-    own copy of the runs (Redis), the waiting runs it concerns are pushed again, so runs
-    pushed before flow control was in use carry their gate too."""
+    own copy of the runs (Redis), the waiting runs it concerns are pushed again: runs
+    pushed before flow control was in use get their gate, and runs the old limit
+    deferred are due again at once, for the new one to decide."""
     flow.mark_in_use()
     flow.forget_cache(using)
     broker = get_broker(using)
     broker._after_commit(broker.sync_limits, owner_limits(using))
-    if not regate or broker.ready_when_stored:
+    if broker.ready_when_stored:
         return
     runs = Run.objects.using(using).filter(state__in=PENDING_STATES)
     runs = (runs.filter(job__handler=name) if scope == RateLimit.Scope.HANDLER

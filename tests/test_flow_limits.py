@@ -224,3 +224,16 @@ def test_metrics_show_the_limits(settings, db):
     assert 'scheduler_rate_limit_per_second{name="noop",scope="handler"} 50.0' in text
     assert 'scheduler_rate_limit_burst{name="noop",scope="handler"} 10.0' in text
     assert 'scheduler_concurrency_key_runs{state="waiting",template="payload.c"} 1.0' in text
+
+
+def test_the_admin_sets_and_removes_a_rate_limit(admin_client):
+    page = "/admin/runs/ratelimit/add/"
+    refused = admin_client.post(page, {"scope": "handler", "name": "noop", "rate": "0"})
+    assert refused.status_code == 200 and b"above 0" in refused.content
+    added = admin_client.post(page, {"scope": "handler", "name": "noop", "rate": "20"})
+    assert added.status_code == 302, added.content[:2000]
+    assert flow.rate_limits() == {("handler", "noop"): (20.0, 20.0)}
+    limit = flow_limits.RateLimit.objects.get()
+    admin_client.post(f"/admin/runs/ratelimit/{limit.pk}/delete/", {"post": "yes"})
+    flow.forget_cache()
+    assert flow.rate_limits() == {}
