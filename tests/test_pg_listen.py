@@ -119,24 +119,30 @@ def test_an_idle_worker_starts_runs_a_promote_and_a_push_made_ready_at_once(db_b
 def test_a_killed_listen_connection_is_opened_again_and_the_worker_still_wakes(db_broker):
     """The listen connection ended by the server (pg_terminate_backend, as a failover or
     an idle-session timeout would): the worker opens another and is woken again."""
+    worker = Worker(["default"], concurrency=1)
     made = []
 
     def kill_between_two_jobs():
-        time.sleep(1.0)
-        made.append(create_job("listen.noop"))
-        succeeded_soon(made[0].runs.get().pk, POLL_S / 4)
-        killed = listen_backends()
-        assert killed, "no listen connection to end"
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
-                           [killed])
-        deadline = time.monotonic() + POLL_S / 4
-        while not set(listen_backends()) - set(killed):
-            assert time.monotonic() < deadline, "the listen connection was not opened again"
-            time.sleep(0.05)
-        made.append(create_job("listen.noop"))
+        try:
+            time.sleep(1.0)
+            made.append(create_job("listen.noop"))
+            succeeded_soon(made[0].runs.get().pk, POLL_S / 4)
+            killed = listen_backends()
+            assert killed, "no listen connection to end"
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
+                               [killed])
+            deadline = time.monotonic() + POLL_S / 4
+            while not set(listen_backends()) - set(killed):
+                assert time.monotonic() < deadline, "the listen connection was not opened again"
+                time.sleep(0.05)
+            made.append(create_job("listen.noop"))
+            succeeded_soon(made[1].runs.get().pk, POLL_S / 4)
+        finally:
+            # Not max_runs: a worker stopping at it sat out a whole poll here (30 s).
+            worker.request_stop()
 
-    serve_while(kill_between_two_jobs, runs=2)
+    serve_while(kill_between_two_jobs, worker=worker)
 
     assert [late_s(job) < POLL_S / 2 for job in made] == [True] * 2
 
