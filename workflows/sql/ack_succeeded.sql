@@ -7,8 +7,8 @@
 -- that Python path, statement for statement, in one round trip, which is what keeps a
 -- chain's handoff fast (BENCHMARKS.md, "Workflows (W7)"). What it does not do itself (a
 -- node of a cancelled job, a schedule's jitter still ahead, a workflow run that ends
--- failed, an all_failed or one_failed node below that does not start) raises SQLSTATE
--- WFA01, which undoes the whole call; the caller then acks
+-- failed, an all_failed node below that does not start, a one_failed one that may no
+-- longer) raises SQLSTATE WFA01, which undoes the whole call; the caller then acks
 -- through engine.py. tests/test_workflows_ack_paths.py runs the same scenarios through
 -- both and compares every row they leave.
 --
@@ -126,12 +126,18 @@ BEGIN
       WHERE n.workflow_run_id = ANY(v_wruns) AND n.node_id = ANY(v_down)
         AND n.state = 'pending'
       ORDER BY n.id FOR UPDATE OF n);
-    -- Those whose rule an upstream's success can make fail (all_failed, one_failed:
-    -- engine.settle marks them): not ready, they are left to the engine.
+    -- Those whose rule this success may have made fail (engine.settle marks them): an
+    -- all_failed node, a one_failed one with no upstream left to fail. Unless ready,
+    -- they are left to the engine.
     v_doomed := ARRAY(
       SELECT n.id FROM workflows_noderun AS n
       JOIN workflows_workflownode AS wn ON wn.id = n.node_id
-      WHERE n.id = ANY(v_locked) AND wn.trigger_rule IN ('all_failed', 'one_failed'));
+      WHERE n.id = ANY(v_locked) AND (wn.trigger_rule = 'all_failed'
+        OR wn.trigger_rule = 'one_failed' AND NOT EXISTS (
+          SELECT 1 FROM workflows_noderun AS u
+          JOIN workflows_workflowedge AS e ON e.upstream_id = u.node_id
+          WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
+            AND u.state IN ('pending', 'running'))));
     -- (4) ... and, in a statement of its own, those ready are read (ready_pg.ready_rows).
     -- A case engine._start or engine._run_at handles otherwise is left to it (WFA01).
     IF cardinality(v_locked) > 0 THEN
