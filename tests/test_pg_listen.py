@@ -44,21 +44,31 @@ def db_broker(settings):
 
 
 def serve_while(steps, runs: int | None = None, worker: Worker | None = None) -> None:
-    """Serve ``worker`` (default: one child on "default", stopping after ``runs`` runs)
-    while ``steps`` (a callable) runs in a thread of its own."""
+    """Serve ``worker`` while ``steps`` (a callable) runs in a thread of its own; without
+    a worker, one with one child on "default", stopped once ``steps`` has returned and
+    ``runs`` runs have succeeded (within a quarter poll, or the test fails). Not
+    max_runs: a worker stopping at it could sit out a whole poll (30 s) first."""
     failed = []
+    stopping = worker is None
+    worker = worker or Worker(["default"], concurrency=1)
 
     def run_steps():
         try:
             steps()
+            deadline = time.monotonic() + POLL_S / 4
+            while stopping and Run.objects.filter(state="succeeded").count() < runs:
+                assert time.monotonic() < deadline, f"{runs} runs not done in time"
+                time.sleep(0.05)
         except Exception as exc:  # noqa: BLE001 - reported by the test
             failed.append(exc)
         finally:
+            if stopping:
+                worker.request_stop()
             connection.close()
 
     thread = threading.Thread(target=run_steps)
     thread.start()
-    (worker or Worker(["default"], concurrency=1, max_runs=runs)).serve()
+    worker.serve()
     thread.join()
     assert not failed, failed
 
@@ -119,30 +129,24 @@ def test_an_idle_worker_starts_runs_a_promote_and_a_push_made_ready_at_once(db_b
 def test_a_killed_listen_connection_is_opened_again_and_the_worker_still_wakes(db_broker):
     """The listen connection ended by the server (pg_terminate_backend, as a failover or
     an idle-session timeout would): the worker opens another and is woken again."""
-    worker = Worker(["default"], concurrency=1)
     made = []
 
     def kill_between_two_jobs():
-        try:
-            time.sleep(1.0)
-            made.append(create_job("listen.noop"))
-            succeeded_soon(made[0].runs.get().pk, POLL_S / 4)
-            killed = listen_backends()
-            assert killed, "no listen connection to end"
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
-                               [killed])
-            deadline = time.monotonic() + POLL_S / 4
-            while not set(listen_backends()) - set(killed):
-                assert time.monotonic() < deadline, "the listen connection was not opened again"
-                time.sleep(0.05)
-            made.append(create_job("listen.noop"))
-            succeeded_soon(made[1].runs.get().pk, POLL_S / 4)
-        finally:
-            # Not max_runs: a worker stopping at it sat out a whole poll here (30 s).
-            worker.request_stop()
+        time.sleep(1.0)
+        made.append(create_job("listen.noop"))
+        succeeded_soon(made[0].runs.get().pk, POLL_S / 4)
+        killed = listen_backends()
+        assert killed, "no listen connection to end"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
+                           [killed])
+        deadline = time.monotonic() + POLL_S / 4
+        while not set(listen_backends()) - set(killed):
+            assert time.monotonic() < deadline, "the listen connection was not opened again"
+            time.sleep(0.05)
+        made.append(create_job("listen.noop"))
 
-    serve_while(kill_between_two_jobs, worker=worker)
+    serve_while(kill_between_two_jobs, runs=2)
 
     assert [late_s(job) < POLL_S / 2 for job in made] == [True] * 2
 
