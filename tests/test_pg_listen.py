@@ -3,8 +3,8 @@
 broker"). Each test gives the worker a poll of 30 s: a run started well within it (its
 attempt's start against the moment it became ready, both on the database clock) was
 woken by a NOTIFY, not found by a poll. The bounds are the poll's half, not a speed: a
-woken worker takes milliseconds. (A worker stopping at max_runs may still sit out one
-poll before it exits: the time it serves says nothing here.)"""
+woken worker takes milliseconds. (The time a worker serves says nothing here:
+serve_while stops it once its runs succeeded.)"""
 
 import os
 import threading
