@@ -237,3 +237,15 @@ def test_the_admin_sets_and_removes_a_rate_limit(admin_client):
     admin_client.post(f"/admin/runs/ratelimit/{limit.pk}/delete/", {"post": "yes"})
     flow.forget_cache()
     assert flow.rate_limits() == {}
+
+
+@pytest.mark.parametrize("using", ["default", "sqlite"])
+def test_create_jobs_stores_the_keys_evaluated(using):
+    created = services.create_jobs([
+        {"handler": "noop", "payload": {"c": i}, "concurrency_key": "payload.c",
+         "concurrency_limit": 2, "rate_key": "name", "name": f"n{i}"} for i in range(3)
+    ] + [{"handler": "noop", "cron": "@daily", "rate_key": "handler"}], using=using)
+    stored = Job.objects.using(using).filter(pk__in=[j.pk for j in created]).order_by("pk")
+    assert [(j.rate_key, j.concurrency_key, j.concurrency_limit) for j in stored] == [
+        ("name=n0", "payload.c=0", 2), ("name=n1", "payload.c=1", 2),
+        ("name=n2", "payload.c=2", 2), ("handler=noop", "", 1)]
