@@ -3,6 +3,7 @@ keys") on every broker/database pair: token buckets per handler and per rate key
 concurrency slots per key value, held across callers, released at ack and at lease
 expiry; the ways in refuse bad values naming the field; /metrics shows the limits."""
 
+import dataclasses
 import time
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ from runs import flow, flow_limits
 from runs.models import Run
 from runs.types import Outcome
 from scheduler_core.exceptions import InvalidJob
+from tests import djtasks_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 
@@ -249,3 +251,14 @@ def test_create_jobs_stores_the_keys_evaluated(using):
     assert [(j.rate_key, j.concurrency_key, j.concurrency_limit) for j in stored] == [
         ("name=n0", "payload.c=0", 2), ("name=n1", "payload.c=1", 2),
         ("name=n2", "payload.c=2", 2), ("handler=noop", "", 1)]
+
+
+def test_a_task_takes_the_flow_keys_as_options(settings, db):
+    settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+                                  "QUEUES": [], "OPTIONS": {}}}
+    keyed = dataclasses.replace(djtasks_tasks.add, concurrency_key="payload.kwargs.b",
+                                concurrency_limit=3, rate_key="payload.task")
+    result = keyed.enqueue(1, b=2)
+    job = Run.objects.get(pk=int(result.id)).job
+    assert (job.concurrency_key, job.concurrency_limit) == ("payload.kwargs.b=2", 3)
+    assert job.rate_key == "payload.task=tests.djtasks_tasks.add"
