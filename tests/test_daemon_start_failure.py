@@ -21,6 +21,7 @@ FOR EACH ROW EXECUTE FUNCTION refuse_registration();
 """
 
 
+@pytest.mark.postgresql_only("the refusal is a PostgreSQL trigger on the registration table")
 def test_a_worker_whose_registration_fails_exits_with_a_message_and_no_children(tmp_path):
     """The database refuses the worker's registration row (as SQLite's "database is
     locked" would), after the worker started its child processes: it used to wait on

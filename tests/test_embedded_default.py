@@ -16,9 +16,9 @@ import pytest
 
 from tests.conftest import ROOT
 
-# The modules run on SQLite too. Not yet here (docs/testing.md): the workflow engine's,
-# the daemons', the brokers' (their own pairs: tests/conftest.py, broker), the
-# benchmarks'.
+# The modules run on SQLite too. Not here: those that take the `broker` fixture (the
+# workflow engine's and most daemons' tests), which runs them on the database-sqlite
+# pair itself (tests/conftest.py), and the benchmarks'.
 EMBEDDED = [
     "tests/test_run_lists.py", "tests/test_job_spec.py", "tests/test_api_jobs.py",
     "tests/test_api_validation.py", "tests/test_api_runs.py", "tests/test_api_run_now.py",
@@ -35,6 +35,12 @@ EMBEDDED = [
     "tests/test_api_throttling.py", "tests/test_ownership.py",
     "tests/test_api_bulk_parser.py", "tests/test_admin_list_widths.py",
     "tests/test_swagger_offline.py", "tests/test_backfill_api.py",
+    "tests/test_list_query_params.py", "tests/test_job_spec_bounds.py",
+    "tests/test_workflows_metrics.py", "tests/test_workflows_node_jobs.py",
+    "tests/test_workflows_validation.py", "tests/test_workflows_ready_property.py",
+    "tests/test_scheduler.py", "tests/test_daemon_fault_isolation.py",
+    "tests/test_daemon_start_failure.py", "tests/test_daemon_stop.py",
+    "tests/test_catch_up_runs.py",
 ]
 
 
