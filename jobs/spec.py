@@ -113,11 +113,12 @@ FIELDS = (
           "a run not started this many seconds after its scheduled_at ends expired",
           low=1, high=MAX_INT),
     Field("rate_key", "text", "none", "handler, name or payload.<field>[.<field>...]",
-          ALL | {ADMIN, TASK}, "its runs share the rate limit of this key, one bucket per "
+          ALL | {ADMIN, TASK, NODE}, "its runs share the rate limit of this key, one bucket per "
           "value (docs/isolation.md)"),
-    Field("concurrency_key", "text", "none", "as rate_key", ALL | {ADMIN, TASK},
+    Field("concurrency_key", "text", "none", "as rate_key", ALL | {ADMIN, TASK, NODE},
           "at most concurrency_limit runs of one value of this key run at once"),
-    Field("concurrency_limit", "integer", "1", f"1 to {MAX_CONCURRENCY}", ALL | {ADMIN, TASK},
+    Field("concurrency_limit", "integer", "1", f"1 to {MAX_CONCURRENCY}",
+          ALL | {ADMIN, TASK, NODE},
           "most runs of one concurrency_key value running at once", low=1,
           high=MAX_CONCURRENCY),
 )

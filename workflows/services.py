@@ -90,7 +90,10 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
                 run_at=now,
                 timeout_s=spec.get("timeout_s") or conf.get("DEFAULT_TIMEOUT_S"),
                 max_attempts=spec.get("max_attempts") or conf.get("DEFAULT_MAX_ATTEMPTS"),
-                retry=spec.get("retry"), expires_in_s=spec.get("expires_in_s"))
+                retry=spec.get("retry"), expires_in_s=spec.get("expires_in_s"),
+                rate_key=spec.get("rate_key") or "",
+                concurrency_key=spec.get("concurrency_key") or "",
+                concurrency_limit=spec.get("concurrency_limit") or 1)
             for spec in clean["nodes"]], batch_size=1000)
         made = WorkflowNode.objects.using(using).bulk_create([
             WorkflowNode(workflow=workflow, name=spec["node"], job_id=job.pk,

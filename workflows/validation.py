@@ -29,10 +29,11 @@ from workflows import rules
 
 NODE_KEYS = frozenset({"name", "handler", "task", "payload", "args", "kwargs", "queue",
                        "priority", "timeout_s", "max_attempts", "retry", "expires_in_s",
-                       "trigger_rule"})
+                       "rate_key", "concurrency_key", "concurrency_limit", "trigger_rule"})
 # What a node's job takes as a plain job does (expires_in_s counts from when the node's
 # run is made, its scheduled_at: an absolute expires_at has no place in a template).
-NODE_JOB_KEYS = ("queue", "priority", "timeout_s", "max_attempts", "retry", "expires_in_s")
+NODE_JOB_KEYS = ("queue", "priority", "timeout_s", "max_attempts", "retry", "expires_in_s",
+                 "rate_key", "concurrency_key", "concurrency_limit")
 SCHEDULE_KEYS = frozenset({"cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s"})
 
 
