@@ -16,7 +16,9 @@ from django.db import InterfaceError, OperationalError, connections, transaction
 from jobs import services
 from jobs.models import Job, OwnerPolicy, Schedule
 from jobs.tenants import MAX_INT
+from runs import flow
 from runs.clock import db_now
+from runs.flow_models import RateLimit
 from workflows.models import Workflow
 
 OWNER = "chaos"
@@ -60,8 +62,9 @@ def owner(using: str = "default"):
 
 
 def forget_previous(using: str = "default") -> int:
-    """Delete the workflows and jobs (with their runs and attempts) an earlier scenario
-    left behind, so that each scenario checks only its own; returns how many jobs went."""
+    """Delete the workflows and jobs (with their runs and attempts) and the rate limit an
+    earlier scenario left behind, so that each scenario checks only its own; returns how
+    many jobs went."""
     user = owner(using)
     with transaction.atomic(using=using):
         # A workflow's nodes protect their jobs: the workflows (with their runs) go first.
@@ -73,6 +76,9 @@ def forget_previous(using: str = "default") -> int:
         schedule_ids += list(jobs.exclude(schedule=None).values_list("schedule_id", flat=True))
         count, _ = jobs.delete()
         Schedule.objects.using(using).filter(pk__in=schedule_ids).delete()
+        # flow-kill's rate limit on the load's handler would slow every later scenario.
+        RateLimit.objects.using(using).filter(scope="handler", name="chaos.work").delete()
+    flow.forget_use()
     return count
 
 

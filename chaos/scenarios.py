@@ -3,8 +3,9 @@
 live one concern a module: chaos/kills.py (daemons signalled), chaos/outages.py (Redis or
 PostgreSQL taken away), chaos/poison.py (hung and crashing handlers), chaos/skew.py
 (clocks off), chaos/overload.py, chaos/failover.py (a Redis Cluster master killed) and
-chaos/many_daemons.py (three of each daemon, control plane killed in turns) and
-chaos/pg_failover.py (a PostgreSQL primary stopped, its replica promoted).
+chaos/many_daemons.py (three of each daemon, control plane killed in turns),
+chaos/pg_failover.py (a PostgreSQL primary stopped, its replica promoted) and
+chaos/flow_kill.py (workers killed under rate limits and concurrency keys).
 
 Every scenario goes through the same phases: a private Redis; cron jobs; the daemons;
 one-off load spread over the fault window; faults until the window closes; every daemon
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from chaos.cluster import Cluster, broker_of
 from chaos.failover import ClusterFailover
+from chaos.flow_kill import FlowKill
 from chaos.invariants import Result, check
 from chaos.kills import ControlPlaneKill, RollingDeploy, StaleWorker, WorkerKill
 from chaos.load import create_cron, forget_previous, owner, with_db_retry
@@ -44,14 +46,14 @@ LONG_DRAIN_S = 600
 # The order docs/reliability.md lists them in; these names are the command's contract.
 SCENARIO_NAMES = ["worker-kill", "control-plane-kill", "redis-loss", "postgres-restart",
                   "stale-worker", "hung-and-poison", "clock-skew", "rolling-deploy", "overload",
-                  "cluster-failover", "many-daemons", "workflow-kill", "pg-failover"]
+                  "cluster-failover", "many-daemons", "workflow-kill", "pg-failover", "flow-kill"]
 
 
 def get_scenario(name: str) -> Scenario:
     """A new instance of scenario ``name`` (one of SCENARIO_NAMES); KeyError otherwise."""
     classes = (WorkerKill, ControlPlaneKill, RedisLoss, PostgresRestart, StaleWorker,
                HungAndPoison, ClockSkew, RollingDeploy, Overload, ClusterFailover,
-               ManyDaemons, WorkflowKill, PgFailover)
+               ManyDaemons, WorkflowKill, PgFailover, FlowKill)
     return {cls.name: cls for cls in classes}[name]()
 
 
