@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 WORKER_ID = "ceiling"
 
-# The essential writes of a lease (runs/brokers/lua/lease.lua as it was before the
+# The essential writes of a lease (runs/brokers/redis/lua/lease.lua as it was before the
 # speed work of BENCHMARKS.md, "What we changed"):
 # pop the most urgent ready runs and record them as leased, atomically. The isolation
 # policy that script grew since (priority classes, owner and queue limits) is left out.

@@ -11,7 +11,7 @@ with one psycopg connection and one redis-py client, loop until the ready set is
 per batch of B runs (default: what one lease call of our worker takes, see --batch):
 
 1. Redis, lease: one EVALSHA of a script doing ZPOPMIN ready B and ZADD leased with the
-   expiry (runs/brokers/lua/lease.lua's core, without its isolation policy).
+   expiry (runs/brokers/redis/lua/lease.lua's core, without its isolation policy).
 2. PostgreSQL, start (one transaction): ``UPDATE runs_run SET state='running', attempt =
    attempt + 1, worker_id, lease_expires_at, started_at WHERE id = ANY(ids) AND state IN
    (pending) RETURNING id, attempt`` (transitions.start_attempts's fenced UPDATE), then

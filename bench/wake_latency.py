@@ -1,7 +1,7 @@
 """How late an idle worker starts a run: one due now (woken by the push's wake token
 on Redis, by LISTEN/NOTIFY on the database broker) and one delayed by a fraction of a
 second (on Redis slept to by the worker itself, not in a BLPOP whose timeout Redis checks
-only at its 100 ms ticks, runs/brokers/redis_wake.py; on the database broker woken by the
+only at its 100 ms ticks, runs/brokers/redis/wake.py; on the database broker woken by the
 dispatcher's promote, runs/brokers/pg_listen.py). BENCHMARKS.md, "Waking idle workers";
 docs/performance.md, "Waking idle workers on the database broker".
 

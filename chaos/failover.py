@@ -11,7 +11,7 @@ from redis.crc import key_slot
 
 from chaos.redis_cluster import RedisCluster
 from chaos.session import Scenario, Session, Size
-from runs.brokers.redis_wire import redis_client
+from runs.brokers.redis.wire import redis_client
 
 QUEUE = "default"  # the queue chaos.load's jobs use; on a cluster all its keys share a slot
 

@@ -34,7 +34,7 @@ from jobs.guards import refuse_managed
 from jobs.models import Backfill, Job, Schedule
 from jobs.validation import moment_problem
 from runs.brokers import get_broker
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.clock import db_now, seconds
 from runs.models import TERMINAL_STATES, Run
 from runs.transitions import run_refs

@@ -29,7 +29,7 @@ from jobs.models import Job, Schedule
 from jobs.validation import compact_json
 from runs import flow
 from runs.brokers import get_broker
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.clock import db_now
 from runs.models import Run, RunState
 from runs.types import RunRef

@@ -12,7 +12,7 @@ from django.db import connections, transaction
 from jobs.models import Job
 from runs import flow
 from runs.brokers import get_broker, pg_listen
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.models import Run, RunState
 from runs.quotas import SHARED_QUEUE, Bounds
 from runs.types import RunRef

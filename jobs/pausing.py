@@ -36,7 +36,7 @@ from jobs import cron, tenants, zones
 from jobs.models import Job
 from jobs.scheduler import plan_occurrences
 from runs.brokers import get_broker
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.clock import db_now, seconds
 from runs.models import PENDING_STATES, Run, RunState
 from runs.transitions import run_refs

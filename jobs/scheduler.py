@@ -22,7 +22,7 @@ from jobs.models import Job, MisfirePolicy
 from runs.alerts.models import AlertKind
 from runs.alerts.policy import raise_alerts
 from runs.brokers import get_broker
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.clock import db_now, seconds
 from runs.daemon import Daemon, transient
 from runs.isolation import one_by_one

@@ -18,7 +18,7 @@ from jobs.models import Job
 from jobs.spec import CREATE_JOB, CREATE_JOBS, NAMES, translate, unknown_message
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
 from runs.outbound.redact import redacted

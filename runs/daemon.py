@@ -32,7 +32,7 @@ from runs.isolation import Faults
 from scheduler_core.exceptions import BrokerUnavailable, SchedulerError
 
 # RedisClusterException is not a RedisError: without it a cluster whose nodes all went
-# away ended every daemon (runs/brokers/redis_wire.py UNAVAILABLE).
+# away ended every daemon (runs/brokers/redis/wire.py UNAVAILABLE).
 TRANSIENT = (DatabaseError, InterfaceError, BrokerUnavailable, redis.RedisError,
              RedisClusterException)
 # The database refusing one row's values is that row's fault, not an outage.

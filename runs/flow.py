@@ -4,7 +4,7 @@ short cache) and each run's gates, what a lease checks it against (docs/isolatio
 
 A job's ``rate_key`` and ``concurrency_key`` are stored ``"<template>=<value>"``
 (jobs/flow_keys.py). A run's gate entry, which the Redis broker keeps per run
-(runs/brokers/lua/lease.lua), is ``handler \\t rate_key \\t concurrency_key \\t limit``.
+(runs/brokers/redis/lua/lease.lua), is ``handler \\t rate_key \\t concurrency_key \\t limit``.
 """
 
 import re

@@ -19,7 +19,7 @@ from scheduler_core import conf
 from scheduler_core.models import QUEUE_RE
 
 PRIORITY_SPAN = 1 << 42
-"""Ready score of a run: ``priority * PRIORITY_SPAN + run_at_ms`` (runs/brokers/lua)."""
+"""Ready score of a run: ``priority * PRIORITY_SPAN + run_at_ms`` (runs/brokers/redis/lua)."""
 
 
 @dataclass(frozen=True)

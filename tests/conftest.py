@@ -16,7 +16,7 @@ from django.utils import timezone
 from jobs.models import Job
 from runs import brokers
 from runs.brokers import get_broker
-from runs.brokers.redis_wire import redis_client
+from runs.brokers.redis.wire import redis_client
 from runs.models import Run
 from tests import fast_flush
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from jobs.models import Job
-from runs.brokers.keys import member
+from runs.brokers.redis.keys import member
 from runs.models import Attempt, Run
 from runs.transitions import run_refs
 from tests.conftest import flush_redis, wait_until

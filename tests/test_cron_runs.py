@@ -10,7 +10,7 @@ from jobs import cron, services
 from jobs.models import Job, Schedule
 from jobs.scheduler import Scheduler, plan_occurrences
 from runs.brokers import get_broker
-from runs.brokers.keys import member
+from runs.brokers.redis.keys import member
 from runs.clock import db_now
 from runs.models import Run
 from runs.transitions import run_refs

@@ -1,6 +1,6 @@
 """Isolation contract (docs/isolation.md) on every broker/database pair: sharding and dispatcher
 shard leases, weighted priority classes, per-owner and per-queue concurrency limits and
-per-queue rate limits (runs/policy.py, runs/brokers/lua/lease.lua)."""
+per-queue rate limits (runs/policy.py, runs/brokers/redis/lua/lease.lua)."""
 
 import json
 import subprocess
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from jobs.models import OwnerPolicy
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.dispatcher import Dispatcher
 from runs.limits import owner_limits
 from runs.models import Run, ShardLease

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 
 from jobs.models import OwnerPolicy
 from runs.brokers import get_broker
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.limits import owner_limits
 from runs.models import Run
 from runs.transitions import run_refs

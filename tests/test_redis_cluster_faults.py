@@ -23,7 +23,7 @@ from chaos.cluster import free_port
 from chaos.redis_cluster import RedisCluster, _cli
 from jobs import services
 from runs.brokers import get_broker
-from runs.brokers.redis_wire import cluster_seeds, redis_client
+from runs.brokers.redis.wire import cluster_seeds, redis_client
 from runs.dispatcher import Dispatcher
 from runs.models import Run, ShardLease
 from runs.transitions import run_refs

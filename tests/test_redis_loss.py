@@ -5,7 +5,7 @@ import redis
 from django.conf import settings
 
 from jobs import services
-from runs.brokers.redis_wire import redis_client
+from runs.brokers.redis.wire import redis_client
 from runs.models import Run
 from tests.conftest import daemon_env, start_daemon, stop, wait_until
 

@@ -1,4 +1,4 @@
-"""push.lua, which places runs in a Redis queue shard (runs/brokers/lua/push.lua): one
+"""push.lua, which places runs in a Redis queue shard (runs/brokers/redis/lua/push.lua): one
 variadic command per step over a whole call's runs, with the per-run rules it had as a
 loop of seven commands per run (BENCHMARKS.md, "Ingest (W1)"). A
 run pushed again leaves its lease (uncounted), its parked place and the other waiting set;
@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from runs.brokers import redis as redis_broker
-from runs.brokers.keys import member
+from runs.brokers.redis.keys import member
 from runs.models import Run
 from runs.transitions import run_refs
 from runs.types import RunRef

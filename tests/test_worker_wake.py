@@ -37,7 +37,7 @@ def test_a_burst_worker_runs_the_downstream_node_its_own_ack_made_ready(broker, 
     assert WorkflowRun.objects.using(broker.using).get(pk=workflow_run.pk).state == "succeeded"
 
 
-# --- an idle worker blocks on the broker's wake lists (runs/brokers/redis_wake.py) -----
+# --- an idle worker blocks on the broker's wake lists (runs/brokers/redis/wake.py) -----
 
 
 def test_a_push_of_runs_due_now_leaves_tokens_and_a_delayed_one_none(redis_kind):
@@ -46,7 +46,7 @@ def test_a_push_of_runs_due_now_leaves_tokens_and_a_delayed_one_none(redis_kind)
     from django.utils import timezone
 
     from runs.brokers import get_broker
-    from runs.brokers.redis_wake import WAKE_TOKENS
+    from runs.brokers.redis.wake import WAKE_TOKENS
     from runs.types import RunRef
 
     broker = get_broker("default", name="redis")
@@ -103,7 +103,7 @@ def test_a_wait_longer_than_the_redis_socket_timeout_returns_instead_of_failing(
     outlast it: redis-py gave up on the reply and the wait failed as "Redis unreachable"
     (a warning and a second's pause each time). The wait is cut to WAKE_WAIT_MAX_S."""
     from runs.brokers import get_broker
-    from runs.brokers.redis_wake import WAKE_WAIT_MAX_S
+    from runs.brokers.redis.wake import WAKE_WAIT_MAX_S
 
     broker = get_broker("default", name="redis")
     assert WAKE_WAIT_MAX_S < 5

@@ -330,7 +330,7 @@ def test_an_acks_queries_do_not_grow_with_its_fan_out(pair, settings, monkeypatc
 
 def test_redis_reads_what_waits_again_once_its_snapshot_is_older_than_heads_fresh_s(pair):
     """The heads read with an ack's bookkeeping serve the next acks for HEADS_FRESH_S
-    (runs/brokers/redis.py); past that a more urgent run pushed since is seen."""
+    (runs/brokers/redis/broker.py); past that a more urgent run pushed since is seen."""
     from runs import transitions
     from runs.brokers import redis as redis_broker
     from tests.conftest import make_runs
@@ -508,7 +508,7 @@ def test_no_continuation_past_a_more_urgent_run_the_same_ack_leaves_to_the_broke
 
 def test_a_more_urgent_retry_whose_backoff_has_passed_is_not_jumped(pair, settings):
     """On Redis a due retry sits in the delayed set until a promotion, which a lease does
-    first: what waits is read the same way (runs/brokers/redis.py, _heads_into)."""
+    first: what waits is read the same way (runs/brokers/redis/broker.py, _heads_into)."""
     from tests.conftest import make_runs
 
     broker = pair

@@ -30,7 +30,7 @@ from django.utils import timezone
 from jobs import cron
 from runs import continuation
 from runs.brokers import get_broker
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.clock import seconds
 from runs.models import PENDING_STATES, Run, RunState
 from runs.transitions import int_array

@@ -18,7 +18,7 @@ import time
 
 from runs.alerts.policy import WEBHOOK_HANDLER, WEBHOOK_JOB_PREFIX
 from runs.brokers import get_broker
-from runs.brokers.keys import shard_of
+from runs.brokers.shards import shard_of
 from runs.models import Run
 from runs.outbound.payload import http_payload
 from runs.types import RunRef

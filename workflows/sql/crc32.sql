@@ -1,5 +1,5 @@
 -- workflows_crc32(text): CRC-32 of the text's UTF-8 bytes, as Python's zlib.crc32, so the
--- shard the one-call ack gives a run (ack_succeeded.sql) is the one runs/brokers/keys.py
+-- shard the one-call ack gives a run (ack_succeeded.sql) is the one runs/brokers/shards.py
 -- shard_of gives it. Applied whole by a migration (workflows/sql/__init__.py).
 
 CREATE OR REPLACE FUNCTION workflows_crc32(p text) RETURNS bigint

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import redis
 
-from runs.brokers.redis_wire import UNAVAILABLE
+from runs.brokers.redis.wire import UNAVAILABLE
 from runs.clock import to_ms
 from runs.types import RunRef
 from scheduler_core import conf
@@ -58,7 +58,7 @@ def socket_timeout_s(client) -> float | None:
 
 
 class RedisWake:
-    """A mixin of runs/brokers/redis.py's RedisBroker: ``client`` and ``keys`` are its."""
+    """A mixin of runs/brokers/redis/broker.py's RedisBroker: ``client`` and ``keys`` are its."""
 
     wait_slack_s = WAIT_SLACK_S
 

@@ -1,13 +1,13 @@
 """What the Redis broker reports about its working set, for the dispatcher's reconcile and
 for operators: which runs it lacks, whether a shard lost its data, queue depths
-(docs/architecture.md, "Brokers"). A mixin of RedisBroker (runs/brokers/redis.py), whose
+(docs/architecture.md, "Brokers"). A mixin of RedisBroker (runs/brokers/redis/broker.py), whose
 client, keys and shard list it uses.
 """
 
 from collections import defaultdict
 
-from runs.brokers.keys import member
-from runs.brokers.redis_wire import translate_errors
+from runs.brokers.redis.keys import member
+from runs.brokers.redis.wire import translate_errors
 from runs.types import QueueDepth, Slot
 
 

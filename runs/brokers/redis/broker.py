@@ -3,8 +3,8 @@
 Per queue shard: ``delayed`` (score run_at), ``ready`` (score priority then run_at; equal
 scores leave in id order, the members being zero-padded ids, keys.member) and ``leased``
 (score lease expiry). Scripts live in ``lua/`` next to this file, each opening with its
-KEYS/ARGV, and run by EVALSHA through runs/brokers/redis_wire.py (which translates Redis
-errors to BrokerUnavailable); runs/brokers/redis_inspect.py reports the working set.
+KEYS/ARGV, and run by EVALSHA through runs/brokers/redis/wire.py (which translates Redis
+errors to BrokerUnavailable); runs/brokers/redis/inspection.py reports the working set.
 """
 
 import itertools
@@ -16,12 +16,12 @@ from django.conf import settings
 
 from runs import flow, policy
 from runs.brokers.base import Broker
-from runs.brokers.keys import Keys
-from runs.brokers.redis_books import RedisBookkeeping
-from runs.brokers.redis_inspect import RedisInspection
-from runs.brokers.redis_limits import RedisLimits
-from runs.brokers.redis_wake import RedisWake
-from runs.brokers.redis_wire import (
+from runs.brokers.redis.books import RedisBookkeeping
+from runs.brokers.redis.inspection import RedisInspection
+from runs.brokers.redis.keys import Keys
+from runs.brokers.redis.limits import RedisLimits
+from runs.brokers.redis.wake import RedisWake
+from runs.brokers.redis.wire import (
     UNAVAILABLE,
     Pipe,
     is_cluster_url,
@@ -63,7 +63,7 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Bro
 
     @property
     def client(self):
-        """The client of ``url``, made at first use (redis_wire.redis_client)."""
+        """The client of ``url``, made at first use (wire.redis_client)."""
         return redis_client(self.url)
 
     def _pipe(self) -> Pipe:

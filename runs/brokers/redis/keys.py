@@ -9,15 +9,6 @@ sit in one slot, so all keys of a queue (its shards and its limit keys) share th
 names: every key they touch comes in KEYS, from here.
 """
 
-import zlib
-
-
-def shard_of(shard_key: str, shards: int) -> int:
-    """The shard (0 .. shards-1) of a run whose job has ``shard_key`` (the job's explicit
-    ``shard_key``, else its handler name): CRC-32 of the UTF-8 key modulo ``shards``."""
-    return zlib.crc32(shard_key.encode()) % max(shards, 1)
-
-
 MEMBER_DIGITS = 19  # a bigint's digits
 
 
@@ -89,7 +80,7 @@ class Keys:
 
     def wake(self, queue: str) -> str:
         """LIST of wake-up tokens of ``queue``: each push of runs ready now adds some (at
-        most WAKE_TOKENS, runs/brokers/redis.py), and an idle worker blocks on its queues'
+        most WAKE_TOKENS, wake.py), and an idle worker blocks on its queues'
         lists (BLPOP) rather than sleeping out WORKER_POLL_S. One hash tag for every
         queue, so a worker's BLPOP over several queues names keys of one slot on a
         cluster too; a token is a hint, never a run: losing one costs at most a poll."""

@@ -1,11 +1,11 @@
-"""The Redis broker's bookkeeping of leases (a mixin of runs/brokers/redis.py's
+"""The Redis broker's bookkeeping of leases (a mixin of runs/brokers/redis/broker.py's
 RedisBroker): forget finished runs, adopt the runs an ack's worker leased in the
 database, extend or end leases. Each is one script call per queue shard, in the caller's
-pipeline or one of its own; Redis errors become BrokerUnavailable (redis_wire)."""
+pipeline or one of its own; Redis errors become BrokerUnavailable (wire.py)."""
 
 from collections import defaultdict
 
-from runs.brokers.redis_wire import Pipe, translate_errors
+from runs.brokers.redis.wire import Pipe, translate_errors
 from runs.types import Lease, Slot
 
 

@@ -10,7 +10,7 @@
 --     a run whose handler's or rate key's bucket is empty is deferred to the delayed set
 --     until its token is due; a run whose concurrency key is at its limit, or has parked
 --     runs ahead of it, is parked under the key (unpark.lua returns them in order).
--- Every key comes in KEYS, all in one slot on a Redis Cluster (runs/brokers/keys.py).
+-- Every key comes in KEYS, all in one slot on a Redis Cluster (runs/brokers/redis/keys.py).
 -- KEYS[1]  ready    ZSET  score priority * 2^42 + run_at_ms
 -- KEYS[2]  leased   ZSET  score lease expiry ms (Redis TIME + ttl)
 -- KEYS[3]  owners   HASH  run id -> owner id (set by push.lua)

@@ -7,7 +7,7 @@ synced from the database, the running counts (docs/isolation.md, "Concurrency li
 from collections import defaultdict
 
 from runs import flow
-from runs.brokers.redis_wire import translate_errors
+from runs.brokers.redis.wire import translate_errors
 from scheduler_core import conf
 
 UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call

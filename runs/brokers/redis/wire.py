@@ -9,7 +9,7 @@ the code").
 
 EVALSHA is sent with ``execute_command`` because the cluster pipeline refuses its
 ``evalsha`` method. The cluster client routes it by the slot of its keys, which must all
-share one (runs/brokers/keys.py), read from the call itself (ScriptRouting): redis-py's
+share one (runs/brokers/redis/keys.py), read from the call itself (ScriptRouting): redis-py's
 pipeline otherwise asks one fixed node for every script call's keys (COMMAND GETKEYS), a
 round trip each, and while that node is down every script call of the process fails,
 whichever master serves its keys.
