@@ -127,6 +127,13 @@ class ChildAcks:
         continued as the child's run now executing."""
         _, _, _, state, error, fate, pushed, books, started, at = message
         outcome = current.pending
+        if outcome is None:
+            # Its ``acking`` was not heard (wire.in_order keeps them in order; this is the
+            # fault isolation): the ack committed all the same, reported as this says.
+            log.warning("worker: run %s acked in its child without its outcome heard",
+                        current.lease.run_id)
+            outcome = Outcome(lease=current.lease, outcome=state, took_s=at - current.began,
+                              task=current.task, watched=True)
         outcome.outcome, outcome.error, outcome.fate = state, error, fate
         slot.pop_finished()
         self.acks.count_finished(1)
@@ -175,11 +182,7 @@ class ChildAcks:
         log.warning("worker: the child acking run %s %s; acking it here",
                     slot.current.lease.run_id, how)
         self.take_pending(slot)
-        waiting = list(slot.queued)
-        slot.queued.clear()
-        slot.waiting = 0
-        self.children.restart(slot)
-        self.ahead.requeue(waiting)
+        self.ahead.requeue(self.children.restart(slot, head=False))
         self.allow()
 
 

@@ -30,7 +30,10 @@ as the child's run executing, its deadline armed from the instant the child star
 Those two messages go through the child's quiet pipe (wire.quiet_sender), which the
 worker reads before the main pipe, and at least every 50 ms while it may be written to,
 but never waits on: a write to the main pipe woke the worker, which took the child's core
-for about 150 µs, twice a hop (BENCHMARKS.md, "Workflows (W7)").
+for about 150 µs, twice a hop (BENCHMARKS.md, "Workflows (W7)"). Each carries how many
+main-pipe messages went before it, and the worker handles it after those (wire.in_order):
+a ``done`` sent before an ``acking`` but read after it had left the ``acking`` unheard
+and the ``acked`` without its outcome.
 
 The wire (runs/worker/wire.py): times in integer microseconds or the child's
 time.monotonic(), leases as plain tuples (``lease_wire``), the books as

@@ -166,6 +166,10 @@ class Slot:
         self.conn = parent
         self.received = bytearray()
         self.quiet_received = bytearray()
+        # Quiet messages held for main-pipe ones written before them, and the main
+        # pipe's messages read so far (wire.in_order).
+        self.quiet_held: list[tuple[int, tuple]] = []
+        self.main_read = 0
 
     def next_seq(self) -> int | None:
         """Number the next task handed to the child (under the lock: the child numbers
@@ -213,21 +217,29 @@ class Slot:
         wire.send_tasks(self.conn, tasks)
 
     def receive(self) -> list[tuple]:
-        """The messages the child has sent so far, its quiet pipe's first (written
-        before those read now from the main pipe: wire.quiet_sender), then the main
-        pipe's (wire.receive_messages). Raises EOFError once the child is gone."""
-        quiet = self.receive_quiet()
+        """The messages the child has sent so far, from both pipes, in the order it wrote
+        them (wire.in_order; the quiet pipe is read first, so a quiet message written
+        after a main one read now is among them). Raises EOFError once the child is
+        gone."""
+        self.quiet_held += wire.receive_quiet(self.quiet_fd, self.quiet_received)
         try:
             main = wire.receive_messages(self.conn, self.received)
         except (EOFError, OSError):
+            quiet = self.ordered([])
             if quiet:
                 return quiet  # the end of the pipe is seen at the next call
             raise
-        return quiet + main
+        return self.ordered(main)
 
     def receive_quiet(self) -> list[tuple]:
-        """The messages waiting in the child's quiet pipe, without waiting."""
-        return wire.receive_quiet(self.quiet_fd, self.quiet_received)
+        """The quiet pipe's messages, read without waiting, due before every main-pipe
+        message not yet read (the others wait in ``quiet_held``)."""
+        self.quiet_held += wire.receive_quiet(self.quiet_fd, self.quiet_received)
+        return self.ordered([]) if self.quiet_held else []
+
+    def ordered(self, main: list[tuple]) -> list[tuple]:
+        messages, self.main_read = wire.in_order(self.quiet_held, main, self.main_read)
+        return messages
 
     def halt(self) -> list[tuple]:
         """SIGKILL the child; returns the messages it sent before it died, unread until
@@ -303,14 +315,19 @@ class Slot:
             os.close(self.async_fd)
             self.quiet_fd = self.async_fd = -1
 
-    def restart(self) -> list[InFlight]:
-        """Replace the child; returns the runs handed to it that it had not started."""
+    def restart(self, head: bool = True) -> tuple[list[InFlight], list[InFlight]]:
+        """Replace the child; returns the runs handed to it that it had not started, and
+        those it had whose outcome was never read (a lost message), read from ``control``
+        once it is dead: an attempt runs at most once on its lease. The first queued run
+        is the caller's to end, unless ``head`` is False (the caller dropped it)."""
         self.kill()
-        waiting = list(self.queued)[1:]
+        started = self.control[0]
+        waiting = list(self.queued)[1 if head else 0:]
         self.queued.clear()
         self.waiting = 0
         self.start()
-        return waiting
+        return ([run for run in waiting if run.seq > started],
+                [run for run in waiting if run.seq <= started])
 
 
 def grow_pipe(fd: int) -> int:
@@ -365,13 +382,16 @@ class Children:
         """A handler ran ``took`` seconds: the moving average the prefetch reads."""
         self.avg_run_s = took if self.avg_run_s is None else 0.8 * self.avg_run_s + 0.2 * took
 
-    def restart(self, slot: Slot) -> list[InFlight]:
+    def restart(self, slot: Slot, head: bool = True) -> list[InFlight]:
         """Replace ``slot``'s child with the lanes paused (forking beside other threads
-        risks a lock held in the child for ever); returns the runs it had not started. Its
-        async runs, cut off, go to ``orphans``."""
+        risks a lock held in the child for ever); returns the runs it had not started
+        (Slot.restart; ``head`` as there). Its async runs, cut off, and the runs it
+        started whose outcome was never read go to ``orphans``."""
         self.orphans.extend(slot.running.values())
         with self.lanes.paused():
-            return slot.restart()
+            waiting, unheard = slot.restart(head)
+        self.orphans.extend(unheard)
+        return waiting
 
     def kill(self) -> None:
         """Kill every child (at the stop; twice is harmless)."""

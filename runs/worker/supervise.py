@@ -256,17 +256,19 @@ class Supervisor:
         return True
 
     def record_orphans(self) -> None:
-        """Record the async runs cut off by their child's death or replacement: crashed
-        (cancelled if they were being cancelled)."""
+        """Record the runs cut off by their child's death or replacement (its async runs,
+        and any run it had started whose outcome was never read): crashed (cancelled if
+        they were being cancelled)."""
         for run in self.children.orphans:
             if run.cancel_deadline != float("inf"):
                 self.acks.add(cancelled_outcome(run, streamed_logs(run),
                                                 "its child process was stopped"))
                 continue
+            where = "on its event loop" if run.is_async else "before its outcome was read"
             self.acks.add(Outcome(
                 lease=run.lease, outcome=AttemptOutcome.CRASHED,
                 error="the worker's child process died or was replaced while the run ran "
-                      "on its event loop", logs=streamed_logs(run),
+                      f"{where}", logs=streamed_logs(run),
                 took_s=time.monotonic() - run.began, task=run.task))
         self.children.orphans.clear()
 

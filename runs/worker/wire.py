@@ -37,7 +37,9 @@ many runs it left to the broker (None: not known), the broker's bookkeeping owed
 (handoff.books_wire), the seq of the continued run the child started (0: none; its
 lease is the books' first taken) and the child's time.monotonic() then. ``acking`` and
 ``acked`` go through the child's quiet pipe (quiet_sender), read by the parent before the
-main one and at least every CHILD_ACKS_READ_S (runs/worker/supervise.py).
+main one and at least every CHILD_ACKS_READ_S (runs/worker/supervise.py). Each quiet
+frame carries how many main-pipe messages the child had sent before it: the parent puts
+it back among them (in_order), held until those are read.
 
 Runs of async handlers go over a third pipe, the async pipe (parent -> child, read by
 the child's event loop: runs/worker/child_async.py, write_frame): lists of task dicts
@@ -46,7 +48,7 @@ pipe as sync runs do, or with ``("timed_out", run_id, attempt, error, logs, bega
 finished)`` when their timeout cancelled them.
 
 Every message is framed as Connection.send_bytes frames it: a 4-byte big-endian length,
-then the pickle.
+then the pickle; a quiet one has that count (8 bytes) between the two (QUIET_HEADER).
 """
 
 import os
@@ -57,6 +59,9 @@ import threading
 
 # Longest frame the quiet pipe takes: a write of at most PIPE_BUF bytes is atomic.
 QUIET_MAX = select.PIPE_BUF
+# A quiet frame's header: the pickle's length and how many messages the child had sent
+# on the main pipe before it (in_order puts it back among them).
+QUIET_HEADER = struct.Struct("!iQ")
 
 
 def task_of(run_id: int, attempt: int, t: dict) -> dict:
@@ -118,9 +123,10 @@ def decode(received: bytearray) -> list[tuple]:
     return messages
 
 
-def receive_quiet(fd: int, received: bytearray) -> list[tuple]:
+def receive_quiet(fd: int, received: bytearray) -> list[tuple[int, tuple]]:
     """Parent side: the messages waiting in a child's quiet pipe (``fd``, non-blocking),
-    read without waiting; [] when there are none or the child is gone."""
+    read without waiting, each as (main-pipe messages sent before it, message); [] when
+    there are none or the child is gone."""
     if fd < 0:
         return []
     try:
@@ -130,7 +136,34 @@ def receive_quiet(fd: int, received: bytearray) -> list[tuple]:
         pass
     except OSError:
         return []
-    return decode(received)
+    messages, at = [], 0
+    while len(received) - at >= QUIET_HEADER.size:
+        size, before = QUIET_HEADER.unpack_from(received, at)
+        start = at + QUIET_HEADER.size
+        if len(received) - start < size:
+            break
+        messages.append((before, pickle.loads(received[start:start + size])))
+        at = start + size
+    del received[:at]
+    return messages
+
+
+def in_order(held: list, main: list[tuple], read: int) -> tuple[list[tuple], int]:
+    """Parent side: the quiet pipe's messages ``held`` ((main-pipe messages sent before
+    it, message), in order; the ones placed are removed) and the main pipe's ``main``
+    (just read, after ``read`` read before) in the order the child wrote them, and the
+    main pipe's messages read then. A quiet message stays held until every main-pipe
+    message written before it has been read: reading the quiet pipe first is not enough,
+    a ``done`` written on the main pipe before an ``acking`` may be read after it."""
+    ordered = []
+    for message in main:
+        while held and held[0][0] <= read:
+            ordered.append(held.pop(0)[1])
+        ordered.append(message)
+        read += 1
+    while held and held[0][0] <= read:
+        ordered.append(held.pop(0)[1])
+    return ordered, read
 
 
 def quiet_sender(fd: int | None, send):
@@ -138,8 +171,9 @@ def quiet_sender(fd: int | None, send):
     none, ``send`` takes everything), which
     the worker does not wait on (runs/worker/handoff.py): a write there wakes nobody, so
     the child is not preempted by its worker at every ack (a write to the main pipe cost
-    the child about 150 µs on 2 cores). The worker reads it before the main pipe, so the
-    two keep the order they were written in. A message over QUIET_MAX bytes, or one
+    the child about 150 µs on 2 cores). Each frame carries ``send.sent`` (main-pipe
+    messages sent before it, under the send lock), by which the worker puts it back in
+    the order the two were written in (in_order). A message over QUIET_MAX bytes, or one
     pickle refuses, goes through ``send`` (the main pipe) instead: then every later
     message of the same ack must too (``main=True``), or it would be read first. Returns
     "quiet" or "main" (where it went), or False (``send``'s fallback went instead)."""
@@ -151,10 +185,10 @@ def quiet_sender(fd: int | None, send):
             data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - send's fallback names the result
             return send(message) and "main"
-        if main or len(data) + 4 > QUIET_MAX:
+        if main or len(data) + QUIET_HEADER.size > QUIET_MAX:
             return send(message) and "main"
         with send.lock:
-            os.write(fd, struct.pack("!i", len(data)) + data)
+            os.write(fd, QUIET_HEADER.pack(len(data), send.sent[0]) + data)
         return "quiet"
 
     return quiet
@@ -186,7 +220,10 @@ def message_sender(conn):
                                  finished, None), pickle.HIGHEST_PROTOCOL)
         with lock:
             conn.send_bytes(data)
+            sent_count[0] += 1
         return sent
 
+    sent_count = [0]
     send.lock = lock
+    send.sent = sent_count  # messages sent so far (quiet_sender stamps its own with it)
     return send
