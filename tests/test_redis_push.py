@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from runs.brokers import redis as redis_broker
+from runs.brokers.redis import broker as redis_broker
 from runs.brokers.redis.keys import member
 from runs.models import Run
 from runs.transitions import run_refs

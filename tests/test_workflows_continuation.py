@@ -332,7 +332,7 @@ def test_redis_reads_what_waits_again_once_its_snapshot_is_older_than_heads_fres
     """The heads read with an ack's bookkeeping serve the next acks for HEADS_FRESH_S
     (runs/brokers/redis/broker.py); past that a more urgent run pushed since is seen."""
     from runs import transitions
-    from runs.brokers import redis as redis_broker
+    from runs.brokers.redis import broker as redis_broker
     from tests.conftest import make_runs
 
     broker = pair
@@ -360,7 +360,7 @@ def test_redis_refreshes_what_waits_with_each_acks_bookkeeping(pair, monkeypatch
     snapshot is fresh; without that ack in between, it would not (the bound
     HEADS_FRESH_S documents)."""
     from runs import transitions
-    from runs.brokers import redis as redis_broker
+    from runs.brokers.redis import broker as redis_broker
     from tests.conftest import make_runs
 
     broker = pair
