@@ -544,3 +544,14 @@ def test_the_add_form_refuses_a_posted_field_it_does_not_have(admin_client):
     assert "schedule: unknown field (did you mean &#x27;cron&#x27;?)" in page \
         or "schedule: unknown field (did you mean 'cron'?)" in page
     assert not Job.objects.filter(name="n").exists()
+
+
+def test_the_add_form_refuses_a_run_at_beside_a_cron_as_rest_does(admin_client):
+    """The form dropped run_at when a cron was given: a 302 and a cron job."""
+    form = {"name": "both", "handler": "noop", "payload": "{}", "cron": "30 2 * * *",
+            "timezone": "UTC", "misfire_policy": "run_once", "priority": "5",
+            "timeout_s": "60", "max_attempts": "4", "run_at_0": "2030-01-01",
+            "run_at_1": "09:00:00", "queue": "default", "_save": "Save"}
+    page = text(admin_client.post("/admin/jobs/job/add/", form))
+    assert "give at most one of run_at, delay_s or cron" in page, re.findall(r"errorlist.{0,200}", page)
+    assert not Job.objects.filter(name="both").exists()

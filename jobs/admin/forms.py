@@ -127,6 +127,8 @@ class JobCreateForm(forms.ModelForm):
                         misfire_policy=data.get("misfire_policy"))
             if data.get("max_lag_s") is not None:
                 spec["max_lag_s"] = data["max_lag_s"]
+            if data.get("run_at"):  # refused beside a cron, as REST refuses it
+                spec["run_at"] = data["run_at"]
         else:
             spec["run_at"] = data.get("run_at") or timezone.now()
         bounds = tenants.bounds_of(self.owner.pk if self.owner else None)
