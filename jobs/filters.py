@@ -28,8 +28,11 @@ class JobFilter(filters.FilterSet):
     status = filters.MultipleChoiceFilter(choices=SHOWN_STATUSES, field_name="shown_status")
     handler = filters.CharFilter()
     queue = filters.CharFilter()
-    recurring = filters.BooleanFilter(field_name="schedule", lookup_expr="isnull",
-                                      exclude=True, label="true: cron jobs; false: one-off")
+    # A choice, not a BooleanFilter: that reads anything but true/false as "not given"
+    # and served the unfiltered list for ?recurring=yes.
+    recurring = filters.ChoiceFilter(choices=[("true", "cron jobs"), ("false", "one-off jobs")],
+                                     method="filter_recurring", empty_label=None,
+                                     label="true: cron jobs; false: one-off")
     name = filters.CharFilter(lookup_expr="icontains")
     created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
@@ -39,6 +42,9 @@ class JobFilter(filters.FilterSet):
                                        "only")
     workflow = filters.NumberFilter(method="filter_workflow",
                                     label="the node jobs of this workflow id")
+
+    def filter_recurring(self, queryset, name, value):
+        return queryset.filter(schedule__isnull=value != "true")
 
     def filter_nodes(self, queryset, name, value):
         if value == "only":

@@ -48,3 +48,10 @@ def test_a_runs_log_lines_take_their_cursor_and_refuse_the_rest(api, alice):
 def test_one_objects_get_ignores_the_rule(api, alice):
     [run] = make_runs("default", 1, owner=alice)
     assert api.get(f"/api/runs/{run.pk}/", {"anything": "1"}).status_code == 200
+
+
+def test_a_bad_boolean_filter_value_is_a_400_not_the_unfiltered_list(api):
+    assert api.get("/api/jobs/", {"recurring": "true"}).status_code == 200
+    answer = api.get("/api/jobs/", {"recurring": "yes"})
+    assert answer.status_code == 400, answer.content
+    assert "recurring" in answer.json()
