@@ -20,6 +20,7 @@ from jobs.access import may_change_all
 from jobs.api import COMMON, FIELD_ERRORS
 from jobs.api_policy import ApiPolicy
 from jobs.models import Job
+from jobs.strict_input import StrictInput
 from runs.alerts.models import AlertPolicy, new_secret
 from runs.alerts.policy import FIELDS, merge
 from runs.outbound.payload import url_problem
@@ -29,34 +30,7 @@ def _switch(help_text: str) -> serializers.BooleanField:
     return serializers.BooleanField(allow_null=True, required=False, help_text=help_text)
 
 
-class StrictAlertFields:
-    """Refuse, naming each, a field the serializer does not declare and one it only shows
-    (``effective``, ``webhook_secret``): a 400, as every other endpoint answers, where
-    both PUTs ignored them silently and a client setting ``webhook_secret`` believed it
-    had."""
-
-    def to_internal_value(self, data):
-        refused = {}
-        if isinstance(data, dict):
-            settable = sorted(name for name, field in self.fields.items() if not field.read_only)
-            for name in data:
-                field = self.fields.get(name)
-                if field is None:
-                    refused[name] = [f"unknown field; this endpoint takes {', '.join(settable)}"]
-                elif field.read_only:
-                    refused[name] = ["is read-only: shown in the answer, never set"]
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            if refused and isinstance(exc.detail, dict):
-                raise serializers.ValidationError({**exc.detail, **refused}) from exc
-            raise
-        if refused:
-            raise serializers.ValidationError(refused)
-        return value
-
-
-class JobAlertsSerializer(StrictAlertFields, serializers.Serializer):
+class JobAlertsSerializer(StrictInput, serializers.Serializer):
     """A job's overrides; null: as the owner's policy says. ``effective`` is what
     applies to the job's runs."""
 

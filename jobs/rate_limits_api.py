@@ -17,12 +17,13 @@ from rest_framework.views import APIView
 from jobs.access import perm
 from jobs.api import COMMON, FIELD_ERRORS
 from jobs.api_policy import ApiPolicy
+from jobs.strict_input import StrictInput
 from runs import flow_limits
 from runs.flow_models import RateLimit
 from scheduler_core.exceptions import InvalidJob
 
 
-class RateLimitSerializer(serializers.Serializer):
+class RateLimitSerializer(StrictInput, serializers.Serializer):
     """One rate limit: ``rate`` runs started per second, a bucket of ``burst`` runs."""
 
     scope = serializers.ChoiceField(choices=RateLimit.Scope.choices,

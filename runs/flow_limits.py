@@ -13,6 +13,7 @@ from runs.flow_models import RateLimit
 from runs.limits import owner_limits
 from runs.models import PENDING_STATES, Run
 from scheduler_core.exceptions import InvalidJob
+from scheduler_core.registry import handler_names
 
 NAME_RE_HINT = "a handler name, or a rate_key template such as payload.customer_id"
 MAX_RATE = 1_000_000.0  # runs per second: beyond it a rate is surely a unit mistake
@@ -29,6 +30,9 @@ def problems(scope, name, rate, burst) -> dict[str, str]:
         errors["name"] = f"must be {NAME_RE_HINT}, at most 200 characters"
     elif scope == RateLimit.Scope.KEY and not flow.TEMPLATE_RE.match(name):
         errors["name"] = f"must be {flow.TEMPLATE_HINT}"
+    elif scope == RateLimit.Scope.HANDLER and name not in handler_names():
+        errors["name"] = f"no handler {name!r} is registered (a limit on a name no job " \
+                         "can have would limit nothing)"
     if isinstance(rate, bool) or not isinstance(rate, int | float) \
             or not math.isfinite(rate) or not 0 < rate <= MAX_RATE:
         errors["rate"] = f"must be a number of runs per second above 0, at most {MAX_RATE:g}"

@@ -164,6 +164,7 @@ def test_a_concurrency_key_holds_up_no_other_run(broker):
     ({"concurrency_key": "payload.c", "payload": {"c": [1]}}, "concurrency_key"),
     ({"concurrency_key": "payload.c", "payload": {"c": 1}, "concurrency_limit": 0},
      "concurrency_limit"),
+    ({"concurrency_limit": 2}, "concurrency_limit"),  # no key: it would limit nothing
 ])
 def test_bad_flow_keys_are_refused_naming_the_field(api, values, field):
     answer = api.post("/api/jobs/", {"handler": "noop", **values}, format="json")
@@ -197,6 +198,9 @@ def test_a_job_carries_its_key_values_through_rest(api):
     ({"scope": "handler", "name": "noop", "rate": "fast"}, "rate"),
     ({"scope": "handler", "name": "noop", "rate": 5, "burst": 0.5}, "burst"),
     ({"scope": "key", "name": "customer id", "rate": 5}, "name"),
+    ({"scope": "handler", "name": "nope.nope", "rate": 1}, "name"),  # no such handler
+    ({"scope": "handler", "name": "noop", "rate": 5, "burts": 3}, "burts"),
+    ({"scope": "handler", "name": "noop", "rate": 5, "updated_at": "x"}, "updated_at"),
 ])
 def test_bad_rate_limits_are_400s_naming_the_field(api, alice, body, field):
     alice.user_permissions.add(Permission.objects.get(codename="change_ratelimit"))

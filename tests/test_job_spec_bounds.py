@@ -15,7 +15,8 @@ NUMERIC = [f for f in spec.FIELDS if f.low is not None]
 TEXT = [f for f in spec.FIELDS if f.max_length is not None]
 # Fields that only mean something beside another: the smallest spec that gives them one.
 CONTEXT = {"max_lag_s": {"cron": "0 0 1 1 *"}, "jitter_s": {"cron": "0 0 1 1 *"},
-           "unique_period_s": {"unique_key": "k"}}
+           "unique_period_s": {"unique_key": "k"},
+           "concurrency_limit": {"concurrency_key": "handler"}}
 
 
 def base(field: str) -> dict:
