@@ -92,6 +92,9 @@ def django_logging(scheduler_level: str) -> dict:
             # Host headers) to the console only with DEBUG on, and otherwise to ADMINS by
             # mail, which nobody configures here: with DEBUG off they would be lost.
             "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+            # A 4xx is the client's mistake, answered and in the access log; Django adds a
+            # WARNING line for each ("Bad Request: /api/jobs/"). 5xx stay, at ERROR.
+            "django.request": {"level": "ERROR"},
             "django.security.DisallowedHost": {"handlers": ["console_line"],
                                                "level": "WARNING", "propagate": False},
             "scheduler": {"handlers": ["console"], "level": scheduler_level,

@@ -126,3 +126,18 @@ def test_a_refused_host_header_is_one_line_and_other_errors_keep_their_traceback
     assert lines["django.security.DisallowedHost"].endswith("Invalid HTTP_HOST header: 'evil'")
     assert "Traceback" not in lines["django.security.DisallowedHost"]
     assert "Traceback" in lines["django.request"]
+
+
+def test_a_client_error_adds_no_line_and_a_server_error_keeps_its_own():
+    """Django logged "Bad Request: /api/jobs/" at WARNING for every 4xx, beside the
+    access line: one 400 was two lines on the console."""
+    from django.conf import settings
+
+    logging.config.dictConfig(django_logging("INFO"))
+    try:
+        request_log = logging.getLogger("django.request")
+        client, server = (request_log.isEnabledFor(logging.WARNING),
+                          request_log.isEnabledFor(logging.ERROR))
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+    assert (client, server) == (False, True)
