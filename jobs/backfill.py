@@ -99,8 +99,8 @@ def plan(schedule: Schedule, start, end, now: datetime) -> tuple[datetime, datet
     if len(found) > limit:
         raise InvalidJob({"end": (
             f"the range holds more than {limit} occurrences, the most one backfill may "
-            f"make (BACKFILL_MAX_OCCURRENCES); the {limit + 1}th is at "
-            f"{found[-1].isoformat()}: split the range")})
+            f"make (BACKFILL_MAX_OCCURRENCES); the one after the last allowed is at "
+            f"{found[-1].isoformat()}: split the range there")})
     return start, end, found
 
 
