@@ -1,27 +1,37 @@
-"""The Redis broker's bookkeeping of leases (a mixin of runs/brokers/redis/broker.py's
-RedisBroker): forget finished runs, adopt the runs an ack's worker leased in the
-database, extend or end leases. Each is one script call per queue shard, in the caller's
-pipeline or one of its own; Redis errors become BrokerUnavailable (wire.py)."""
+"""The Redis broker's bookkeeping of leases: forget finished runs, adopt the runs an ack's
+worker leased in the database, extend or end leases. Each is one script call per queue
+shard, in the caller's pipeline or one of its own; Redis errors become BrokerUnavailable
+(wire.py). RedisBroker binds its _forget, _adopt, _extend and _lapse to these."""
 
 from collections import defaultdict
+from collections.abc import Callable
 
-from runs.brokers.redis.wire import Pipe, translate_errors
+from runs.brokers.redis.keys import Keys
+from runs.brokers.redis.wire import Pipe, Wire, translate_errors
 from runs.types import Lease, Slot
 
 
-class RedisBookkeeping:
-    """A mixin of RedisBroker: ``keys``, ``_pipe``, ``_script`` and ``_unpark_into``
-    are its."""
+class LeaseBooks:
+    """The leased sets of one broker, over ``wire`` and ``keys``; ``unpark_into``
+    (limits.Limits.unpark_into) queues the unpark of shards where runs finished."""
+
+    def __init__(self, wire: Wire, keys: Keys,
+                 unpark_into: Callable[[Pipe, list[tuple[str, int]]], None]):
+        self.wire = wire
+        self.keys = keys
+        self._unpark_into = unpark_into
 
     @translate_errors
-    def _forget(self, slots: list[Slot]) -> None:
+    def forget(self, slots: list[Slot]) -> None:
+        """As Broker._forget: drop ``slots`` from their leased sets, one pipeline."""
         if not slots:
             return
-        pipe = self._pipe()
-        self._forget_into(pipe, slots)
+        pipe = self.wire.pipe()
+        self.forget_into(pipe, slots)
         pipe.execute()
 
-    def _forget_into(self, pipe: Pipe, slots: list[Slot]) -> None:
+    def forget_into(self, pipe: Pipe, slots: list[Slot]) -> None:
+        """Queue in ``pipe`` the forget of ``slots`` and the unpark of their shards."""
         by_shard = defaultdict(list)
         for run_id, queue, shard in slots:
             by_shard[(queue, shard)].append(run_id)
@@ -34,13 +44,15 @@ class RedisBookkeeping:
         self._unpark_into(pipe, list(by_shard))
 
     @translate_errors
-    def _adopt(self, taken: list[tuple[Lease, int | None]], ttl_s: float) -> None:
-        pipe = self._pipe()
-        self._adopt_into(pipe, taken, ttl_s)
+    def adopt(self, taken: list[tuple[Lease, int | None]], ttl_s: float) -> None:
+        """As Broker._adopt: record ``taken`` as leased for ``ttl_s`` seconds."""
+        pipe = self.wire.pipe()
+        self.adopt_into(pipe, taken, ttl_s)
         pipe.execute()
 
-    def _adopt_into(self, pipe: Pipe, taken: list[tuple[Lease, int | None]],
-                    ttl_s: float) -> None:
+    def adopt_into(self, pipe: Pipe, taken: list[tuple[Lease, int | None]],
+                   ttl_s: float) -> None:
+        """Queue in ``pipe`` the adopt of ``taken`` (lease, owner id or None)."""
         by_shard = defaultdict(list)
         for lease, owner in taken:
             by_shard[(lease.queue, lease.shard)] += [lease.run_id,
@@ -54,17 +66,19 @@ class RedisBookkeeping:
                         [queue, ttl_ms, *args])
 
     @translate_errors
-    def _extend(self, leases: list[Lease], ttl_s: float) -> None:
+    def extend(self, leases: list[Lease], ttl_s: float) -> None:
+        """As Broker._extend: push the expiry of ``leases`` ``ttl_s`` seconds out."""
         by_key = defaultdict(list)
         for lease in leases:
             by_key[self.keys.leased(lease.queue, lease.shard)].append(lease.run_id)
         for key, ids in by_key.items():
-            self._script("heartbeat", [key], [int(ttl_s * 1000), *ids])
+            self.wire.script("heartbeat", [key], [int(ttl_s * 1000), *ids])
 
     @translate_errors
-    def _lapse(self, slots: list[Slot]) -> None:
+    def lapse(self, slots: list[Slot]) -> None:
+        """As Broker._lapse: make the claims on ``slots`` expire now."""
         by_key = defaultdict(list)
         for run_id, queue, shard in slots:
             by_key[self.keys.leased(queue, shard)].append(run_id)
         for key, ids in by_key.items():
-            self._script("heartbeat", [key], [0, *ids])  # expiry = now: reap takes them
+            self.wire.script("heartbeat", [key], [0, *ids])  # expiry = now: reap takes them

@@ -3,8 +3,10 @@
 Per queue shard: ``delayed`` (score run_at), ``ready`` (score priority then run_at; equal
 scores leave in id order, the members being zero-padded ids, keys.member) and ``leased``
 (score lease expiry). Scripts live in ``lua/`` next to this file, each opening with its
-KEYS/ARGV, and run by EVALSHA through runs/brokers/redis/wire.py (which translates Redis
-errors to BrokerUnavailable); runs/brokers/redis/inspection.py reports the working set.
+KEYS/ARGV, and run by EVALSHA through wire.py (which translates Redis errors to
+BrokerUnavailable). RedisBroker pushes, promotes, leases and reaps itself, and composes
+the parts that own the rest: the wake lists (wake.py), the reports on the working set
+(inspection.py), owner limits (limits.py) and lease bookkeeping (books.py).
 """
 
 import itertools
@@ -16,21 +18,23 @@ from django.conf import settings
 
 from runs import flow, policy
 from runs.brokers.base import Broker
-from runs.brokers.redis.books import RedisBookkeeping
-from runs.brokers.redis.inspection import RedisInspection
+from runs.brokers.redis.books import LeaseBooks
+from runs.brokers.redis.inspection import Inspector
 from runs.brokers.redis.keys import Keys
-from runs.brokers.redis.limits import RedisLimits
-from runs.brokers.redis.wake import RedisWake
+from runs.brokers.redis.limits import Limits
+from runs.brokers.redis.queues import QueueShards
+from runs.brokers.redis.wake import WAIT_SLACK_S, WakeLists
 from runs.brokers.redis.wire import (
     UNAVAILABLE,
     Pipe,
+    Wire,
     is_cluster_url,
     redis_client,
     translate_errors,
 )
 from runs.clock import to_ms
 from runs.models import DELAYED_STATES, Run, RunState
-from runs.types import Lease, RunRef, Slot
+from runs.types import Lease, QueueDepth, RunRef, Slot
 from scheduler_core import conf
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -43,21 +47,45 @@ PROMOTE_IN_LEASE = 1000  # most due runs a lease promotes per shard (as lease.lu
 HEADS_FRESH_S = 0.05
 
 
-class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Broker):
+class RedisBroker(Broker):
     """The production broker. ``url`` defaults to settings.REDIS_URL."""
 
     name = "redis"
     claims_in_database = False
+    wait_slack_s = WAIT_SLACK_S
 
     def __init__(self, using: str = "default", url: str | None = None):
         super().__init__(using)
         self.url = url or getattr(settings, "REDIS_URL", None) or "redis://127.0.0.1:6379/0"
         self.keys = Keys(conf.get("REDIS_PREFIX"), cluster=is_cluster_url(self.url))
         self.sources = {name: (LUA_DIR / f"{name}.lua").read_text() for name in SCRIPTS}
+        self.wire = Wire(self.url, self.sources)
+        self.shards = QueueShards(self.wire, self.keys)
+        self.wake = WakeLists(self.wire, self.keys)
+        self.inspector = Inspector(self.wire, self.keys, self.shards)
+        self.limits = Limits(self.wire, self.keys, self.shards, using)
+        self.books = LeaseBooks(self.wire, self.keys, self.limits.unpark_into)
+        # The Broker verbs a part answers are that part's bound methods, set on the
+        # instance (shadowing Broker's defaults) rather than methods that delegate: no
+        # call layer is added where a worker calls per run or per idle wait (an ack's
+        # _forget/_adopt/_settle_now, a heartbeat's _extend, a push's _wake, wait_ready,
+        # the lease's shard_count), and the cold verbs are bound the same way for one
+        # rule. Only depth, abstract in Broker, delegates in a method.
+        self._pipe, self._script = self.wire.pipe, self.wire.script
+        self.shard_count, self._queue_shards = self.shards.count, self.shards.all
+        self._wake, self.wait_ready = self.wake.after_push, self.wake.wait
+        self._forget, self._forget_into = self.books.forget, self.books.forget_into
+        self._adopt, self._adopt_into = self.books.adopt, self.books.adopt_into
+        self._extend, self._lapse = self.books.extend, self.books.lapse
+        self.missing, self.shard_depth = self.inspector.missing, self.inspector.shard_depth
+        self.needs_reconcile = self.inspector.needs_reconcile
+        self.mark_reconciled = self.inspector.mark_reconciled
+        self.flush = self.inspector.flush  # tests and resets: every key of this broker
+        self.unpark, self.sync_limits = self.limits.unpark, self.limits.sync
+        self.running_counts = self.limits.running_counts
         self._rotation = itertools.count()
         self._known: list[tuple[str, int]] = []
         self._known_at = float("-inf")
-        self._limited: set[str] = set()  # cluster: queues whose limits hash is filled
         # (monotonic time read, queues, {queue: most urgent waiting priority}) or None
         self._heads: tuple[float, tuple[str, ...], dict[str, int]] | None = None
 
@@ -66,31 +94,9 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Bro
         """The client of ``url``, made at first use (wire.redis_client)."""
         return redis_client(self.url)
 
-    def _pipe(self) -> Pipe:
-        return Pipe(self.client, self.sources)
-
-    def _script(self, name: str, keys: list, args: list):
-        """Run one script (EVALSHA, EVAL on NOSCRIPT); returns its reply."""
-        pipe = self._pipe()
-        pipe.script(name, keys, args)
-        return pipe.execute()[0]
-
-    def _owns(self, shards: list[int] | None, shard: int) -> bool:
-        """Whether ``shard`` is among ``shards`` (None: all), by its number modulo SHARDS,
-        so a shard left over from a larger SHARDS still has a dispatcher."""
-        return shards is None or shard % self.shard_count() in shards
-
-    def shard_count(self) -> int:
-        """SHARDS: how many shards each queue is split into."""
-        return max(conf.get("SHARDS"), 1)
-
-    def _queue_shards(self) -> list[tuple[str, int]]:
-        members = self.client.smembers(self.keys.queues)
-        pairs = []
-        for name in members:
-            queue, _, shard = name.decode().rpartition(":")
-            pairs.append((queue, int(shard)))
-        return sorted(pairs)
+    def depth(self) -> list[QueueDepth]:
+        """As Inspector.depth: ready, delayed and leased counts per queue."""
+        return self.inspector.depth()
 
     @translate_errors
     def ping(self) -> None:
@@ -103,7 +109,7 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Bro
         for ref in runs:
             by_shard[(ref.queue, ref.shard)].append(ref)
         if self.keys.cluster:
-            self._limits_for_new_queues({queue for queue, _shard in by_shard})
+            self.limits.for_new_queues({queue for queue, _shard in by_shard})
         gates = flow.gates_of(runs, self.using)
         pipe = self._pipe()
         for (queue, shard), refs in by_shard.items():
@@ -125,7 +131,7 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Bro
         limit = limit or conf.get("PROMOTE_BATCH")
         moved: list[int] = []
         for queue, shard in self._queue_shards():
-            if not self._owns(shards, shard):
+            if not self.shards.owns(shards, shard):
                 continue
             ids = self._script(
                 "promote", [self.keys.delayed(queue, shard), self.keys.ready(queue, shard)],
@@ -359,7 +365,7 @@ class RedisBroker(RedisWake, RedisInspection, RedisLimits, RedisBookkeeping, Bro
     def _expired_claims(self, limit: int, shards: list[int] | None = None) -> list[int]:
         ids: list[int] = []
         for queue, shard in self._queue_shards():
-            if not self._owns(shards, shard):
+            if not self.shards.owns(shards, shard):
                 continue
             ids += [
                 int(i)

@@ -1,23 +1,33 @@
 """The Redis broker's owner-limit bookkeeping: parked runs back to ready, the owner limits
 synced from the database, the running counts (docs/isolation.md, "Concurrency limits" and
-"Redis Cluster"). A mixin of RedisBroker, which gives it ``client``, ``keys``, ``_pipe``,
-``_queue_shards`` and ``_owns``.
+"Redis Cluster"). RedisBroker's unpark, sync_limits and running_counts delegate here.
 """
 
 from collections import defaultdict
 
 from runs import flow
-from runs.brokers.redis.wire import translate_errors
+from runs.brokers.redis.keys import Keys
+from runs.brokers.redis.queues import QueueShards
+from runs.brokers.redis.wire import Pipe, Wire, translate_errors
 from scheduler_core import conf
 
 UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
 
 
-class RedisLimits:
+class Limits:
     """Owner limits on Redis: one set of hashes on a single Redis, a copy per queue on a
-    cluster (``keys.Keys``)."""
+    cluster (``keys.Keys``), over ``wire`` and the broker's ``shards``; ``using``: the
+    database alias whose flow limits are synced (runs/flow.py)."""
 
-    def _unpark_into(self, pipe, pairs: list[tuple[str, int]]) -> None:
+    def __init__(self, wire: Wire, keys: Keys, shards: QueueShards, using: str):
+        self.wire = wire
+        self.keys = keys
+        self.shards = shards
+        self.using = using
+        self._limited: set[str] = set()  # cluster: queues whose limits hash is filled
+
+    def unpark_into(self, pipe: Pipe, pairs: list[tuple[str, int]]) -> None:
+        """Queue in ``pipe`` the unpark script of each ``(queue, shard)`` of ``pairs``."""
         owner_default = conf.get("OWNER_CONCURRENCY")
         for queue, shard in pairs:
             pipe.script("unpark", [self.keys.ready(queue, shard),
@@ -32,15 +42,15 @@ class RedisLimits:
         """Move parked runs of owners that have room again back to ready, in ``shards``
         (default: all). The dispatcher calls this every round for its shards, so a raised
         or removed limit takes effect within a round. Returns how many moved."""
-        pairs = [(q, s) for q, s in self._queue_shards() if self._owns(shards, s)]
+        pairs = [(q, s) for q, s in self.shards.all() if self.shards.owns(shards, s)]
         if not pairs:
             return 0
-        pipe = self._pipe()
-        self._unpark_into(pipe, pairs)
+        pipe = self.wire.pipe()
+        self.unpark_into(pipe, pairs)
         return sum(int(m) for m in pipe.execute())
 
     @translate_errors
-    def sync_limits(self, limits: dict[int, int]) -> None:
+    def sync(self, limits: dict[int, int]) -> None:
         """Replace the per-owner limits Redis enforces with ``limits`` (owner id ->
         most running runs, positive) and the handler and key rate limits (runs/flow.py,
         read now), atomically per hash: the one hash on a single Redis; on a cluster the
@@ -51,26 +61,26 @@ class RedisLimits:
                  for x in (field, value)]
         hashes = {self.keys.limits("")}
         if self.keys.cluster:
-            hashes |= {self.keys.limits(queue) for queue, _shard in self._queue_shards()}
-        pipe = self._pipe()
+            hashes |= {self.keys.limits(queue) for queue, _shard in self.shards.all()}
+        pipe = self.wire.pipe()
         for key in sorted(hashes):
             pipe.script("limits", [key], args)
         pipe.execute()
 
-    def _limits_for_new_queues(self, queues: set[str]) -> None:
+    def for_new_queues(self, queues: set[str]) -> None:
         """Cluster: give each queue in ``queues`` not yet in the queues set a copy of the
         master limits before its first push, so its first leases see the owners' limits
         (dispatchers' reconciles and policy changes sync every known queue)."""
         if queues <= self._limited:
             return
-        known = {queue for queue, _shard in self._queue_shards()}
+        known = {queue for queue, _shard in self.shards.all()}
         self._limited |= known
         new = sorted(queues - known)
         if not new:
             return
-        master = self.client.hgetall(self.keys.limits(""))
+        master = self.wire.client.hgetall(self.keys.limits(""))
         args = [x for field, n in master.items() for x in (field, n)]
-        pipe = self._pipe()
+        pipe = self.wire.pipe()
         for queue in new:
             pipe.script("limits", [self.keys.limits(queue)], args)
         pipe.execute()
@@ -80,9 +90,9 @@ class RedisLimits:
     def running_counts(self) -> dict[str, int]:
         """Runs leased now: ``{"o:<owner>": n, "q:<queue>": n}``, each owner's summed
         over its queues on a cluster."""
-        names = ({queue for queue, _shard in self._queue_shards()} if self.keys.cluster
+        names = ({queue for queue, _shard in self.shards.all()} if self.keys.cluster
                  else {""})
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.wire.client.pipeline(transaction=False)
         for queue in sorted(names):
             pipe.hgetall(self.keys.running(queue))
         counts: dict[str, int] = defaultdict(int)
@@ -90,4 +100,3 @@ class RedisLimits:
             for field, value in reply.items():
                 counts[field.decode()] += int(value)
         return dict(counts)
-

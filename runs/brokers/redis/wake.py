@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 import redis
 
-from runs.brokers.redis.wire import UNAVAILABLE
+from runs.brokers.redis.keys import Keys
+from runs.brokers.redis.wire import UNAVAILABLE, Wire
 from runs.clock import to_ms
 from runs.types import RunRef
 from scheduler_core import conf
@@ -57,12 +58,15 @@ def socket_timeout_s(client) -> float | None:
     return float(timeout) if timeout else None
 
 
-class RedisWake:
-    """A mixin of runs/brokers/redis/broker.py's RedisBroker: ``client`` and ``keys`` are its."""
+class WakeLists:
+    """The wake lists of one broker (``keys.wake``), written after pushes and blocked on
+    by idle workers, through ``wire``."""
 
-    wait_slack_s = WAIT_SLACK_S
+    def __init__(self, wire: Wire, keys: Keys):
+        self.wire = wire
+        self.keys = keys
 
-    def _wake(self, runs: list[RunRef]) -> None:
+    def after_push(self, runs: list[RunRef]) -> None:
         """After a push of ``runs``: one token per run due before a blocked wait could end
         (now, or within WORKER_POLL_S, at most WAKE_WAIT_MAX_S, plus WAIT_SLACK_S; by this
         process's clock), at most WAKE_TOKENS per queue, in a call of its own whose
@@ -74,7 +78,7 @@ class RedisWake:
         if not due:
             return
         try:
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self.wire.client.pipeline(transaction=False)
             for queue, count in due.items():
                 key = self.keys.wake(queue)
                 pipe.lpush(key, *["1"] * min(count, WAKE_TOKENS))
@@ -84,9 +88,9 @@ class RedisWake:
             log.debug("wake tokens not sent (idle workers find the runs at their next "
                       "poll): %s", exc)
 
-    def wait_ready(self, queues: list[str], timeout_s: float,
-                   passing_on: Callable[[], bool] | None = None) -> bool:
-        """As Broker.wait_ready: block up to ``timeout_s`` seconds, at most
+    def wait(self, queues: list[str], timeout_s: float,
+             passing_on: Callable[[], bool] | None = None) -> bool:
+        """Broker.wait_ready on Redis: block up to ``timeout_s`` seconds, at most
         WAKE_WAIT_MAX_S and half the client's socket timeout (Redis takes fractions, to
         the millisecond), on the wake lists of ``queues``; True. False (no wait: the
         caller sleeps itself) when that leaves no time to wait, or when the lists cannot
@@ -95,16 +99,17 @@ class RedisWake:
         while ``passing_on()`` says the caller will not lease goes back to its list: a
         worker told to stop in its wait swallowed it, and another idle worker slept out
         its wait (up to WAKE_WAIT_MAX_S) before starting the run it announced."""
-        limit = socket_timeout_s(self.client)
+        client = self.wire.client
+        limit = socket_timeout_s(client)
         timeout_s = min(timeout_s, WAKE_WAIT_MAX_S,
                         float("inf") if limit is None else limit / 2)
         if timeout_s < 0.001 or not queues:
             return False
         try:
-            token = self.client.blpop([self.keys.wake(queue) for queue in queues],
-                                      timeout=round(timeout_s, 3))
+            token = client.blpop([self.keys.wake(queue) for queue in queues],
+                                 timeout=round(timeout_s, 3))
             if token is not None and passing_on is not None and passing_on():
-                self.client.lpush(*token)
+                client.lpush(*token)
         except (*UNAVAILABLE, redis.RedisError, OSError) as exc:
             log.debug("wake lists not readable, polling: %s", exc)
             return False

@@ -96,6 +96,33 @@ class Pipe:
         return replies
 
 
+class Wire:
+    """The wire of one Redis broker: the client of ``url`` (redis_client, looked up at
+    each use, so a cluster no seed of which answers raises inside the translated call
+    that needs it) and pipelines of the Lua scripts ``sources`` (name -> source) over
+    it. Every part of the broker (wake.py, inspection.py, limits.py, books.py) talks to
+    Redis through the broker's one Wire."""
+
+    def __init__(self, url: str, sources: dict[str, str]):
+        self.url = url
+        self.sources = sources
+
+    @property
+    def client(self) -> redis.Redis | RedisCluster:
+        """The client of ``url`` (redis_client: one per process and URL)."""
+        return redis_client(self.url)
+
+    def pipe(self) -> Pipe:
+        """A new pipeline of script calls (and any command, through its ``pipe``)."""
+        return Pipe(redis_client(self.url), self.sources)
+
+    def script(self, name: str, keys: list, args: list):
+        """Run one script (EVALSHA, EVAL on NOSCRIPT); returns its reply."""
+        pipe = self.pipe()
+        pipe.script(name, keys, args)
+        return pipe.execute()[0]
+
+
 @functools.cache
 def script_sha(source: str) -> str:
     """The SHA1 EVALSHA names the Lua script ``source`` by."""
