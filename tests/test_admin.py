@@ -553,5 +553,6 @@ def test_the_add_form_refuses_a_run_at_beside_a_cron_as_rest_does(admin_client):
             "timeout_s": "60", "max_attempts": "4", "run_at_0": "2030-01-01",
             "run_at_1": "09:00:00", "queue": "default", "_save": "Save"}
     page = text(admin_client.post("/admin/jobs/job/add/", form))
-    assert "give at most one of run_at, delay_s or cron" in page, re.findall(r"errorlist.{0,200}", page)
+    assert "give at most one of run_at, delay_s or cron" in page, \
+        re.findall(r"errorlist.{0,200}", page)
     assert not Job.objects.filter(name="both").exists()
