@@ -195,7 +195,7 @@ class LeaseAhead:
         wait_s = c.poll_s if due_in is None else min(due_in, c.poll_s)
         # A burst worker does not wait: it stops once idle (main.py, round). Nor does a
         # worker whose next run falls due before the broker's wait could end for sure:
-        # it sleeps to that instant itself (redis_wake.py, WAIT_SLACK_S).
+        # it sleeps to that instant itself (runs/brokers/redis/wake.py, WAIT_SLACK_S).
         exact = due_in is not None and due_in < wait_s + self.broker.wait_slack_s
         if (self.stopping() or c.burst or exact
                 or not self.broker.wait_ready(c.queues, wait_s,
