@@ -11,6 +11,8 @@ import re
 import threading
 import time
 
+from django.db.models import Q
+
 from runs.flow_models import RateLimit
 from scheduler_core.models import Job
 
@@ -21,6 +23,7 @@ CACHE_S = 1.0  # how long the limits read from the database serve (a change take
 _cache: dict[str, tuple[float, dict]] = {}
 _in_use: dict[str, float | bool] = {}
 _lock = threading.Lock()
+FLOW_KEYED = ~Q(rate_key="") | ~Q(concurrency_key="")
 _marked = False
 
 
@@ -55,9 +58,10 @@ def in_use(using: str = "default") -> bool:
     now = time.monotonic()
     if state is not None and now - state < CACHE_S:
         return False
+    # The condition is the partial index job_flow_keyed's, word for word, so this reads
+    # that index (usually empty) and not the jobs table.
     used = (RateLimit.objects.using(using).exists()
-            or Job.objects.using(using).exclude(rate_key="").exists()
-            or Job.objects.using(using).exclude(concurrency_key="").exists())
+            or Job.objects.using(using).filter(FLOW_KEYED).exists())
     _in_use[using] = True if used else now
     return used
 

@@ -152,6 +152,10 @@ class Job(models.Model):
                 condition=Q(status="active", next_run_at__isnull=False),
             ),
             models.Index(fields=["owner", "status"], name="job_owner_status"),
+            # runs/flow.py's in_use asks every second whether any job is keyed: without
+            # this (small, usually empty) index that read every job of a large table.
+            models.Index(fields=["id"], name="job_flow_keyed",
+                         condition=~Q(rate_key="") | ~Q(concurrency_key="")),
         ]
 
     def __str__(self) -> str:
