@@ -1,0 +1,119 @@
+"""Readings for bench/profile_runs.py: pg_stat_statements and Redis INFO commandstats
+between two points, a cProfile dump's top functions, and their markdown tables."""
+
+import pstats
+import re
+
+# The standard library's folder, left out of a function's file name.
+STDLIB = re.compile(r"/[^\s(]*/lib/python3\.\d+/")
+
+# The bench's own queries (progress polling, these readings, the bulk load's ANALYZE):
+# not the scheduler's work, so left out of the statement counts.
+OWN_SQL = ("pg_stat_statements", "SELECT count(*) FROM runs_run WHERE state", "ANALYZE",
+           "pg_backend_pid")
+
+
+def pg_statements_reset(connection) -> None:
+    """Create pg_stat_statements in the bench database if missing, and zero it."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        cursor.execute("SELECT pg_stat_statements_reset()")
+
+
+def pg_statements(connection) -> list[dict]:
+    """Every statement since the last reset, the bench's own left out: {query, calls,
+    total_ms}; most calls first."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT query, sum(calls)::bigint, sum(total_exec_time) "
+                       "FROM pg_stat_statements WHERE toplevel GROUP BY query "
+                       "ORDER BY 2 DESC")
+        rows = cursor.fetchall()
+    return [{"query": q, "calls": int(c), "total_ms": float(t)} for q, c, t in rows
+            if not any(own in q for own in OWN_SQL)]
+
+
+def redis_commandstats(client) -> dict[str, tuple[int, int]]:
+    """INFO commandstats as {command: (calls, usec)}."""
+    out = {}
+    for name, stats in client.info("commandstats").items():
+        out[name.removeprefix("cmdstat_")] = (int(stats["calls"]), int(stats["usec"]))
+    return out
+
+
+def redis_delta(before: dict, after: dict) -> list[dict]:
+    """Commands run between two commandstats readings (INFO itself left out): {command,
+    calls, usec}; most calls first."""
+    rows = []
+    for name, (calls, usec) in after.items():
+        c0, u0 = before.get(name, (0, 0))
+        if name != "info" and calls > c0:
+            rows.append({"command": name, "calls": calls - c0, "usec": usec - u0})
+    return sorted(rows, key=lambda r: -r["calls"])
+
+
+def top_functions(path: str, runs: int, limit: int = 15) -> dict:
+    """The ``limit`` functions of a cProfile dump with the most cumulative time among those
+    called at least once per 100 runs (the per-run path; the daemon's lifetime frames,
+    such as serve() or a thread's join() that every other thread's frames nest under,
+    are left out): {"functions": [{function, calls, cum_s, own_s}], "total_s"}."""
+    stats = pstats.Stats(path)
+    rows = []
+    for (file, line, name), (_cc, calls, own, cum, _callers) in stats.stats.items():
+        if calls * 100 < runs:
+            continue
+        where = f"{file.split('/site-packages/')[-1].split('/work/main/')[-1]}:{line}"
+        rows.append({"function": f"{name} ({where})", "calls": calls, "cum_s": cum,
+                     "own_s": own})
+    rows.sort(key=lambda r: -r["cum_s"])
+    return {"functions": rows[:limit], "total_s": stats.total_tt}
+
+
+def _cell(text: str, width: int = 70) -> str:
+    text = " ".join(text.split())
+    text = text if len(text) <= width else text[:width - 1] + "…"
+    return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
+
+
+def markdown(result: dict) -> str:
+    """The tables of one or more brokers' results (profile_runs.py's ``measure``)."""
+    lines = []
+    for r in result["brokers"]:
+        n = r["n"]
+        lines += [f"### {r['broker']} broker: {n:,} no-op runs, µs per run", "",
+                  f"Ingest {r['ingest_s']:.1f} s, drain {r['drain_s']:.1f} s "
+                  f"(wall, worker start to last ack: {n / r['drain_s']:.0f} runs/s).", "",
+                  "| process | ingest CPU µs/run | drain CPU µs/run |", "|---|---:|---:|"]
+        for name in r["drain_cpu"]:
+            lines.append(f"| {name} | {r['ingest_cpu'].get(name, 0.0):.1f} | "
+                         f"{r['drain_cpu'][name]:.1f} |")
+        for phase in ("ingest", "drain"):
+            sql = r[f"{phase}_sql"]
+            total = sum(s["calls"] for s in sql)
+            ms = sum(s["total_ms"] for s in sql)
+            lines += ["", f"PostgreSQL, {phase}: {total / n:.2f} statements per run, "
+                      f"{ms * 1000 / n:.1f} µs of execution per run.", "",
+                      "| statement | per run | mean µs |", "|---|---:|---:|"]
+            for s in sql[:10]:
+                lines.append(f"| {_cell(s['query'])} | {s['calls'] / n:.3f} | "
+                             f"{s['total_ms'] * 1000 / s['calls']:.0f} |")
+            cmds = r[f"{phase}_redis"]
+            if cmds:
+                lines += ["", f"Redis, {phase}: {sum(c['calls'] for c in cmds) / n:.2f} "
+                          "commands per run.", "", "| command | per run | mean µs |",
+                          "|---|---:|---:|"]
+                for c in cmds[:10]:
+                    lines.append(f"| {c['command']} | {c['calls'] / n:.3f} | "
+                                 f"{c['usec'] / c['calls']:.0f} |")
+        if r.get("cprofile"):
+            total = r["cprofile"]["total_s"] * 1e6 / n
+            lines += ["", "Worker supervisor under cProfile, in a second drain (its "
+                      f"{total:.0f} µs/run under the profiler against the unprofiled "
+                      "figure above); functions called at least once per 100 runs:", "",
+                      "| function | calls per run | cumulative µs/run | own µs/run |",
+                      "|---|---:|---:|---:|"]
+            for f in r["cprofile"]["functions"]:
+                name = STDLIB.sub("", f["function"])
+                lines.append(f"| {_cell(name, 80)} | {f['calls'] / n:.3f} | "
+                             f"{f['cum_s'] * 1e6 / n:.1f} | {f['own_s'] * 1e6 / n:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
