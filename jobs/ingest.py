@@ -48,7 +48,7 @@ ACTIVE, SCHEDULED = Job.Status.ACTIVE.value, RunState.SCHEDULED.value
 RUN_COLUMNS = ("id", "job_id", "scheduled_at", "run_at", "jitter_s", "state", "queue",
                "shard", "priority", "attempt", "max_attempts", "worker_id",
                "lease_expires_at", "created_at", "started_at", "finished_at", "error",
-               "result", "catch_up")
+               "result", "catch_up", "backfill_id")
 # From this many new runs per call a stale foreign-key check plan costs more than the one
 # round trip that drops it (bulk_insert.replan_checks): a call of 100 runs takes ~10 ms.
 REPLAN_FROM_RUNS = 100
@@ -184,7 +184,7 @@ class _Rows:
                     at = self.run_at_texts[n]
                     yield (f"{pk}\t{v[0]}\t{at}\t{at}\t0\t{SCHEDULED}\t"
                            f"{queues[v[5]]}\t{shard}\t{v[7]}\t0\t{v[13]}\t\t{NULL}\t"
-                           f"{stamp_text}\t{NULL}\t{NULL}\t\t{NULL}\tf\n")
+                           f"{stamp_text}\t{NULL}\t{NULL}\t\t{NULL}\tf\t{NULL}\n")
 
         if postgres:
             copy_lines(Run._meta.db_table, RUN_COLUMNS, lines(), self.using)
@@ -195,8 +195,12 @@ class _Rows:
                 pass
             self._bulk_create(Run, ("id", "job_id", "scheduled_at", "run_at", "queue",
                                     "shard", "priority", "max_attempts"), runs)
+        # Gates only while flow control is in use: each costs Redis a hash write at push
+        # and a read at lease (W1 lost 6-13% to them, BENCHMARKS.md); a limit set later
+        # pushes the waiting runs again with theirs (runs/flow_limits.py, _spread).
+        gated = flow.in_use(self.using)
         self.refs = [RunRef(r[0], r[4], r[5], r[6], r[3], self.owner_id,
-                            flow.gate(v[3], v[24], v[25], v[26]))
+                            flow.gate(v[3], v[24], v[25], v[26]) if gated else None)
                      for r, v in zip(runs.values(), one_off, strict=True)]
 
     def _bulk_create(self, model, columns: tuple[str, ...], rows: dict[int, tuple]) -> None:

@@ -11,6 +11,8 @@ local function uncount(field)
   end
 end
 local dropped = 0
+-- No gate entry in this shard (no flow control in use): no read or delete per run.
+local gated = redis.call('EXISTS', KEYS[4]) == 1
 for i = 2, #ARGV do
   local id = ARGV[i]
   if redis.call('ZREM', KEYS[1], id) == 1 then
@@ -20,13 +22,15 @@ for i = 2, #ARGV do
       uncount('o:' .. owner)
       redis.call('HDEL', KEYS[2], id)
     end
-    local gate = redis.call('HGET', KEYS[4], id)
+    local gate = gated and redis.call('HGET', KEYS[4], id)
     local ckey = gate and string.match(gate, '^[^\t]*\t[^\t]*\t([^\t]+)\t')
     if ckey then
       uncount('c:' .. ckey)
     end
   end
-  redis.call('HDEL', KEYS[4], id)
+  if gated then
+    redis.call('HDEL', KEYS[4], id)
+  end
 end
 if dropped > 0 and redis.call('HINCRBY', KEYS[3], 'q:' .. ARGV[1], -dropped) <= 0 then
   redis.call('HDEL', KEYS[3], 'q:' .. ARGV[1])

@@ -187,6 +187,8 @@ end
 
 local picked = {}
 local parked = 0
+-- No gate entry in this shard (no flow control in use): no gate read per run.
+local gated = redis.call('EXISTS', KEYS[12]) == 1
 local expiry = now + tonumber(ARGV[2])
 local CHUNK = 500
 local stop = false
@@ -220,7 +222,7 @@ while #picked < n and not stop do
       ids[#ids + 1] = plain(head[i])
     end
     local owners = redis.call('HMGET', KEYS[3], unpack(ids))
-    local gates = redis.call('HMGET', KEYS[12], unpack(ids))
+    local gates = gated and redis.call('HMGET', KEYS[12], unpack(ids)) or {}
     local taken, leased, counts = {}, {}, {}
     for j, id in ipairs(ids) do
       local score = head[2 * j]
@@ -230,7 +232,10 @@ while #picked < n and not stop do
         left = owner_room(owner)
       end
       local f = gates[j] and split(gates[j])
-      local position = string.format('%016.0f', tonumber(score)) .. '|' .. members[j]
+      local position  -- where the run would wait: only a run that may wait needs it
+      if f or (left and left <= 0) then
+        position = string.format('%016.0f', tonumber(score)) .. '|' .. members[j]
+      end
       local verdict, rb = nil, nil
       if left and left <= 0 then
         verdict = 'owner'

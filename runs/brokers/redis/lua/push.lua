@@ -119,7 +119,7 @@ end
 if #owned > 0 then many('HSET', KEYS[4], owned) end
 if #unowned > 0 then many('HDEL', KEYS[4], unowned) end
 if #gated > 0 then many('HSET', KEYS[8], gated) end
-if #ungated > 0 then many('HDEL', KEYS[8], ungated) end
+if #ungated > 0 and redis.call('EXISTS', KEYS[8]) == 1 then many('HDEL', KEYS[8], ungated) end
 many('ZREM', KEYS[1], from_delayed)
 many('ZREM', KEYS[2], from_ready)
 if #to_ready > 0 then many('ZADD', KEYS[2], to_ready) end
