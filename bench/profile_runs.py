@@ -154,7 +154,7 @@ def _block(table: str, command: str) -> str:
     return (f"{BEGIN}\nMeasured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit "
             f"{_commit()}, 1-minute load {os.getloadavg()[0]:.2f} on {os.cpu_count()} "
             f"cores\n(the machine is shared: wall times swing, CPU per run much less), "
-            f"with `{command}`.\n\n{table}{END}")
+            f"with\n`{command}`.\n\n{table}{END}")
 
 
 def write_doc(block: str) -> None:
