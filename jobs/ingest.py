@@ -200,7 +200,8 @@ class _Rows:
         # pushes the waiting runs again with theirs (runs/flow_limits.py, _spread).
         gated = flow.in_use(self.using)
         self.refs = [RunRef(r[0], r[4], r[5], r[6], r[3], self.owner_id,
-                            flow.gate(v[3], v[24], v[25], v[26]) if gated else None)
+                            flow.gate(v[3], v[24], v[25], v[26], self.owner_id)
+                            if gated else None)
                      for r, v in zip(runs.values(), one_off, strict=True)]
 
     def _bulk_create(self, model, columns: tuple[str, ...], rows: dict[int, tuple]) -> None:

@@ -65,7 +65,8 @@ def create_one(spec: dict, owner, bounds: Bounds | None, using: str) -> Job:
         broker.push_after_commit([RunRef(
             run.pk, run.queue, run.shard, run.priority, run.run_at, job.owner_id,
             # Gated only while flow control is in use (jobs/ingest.py says why).
-            flow.gate(job.handler, job.rate_key, job.concurrency_key, job.concurrency_limit)
+            flow.gate(job.handler, job.rate_key, job.concurrency_key, job.concurrency_limit,
+                      job.owner_id)
             if flow.in_use(using) else None)])
     job.created_run = run
     return job

@@ -82,13 +82,25 @@ def mark_in_use() -> None:
 
 
 def template_of(key: str) -> str:
-    """The template of a stored key ``"<template>=<value>"``."""
-    return key.partition("=")[0]
+    """The template of a stored key ``"<template>=<value>"``, or of an owner's scoped key
+    ``"<owner>:<template>=<value>"`` (``scoped``; a template holds no colon)."""
+    return key.partition("=")[0].rpartition(":")[2]
 
 
-def gate(handler: str, rate_key: str, concurrency_key: str, limit: int) -> str:
-    """The gate entry of a run of a job with these fields (module docstring)."""
-    return f"{handler}\t{rate_key}\t{concurrency_key}\t{limit if concurrency_key else 0}"
+def scoped(owner_id: int | None, key: str) -> str:
+    """Stored key ``key`` as one owner's: ``"<owner id, 0 for none>:<key>"``. Keys are
+    counted and bucketed per owner, so one tenant's runs under another's key value
+    neither hold its slots nor draw its tokens (docs/isolation.md, "Concurrency keys");
+    "" stays "" (no key)."""
+    return f"{owner_id or 0}:{key}" if key else ""
+
+
+def gate(handler: str, rate_key: str, concurrency_key: str, limit: int,
+         owner_id: int | None) -> str:
+    """The gate entry of a run of a job of ``owner_id`` with these fields (module
+    docstring), its keys scoped to the owner."""
+    return (f"{handler}\t{scoped(owner_id, rate_key)}\t{scoped(owner_id, concurrency_key)}"
+            f"\t{limit if concurrency_key else 0}")
 
 
 def gates_of(refs: list, using: str = "default") -> dict[int, str]:
@@ -102,9 +114,9 @@ def gates_of(refs: list, using: str = "default") -> dict[int, str]:
 
     rows = (Run.objects.using(using).filter(pk__in=run_ids)
             .values_list("pk", "job__handler", "job__rate_key", "job__concurrency_key",
-                         "job__concurrency_limit"))
-    gates.update((pk, gate(handler, rate_key, ckey, limit))
-                 for pk, handler, rate_key, ckey, limit in rows)
+                         "job__concurrency_limit", "job__owner_id"))
+    gates.update((pk, gate(handler, rate_key, ckey, limit, owner))
+                 for pk, handler, rate_key, ckey, limit, owner in rows)
     return gates
 
 
@@ -119,8 +131,9 @@ def redis_fields(using: str = "default") -> dict[str, str]:
 def buckets_of(handler: str, rate_key: str,
                limits: dict[tuple[str, str], tuple[float, float]]
                ) -> list[tuple[str, float, float]]:
-    """The buckets a run of ``handler`` with stored ``rate_key`` draws a token from:
-    (bucket name, rate, burst) for its handler's limit and its key template's."""
+    """The buckets a run of ``handler`` with ``rate_key`` (stored and ``scoped`` to its
+    owner) draws a token from: (bucket name, rate, burst) for its handler's limit and
+    its key template's."""
     found = []
     if (RateLimit.Scope.HANDLER, handler) in limits:
         found.append((f"h:{handler}", *limits[(RateLimit.Scope.HANDLER, handler)]))

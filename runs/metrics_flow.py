@@ -44,11 +44,13 @@ class FlowCollector(Collector):
         rows = (Run.objects.using(self.using)
                 .filter(state__in=[RunState.RUNNING, *PENDING_STATES])
                 .exclude(job__concurrency_key="")
-                .values_list("job__concurrency_key", "job__concurrency_limit")
+                # per owner too: each owner's values count apart (runs/flow.py, scoped)
+                .values_list("job__concurrency_key", "job__concurrency_limit",
+                             "job__owner_id")
                 .annotate(running=Count("pk", filter=Q(state=RunState.RUNNING)),
                           waiting=Count("pk", filter=~Q(state=RunState.RUNNING))))
         totals: dict[str, list[int]] = {}
-        for key, limit, n_running, n_waiting in rows:
+        for key, limit, _owner, n_running, n_waiting in rows:
             row = totals.setdefault(key.partition("=")[0], [0, 0, 0])
             row[0] += n_running
             row[1] += n_waiting

@@ -34,16 +34,16 @@ def fresh_limits():
     flow.forget_use()  # the keyed jobs are gone: later tests continue runs again
 
 
-def queue_keyed(broker, count, handler="noop", payload=None, **keys) -> list[int]:
-    """One job (``keys``: rate_key, concurrency_key, concurrency_limit as templates) with
-    ``count`` due runs, pushed; returns the run ids in creation order."""
+def queue_keyed(broker, count, handler="noop", payload=None, owner=None, **keys) -> list[int]:
+    """One job of ``owner`` (``keys``: rate_key, concurrency_key, concurrency_limit as
+    templates) with ``count`` due runs, pushed; returns the run ids in creation order."""
     spec = {"handler": handler, "payload": payload or {}, **keys}
     clean = services.validate_specs([spec])[0]
     now = timezone.now()
     job = Job.objects.using(broker.using).create(
         name=handler, handler=handler, payload=clean["payload"], run_at=now,
         rate_key=clean["rate_key"], concurrency_key=clean["concurrency_key"],
-        concurrency_limit=clean["concurrency_limit"])
+        concurrency_limit=clean["concurrency_limit"], owner=owner)
     runs = Run.objects.using(broker.using).bulk_create([
         Run(job=job, scheduled_at=now + timedelta(microseconds=i), run_at=now,
             queue="default", priority=5, max_attempts=10, shard=0) for i in range(count)])
@@ -146,6 +146,24 @@ def test_concurrency_slots_come_back_when_a_lease_expires(broker):
     again = lease_all(broker)
     assert len(again) == 2
     assert {x.run_id for x in again} <= set(ids)
+
+
+def test_owners_sharing_a_key_value_share_no_slot_and_no_bucket(broker):
+    """Keys were counted by value alone: a tenant's runs under another's customer id
+    held its slots (and its own limit of 100,000 ignored the other's 1)."""
+    from django.contrib.auth.models import User
+
+    alice, bob = (User.objects.db_manager(broker.using).create_user(name)
+                  for name in ("alice", "bob"))
+    keys = {"concurrency_key": "payload.c", "rate_key": "payload.c"}
+    set_limit(broker, "key", "payload.c", 0.001, 1)  # one start per value, then none
+    hogs = queue_keyed(broker, 3, payload={"c": "acme"}, owner=alice,
+                       concurrency_limit=100_000, **keys)
+    mine = queue_keyed(broker, 3, payload={"c": "acme"}, owner=bob, concurrency_limit=1,
+                       **keys)
+    leased = {x.run_id for x in lease_all(broker)}
+    assert leased == {hogs[0], mine[0]}  # one token each: the buckets are the owners'
+    assert lease_all(broker) == []
 
 
 def test_a_concurrency_key_holds_up_no_other_run(broker):

@@ -18,7 +18,8 @@ from runs.clock import db_now
 from runs.flow_models import RateLimit, RateLimitBucket
 from runs.models import Run, RunState
 
-COLUMNS = ("job__handler", "job__rate_key", "job__concurrency_key", "job__concurrency_limit")
+COLUMNS = ("job__owner_id", "job__handler", "job__rate_key", "job__concurrency_key",
+           "job__concurrency_limit")
 """The values each candidate row ends with, in ``admit``'s order."""
 
 
@@ -29,10 +30,13 @@ class ClaimGates:
         self.using = using
         self.limits = flow.rate_limits(using)
         self.now = db_now(using)
-        self.used: dict[str, int] = dict(
+        # Keys count per owner (runs/flow.py, scoped): another tenant's runs under the
+        # same key value hold none of these slots.
+        self.used: dict[str, int] = {
+            flow.scoped(owner, key): n for owner, key, n in
             Run.objects.using(using).filter(state=RunState.RUNNING)
-            .exclude(job__concurrency_key="").values("job__concurrency_key")
-            .annotate(n=Count("pk")).values_list("job__concurrency_key", "n"))
+            .exclude(job__concurrency_key="").values("job__owner_id", "job__concurrency_key")
+            .annotate(n=Count("pk")).values_list("job__owner_id", "job__concurrency_key", "n")}
         self.tokens: dict[str, float] = {}
         self.touched: set[str] = set()
         self._load_buckets()
@@ -43,8 +47,8 @@ class ClaimGates:
         templates = [name for scope, name in self.limits if scope == RateLimit.Scope.KEY]
         rows = RateLimitBucket.objects.using(self.using)
         wanted = Q(name__in=handlers)
-        for template in templates:
-            wanted |= Q(name__startswith=f"k:{template}=")
+        for template in templates:  # k:<owner>:<template>=<value>
+            wanted |= Q(name__startswith="k:", name__contains=f":{template}=")
         if not handlers and not templates:
             return
         for name, tokens, updated_at in rows.filter(wanted).values_list(
@@ -70,20 +74,23 @@ class ClaimGates:
         for key, n in self.used.items():
             by_count[n].append(key)
         for n, keys in by_count.items():
-            excluded |= Q(job__concurrency_key__in=keys, job__concurrency_limit__lte=n)
+            for key in keys:
+                excluded |= owned(key, "job__concurrency_key") & Q(
+                    job__concurrency_limit__lte=n)
         empty = [name for name, tokens in self.tokens.items() if tokens < 1]
         handlers = [name[2:] for name in empty if name.startswith("h:")]
-        keys = [name[2:] for name in empty if name.startswith("k:")]
         if handlers:
             excluded |= Q(job__handler__in=handlers)
-        if keys:
-            excluded |= Q(job__rate_key__in=keys)
+        for name in empty:
+            if name.startswith("k:"):
+                excluded |= owned(name[2:], "job__rate_key")
         return excluded
 
     def admit(self, row: tuple) -> bool:
         """Whether the candidate ``row`` (ending with COLUMNS) may be claimed now; if so
         its concurrency slot and tokens are taken."""
-        handler, rate_key, ckey, limit = row[-4:]
+        owner, handler, rate_key, ckey, limit = row[-5:]
+        rate_key, ckey = flow.scoped(owner, rate_key), flow.scoped(owner, ckey)
         if ckey and self.used.get(ckey, 0) >= limit:
             return False
         buckets = flow.buckets_of(handler, rate_key, self.limits)
@@ -102,3 +109,11 @@ class ClaimGates:
         for name in sorted(self.touched):
             rows.update_or_create(name=name, defaults={"tokens": self.tokens[name],
                                                        "updated_at": self.now})
+
+
+def owned(scoped_key: str, field: str) -> Q:
+    """The runs whose job has ``field`` (job__rate_key, job__concurrency_key) equal to
+    ``scoped_key``'s key and the owner it is scoped to (runs/flow.py, scoped)."""
+    owner, _, key = scoped_key.partition(":")
+    who = Q(job__owner_id__isnull=True) if owner == "0" else Q(job__owner_id=int(owner))
+    return who & Q(**{field: key})

@@ -22,7 +22,8 @@
 -- KEYS[9]  delayed  ZSET  score run_at_ms * 10 + priority (promote.lua's)
 -- KEYS[10] parked   ZSET  score 0, member <owner>|<ready score, 16 digits>|<padded id>
 -- KEYS[11] parkedrun HASH run id -> its member in parked
--- KEYS[12] gates    HASH  run id -> handler\trate key\tconcurrency key\tlimit (push.lua)
+-- KEYS[12] gates    HASH  run id -> handler\trate key\tconcurrency key\tlimit (push.lua;
+--                     each key "<owner>:<template>=<value>", runs/flow.py scoped)
 -- KEYS[13] buckets  HASH  h:<handler> / k:<rate key> -> "<tokens> <ms>" (rate limits;
 --                     KEYS[7] holds their rh:<handler> / rk:<template> -> "<rate> <burst>")
 -- ARGV[1] n  ARGV[2] ttl ms  ARGV[3] queue  ARGV[4] default owner limit (0: none)
@@ -154,7 +155,8 @@ local function buckets_of(f)
   local h = rate_of('rh:' .. f[1])
   if h then list[#list + 1] = bucket('h:' .. f[1], h) end
   if f[2] ~= '' then
-    local k = rate_of('rk:' .. string.match(f[2], '^([^=]*)'))
+    -- f[2] is "<owner>:<template>=<value>" (runs/flow.py, scoped)
+    local k = rate_of('rk:' .. string.match(f[2], '^[^:]*:([^=]*)'))
     if k then list[#list + 1] = bucket('k:' .. f[2], k) end
   end
   return list
