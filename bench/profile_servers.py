@@ -41,6 +41,8 @@ class PrivateServers:
                        capture_output=True)
 
     def start(self) -> "PrivateServers":
+        """initdb and start PostgreSQL, start Redis; returns self. Raises
+        subprocess.CalledProcessError when initdb or pg_ctl fails."""
         data = self.workdir / "pg"
         self._pg("initdb", "-D", str(data), "-U", "postgres", "-A", "trust")
         options = " ".join(f"-c {k}={v}" for k, v in PG_SETTINGS.items())
@@ -53,6 +55,7 @@ class PrivateServers:
         return self
 
     def close(self) -> None:
+        """Stop both servers and delete their folder."""
         if self.redis is not None:
             common.stop(self.redis)
         subprocess.run([*_as_pg(), str(pg_bindir() / "pg_ctl"), "-D",

@@ -53,7 +53,7 @@ def redis_delta(before: dict, after: dict) -> list[dict]:
     return sorted(rows, key=lambda r: -r["usec"])
 
 
-def top_functions(path: str, runs: int, limit: int = 10) -> dict:
+def top_functions(path: str, runs: int, limit: int = 8) -> dict:
     """The ``limit`` functions of a cProfile dump with the most cumulative time, and the
     ``limit`` with the most own time, among those called at least once per 100 runs (the
     per-run path; the daemon's lifetime frames, such as serve() or a thread's join() that
@@ -99,7 +99,7 @@ def markdown(result: dict) -> str:
                       f"{ms * 1000 / n:.1f} µs of execution per run.", "",
                       "| statement | per 1,000 runs | mean µs | µs/run |",
                       "|---|---:|---:|---:|"]
-            for s in sql[:8]:
+            for s in sql[:5]:
                 lines.append(f"| {_cell(s['query'])} | {s['calls'] * 1000 / n:.1f} | "
                              f"{s['total_ms'] * 1000 / s['calls']:.0f} | "
                              f"{s['total_ms'] * 1000 / n:.1f} |")
@@ -110,7 +110,7 @@ def markdown(result: dict) -> str:
                           "runs (those Lua scripts call included).", "",
                           "| command | per 1,000 runs | mean µs | µs/run |",
                           "|---|---:|---:|---:|"]
-                for c in cmds[:8]:
+                for c in cmds[:5]:
                     lines.append(f"| {c['command']} | {c['calls'] * 1000 / n:.1f} | "
                                  f"{c['usec'] / c['calls']:.0f} | {c['usec'] / n:.1f} |")
         if r.get("cprofile"):
