@@ -153,6 +153,10 @@ def backfill_job(job_id: int, start, end, *, using: str = "default", requested_b
         raise SchedulerError(f"job {job_id} is {job.status}; only active jobs can be "
                              f"backfilled")
     with transaction.atomic(using=using):
+        # The job row before the owner's quota lock, in the order _make_runs and
+        # services.trigger take them: the other order deadlocked concurrent backfills.
+        list(Job.objects.using(using).select_for_update(of=("self",)).filter(pk=job_id)
+             .values_list("pk", flat=True))
         new = len(times) - Run.objects.using(using).filter(
             job_id=job_id, scheduled_at__in=times).count() if times else 0
         bounds = tenants.bounds_of(job.owner_id, using)

@@ -303,3 +303,31 @@ def test_backfills_racing_over_one_range_make_each_run_once(broker):
     records = Backfill.objects.using(using).filter(job=job)
     assert sum(r.made for r in records) == 24 and sum(r.skipped for r in records) == 48
     assert WorkflowRun.objects.using(using).filter(workflow=flow).count() == 24
+
+
+def test_an_owners_backfills_racing_over_disjoint_ranges_all_finish(broker):
+    """With an owner's quota to check, the planning step took the owner's lock and then
+    the job row, the making step the other way round: PostgreSQL found a deadlock and
+    half the requests answered 500 (an adversarial pass, 8 at once)."""
+    from django.contrib.auth.models import User
+
+    from tests.test_workflows_races import race
+
+    using = broker.using
+    if using != "default":
+        pytest.skip("SQLite serialises writers: there is no race to lose")
+    owner = User.objects.db_manager(using).create_user("racer")
+    job = cron_job(using, cron="*/10 * * * *", owner=owner)
+    flow = workflows.create_workflow("raced", [{"name": "a", "handler": "noop"}], [],
+                                     schedule="*/10 * * * *", owner=owner, using=using)
+    start = day_ago(using)
+    spans = [(start + timedelta(hours=i), start + timedelta(hours=i + 1)) for i in range(6)]
+
+    errors = race(*[lambda s=s, e=e: backfill_job(job.pk, s, e, using=using)
+                    for s, e in spans],
+                  *[lambda s=s, e=e: backfill_workflow(flow.pk, s, e, using=using)
+                    for s, e in spans])
+
+    assert errors == []
+    assert Run.objects.using(using).filter(job=job).count() == 36
+    assert WorkflowRun.objects.using(using).filter(workflow=flow).count() == 36

@@ -50,6 +50,10 @@ def backfill_workflow(workflow_id: int, start, end, *, using: str = "default",
         raise SchedulerError(f"workflow {workflow_id} is {workflow.status}; only active "
                              f"workflows can be backfilled")
     with transaction.atomic(using=using):
+        # The workflow row before the owner's quota lock, in _start_runs' order: the
+        # other order deadlocked concurrent backfills.
+        list(Workflow.objects.using(using).select_for_update(of=("self",)).filter(
+            pk=workflow_id).values_list("pk", flat=True))
         _admit(workflow, times, using)
         record = WorkflowBackfill.objects.using(using).create(
             workflow=workflow, start=start, end=end, total=len(times),
