@@ -535,6 +535,19 @@ def test_a_nul_character_in_any_filter_of_any_list_is_a_400_not_a_500(admin_clie
         assert admin_client.get(url, {"queue": "\x00"}).status_code == 400
 
 
+@pytest.mark.parametrize("extra", ["schedule", "cron_1", "timezone_0", "CHANGE_FORM-cron",
+                                   "index", "initial-schedule"])
+def test_the_add_form_refuses_a_field_under_a_widgets_or_controls_name(admin_client, extra):
+    """Names that only look like a split widget's part or the change page's actions were
+    dropped: cron_1=@hourly made a one-off job due now (an adversarial pass)."""
+    form = {"name": "n", "handler": "noop", "payload": "{}", "queue": "default",
+            "misfire_policy": "run_once", "priority": "5", "timeout_s": "60",
+            "max_attempts": "4", "_save": "Save", extra: "@hourly"}
+    page = text(admin_client.post("/admin/jobs/job/add/", form))
+    assert f"{extra}: unknown field" in page
+    assert not Job.objects.filter(name="n").exists()
+
+
 def test_the_add_form_refuses_a_posted_field_it_does_not_have(admin_client):
     """A script posting a REST-shaped spec (``schedule``) made a one-off job due now."""
     form = {"name": "n", "handler": "noop", "payload": "{}", "schedule": "@hourly",

@@ -1,7 +1,6 @@
 """Forms of the admin's job pages (docs/admin.md): create a job through the service
 layer, and edit the fields a live job may change, its cron schedule included."""
 
-import re
 
 from django import forms
 from django.utils import timezone
@@ -31,23 +30,32 @@ def add_invalid_job_errors(form: forms.Form, exc: InvalidJob, aliases: dict) -> 
 
 # What the admin's own pages post beside a form's fields.
 ADMIN_CONTROLS = frozenset({"csrfmiddlewaretoken", "_save", "_continue", "_addanother",
-                            "_saveasnew", "_popup", "_to_field", "_changelist_filters",
-                            "_selected_action", "index"})
-ACTIONS_PREFIX = "CHANGE_FORM-"  # the change page's actions form (jobs/admin/job_admin.py)
-WIDGET_PART = re.compile(r"^(?:initial-)?(?P<name>.+?)(?:_\d+)?$")
+                            "_saveasnew", "_popup", "_to_field", "_changelist_filters"})
+# The change page's actions form (jobs/admin/job_admin.py) posts beside the form.
+CHANGE_PAGE_CONTROLS = frozenset({"_selected_action"})
+ACTIONS_PREFIX = "CHANGE_FORM-"
+
+
+def posted_names(form: forms.Form) -> set[str]:
+    """The names ``form``'s page posts: its fields, a split widget's parts
+    (``run_at_0``), Django's ``initial-`` copies and the admin's controls."""
+    names = set(form.fields) | ADMIN_CONTROLS
+    names |= {f"initial-{name}" for name in form.fields}
+    for name, field in form.fields.items():
+        widgets = getattr(field.widget, "widgets", ())
+        names |= {f"{name}_{i}" for i in range(len(widgets))}
+    return names
 
 
 def refuse_unknown_posted(form: forms.Form) -> None:
-    """Add a form error for each posted name that is none of ``form``'s fields (a split
-    widget's ``run_at_0``/``run_at_1`` and Django's ``initial-`` copies count as their
-    field) nor the admin's controls: a form drops what it does not know, so a script's
-    POST with ``schedule`` made a one-off job due now (docs/admin.md, "Jobs"). The error
-    names the field and the one likely meant (jobs/spec.py)."""
-    for key in sorted(set(form.data) - ADMIN_CONTROLS):
-        if key.startswith(ACTIONS_PREFIX):
-            continue
-        match = WIDGET_PART.match(key)
-        if key in form.fields or (match and match["name"] in form.fields):
+    """Add a form error for each posted name that is none of ``posted_names`` (on a
+    change page, nor its actions form's): a form drops what it does not know, so a
+    script's POST with ``schedule`` made a one-off job due now (docs/admin.md, "Jobs").
+    The error names the field and the one likely meant (jobs/spec.py)."""
+    known = posted_names(form)
+    change_page = form.instance.pk is not None
+    for key in sorted(set(form.data) - known):
+        if change_page and (key in CHANGE_PAGE_CONTROLS or key.startswith(ACTIONS_PREFIX)):
             continue
         form.add_error(None, f"{key}: {unknown_message(key, form.fields)}")
 
