@@ -2,7 +2,8 @@
 (docs/isolation.md, "Rate limits"; runs/flow_limits.py does the work).
 
 GET lists them (any user of the API); PUT sets one (``{"scope": "handler"|"key", "name",
-"rate", "burst"}``) with the runs.change_ratelimit permission; DELETE
+"rate", "burst"}``) with the runs.change_ratelimit permission (and runs.add_ratelimit for
+a new one); DELETE
 ``?scope=&name=`` removes one with runs.delete_ratelimit. A bad value is a 400 naming
 its field. is_staff alone grants nothing (jobs/access.py).
 """
@@ -62,6 +63,11 @@ class RateLimitsView(ApiPolicy, APIView):
         data = RateLimitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
+        # A PUT of a new limit adds one: the add permission, as the admin's add page asks.
+        if not request.user.has_perm(perm(RateLimit, "add")) and not RateLimit.objects.filter(
+                scope=values["scope"], name=values["name"]).exists():
+            raise PermissionDenied(f"adding a rate limit needs the "
+                                   f"{perm(RateLimit, 'add')} permission")
         try:
             limit = flow_limits.set_rate_limit(values["scope"], values["name"],
                                                values["rate"], values.get("burst"))

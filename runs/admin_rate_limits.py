@@ -23,11 +23,13 @@ class RateLimitForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        for field, reason in flow_limits.problems(
-                data.get("scope"), data.get("name"), data.get("rate"),
-                data.get("burst")).items():
+        # On a change page scope and name are read-only: the instance's.
+        scope = data.get("scope", self.instance.scope)
+        name = data.get("name", self.instance.name)
+        for field, reason in flow_limits.problems(scope, name, data.get("rate"),
+                                                  data.get("burst")).items():
             if field not in self.errors:
-                self.add_error(field, reason)
+                self.add_error(field if field in self.fields else None, reason)
         return data
 
 
@@ -41,10 +43,12 @@ class RateLimitAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     ordering = ("scope", "name")
 
+    def get_readonly_fields(self, request, obj=None):
+        # A limit is its scope and name: renaming one would remove a limit and add another,
+        # which the change permission alone must not do (add and delete it instead).
+        return ("scope", "name") if obj is not None else ()
+
     def save_model(self, request, obj, form, change):
-        if change and (form.initial.get("scope"), form.initial.get("name")) != (obj.scope,
-                                                                                obj.name):
-            flow_limits.delete_rate_limit(form.initial["scope"], form.initial["name"])
         try:
             saved = flow_limits.set_rate_limit(obj.scope, obj.name, obj.rate, obj.burst)
         except InvalidJob as exc:  # checked by the form already; raced by another change

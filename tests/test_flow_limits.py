@@ -221,7 +221,8 @@ def test_a_job_carries_its_key_values_through_rest(api):
     ({"scope": "handler", "name": "noop", "rate": 5, "updated_at": "x"}, "updated_at"),
 ])
 def test_bad_rate_limits_are_400s_naming_the_field(api, alice, body, field):
-    alice.user_permissions.add(Permission.objects.get(codename="change_ratelimit"))
+    alice.user_permissions.add(*Permission.objects.filter(
+        codename__in=["change_ratelimit", "add_ratelimit"]))
     answer = api.put("/api/limits/rates/", body, format="json")
     assert answer.status_code == 400, answer.content
     assert field in answer.json(), answer.json()
@@ -231,6 +232,11 @@ def test_setting_a_rate_limit_needs_the_permission(api, alice):
     body = {"scope": "handler", "name": "noop", "rate": 5}
     assert api.put("/api/limits/rates/", body, format="json").status_code == 403
     alice.user_permissions.add(Permission.objects.get(codename="change_ratelimit"))
+    # Changing is not adding: a new limit needs runs.add_ratelimit (an adversarial pass).
+    new = api.put("/api/limits/rates/", body, format="json")
+    assert new.status_code == 403 and "add_ratelimit" in new.json()["detail"]
+    alice.user_permissions.add(Permission.objects.get(codename="add_ratelimit"))
+    alice = type(alice).objects.get(pk=alice.pk)  # drop the cached permissions
     answer = api.put("/api/limits/rates/", body, format="json")
     assert answer.status_code == 200, answer.content
     assert answer.json()["burst"] == 5.0
@@ -258,6 +264,12 @@ def test_the_admin_sets_and_removes_a_rate_limit(admin_client):
     assert added.status_code == 302, added.content[:2000]
     assert flow.rate_limits() == {("handler", "noop"): (20.0, 20.0)}
     limit = flow_limits.RateLimit.objects.get()
+    # Its scope and name are what it is: a change cannot rename it away (an adversarial
+    # pass removed a limit with the change permission alone that way).
+    admin_client.post(f"/admin/runs/ratelimit/{limit.pk}/change/",
+                      {"scope": "handler", "name": "zzz", "rate": "30"})
+    flow.forget_cache()
+    assert flow.rate_limits() == {("handler", "noop"): (30.0, 30.0)}  # burst: 1 s worth
     admin_client.post(f"/admin/runs/ratelimit/{limit.pk}/delete/", {"post": "yes"})
     flow.forget_cache()
     assert flow.rate_limits() == {}
