@@ -10,6 +10,7 @@ value as ``"<template>=<value>"``: every run of the job carries that value
 
 from runs import flow
 from runs.flow import TEMPLATE_HINT, TEMPLATE_RE
+from scheduler_core.text import line_problem
 
 MAX_STORED = 255  # the columns' length: "<template>=<value>"
 MAX_LIMIT = 100_000
@@ -32,8 +33,8 @@ def _value(template: str, spec: dict, payload) -> tuple[str | None, str | None]:
     if not isinstance(value, str | int | float):
         return None, f"{template} must be text, a number or a boolean"
     text = str(value)
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        return None, f"{template} must not hold control characters"
+    if problem := line_problem(text):  # the rule of names: no C0/C1, bidi, invisibles
+        return None, f"{template}: {problem}"
     return text, None
 
 

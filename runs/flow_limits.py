@@ -17,6 +17,7 @@ from scheduler_core.registry import handler_names
 
 NAME_RE_HINT = "a handler name, or a rate_key template such as payload.customer_id"
 MAX_RATE = 1_000_000.0  # runs per second: beyond it a rate is surely a unit mistake
+MIN_RATE = 0.0001  # one run in under 3 hours: below it, deferred runs would wait for ever
 REGATE_CAP = 100_000  # most waiting runs pushed again so a new limit reaches them
 
 
@@ -34,8 +35,9 @@ def problems(scope, name, rate, burst) -> dict[str, str]:
         errors["name"] = f"no handler {name!r} is registered (a limit on a name no job " \
                          "can have would limit nothing)"
     if isinstance(rate, bool) or not isinstance(rate, int | float) \
-            or not math.isfinite(rate) or not 0 < rate <= MAX_RATE:
-        errors["rate"] = f"must be a number of runs per second above 0, at most {MAX_RATE:g}"
+            or not math.isfinite(rate) or not MIN_RATE <= rate <= MAX_RATE:
+        errors["rate"] = f"must be a number of runs per second from {MIN_RATE:g} to " \
+                         f"{MAX_RATE:g}"
     if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int | float)
                               or not math.isfinite(burst) or not 1 <= burst <= MAX_RATE):
         errors["burst"] = f"must be a number of runs from 1 to {MAX_RATE:g}"
