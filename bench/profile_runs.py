@@ -37,6 +37,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 
 DOC = ROOT / "docs" / "performance.md"
+SAVED = ROOT / "bench" / "results" / "profile.json"
 BEGIN, END = "<!-- profile:begin -->", "<!-- profile:end -->"
 NAMES = {"client": "client (ingest; polling in the drain)", "dispatcher": "dispatcher",
          "dispatcher_children": "dispatcher children", "worker": "worker supervisor",
@@ -150,11 +151,14 @@ def _commit() -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def _block(table: str, command: str) -> str:
-    return (f"{BEGIN}\nMeasured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit "
-            f"{_commit()}, 1-minute load {os.getloadavg()[0]:.2f} on {os.cpu_count()} "
-            f"cores\n(the machine is shared: wall times swing, CPU per run much less), "
-            f"with\n`{command}`.\n\n{table}{END}")
+def _header() -> str:
+    return (f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit "
+            f"{_commit()}, 1-minute load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+
+
+def _block(table: str, command: str, header: str) -> str:
+    return (f"{BEGIN}\n{header}\n(the machine is shared: wall times swing, CPU per run much "
+            f"less), with\n`{command}`.\n\n{table}{END}")
 
 
 def write_doc(block: str) -> None:
@@ -177,10 +181,18 @@ def main() -> None:
     parser.add_argument("--broker", choices=["redis", "database", "both"], default="redis")
     parser.add_argument("--no-cprofile", action="store_true")
     parser.add_argument("--write", action="store_true", help="update docs/performance.md")
+    parser.add_argument("--render", action="store_true",
+                        help="rewrite the docs block from bench/results/profile.json, no run")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/bench-profile-logs"))
     args = parser.parse_args()
     args.log_dir.mkdir(parents=True, exist_ok=True)
+    if args.render:
+        import profile_stats
+
+        saved = json.loads(SAVED.read_text())
+        write_doc(_block(profile_stats.markdown(saved), saved["command"], saved["header"]))
+        return
     if args.one:
         print(json.dumps(_one_broker(args.one, args.n, not args.no_cprofile, args.log_dir)))
         return
@@ -207,7 +219,11 @@ def main() -> None:
     print(table)
     if args.write:
         shown = " ".join(a for a in sys.argv[1:] if a != "--write")
-        write_doc(_block(table, f".venv/bin/python bench/profile_runs.py {shown}".strip()))
+        command = f".venv/bin/python bench/profile_runs.py {shown}".strip()
+        header = _header()
+        SAVED.write_text(json.dumps({"brokers": results, "command": command,
+                                     "header": header}, indent=1) + "\n")
+        write_doc(_block(table, command, header))
 
 
 if __name__ == "__main__":

@@ -79,7 +79,10 @@ def _cell(text: str, width: int = 70) -> str:
 
 
 def markdown(result: dict) -> str:
-    """The tables of one or more brokers' results (profile_runs.py's ``measure``)."""
+    """The compact tables of one or more brokers' results (profile_runs.py's
+    ``_one_broker``): per broker the CPU per process, the 5 costliest SQL statements and
+    Redis commands over ingest and drain together, and the supervisor's 8 functions with
+    the most own time. Units: µs per run; counts per 1,000 runs."""
     lines = []
     for r in result["brokers"]:
         n = r["n"]
@@ -90,29 +93,23 @@ def markdown(result: dict) -> str:
         for name in r["drain_cpu"]:
             lines.append(f"| {name} | {r['ingest_cpu'].get(name, 0.0):.1f} | "
                          f"{r['drain_cpu'][name]:.1f} |")
-        for phase in ("ingest", "drain"):
-            sql = r[f"{phase}_sql"]
-            total = sum(s["calls"] for s in sql)
-            ms = sum(s["total_ms"] for s in sql)
-            lines += ["", f"PostgreSQL, {phase}: {total * 1000 / n:.1f} statements per 1,000 "
-                      "runs, "
-                      f"{ms * 1000 / n:.1f} µs of execution per run.", "",
-                      "| statement | per 1,000 runs | mean µs | µs/run |",
-                      "|---|---:|---:|---:|"]
-            for s in sql[:5]:
-                lines.append(f"| {_cell(s['query'])} | {s['calls'] * 1000 / n:.1f} | "
-                             f"{s['total_ms'] * 1000 / s['calls']:.0f} | "
-                             f"{s['total_ms'] * 1000 / n:.1f} |")
-            cmds = r[f"{phase}_redis"]
-            if cmds:
-                calls = sum(c["calls"] for c in cmds)
-                lines += ["", f"Redis, {phase}: {calls * 1000 / n:.1f} commands per 1,000 "
-                          "runs (those Lua scripts call included).", "",
-                          "| command | per 1,000 runs | mean µs | µs/run |",
-                          "|---|---:|---:|---:|"]
-                for c in cmds[:5]:
-                    lines.append(f"| {c['command']} | {c['calls'] * 1000 / n:.1f} | "
-                                 f"{c['usec'] / c['calls']:.0f} | {c['usec'] / n:.1f} |")
+        sql = [(ph, s["query"], s["calls"], s["total_ms"] * 1000)
+               for ph in ("ingest", "drain") for s in r[f"{ph}_sql"]]
+        cmds = [(ph, c["command"], c["calls"], c["usec"])
+                for ph in ("ingest", "drain") for c in r[f"{ph}_redis"]]
+        for title, rows in (("PostgreSQL statement", sql), ("Redis command", cmds)):
+            if not rows:
+                continue
+            summary = ", ".join(
+                f"{ph} {sum(x[2] for x in rows if x[0] == ph) * 1000 / n:.1f} per 1,000 runs, "
+                f"{sum(x[3] for x in rows if x[0] == ph) / n:.1f} µs/run"
+                for ph in ("ingest", "drain"))
+            lines += ["", f"{title}s: {summary}. The 5 costliest:", "",
+                      f"| phase | {title.split()[-1]} | per 1,000 runs | mean µs | µs/run |",
+                      "|---|---|---:|---:|---:|"]
+            for ph, what, calls, usec in sorted(rows, key=lambda x: -x[3])[:5]:
+                lines.append(f"| {ph} | {_cell(what)} | {calls * 1000 / n:.1f} | "
+                             f"{usec / calls:.0f} | {usec / n:.1f} |")
         if r.get("cprofile"):
             lines += _cprofile_lines(r["cprofile"], n)
         lines.append("")
@@ -121,14 +118,13 @@ def markdown(result: dict) -> str:
 
 def _cprofile_lines(prof: dict, n: int) -> list[str]:
     total = prof["total_s"] * 1e6 / n
-    lines = ["", f"Worker supervisor under cProfile, in a second drain: {total:.0f} µs/run "
-             "under the profiler. Functions called at least once per 100 runs, by "
-             "cumulative time, then by own time (the more trustworthy of the two):"]
-    for key in ("functions", "own"):
-        lines += ["", "| function | calls per run | cumulative µs/run | own µs/run |",
-                  "|---|---:|---:|---:|"]
-        for f in prof[key]:
-            name = STDLIB.sub("", f["function"])
-            lines.append(f"| {_cell(name, 80)} | {f['calls'] / n:.3f} | "
-                         f"{f['cum_s'] * 1e6 / n:.1f} | {f['own_s'] * 1e6 / n:.1f} |")
+    lines = ["", f"Worker supervisor under cProfile, in a second drain ({total:.0f} µs/run "
+             "under the profiler): the functions called at least once per 100 runs with "
+             "the most own time.", "",
+             "| function | calls per run | cumulative µs/run | own µs/run |",
+             "|---|---:|---:|---:|"]
+    for f in prof["own"]:
+        name = STDLIB.sub("", f["function"])
+        lines.append(f"| {_cell(name, 80)} | {f['calls'] / n:.3f} | "
+                     f"{f['cum_s'] * 1e6 / n:.1f} | {f['own_s'] * 1e6 / n:.1f} |")
     return lines
