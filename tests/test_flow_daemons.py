@@ -17,9 +17,11 @@ from tests.test_flow_limits import queue_keyed
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 
-# The 60 s, shortened: 20 s hold 1,000 starts. The burst is the default, one
-# second's worth: a smaller one loses tokens while SQLite's write lock is held elsewhere.
-RATE, BURST, WINDOW_S = 50, 50, 20
+# 20 s (1,000 starts) in the suite; FLOW_RATE_WINDOW_S=60 gives the full minute
+# (docs/isolation.md). The burst is the default, one second's worth: a smaller one loses
+# tokens while SQLite's write lock is held elsewhere.
+RATE, BURST = 50, 50
+WINDOW_S = int(os.environ.get("FLOW_RATE_WINDOW_S", "20"))
 # A run's started_at is written after its token was taken (the start's own statement),
 # by up to a few tens of ms under load: the measured windows may hold that much more.
 SKEW_S = 0.1
