@@ -210,6 +210,7 @@ def table(workload: str, wsum: dict) -> list[str]:
              "| row | configuration | durable history | N | figure | ours in the same pairs "
              "| ours / row | pairs | load 1 min | measured |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    unsupported = []  # rows a system cannot run: one line under the table, not a row each
     for system in rows.SYSTEMS:
         for variant, row in wsum.get(system, {}).items():
             label = f"{rows.LABELS[system]} {variant}"
@@ -217,8 +218,7 @@ def table(workload: str, wsum: dict) -> list[str]:
             if row.get("carried"):
                 when += " † carried over from an earlier day"
             if "unsupported" in row and not row.get("figure"):
-                lines.append(f"| {label} | unsupported: {row['unsupported']} | | | | | | | "
-                             f"| {when} |")
+                unsupported.append(f"{label} ({row['unsupported']}; {when})")
                 continue
             fig = span(row.get("figure"))
             if row.get("failed") and not row.get("figure"):
@@ -231,6 +231,8 @@ def table(workload: str, wsum: dict) -> list[str]:
                 f"{fig} {unit} | {span(row.get('ours'))} | {times(row.get('ratio'))} | "
                 f"{row.get('pairs', 0)} | {'' if not load else f'{load[0]:.1f}-{load[1]:.1f}'}"
                 f" | {when} |")
+    if unsupported:
+        lines += ["", "Unsupported: " + "; ".join(unsupported) + "."]
     if workload == "ceiling":
         c = wsum.get("ours", {}).get("default", {})
         lines += ["", f"Bare loop warm {span(c.get('figure'))} runs/s, cold "
