@@ -253,6 +253,18 @@ def fresh_throttles():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def fresh_flow_state():
+    """Whether flow control is in use is remembered per process (runs/flow.py): a test
+    that validated a keyed job left it on for every later test, and with it acks
+    continued no run, so the child-ack and worker-log tests failed in a whole run."""
+    yield
+    from runs import flow
+    for alias in ("default", "sqlite"):
+        flow.forget_cache(alias)
+    flow.forget_use()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "postgresql_only(reason): the behaviour tested is PostgreSQL's own (row "
