@@ -4,6 +4,7 @@ fenced transition honours them (runs/transitions.py, fail_runs): the next attemp
 run_at reflects Retry-After (capped), a 404 is dead after one attempt. On every
 broker/database pair; the last test runs a real worker."""
 
+import contextvars
 import json
 import logging
 import threading
@@ -50,7 +51,9 @@ def attempt_once(broker, url: str, max_attempts: int = 4, **options):
     root.addHandler(capture)  # as the child does (runs/worker/child.py, child_main)
     level, root.level = root.level, logging.INFO
     try:
-        async_to_sync(AsyncRunner(-1, send, 1000).run)(task)
+        # In a copy of this thread's context: asgiref copies the run's context variables
+        # back, and a later test's forked children would route their lines to this run.
+        contextvars.copy_context().run(async_to_sync(AsyncRunner(-1, send, 1000).run), task)
     finally:
         root.removeHandler(capture)
         root.setLevel(level)

@@ -337,6 +337,10 @@ def child_main(conn, control, lock, handoff_config=None, quiet_fd=None,
     quiet = quiet_sender(quiet_fd, send)
     capture = CaptureHandler(conf.get("MAX_LOG_LINES"), lock=send.lock)
     capture.routes = True
+    # A process whose main thread awaited an async run through asgiref (which copies a
+    # run's context variables back to its caller) would fork children routing every sync
+    # run's lines to that old run: this thread's lines are the sync runs'.
+    ASYNC_CAPTURE.set(None)
     root = logging.getLogger()
     root.addHandler(capture)
     root.setLevel(logging.INFO)
