@@ -260,7 +260,7 @@ def w1(args) -> None:
     from django.db import connection
 
     from jobs import services
-    from jobs.tokens import create_token
+    from jobs.api.tokens import create_token
 
     n = args.n or (5000 if args.quick else 20_000)
     # One call per job is the slow path (~1-3 ms each): a sample gives its rate.
@@ -578,7 +578,7 @@ def w5_ticks(repeat: int) -> None:
     jobs; prints one JSON line: tick seconds, runs created, RSS."""
     from django.db import connection
 
-    from jobs.scheduler import Scheduler
+    from jobs.schedules.scheduler import Scheduler
     from runs.brokers import get_broker
 
     scheduler = Scheduler()
@@ -634,7 +634,7 @@ def w5(args) -> None:
         common.log(json.dumps(points[-1]))
     ratio = points[-1]["tick_ms"] / points[0]["tick_ms"]
     details = {"points": points, "ratio_largest_to_smallest": round(ratio, 2),
-               "tick": "jobs.scheduler.Scheduler.tick() in one process holding all 16 "
+               "tick": "jobs.schedules.scheduler.Scheduler.tick() in one process holding all 16 "
                        "partitions: claim the due jobs, insert 1,000 runs, advance them, "
                        "push to Redis; median of the ticks after the first",
                "versions": versions()}

@@ -88,8 +88,8 @@ def load(n: int, jobs: int, dead: float, lines: int) -> dict:
     from django.core.management import call_command
     from django.db import connection, transaction
 
-    from runs import history_partitions as hp
     from runs.clock import db_now
+    from runs.history import time_partitions as hp
 
     call_command("migrate", verbosity=0)
     sql(f"TRUNCATE {', '.join(ours.TABLES)} RESTART IDENTITY CASCADE")
@@ -210,8 +210,8 @@ def hot_queries() -> dict:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from runs import completion, transitions
     from runs.brokers.database import DatabaseBroker
+    from runs.execution import completion, transitions
     from runs.models import Run, RunState
     from runs.types import Outcome
 
@@ -314,8 +314,9 @@ def prune() -> dict:
     (partitioned: the drop, with the planner's counts; then the row prune of what is
     left, in batches of 5,000 as prunehistory). Counts are taken before and after,
     untimed."""
-    from runs import history_partitions, retention
     from runs.clock import db_now
+    from runs.history import retention
+    from runs.history import time_partitions as history_partitions
 
     before = history_partitions.floor_to_width(db_now(), 86_400)
     counts = {"runs_before": sql("SELECT count(*) FROM runs_run")[0][0],

@@ -1,4 +1,4 @@
-"""How fast the history is pruned (runs/retention.py, docs/retention.md).
+"""How fast the history is pruned (runs/history/retention.py, docs/retention.md).
 
     .venv/bin/python bench/prune.py [--n N] [--attempts A] [--lines L] [--batch B]
 
@@ -6,7 +6,7 @@ Setup (not timed), in bench/ours.py's database (bench_ours, emptied first): N on
 noop jobs and their runs through ``jobs.services.create_jobs``, then, by SQL, every run
 ``succeeded`` 8 days ago with A attempts and L log lines per attempt, and ANALYZE. Timed:
 ``retention.prune`` in batches of B until none are left (what ``manage.py prunehistory``
-does), and a batch of runs.dispatcher.PRUNE_BATCH (a dispatcher's round; median of 5).
+does), and a batch of runs.daemons.dispatcher.PRUNE_BATCH (a dispatcher's round; median of 5).
 Prints one JSON line: runs/s deleted, with the rows deleted per table.
 """
 
@@ -53,8 +53,8 @@ def main() -> None:
     args = parser.parse_args()
     ours._ensure_database()
     ours._setup_django()
-    from runs import retention
-    from runs.dispatcher import PRUNE_BATCH
+    from runs.daemons.dispatcher import PRUNE_BATCH
+    from runs.history import retention
 
     ours.reset()
     load_history(PRUNE_BATCH * 5, args.attempts, args.lines)

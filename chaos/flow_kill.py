@@ -32,8 +32,8 @@ from datetime import datetime, timedelta
 from chaos.load import BULK_CHUNK, CRON_MAX_ATTEMPTS, owner, with_db_retry, work_seconds
 from chaos.session import Scenario, Session, Size
 from jobs import services
-from runs import flow_limits
 from runs.clock import db_now
+from runs.flow import rate_limits as flow_limits
 from runs.models import Attempt
 
 HANDLER = "chaos.work"

@@ -12,8 +12,8 @@ from pathlib import Path
 from django.db import connection
 from django.db.models import Count
 
-from jobs import cron
 from jobs.models import Job
+from jobs.schedules import cron
 from runs.models import TERMINAL_STATES, Attempt, AttemptOutcome, Run, RunState
 
 

@@ -16,9 +16,9 @@ from django.db import InterfaceError, OperationalError, connections, transaction
 from jobs import services
 from jobs.models import Job, OwnerPolicy, Schedule
 from jobs.tenants import MAX_INT
-from runs import flow
 from runs.clock import db_now
-from runs.flow_models import RateLimit
+from runs.flow import control as flow
+from runs.flow.models import RateLimit
 from workflows.models import Workflow
 
 OWNER = "chaos"

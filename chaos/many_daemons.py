@@ -4,7 +4,7 @@ PostgreSQL; the schedulers and the dispatchers are stopped and started in turns,
 partitions and shards change hands all through the load (docs/reliability.md,
 "Scenarios"; docs/architecture.md, "Ownership changes").
 
-The moves are read from the ownership trace the daemons leave (runs/ownership.py): the
+The moves are read from the ownership trace the daemons leave (runs/daemons/ownership.py): the
 holds (LeaseTenure) that started during the scenario and the change counters
 (LeaseChangeCount) before and after it.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 from chaos.load import with_db_retry
 from chaos.redis_cluster import RedisCluster
 from chaos.session import Scenario, Session, Size
-from runs import ownership
 from runs.clock import db_now
+from runs.daemons import ownership
 from runs.models import Attempt, AttemptOutcome
 from scheduler_core.models import LeaseTenure
 

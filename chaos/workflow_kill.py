@@ -92,7 +92,7 @@ class WorkflowKill(WorkerKill):
     one-off jobs, their starts spread over the first 80% of the window."""
 
     name = "workflow-kill"
-    # Continuations on (runs/continuation.py): an owner limit would refuse every one, and
+    # Continuations on (runs/execution/continuation.py): an owner limit would refuse every one, and
     # the kills would never land between an ack and the run it continued.
     tunables = {"OWNER_CONCURRENCY": 0}
     short = WorkflowSize(one_off=0, cron=0, duration_s=14, workers=3, concurrency=2,

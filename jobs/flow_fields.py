@@ -1,14 +1,14 @@
 """The job fields of a run's fate after the handler and before the worker: ``retry`` (the
-retry strategy, runs/retry.py) and ``expires_at`` / ``expires_in_s`` (expiry,
-runs/expiry.py), checked for every way in by jobs/validation.py (docs/api.md, "Job
+retry strategy, runs/execution/retry.py) and ``expires_at`` / ``expires_in_s`` (expiry,
+runs/execution/expiry.py), checked for every way in by jobs/validation.py (docs/api.md, "Job
 fields"; docs/retries-and-expiry.md)."""
 
 from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from runs import retry
-from runs.quotas import MAX_INT
+from runs.execution import retry
+from runs.tenancy.quotas import MAX_INT
 
 
 def _due(spec: dict) -> datetime:

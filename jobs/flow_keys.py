@@ -5,11 +5,11 @@ limits" and "Concurrency keys"; docs/api.md, "Job fields").
 A template is ``handler``, ``name`` or ``payload.<field>[.<field>...]``. It is evaluated
 once, when the job is made (and again when its payload changes), and stored with its
 value as ``"<template>=<value>"``: every run of the job carries that value
-(runs/flow.py). A value must be text, a number or a boolean.
+(runs/flow/control.py). A value must be text, a number or a boolean.
 """
 
-from runs import flow
-from runs.flow import TEMPLATE_HINT, TEMPLATE_RE
+from runs.flow import control as flow
+from runs.flow.control import TEMPLATE_HINT, TEMPLATE_RE
 from scheduler_core.text import line_problem
 
 MAX_STORED = 255  # the columns' length: "<template>=<value>"

@@ -18,7 +18,7 @@ _managers: list[Callable[[list[int], str], dict[int, str]]] = []
 class ManagedJob(SchedulerError):
     """A write through the jobs' API to a job another app manages (a workflow's node);
     nothing was changed. ``job_id`` is the first such job, ``manager`` what manages it.
-    The REST API answers 409 with the message (jobs/api.py)."""
+    The REST API answers 409 with the message (jobs/api/jobs.py)."""
 
     def __init__(self, job_id: int, manager: str, verb: str):
         self.job_id, self.manager = job_id, manager

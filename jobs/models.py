@@ -1,13 +1,13 @@
 """The jobs app's models (docs/architecture.md, "Data model").
 
 Jobs, schedules, owner policies, the lease tables and the stored Idempotency-Key
-responses (pruned by runs/retention.py) are read by runs/ too, so they are
+responses (pruned by runs/history/retention.py) are read by runs/ too, so they are
 defined in scheduler_core/models.py (runs never imports jobs: docs/architecture.md, "Code
 layout and dependency rule") and imported here, their home to Django, to jobs/ and to the
 migrations. Only the models nothing in runs/ needs are defined here.
 """
 
-from jobs.backfill_models import Backfill
+from jobs.schedules.backfill_models import Backfill
 from scheduler_core.models import (
     QUEUE_RE,
     IdempotencyKey,

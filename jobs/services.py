@@ -2,9 +2,7 @@
 trigger jobs. The REST API and the admin call these same functions.
 
 Everything happens in one transaction on the database alias ``using``; runs reach the
-broker only after that transaction commits (docs/architecture.md, "Conventions in the code":
-commit first, then push).
-"""
+broker only after it commits (docs/architecture.md, "Conventions in the code")."""
 
 from datetime import datetime
 
@@ -12,9 +10,12 @@ import psycopg
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import cron, flow_fields, flow_keys, ingest, one_off, pausing, tenants
+from jobs import flow_fields, flow_keys, tenants
 from jobs.guards import refuse_managed
+from jobs.ingest import bulk as ingest
+from jobs.ingest import one_off
 from jobs.models import Job
+from jobs.schedules import cron, pausing
 from jobs.spec import CREATE_JOB, CREATE_JOBS, NAMES, translate, unknown_message
 from jobs.validation import job_limits, moment_problem, validate_job
 from runs.brokers import get_broker
@@ -27,7 +28,7 @@ from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from scheduler_core.registry import creatable_handler_names
 
-# Creates retried when a concurrent create took a unique key first (jobs/unique.py).
+# Creates retried when a concurrent create took a unique key first (jobs/ingest/unique.py).
 UNIQUE_RETRIES = 2
 
 
@@ -90,10 +91,10 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     the shard is hashed from; default the handler), ``priority`` (0-9, 0 most urgent,
     default 5), ``timeout_s`` (seconds), ``max_attempts`` (first try included); without
     ``run_at``, ``delay_s`` or ``cron`` the job runs once now (docs/api.md, "Create");
-    ``unique_key`` with ``unique_period_s`` and ``unique_states`` (jobs/unique.py): when
+    ``unique_key`` with ``unique_period_s`` and ``unique_states`` (jobs/ingest/unique.py): when
     an earlier job holds the key, that job is returned, with ``conflict`` True (a new job
-    has it False); ``retry`` (a dict: runs/retry.py), ``expires_at`` (one-off jobs) or
-    ``expires_in_s`` (runs/expiry.py); ``rate_key``, ``concurrency_key``,
+    has it False); ``retry`` (a dict: runs/execution/retry.py), ``expires_at`` (one-off jobs) or
+    ``expires_in_s`` (runs/execution/expiry.py); ``rate_key``, ``concurrency_key``,
     ``concurrency_limit`` (jobs/flow_keys.py). With an ``owner``, its bounds apply (see
     create_jobs). The old names ``cron_expr`` and ``timezone_name`` still work this
     release, with a DeprecationWarning. Raises InvalidJob naming each bad field,
@@ -117,8 +118,7 @@ def validate_specs(specs: list[dict], bounds: tenants.Bounds | None = None) -> l
     (tenants.defaults_within). Raises InvalidJobs with every bad item's index and fields."""
     limits, cleaned, errors = job_limits(), [], {}
     owner_id = bounds.owner_id if bounds is not None else None  # what secrets are sealed for
-    # Filled in before the bounds are checked: a default beyond them reached the nodes of
-    # a workflow unchecked, and refused a plain job for a field its client never sent.
+    # Defaults are filled in first, so the bounds check them as if the client sent them.
     defaults = tenants.defaults_within(bounds)
     for i, spec in enumerate(specs):
         spec = tenants.with_defaults(spec, defaults)
@@ -145,15 +145,15 @@ def create_jobs(specs: list[dict], *, owner=None, using: str = "default"
     beyond its limits are field errors, and going over its jobs or pending runs quota
     raises tenants.QuotaExceeded; without one, none do. A spec whose ``unique_key`` an
     earlier job holds creates nothing: its place in the answer is that job, with
-    ``conflict`` True (jobs/unique.py; every job returned has ``conflict``).
+    ``conflict`` True (jobs/ingest/unique.py; every job returned has ``conflict``).
 
     The answer is a sequence of Job instances (saved, owner and schedule cached), each
     made when first read; its ``ids`` (one per spec) and ``conflicts`` (indexes answered
-    by a holder) are plain lists that make none (jobs/ingest.py, CreatedJobs).
+    by a holder) are plain lists that make none (jobs/ingest/bulk.py, CreatedJobs).
     Built for ingest peaks (BENCHMARKS.md, "Ingest (W1)"):
     the caps are read once, each payload serialised once, each distinct (cron, timezone)
     pair's next occurrence computed once, and on PostgreSQL the rows go in by COPY, built
-    straight from the validated specs (jobs/ingest.py).
+    straight from the validated specs (jobs/ingest/bulk.py).
     """
     bounds = tenants.bounds_of(owner.pk if owner is not None else None, using)
     translated, errors = _translate_specs(specs)
@@ -190,7 +190,7 @@ def _insert_validated(cleaned: list[dict], owner, bounds, using: str) -> ingest.
         try:
             return ingest.insert(cleaned, owner, bounds, using)
         except (IntegrityError, psycopg.IntegrityError):
-            # A concurrent create took one of these unique keys first (jobs/unique.py):
+            # A concurrent create took one of these unique keys first (jobs/ingest/unique.py):
             # the next try finds its job. Other constraint errors are not ours to retry.
             if not retry or not any(s.get("unique_key") for s in cleaned):
                 raise
@@ -206,7 +206,7 @@ def _set_status(job_ids, from_states, to_state, using) -> list[int]:
 
 
 def pause(job_ids, using: str = "default") -> int:
-    """Pause active jobs: no run of theirs starts until resume (jobs/pausing.py, rules
+    """Pause active jobs: no run of theirs starts until resume (jobs/schedules/pausing.py, rules
     in docs/cron.md). Returns how many jobs were paused. Raises guards.ManagedJob (nothing
     paused) when one is a workflow's node (docs/workflows.md, "Node jobs")."""
     refuse_managed(job_ids, "paused", using)
@@ -216,7 +216,7 @@ def pause(job_ids, using: str = "default") -> int:
 def resume(job_ids, using: str = "default", catch_up: str = "skip") -> int:
     """Resume paused jobs. ``catch_up`` says which runs scheduled while paused run:
     ``skip`` (none, the default), ``latest`` or ``all`` within the schedule's max lag;
-    the held ones that do not end ``cancelled`` with the reason (jobs/pausing.py,
+    the held ones that do not end ``cancelled`` with the reason (jobs/schedules/pausing.py,
     docs/cron.md). Raises InvalidJob for another ``catch_up``, guards.ManagedJob for a
     workflow's node (nothing resumed). Returns how many jobs were resumed."""
     refuse_managed(job_ids, "resumed", using)

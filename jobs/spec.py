@@ -2,7 +2,7 @@
 way in takes which, the names each way in used before (kept one release, deprecated), and
 the error an unknown field gets (docs/api.md, "Job fields").
 
-Every way in translates to these names: REST (jobs/serializers.py), ``services.create_job``
+Every way in translates to these names: REST (jobs/api/serializers.py), ``services.create_job``
 and ``create_jobs``, the admin form (jobs/admin/forms.py), ``@task`` options
 (scheduler_tasks/backend.py), workflow nodes and schedules (workflows/validation.py),
 crontab import and ``loaddemo``. The rules themselves run once, in jobs/validation.py,
@@ -14,10 +14,10 @@ import difflib
 import warnings
 from dataclasses import dataclass
 
-from jobs.cron import MAX_JITTER_S
 from jobs.flow_keys import MAX_LIMIT as MAX_CONCURRENCY
+from jobs.schedules.cron import MAX_JITTER_S
 from jobs.validation import MAX_DELAY_S, NAME_MAX
-from runs.quotas import MAX_INT
+from runs.tenancy.quotas import MAX_INT
 
 # The ways in, as the table's columns name them.
 REST, CREATE_JOB, CREATE_JOBS, ADMIN, TASK, NODE, WORKFLOW_SCHEDULE, UPDATE = (

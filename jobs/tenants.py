@@ -2,20 +2,21 @@
 (queue, priority, timeout_s, max_attempts) and how much the owner may hold (jobs, pending
 runs). The Python API applies them whenever it is given an owner (jobs/services.py), and
 so do the REST API and the admin, which call it. The concurrency bound, ``max_running``,
-is enforced by the brokers at lease time (runs/limits.py syncs it to them).
+is enforced by the brokers at lease time (runs/tenancy/limits.py syncs it to them).
 
 Each bound is the owner's OwnerPolicy value, or the settings default when that is null;
 jobs without an owner have none. Cheap on the hot path: one read of the policy per
 request, and for a request that adds jobs or runs two counts that stop at the quota
 (COUNT over at most quota + 1 rows), whatever the number of jobs in the request.
-The Bounds and the quota checks themselves are runs/quotas.py's (the engine's requeue
+The Bounds and the quota checks themselves are runs/tenancy/quotas.py's (the engine's requeue
 keeps to ``max_pending`` too), imported here so callers find them where they always did.
 """
 
 from django.db import transaction
 
 from jobs.models import QUEUE_RE, OwnerPolicy
-from runs.quotas import (  # noqa: F401 - the tenant rules' API, kept where callers import it
+from runs.services import sync_owner_limits
+from runs.tenancy.quotas import (  # noqa: F401 - the tenant rules' API, kept where callers import it
     MAX_INT,
     POLICY_FIELDS,
     QUOTA_LOCK,
@@ -28,7 +29,6 @@ from runs.quotas import (  # noqa: F401 - the tenant rules' API, kept where call
     fit_pending,
     pending_load,
 )
-from runs.services import sync_owner_limits
 from scheduler_core import conf
 from scheduler_core.exceptions import SchedulerError
 

@@ -8,10 +8,12 @@ import json
 from datetime import UTC, datetime
 from itertools import islice, pairwise
 
-from jobs import cron, flow_fields, flow_keys, unique, zones
+from jobs import flow_fields, flow_keys
+from jobs.ingest import unique
 from jobs.models import QUEUE_RE, MisfirePolicy
+from jobs.schedules import cron, zones
 from runs.outbound import payload as http_payload
-from runs.quotas import MAX_INT
+from runs.tenancy.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.registry import get_handler
@@ -50,7 +52,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     datetime), ``delay_s`` (seconds from now, int or float) or ``cron`` (with optional
     timezone, misfire_policy, max_lag_s, jitter_s); none of them means now, which
     services.create_jobs fills in from the database's clock (docs/api.md); optional
-    unique_key, unique_period_s, unique_states (jobs/unique.py).
+    unique_key, unique_period_s, unique_states (jobs/ingest/unique.py).
     ``limits`` are the caps of job_limits(), read afresh when omitted. An http job's
     secret headers are sealed for ``owner_id`` (the job's owner) and the job;
     ``stored_payload`` is the payload of the job being changed, whose secrets the

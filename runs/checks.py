@@ -6,8 +6,8 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from runs import policy
-from runs.daemon import sqlite_warning
+from runs.daemons.daemon import sqlite_warning
+from runs.tenancy import policy
 from scheduler_core import conf
 from scheduler_core.startup import TAG
 
@@ -18,7 +18,7 @@ ISOLATION_TUNABLES = ("PRIORITY_CLASSES", "QUEUE_CONCURRENCY", "QUEUE_RATE",
 @checks.register(TAG)
 def check_isolation(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """scheduler.E005: a bad isolation setting (PRIORITY_CLASSES, QUEUE_CONCURRENCY,
-    QUEUE_RATE, OWNER_CONCURRENCY, FAIR_SCAN, SHARDS: runs/policy.py)."""
+    QUEUE_RATE, OWNER_CONCURRENCY, FAIR_SCAN, SHARDS: runs/tenancy/policy.py)."""
     try:
         for name in ISOLATION_TUNABLES:
             conf.get(name)

@@ -4,7 +4,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from runs import hooks
+from runs.execution import hooks
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Runs, attempts and their log lines (docs/architecture.md, "Run states and transitions").
 
 A run is one occurrence of a job at ``scheduled_at``; at most one exists per
-(job, scheduled_at). Every state change is one fenced UPDATE in runs/transitions.py,
+(job, scheduled_at). Every state change is one fenced UPDATE in runs/execution/transitions.py,
 never ``save()`` on a loaded row.
 """
 
@@ -113,7 +113,7 @@ class Run(models.Model):
             # The run lists' default order, newest scheduled first (read backwards), and
             # their scheduled_after/before ranges: without it /api/runs/ sorts every run
             # (docs/api.md, "Lists at scale"). On partitioned tables every partition has
-            # its own, created with it (runs/history_partitions.py).
+            # its own, created with it (runs/history/time_partitions.py).
             models.Index(fields=["scheduled_at", "id"], name="run_scheduled"),
         ]
 
@@ -213,7 +213,7 @@ class Attempt(models.Model):
     class Meta:
         constraints = [
             # On PostgreSQL (run, number, run_scheduled_at): the same rule, as
-            # run_scheduled_at is a function of the run (runs/history_partitions.py).
+            # run_scheduled_at is a function of the run (runs/history/time_partitions.py).
             models.UniqueConstraint(fields=["run", "number"], name="attempt_run_number"),
         ]
         ordering = ["run", "number"]
@@ -333,7 +333,7 @@ class ChildRecycleCount(models.Model):
 
 class NamedLease(models.Model):
     """A lease on one piece of work that one process at a time may do, named ``name``
-    (runs/leases.py): ``holder`` has it until ``expires_at`` (database clock). A row,
+    (runs/history/named_leases.py): ``holder`` has it until ``expires_at`` (database clock). A row,
     not an advisory lock, so it holds through PgBouncer's transaction pooling, and a
     holder that dies leaves it to expire."""
 

@@ -5,13 +5,13 @@ cancel runs, discard dead letters."""
 from django.db import transaction
 from django.db.models import F, Q
 
-from runs import hooks
 from runs.brokers import get_broker
 from runs.clock import db_now
-from runs.limits import owner_limits
+from runs.execution import hooks
+from runs.execution.transitions import run_refs
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
-from runs.quotas import fit_pending
-from runs.transitions import run_refs
+from runs.tenancy.limits import owner_limits
+from runs.tenancy.quotas import fit_pending
 from scheduler_core.models import Job
 
 REQUEUEABLE = (RunState.DEAD, RunState.CANCELLED)
@@ -24,10 +24,10 @@ def requeue(run_ids, using: str = "default", states=REQUEUEABLE,
     counting up, so old acks stay fenced out). Runs of a job that is not active, and runs
     no longer in one of ``states`` (a subset of REQUEUEABLE) when their row is locked, are
     left alone, and so are the runs that would take their owner over its pending-runs
-    quota (``max_pending``, runs/quotas.py's fit_pending: lowest ids first), as a trigger
+    quota (``max_pending``, runs/tenancy/quotas.py's fit_pending: lowest ids first), as a trigger
     would be refused (docs/isolation.md, "Tenant bounds"); a run counts with the runs its
-    requeue revives (a workflow node's descendants: runs/hooks.py, requeue_revives).
-    With ``strict``, such a run raises runs.quotas.QuotaExceeded instead and nothing is
+    requeue revives (a workflow node's descendants: runs/execution/hooks.py, requeue_revives).
+    With ``strict``, such a run raises runs.tenancy.quotas.QuotaExceeded instead and nothing is
     requeued. Returns how many runs were requeued."""
     broker = get_broker(using)
     with transaction.atomic(using=using):

@@ -26,7 +26,7 @@ run_failed = Signal()
 run_retrying = Signal()
 run_dead = Signal()
 run_cancelled = Signal()
-# A run not started by its expiry (runs/expiry.py): sent by the process whose lease
+# A run not started by its expiry (runs/execution/expiry.py): sent by the process whose lease
 # expired it, with outcome "expired" and the attempts the run had started.
 run_expired = Signal()
 

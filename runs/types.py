@@ -11,7 +11,7 @@ Slot = tuple[int, str, int]
 class RunRef:
     """What a broker needs to place a run: its id, queue, shard, priority (0-9),
     ``run_at`` (aware UTC datetime: when it may start), its job's owner id (None: no
-    owner; per-owner limits do not apply) and its gate entry (runs/flow.py; None: not
+    owner; per-owner limits do not apply) and its gate entry (runs/flow/control.py; None: not
     known here, the broker reads it when flow control is in use)."""
 
     id: int
@@ -49,7 +49,7 @@ class Outcome:
     None, the usual backoff; a number, retry after that many seconds (RetryAfter); False,
     no retry, the dead letter at once (PermanentFailure); a tuple of the dotted names of
     the exception's classes (any other exception), matched against the job's retry_on /
-    never_retry_on (runs/retry.py).
+    never_retry_on (runs/execution/retry.py).
     """
 
     lease: Lease
@@ -58,17 +58,18 @@ class Outcome:
     error: str = ""
     logs: list[tuple] = field(default_factory=list)
     # Seconds the handler ran (None: not known); the run's state after the ack
-    # (succeeded, retrying, dead, cancelled), set by the ack itself (runs/completion.py).
+    # (succeeded, retrying, dead, cancelled), set by the ack itself (runs/execution/completion.py).
     took_s: float | None = None
     fate: str = ""
     retry: float | bool | tuple | None = None
     # What the worker ran (``job_id``, ``handler``, …: runs/worker/pool.py's InFlight.task),
     # for the outcome's log line; None when the outcome did not come from a child.
     task: dict | None = field(default=None, repr=False)
-    # Set by the ack when a listener follows the run (runs/hooks.py: a workflow node, whose
-    # success may have made runs of its downstream nodes): the worker leases again at once.
-    # Set before the ack when the worker knows it (a run continued on it by a node's ack,
-    # runs/continuation.py): the ack then goes straight to the path that tells listeners.
+    # Set by the ack when a listener follows the run (runs/execution/hooks.py: a workflow
+    # node, whose success may have made runs of its downstream nodes): the worker leases
+    # again at once. Set before the ack when the worker knows it (a run continued on it by a
+    # node's ack, runs/execution/continuation.py): the ack then goes straight to the path
+    # that tells listeners.
     watched: bool = False
 
 
@@ -87,7 +88,7 @@ class Books:
     """The broker's bookkeeping an ack owes after its commit (Broker.complete_only, then
     Broker.keep_books): ``finished``, the slots ((run id, queue, shard)) of the runs it
     finished, to forget; ``taken``, the (lease, owner id or None) of the runs it continued
-    on the acking worker (runs/continuation.py), to record as leased for ``ttl_s``
+    on the acking worker (runs/execution/continuation.py), to record as leased for ``ttl_s``
     seconds; ``retried``, ids of runs it sent to a retry, to push. Plain data, so a
     worker's child can hand it to its worker (runs/worker/handoff.py)."""
 

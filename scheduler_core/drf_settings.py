@@ -3,7 +3,7 @@ checkout's project and for a project of your own (docs/own-project.md, "Settings
 Strings only: this module imports nothing of the apps, so settings.py can import it.
 
 The API's views name their own authentication, permission, throttles and parser
-(jobs/api_policy.py), so of ``REST_FRAMEWORK`` they need only what drf-spectacular's
+(jobs/api/policy.py), so of ``REST_FRAMEWORK`` they need only what drf-spectacular's
 install asks of every project: its schema class as DEFAULT_SCHEMA_CLASS (without it
 ``/api/schema/`` fails, "Incompatible AutoSchema"). ``SPECTACULAR_SETTINGS``: the
 schema's title, description and enum names, and the Swagger UI's assets served from the
@@ -26,7 +26,7 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["jobs.throttling.IsAuthenticatedOrThrottled"],
+    "SERVE_PERMISSIONS": ["jobs.api.throttling.IsAuthenticatedOrThrottled"],
     "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -34,7 +34,7 @@ SPECTACULAR_SETTINGS = {
     # The default hook (named enums) and the old job field names marked deprecated.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "jobs.old_names.mark_deprecated_in_schema",
+        "jobs.api.old_names.mark_deprecated_in_schema",
     ],
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.models.RunState",

@@ -95,7 +95,7 @@ class Job(models.Model):
     next_run_at = models.DateTimeField(null=True, blank=True)
     timeout_s = models.PositiveIntegerField(default=300)
     max_attempts = models.PositiveSmallIntegerField(default=4)
-    # The retry strategy (runs/retry.py): null, today's backoff; else the keys given
+    # The retry strategy (runs/execution/retry.py): null, today's backoff; else the keys given
     # (strategy, base_s, cap_s, jitter_s, retry_on, never_retry_on), the rest default.
     retry = models.JSONField(null=True, blank=True)
     # Expiry (docs/retries-and-expiry.md): a run not started by expires_at (one-off jobs),
@@ -103,9 +103,9 @@ class Job(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     expires_in_s = models.PositiveIntegerField(null=True, blank=True)
     # When the job was last paused (database clock); resume decides what happens to the
-    # runs whose scheduled_at falls between this and the resume (jobs/pausing.py).
+    # runs whose scheduled_at falls between this and the resume (jobs/schedules/pausing.py).
     paused_at = models.DateTimeField(null=True, blank=True)
-    # Unique jobs (jobs/unique.py, docs/api.md "Unique jobs"): the key as given; the lock
+    # Unique jobs (jobs/ingest/unique.py, docs/api.md "Unique jobs"): the key as given; the lock
     # ("<owner id or ->:<key>") while the job holds it, unique in the table, so the
     # database refuses a second holder; the run states that count; the period's end.
     unique_key = models.CharField(max_length=200, blank=True, default="")
@@ -152,7 +152,7 @@ class Job(models.Model):
                 condition=Q(status="active", next_run_at__isnull=False),
             ),
             models.Index(fields=["owner", "status"], name="job_owner_status"),
-            # runs/flow.py's in_use asks every second whether any job is keyed: without
+            # runs/flow/control.py's in_use asks every second whether any job is keyed: without
             # this (small, usually empty) index that read every job of a large table.
             models.Index(fields=["id"], name="job_flow_keyed",
                          condition=~Q(rate_key="") | ~Q(concurrency_key="")),
@@ -204,7 +204,7 @@ class LeaseTenure(models.Model):
     LeaseMember): from ``started_at`` to ``ended_at`` (null: still held) and how it ended:
     ``released`` (clean stop), ``rebalanced`` (given back for a fair share) or
     ``expired`` (the lease ran out; ``taken_by`` is who took it next, blank if the holder
-    took it back itself). A bounded history (runs/ownership.py, docs/architecture.md)."""
+    took it back itself). A bounded history (runs/daemons/ownership.py, docs/architecture.md)."""
 
     group = models.CharField(max_length=64)
     number = models.PositiveIntegerField()
@@ -225,7 +225,7 @@ class LeaseTenure(models.Model):
 
 class LeaseChangeCount(models.Model):
     """How many ownership changes of ``event`` lease ``group`` has seen since the table
-    was created: the Prometheus counters of /metrics (runs/ownership.py)."""
+    was created: the Prometheus counters of /metrics (runs/daemons/ownership.py)."""
 
     group = models.CharField(max_length=64)
     event = models.CharField(max_length=16)
@@ -338,7 +338,7 @@ class IdempotencyKey(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["owner", "key"], name="idempotency_owner_key"),
         ]
-        # The retention's prune of expired keys (runs/retention.py) finds them by age.
+        # The retention's prune of expired keys (runs/history/retention.py) finds them by age.
         indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
 
     def __str__(self) -> str:

@@ -5,7 +5,7 @@ that refuses a missing, development or weak SECRET_KEY, and the web server also 
 ALLOWED_HOSTS or '*' in it.
 
 Called by scheduler_project/wsgi.py (gunicorn, and runserver, which loads the same WSGI
-application), by every daemon command (runs/daemon_command.py) and by ``runall``. Other
+application), by every daemon command (runs/daemons/command.py) and by ``runall``. Other
 management commands (migrate, createsuperuser) still run, so that a deployment can be
 prepared before its secret is in place; ``check --deploy`` reports every problem.
 

@@ -5,13 +5,13 @@ in scheduler_project/urls.py."""
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from jobs.alerts_api import JobAlertsView, OwnerAlertsView
-from jobs.api import JobViewSet
-from jobs.api_policy import ApiPolicy
-from jobs.backfill_api import JobBackfillViewSet
-from jobs.limits_api import LimitsView
-from jobs.rate_limits_api import RateLimitsView
-from jobs.runs_api import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
+from jobs.api.alerts import JobAlertsView, OwnerAlertsView
+from jobs.api.backfill import JobBackfillViewSet
+from jobs.api.jobs import JobViewSet
+from jobs.api.limits import LimitsView
+from jobs.api.policy import ApiPolicy
+from jobs.api.rate_limits import RateLimitsView
+from jobs.api.runs import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 from scheduler_project.api_docs import DocsView, SchemaView
 from workflows.api import WorkflowRunViewSet, WorkflowViewSet
 from workflows.backfill_api import WorkflowBackfillViewSet

@@ -4,7 +4,7 @@
 JSON lines come from python-json-logger's formatter: the keys ``time``, ``level``,
 ``logger`` and ``message``, then every extra field of the record (a run's outcome line
 carries ``run_id``, ``job_id``, ``handler``, ``attempt``, ``outcome``, ``state`` and
-``duration_s``, runs/outcomes.py), and ``exc_info`` with the traceback when there is one.
+``duration_s``, runs/execution/outcomes.py), and ``exc_info`` with the traceback when there is one.
 """
 
 import logging

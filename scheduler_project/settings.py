@@ -24,7 +24,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from jobs.client_address import DEFAULT_PROXY_NETWORKS
+from jobs.api.client_address import DEFAULT_PROXY_NETWORKS
 from scheduler_core import drf_settings
 from scheduler_core.conf import flag
 from scheduler_core.db_urls import parse_database_url
@@ -111,7 +111,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so that whatever an inner layer answers under /api/ (a 404 of Django's, a 400
     # of a forged Host, a 413, a 500) reaches the client as JSON (docs/api.md).
-    "jobs.json_errors.JsonApiErrorsMiddleware",
+    "jobs.api.json_errors.JsonApiErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -240,13 +240,13 @@ LOGIN_REDIRECT_URL = "/api/"
 # TRUSTED_PROXY_COUNT proxies), so lockouts and throttles count the same client.
 AXES_CLIENT_IP_CALLABLE = "scheduler_project.lockout.client_ip"
 TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
-# X-Forwarded-For is read only from peers in these networks (jobs/client_address.py):
+# X-Forwarded-For is read only from peers in these networks (jobs/api/client_address.py):
 # a client reaching the web server directly could otherwise name itself anew each try.
 TRUSTED_PROXY_NETWORKS = [
     net.strip() for net in os.environ.get("TRUSTED_PROXY_NETWORKS", ",".join(
         DEFAULT_PROXY_NETWORKS)).split(",") if net.strip()]
 
-# API tokens: django-rest-knox keeps a SHA-512 digest, never the token (jobs/tokens.py);
+# API tokens: django-rest-knox keeps a SHA-512 digest, never the token (jobs/api/tokens.py);
 # "Token <key>" as DRF's header had it. Tokens made by createapitoken and loaddemo last
 # until deleted unless asked otherwise.
 REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "TOKEN_TTL": None}
@@ -302,7 +302,7 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # Form bodies (the admin, the API's login page): Django's own cap, 2.5 MiB, 413 in JSON
-# under /api/. JSON bodies under /api/ are read by jobs/parsers.py within the API's caps
+# under /api/. JSON bodies under /api/ are read by jobs/api/parsers.py within the API's caps
 # instead (SCHEDULER_API_MAX_BODY_BYTES, SCHEDULER_API_BULK_MAX_BODY_BYTES; docs/api.md), so
 # that a 10,000-job bulk body fits.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
@@ -313,7 +313,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # IDEMPOTENCY_TTL_S), read per request so that they can be changed from the environment or
 # override_settings.
 # The API's views name their own authentication, permission, throttles and parser
-# (jobs/api_policy.py); from here DRF takes drf-spectacular's schema class
+# (jobs/api/policy.py); from here DRF takes drf-spectacular's schema class
 # (scheduler_core/drf_settings.py, where a project of your own takes it from too) and how
 # many proxies to trust for the client address of the anonymous throttle.
 REST_FRAMEWORK = {**drf_settings.REST_FRAMEWORK, "NUM_PROXIES": TRUSTED_PROXY_COUNT}

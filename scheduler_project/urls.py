@@ -6,8 +6,8 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from jobs.api import healthz, readyz
-from runs.metrics import metrics_view
+from jobs.api.jobs import healthz, readyz
+from runs.metrics.endpoint import metrics_view
 
 # settings.INSTALLED_APPS uses SimpleAdminConfig: the admin modules load here, not at start.
 admin.autodiscover()

@@ -6,7 +6,7 @@ class SchedulerTasksConfig(AppConfig):
     verbose_name = "Django tasks on the scheduler"
 
     def ready(self) -> None:
-        from jobs.scheduler import scheduler_starting
+        from jobs.schedules.scheduler import scheduler_starting
         from scheduler_tasks.periodic import sync_on_start
 
         # The scheduler sends this once as it starts: the periodic tasks' cron jobs are

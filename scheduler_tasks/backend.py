@@ -21,7 +21,7 @@ from django.tasks.signals import task_enqueued
 
 from jobs import services, spec
 from jobs.models import MisfirePolicy
-from runs import retry
+from runs.execution import retry
 from runs.models import Attempt, Run
 from scheduler_core.exceptions import InvalidJob
 from scheduler_tasks import periodic, results
@@ -193,7 +193,7 @@ class SchedulerBackend(BaseTaskBackend):
                                       **when, **self.job_options(task))
         except InvalidJob as exc:
             raise InvalidTask(f"The scheduler refused the task: {exc}") from exc
-        # The one-statement create returns its run (jobs/one_off.py); the bulk path
+        # The one-statement create returns its run (jobs/ingest/one_off.py); the bulk path
         # (SQLite, an owner with quotas) does not, so the run is read back.
         run = getattr(job, "created_run", None)
         run_id, created = ((run.pk, run.created_at) if run is not None else

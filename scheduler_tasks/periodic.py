@@ -16,8 +16,9 @@ from django.db import connections, transaction
 from django.tasks.exceptions import InvalidTask
 from django.utils.module_loading import autodiscover_modules
 
-from jobs import cron, services
+from jobs import services
 from jobs.models import Job
+from jobs.schedules import cron
 from jobs.validation import validate_job
 from scheduler_core import conf
 from scheduler_tasks.results import HANDLER, load_task, payload_of
@@ -141,7 +142,7 @@ def sync(using: str = "default") -> dict[str, list[str]]:
 
 
 def sync_on_start(sender, using: str = "default", **kwargs) -> None:
-    """Receiver of jobs.scheduler.scheduler_starting: sync(using), logged."""
+    """Receiver of jobs.schedules.scheduler.scheduler_starting: sync(using), logged."""
     done = sync(using)
     if any(done.values()):
         log.info("periodic tasks: created %s, updated %s, cancelled %s",

@@ -255,11 +255,11 @@ def fresh_throttles():
 
 @pytest.fixture(autouse=True)
 def fresh_flow_state():
-    """Whether flow control is in use is remembered per process (runs/flow.py): a test
+    """Whether flow control is in use is remembered per process (runs/flow/control.py): a test
     that validated a keyed job left it on for every later test, and with it acks
     continued no run, so the child-ack and worker-log tests failed in a whole run."""
     yield
-    from runs import flow
+    from runs.flow import control as flow
     for alias in ("default", "sqlite"):
         flow.forget_cache(alias)
     flow.forget_use()

@@ -16,7 +16,7 @@ import django
 def setup() -> dict:
     from django.contrib.auth.models import Permission, User
 
-    from jobs.tokens import create_token
+    from jobs.api.tokens import create_token
 
     user, _ = User.objects.get_or_create(username="reader", defaults={"is_staff": True})
     user.user_permissions.add(Permission.objects.get(codename="view_run"))
@@ -46,8 +46,8 @@ def routing() -> dict:
 
     from jobs.models import Job
     from runs.brokers import get_broker
+    from runs.execution.transitions import run_refs
     from runs.models import Run
-    from runs.transitions import run_refs
     from scheduler_core.replicas import read_alias, replica_lag_s, replica_reads
 
     seen = {}

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobs import cron, services
+from jobs import services
 from jobs.models import Job
+from jobs.schedules import cron
 from runs.clock import db_now
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""The admin's lists fit 1280 px with long names (runs/admin_cells.py): a long job,
+"""The admin's lists fit 1280 px with long names (runs/admin/cells.py): a long job,
 handler, owner or workflow name is cut by the stylesheet, whole in its title."""
 
 import html

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs.admin_helpers import format_duration, stamp
+from runs.admin.helpers import format_duration, stamp
 from runs.models import AttemptOutcome, Run
 from tests.test_admin import make_run, one_off, text
 

@@ -16,7 +16,7 @@ from django.test import override_settings
 from jobs import services
 from jobs.models import Job, MisfirePolicy
 from jobs.registry import handler
-from jobs.scheduler import Scheduler
+from jobs.schedules.scheduler import Scheduler
 from runs import signals
 from runs.alerts import late, webhook
 from runs.alerts.deliver import deliver, prune_delivered
@@ -30,10 +30,10 @@ from runs.alerts.models import (
 from runs.alerts.policy import WEBHOOK_HANDLER
 from runs.brokers import get_broker
 from runs.clock import db_now
+from runs.execution.outcomes import counts
+from runs.execution.transitions import expire_leases, run_refs
+from runs.history.retention import prune
 from runs.models import Run, RunState
-from runs.outcomes import counts
-from runs.retention import prune
-from runs.transitions import expire_leases, run_refs
 from runs.worker import Worker
 from tests import http_server
 from tests.conftest import make_runs

@@ -8,8 +8,8 @@ from django.contrib.auth.models import User
 
 from runs.alerts import webhook
 from runs.alerts.models import AlertPolicy
+from runs.execution.transitions import run_refs
 from runs.models import Run, RunState
-from runs.transitions import run_refs
 from tests import http_server
 from tests.conftest import daemon_env, make_runs, start_daemon, stop, wait_until
 

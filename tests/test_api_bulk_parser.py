@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.exceptions import ValidationError
 
-from jobs.bulk_serializers import FastItemParser
-from jobs.serializers import JobCreateSerializer, iana_zones
+from jobs.api.bulk_serializers import FastItemParser
+from jobs.api.serializers import JobCreateSerializer, iana_zones
 
 pytestmark = pytest.mark.django_db
 

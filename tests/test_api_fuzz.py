@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import cron
 from jobs.models import Job, Schedule
+from jobs.schedules import cron
 from runs.models import Run
 from tests.test_api_helpers import recurring
 

@@ -10,8 +10,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from jobs import services
+from jobs.api.tokens import create_token
 from jobs.models import Job
-from jobs.tokens import create_token
 from runs.models import Attempt, AttemptOutcome, LogLine, Run, RunState
 
 

@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth.models import User
 
-from jobs import cron, services
+from jobs import services
 from jobs.models import Job
+from jobs.schedules import cron
 from jobs.tenants import set_owner_policy
 from runs.models import Run
 

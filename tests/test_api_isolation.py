@@ -87,7 +87,7 @@ def test_lists_and_filters_never_show_another_owners_jobs_or_runs(bobs, path):
 
     listed = alice.get(path).json()
     rows = listed["results"] if isinstance(listed, dict) else listed
-    # The job list has no job filter: a 400 naming it (jobs/query_params.py), never bob's.
+    # The job list has no job filter: a 400 naming it (jobs/api/query_params.py), never bob's.
     by_job = alice.get(path, {"job": bobs["job"].pk}).json()
     by_job_rows = by_job.get("results", []) if isinstance(by_job, dict) else by_job
 
@@ -165,7 +165,7 @@ def test_the_probes_answer_without_a_login():
 
 
 def test_readyz_names_the_dependency_that_is_down_not_its_address(monkeypatch, caplog):
-    from jobs import api
+    from jobs.api import jobs as api
     from runs.brokers.redis import RedisBroker
 
     down = RedisBroker(url="redis://:hunter2@127.0.0.1:1/0")

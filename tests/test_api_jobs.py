@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from jobs import cron
 from jobs.models import Job
+from jobs.schedules import cron
 from jobs.tenants import set_owner_policy
 from runs.models import Attempt, Run, RunState
 from tests.test_api_helpers import one_off, recurring

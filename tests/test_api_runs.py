@@ -10,8 +10,8 @@ from django.utils import timezone
 from jobs.models import Job
 from jobs.tenants import set_owner_policy
 from runs.brokers import get_broker
+from runs.execution.transitions import run_refs
 from runs.models import Run, RunState, WorkerProcess
-from runs.transitions import run_refs
 from tests.conftest import flush_redis
 from tests.test_api_helpers import client_for, finished_run, one_off, recurring, user_with
 

@@ -20,7 +20,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from jobs import services
-from jobs.tokens import create_token
+from jobs.api.tokens import create_token
 from runs.models import Run, RunState
 from workflows import services as workflows
 

@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
+from jobs.api.tokens import create_token
 from jobs.models import Job, Schedule
-from jobs.tokens import create_token
 from runs.models import Run
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import override_settings
 
-from jobs.throttling import parse_rate
+from jobs.api.throttling import parse_rate
 from scheduler_core import conf
 from tests.test_api_helpers import client_for
 

@@ -10,13 +10,13 @@ import pytest
 
 from jobs import services
 from jobs.models import Job
-from runs import stats
-from runs.admin_helpers import with_timing
+from runs.admin.helpers import with_timing
 from runs.alerts import late
 from runs.alerts.models import AlertPolicy
 from runs.clock import db_now
 from runs.dashboard.figures import series
-from runs.metrics_health import lag_buckets
+from runs.metrics import stats
+from runs.metrics.health import lag_buckets
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from scheduler_core.exceptions import InvalidJob
 from tests.test_metrics import at, scrape

@@ -13,8 +13,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from jobs import services
-from jobs.backfill import backfill_job, finished_count
 from jobs.models import Backfill, Job
+from jobs.schedules.backfill import backfill_job, finished_count
 from jobs.tenants import QuotaExceeded, set_owner_policy
 from runs.clock import db_now
 from runs.models import Run, RunState

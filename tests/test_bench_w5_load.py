@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_w5s_cron_jobs_are_stored_and_the_due_ones_materialise():
     if connection.vendor != "postgresql":
         pytest.skip("W5 runs on PostgreSQL (generate_series, jsonb)")
-    from jobs.scheduler import Scheduler
+    from jobs.schedules.scheduler import Scheduler
 
     with connection.cursor() as cursor:
         w5_load.load_cron_jobs(cursor, 30, 10)

@@ -11,8 +11,8 @@ import pytest
 
 from jobs import services
 from runs.clock import db_now
+from runs.execution.transitions import run_refs
 from runs.models import Attempt, AttemptOutcome, Run, RunState
-from runs.transitions import run_refs
 from runs.types import Outcome
 from tests.conftest import ROOT, daemon_env, flush_redis, make_runs
 

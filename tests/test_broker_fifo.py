@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from jobs.models import Job
 from runs.brokers.redis.keys import member
+from runs.execution.transitions import run_refs
 from runs.models import Attempt, Run
-from runs.transitions import run_refs
 from tests.conftest import flush_redis, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])

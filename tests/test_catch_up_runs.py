@@ -10,10 +10,10 @@ import pytest
 
 from jobs import services
 from jobs.models import Job
-from jobs.scheduler import Scheduler
-from runs import stats
+from jobs.schedules.scheduler import Scheduler
 from runs.clock import db_now
 from runs.dashboard.figures import series, snapshot
+from runs.metrics import stats
 from runs.models import Run, RunState
 from tests.conftest import flush_redis
 from tests.test_api_helpers import client_for

@@ -1,4 +1,4 @@
-"""jobs/cron.py: syntax, the day-of-month/day-of-week rule, the calendar, daylight saving
+"""jobs/schedules/cron.py: syntax, the day-of-month/day-of-week rule, the calendar, daylight saving
 (the table in docs/cron.md, read from the file) and jitter. Pure Python, no database."""
 
 import re
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import cron
+from jobs.schedules import cron
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cron.md"
 ZONES = {"UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"}

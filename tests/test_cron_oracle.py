@@ -1,7 +1,7 @@
-"""jobs.cron against an independent evaluator: cronsim, which follows Debian's cron(8).
+"""jobs.schedules.cron against an independent evaluator: cronsim, which follows Debian's cron(8).
 
 For every schedule line of the real crontab corpus (tests/data/crontabs/) and for 2,000
-generated expressions, the next 50 occurrences from jobs.cron must equal cronsim's, in UTC
+generated expressions, the next 50 occurrences from jobs.schedules.cron must equal cronsim's, in UTC
 and in four zones, starting so that the 50 straddle a daylight-saving change. The two
 kinds of difference docs/cron.md lists as deliberate are checked, not skipped:
 
@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim, CronSimError
 
-from jobs import cron
-from jobs.crontab import parse_file
+from jobs.schedules import cron
+from jobs.schedules.crontab import parse_file
 
 CRONTABS = Path(__file__).resolve().parent / "data" / "crontabs"  # README.md there: sources
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata")

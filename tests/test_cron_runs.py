@@ -6,14 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs import cron, services
+from jobs import services
 from jobs.models import Job, Schedule
-from jobs.scheduler import Scheduler, plan_occurrences
+from jobs.schedules import cron
+from jobs.schedules.scheduler import Scheduler, plan_occurrences
 from runs.brokers import get_broker
 from runs.brokers.redis.keys import member
 from runs.clock import db_now
+from runs.execution.transitions import run_refs
 from runs.models import Run
-from runs.transitions import run_refs
 from scheduler_core.exceptions import InvalidJob
 from tests.conftest import flush_redis
 

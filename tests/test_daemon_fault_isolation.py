@@ -15,13 +15,13 @@ from django.contrib.auth.models import User
 from prometheus_client import generate_latest
 
 from jobs.models import Job, Schedule
-from runs import isolation
 from runs.alerts.models import AlertEvent, AlertKind, AlertPolicy
 from runs.clock import db_now
-from runs.daemon import Daemon
-from runs.metrics import registry
+from runs.daemons import isolation
+from runs.daemons.daemon import Daemon
+from runs.execution.transitions import run_refs
+from runs.metrics.endpoint import registry
 from runs.models import Run, RunState
-from runs.transitions import run_refs
 from tests.conftest import daemon_env, make_runs, start_daemon, stop, wait_until
 from workflows import services as workflows
 from workflows.models import Workflow, WorkflowRun

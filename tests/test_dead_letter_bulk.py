@@ -1,5 +1,5 @@
 """Requeue and discard the dead letter in bulk by filter: POST /api/dead-letter/requeue/
-and /discard/, and ``manage.py deadletter`` (runs/dead_letter.py; the rules are
+and /discard/, and ``manage.py deadletter`` (runs/api/dead_letter.py; the rules are
 runs/services.py's, the admin's actions')."""
 
 from datetime import timedelta
@@ -10,7 +10,8 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from runs import dead_letter, services
+from runs import services
+from runs.api import dead_letter
 from runs.models import Run, RunState
 from tests.test_api_helpers import client_for, finished_run, one_off, user_with
 

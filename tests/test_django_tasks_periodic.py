@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from jobs.models import Job
-from jobs.scheduler import Scheduler
+from jobs.schedules.scheduler import Scheduler
 from scheduler_tasks import periodic
 from tests import djtasks_tasks as t
 

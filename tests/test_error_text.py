@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from runs.execution.transitions import run_refs
 from runs.models import Attempt, Run, RunState
-from runs.transitions import run_refs
 from runs.worker.child import error_text
 from tests.conftest import ROOT, daemon_env, make_runs
 

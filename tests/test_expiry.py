@@ -1,4 +1,4 @@
-"""Expiry (the fields ``expires_at`` / ``expires_in_s``: runs/expiry.py,
+"""Expiry (the fields ``expires_at`` / ``expires_in_s``: runs/execution/expiry.py,
 docs/retries-and-expiry.md) on every broker/database pair: a run whose expiry passed
 before a worker took it ends ``expired`` with the reason, its handler never runs, and it
 is counted; a run within its expiry runs as before; a workflow node whose run expired
@@ -12,9 +12,11 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.registry import handler
-from runs import outcomes, signals, stats
+from runs import signals
+from runs.execution import outcomes
+from runs.execution.transitions import run_refs
+from runs.metrics import stats
 from runs.models import Attempt, Run, RunState
-from runs.transitions import run_refs
 from runs.worker import Worker
 from workflows import services as workflows
 from workflows.models import NodeRun, WorkflowRun

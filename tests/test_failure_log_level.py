@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from runs.execution.transitions import run_refs
 from runs.models import Run, RunState
-from runs.transitions import run_refs
 from runs.worker.child import gives_up
 from scheduler_core.exceptions import PermanentFailure
 from tests.conftest import ROOT, daemon_env, make_runs

@@ -1,15 +1,16 @@
 """One finisher of detached history partitions at a time, by a lease row rather than a
-session-level advisory lock (runs/leases.py, retention.finish_detached), so that it holds
-through PgBouncer in transaction mode: in scripts/test's PgBouncer lane these tests run
-through a real PgBouncer (docs/scaling.md, "PgBouncer")."""
+session-level advisory lock (runs/history/named_leases.py, retention.finish_detached),
+so that it holds through PgBouncer in transaction mode: in scripts/test's PgBouncer lane
+these tests run through a real PgBouncer (docs/scaling.md, "PgBouncer")."""
 
 import threading
 
 import pytest
 from django.db import connection, connections
 
-from runs import history_partitions as hp
-from runs import leases, retention
+from runs.history import named_leases as leases
+from runs.history import retention
+from runs.history import time_partitions as hp
 from runs.models import NamedLease
 from tests.test_history_partitions import (  # noqa: F401
     layout,

@@ -10,7 +10,8 @@ from datetime import timedelta
 
 import pytest
 
-from runs import flow, flow_limits
+from runs.flow import control as flow
+from runs.flow import rate_limits as flow_limits
 from runs.models import Attempt, Run, RunState
 from tests.conftest import daemon_env, start_daemon, stop, wait_until
 from tests.test_flow_limits import queue_keyed

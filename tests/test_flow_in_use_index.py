@@ -1,4 +1,4 @@
-"""runs/flow.py's in_use asks about once a second, in every daemon, whether any job has a
+"""runs/flow/control.py's in_use asks about once a second, in every daemon, whether any job has a
 rate or concurrency key. On a table of millions of unkeyed jobs that was a full scan each
 time; its condition is now the partial index job_flow_keyed's, which PostgreSQL can serve
 it from (planner costs aside: the test turns sequential scans off to ask only that)."""
@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 
 from jobs.models import Job
-from runs.flow import FLOW_KEYED
+from runs.flow.control import FLOW_KEYED
 
 pytestmark = [pytest.mark.django_db,
               pytest.mark.postgresql_only("a partial index and EXPLAIN are PostgreSQL's")]

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.models import Job
-from runs import flow, flow_limits
+from runs.flow import control as flow
+from runs.flow import rate_limits as flow_limits
 from runs.models import Run
 from runs.types import Outcome
 from scheduler_core.exceptions import InvalidJob

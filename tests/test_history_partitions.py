@@ -1,4 +1,4 @@
-"""The run history in time partitions on PostgreSQL (runs/history_partitions.py,
+"""The run history in time partitions on PostgreSQL (runs/history/time_partitions.py,
 docs/retention.md "Partitioned history"): the layout keeps its keys, the dispatcher creates
 partitions ahead (rows beyond them moved in first), and retention drops whole expired
 partitions while keeping exactly the runs the row-by-row prune keeps. SQLite keeps plain
@@ -17,11 +17,11 @@ import pytest
 from django.db import IntegrityError, connection, connections, transaction
 
 from jobs.models import Job, Schedule
-from runs import history_partitions as hp
-from runs import retention
 from runs.clock import db_now
+from runs.execution.transitions import start_attempts
+from runs.history import retention
+from runs.history import time_partitions as hp
 from runs.models import Attempt, LogLine, Run
-from runs.transitions import start_attempts
 from tests.conftest import ROOT, database_url, flush_redis, make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
@@ -264,7 +264,7 @@ def test_dropping_an_expired_partition_keeps_exactly_what_the_row_prune_keeps(la
 
 def test_kept_runs_go_row_by_row_from_the_default_partition_once_they_expire(
         layout, settings):
-    from runs.dispatcher import Dispatcher
+    from runs.daemons.dispatcher import Dispatcher
 
     flush_redis()
     runs = old_history()
@@ -281,7 +281,7 @@ def test_kept_runs_go_row_by_row_from_the_default_partition_once_they_expire(
 
 
 def test_the_dispatcher_drops_expired_partitions_and_creates_them_ahead(layout, settings):
-    from runs.dispatcher import Dispatcher
+    from runs.daemons.dispatcher import Dispatcher
 
     flush_redis()
     runs = old_history()

@@ -1,6 +1,6 @@
 """The http handler's outcomes through the worker's path: the child turns RetryAfter and
 PermanentFailure into what the ack records (runs/worker/child.py, retry_asked), and the
-fenced transition honours them (runs/transitions.py, fail_runs): the next attempt's
+fenced transition honours them (runs/execution/transitions.py, fail_runs): the next attempt's
 run_at reflects Retry-After (capped), a 404 is dead after one attempt. On every
 broker/database pair; the last test runs a real worker."""
 

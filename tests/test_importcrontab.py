@@ -11,9 +11,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from jobs import cron
-from jobs.crontab import parse_file
 from jobs.models import Job, Schedule
+from jobs.schedules import cron
+from jobs.schedules.crontab import parse_file
 
 pytestmark = pytest.mark.django_db
 CRONTABS = Path(__file__).resolve().parent / "data" / "crontabs"  # README.md there: sources

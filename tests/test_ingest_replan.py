@@ -1,5 +1,5 @@
 """The bulk create's commit checks each new run's job by the primary key, even in a session
-that cached the check's plan while ``jobs_job`` was analysed empty (jobs/bulk_insert.py,
+that cached the check's plan while ``jobs_job`` was analysed empty (jobs/ingest/copy.py,
 replan_checks; BENCHMARKS.md, "Ingest (W1)"). Such a plan
 scans the whole table once per run: REST bulk calls of 10,000 jobs stalled for 7 to 43 s
 in their COMMIT. The plans are read from auto_explain, not timed."""

@@ -1,4 +1,4 @@
-"""The bulk create's rows built straight from the validated specs (jobs/ingest.py): every
+"""The bulk create's rows built straight from the validated specs (jobs/ingest/bulk.py): every
 column of the models is written, what is stored is exactly what was sent (payload JSON,
 text with COPY's special characters), and the answer's instances equal their rows."""
 
@@ -9,7 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 
-from jobs import ingest, services
+from jobs import services
+from jobs.ingest import bulk as ingest
 from jobs.models import Job, Schedule
 from jobs.tenants import set_owner_policy
 from runs.models import Run

@@ -1,6 +1,6 @@
 """Isolation contract (docs/isolation.md) on every broker/database pair: sharding and dispatcher
 shard leases, weighted priority classes, per-owner and per-queue concurrency limits and
-per-queue rate limits (runs/policy.py, runs/brokers/redis/lua/lease.lua)."""
+per-queue rate limits (runs/tenancy/policy.py, runs/brokers/redis/lua/lease.lua)."""
 
 import json
 import subprocess
@@ -17,10 +17,10 @@ from redis.crc import key_slot
 
 from jobs.models import OwnerPolicy
 from runs.brokers.shards import shard_of
-from runs.dispatcher import Dispatcher
-from runs.limits import owner_limits
+from runs.daemons.dispatcher import Dispatcher
+from runs.execution.transitions import run_refs
 from runs.models import Run, ShardLease
-from runs.transitions import run_refs
+from runs.tenancy.limits import owner_limits
 from runs.types import Outcome
 from tests.conftest import ROOT, daemon_env, flush_redis, make_runs
 

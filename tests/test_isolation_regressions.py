@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from jobs.models import OwnerPolicy
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
-from runs.limits import owner_limits
+from runs.execution.transitions import run_refs
 from runs.models import Run
-from runs.transitions import run_refs
+from runs.tenancy.limits import owner_limits
 from runs.types import Outcome
 from tests.conftest import flush_redis, make_runs
 

@@ -12,8 +12,8 @@ from django.tasks import task
 
 from jobs import services, spec
 from jobs.admin.forms import JobChangeForm, JobCreateForm
+from jobs.api.serializers import JobCreateSerializer, JobSerializer, JobUpdateSerializer
 from jobs.models import Job
-from jobs.serializers import JobCreateSerializer, JobSerializer, JobUpdateSerializer
 from runs.models import Run
 from scheduler_tasks.backend import SchedulerTask
 from workflows.validation import NODE_KEYS, SCHEDULE_KEYS

@@ -9,7 +9,7 @@ from django.db import connections, transaction
 
 from jobs import services as job_services
 from runs import services as run_services
-from runs import transitions
+from runs.execution import transitions
 from runs.models import Attempt, Run, RunState
 from tests.conftest import make_runs
 

@@ -13,11 +13,11 @@ from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from jobs import services
-from jobs.cron import normalize
-from jobs.crontab import parse_file
 from jobs.management.commands.loaddemo import DEMO_CRONTAB, START_IN_S
 from jobs.models import Job, Schedule
-from jobs.scheduler import Scheduler
+from jobs.schedules.cron import normalize
+from jobs.schedules.crontab import parse_file
+from jobs.schedules.scheduler import Scheduler
 from runs.clock import db_now
 from runs.models import Run
 from scheduler_core import conf
@@ -158,7 +158,7 @@ def test_missing_file_is_a_command_error(tmp_path):
 
 def first_from(schedule: str, tz: str, moment: datetime) -> datetime:
     """The first occurrence of ``schedule`` in ``tz`` at or after ``moment`` (whole
-    seconds), from cronsim (the Debian-cron oracle, not jobs.cron), as a UTC datetime."""
+    seconds), from cronsim (the Debian-cron oracle, not jobs.schedules.cron), as a UTC datetime."""
     start = (moment - timedelta(seconds=1)).astimezone(ZoneInfo(tz))
     return next(CronSim(schedule, start)).astimezone(UTC)
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from runs.execution.transitions import run_refs
 from runs.models import Run
-from runs.transitions import run_refs
 from scheduler_project.logging_config import django_logging, gunicorn_logging, log_format
 from tests.conftest import ROOT, daemon_env, make_runs
 

@@ -1,5 +1,5 @@
 """The scaling signal (docs/scaling.md): per queue and shard depth, oldest ready age, throughput and
-lag from runs/stats.py, as /api/queues/ and the Prometheus endpoint /metrics expose them.
+lag from runs/metrics/stats.py, as /api/queues/ and the Prometheus endpoint /metrics expose them.
 Real PostgreSQL and Redis; runs are made in known states and the numbers asserted."""
 
 from datetime import timedelta
@@ -12,12 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.models import Job
 from jobs.tenants import set_owner_policy
-from runs import metrics, stats
 from runs.brokers import get_broker
 from runs.brokers.redis import RedisBroker
 from runs.clock import db_now
+from runs.execution.transitions import run_refs
+from runs.metrics import endpoint as metrics
+from runs.metrics import stats
 from runs.models import Run, RunState, WorkerProcess
-from runs.transitions import run_refs
 from scheduler_core.exceptions import BrokerUnavailable
 from tests.conftest import flush_redis, make_runs
 from tests.test_api_helpers import client_for, one_off, user_with

@@ -8,11 +8,11 @@ import pytest
 from django.contrib.auth.models import User
 
 from jobs.models import SchedulerPartition
-from runs import outcomes
 from runs.clock import db_now
-from runs.metrics_health import LAG_BUCKETS, lag_buckets
+from runs.execution import outcomes
+from runs.execution.outcomes import flush_counts
+from runs.metrics.health import LAG_BUCKETS, lag_buckets
 from runs.models import RunState, ShardLease, WorkerProcess
-from runs.outcomes import flush_counts
 from scheduler_core import conf
 from tests.test_metrics import finished_and_running, job_on, ran, scrape
 

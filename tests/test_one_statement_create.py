@@ -1,4 +1,4 @@
-"""A create of one one-off job (jobs/one_off.py): on PostgreSQL one statement stores the
+"""A create of one one-off job (jobs/ingest/one_off.py): on PostgreSQL one statement stores the
 job and its run, outside a transaction its own commit; on the database broker a due run
 is stored ready, with nothing to push (BENCHMARKS.md, "django.tasks"). On every
 broker/database pair."""
@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs import services
 from jobs.models import Job
-from runs import flow
+from runs.flow import control as flow
 from runs.models import Run, RunState
 from tests import djtasks_tasks as t
 
@@ -36,7 +36,7 @@ def on_postgresql(broker) -> bool:
 
 def test_one_create_stores_the_job_and_its_run_and_returns_the_run(pair):
     if not on_postgresql(pair):
-        pytest.skip("SQLite takes the bulk path (jobs/ingest.py)")
+        pytest.skip("SQLite takes the bulk path (jobs/ingest/bulk.py)")
     job = services.create_job("noop", {"i": 1}, using=pair.using, delay_s=0)
 
     run = Run.objects.using(pair.using).get(job_id=job.pk)
@@ -49,7 +49,7 @@ def test_one_create_stores_the_job_and_its_run_and_returns_the_run(pair):
 
 def test_on_postgresql_one_create_outside_a_transaction_is_one_statement(pair):
     if not on_postgresql(pair):
-        pytest.skip("SQLite takes the bulk path (jobs/ingest.py)")
+        pytest.skip("SQLite takes the bulk path (jobs/ingest/bulk.py)")
     flow.in_use(pair.using)  # read at most once a second per process, not per create
     with CaptureQueriesContext(connections[pair.using]) as queries:
         services.create_job("noop", using=pair.using)
@@ -59,7 +59,7 @@ def test_on_postgresql_one_create_outside_a_transaction_is_one_statement(pair):
 
 def test_enqueue_is_one_statement_outside_a_transaction_and_inside_one(pair):
     if not on_postgresql(pair):
-        pytest.skip("SQLite takes the bulk path (jobs/ingest.py)")
+        pytest.skip("SQLite takes the bulk path (jobs/ingest/bulk.py)")
     flow.in_use(pair.using)  # as above
     with CaptureQueriesContext(connections[pair.using]) as queries:
         t.noop.enqueue(1)

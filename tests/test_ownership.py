@@ -1,5 +1,5 @@
 """Ownership changes of scheduler partitions and dispatcher shards leave a trace
-(runs/ownership.py, docs/architecture.md "Ownership changes"): the winner logs INFO, the
+(runs/daemons/ownership.py, docs/architecture.md "Ownership changes"): the winner logs INFO, the
 loser WARNING when it notices; each change is counted for /metrics and kept in a bounded
 history the dashboard shows."""
 
@@ -8,10 +8,10 @@ import logging
 import pytest
 
 from jobs.models import LeaseChangeCount, LeaseMember, LeaseTenure, SchedulerPartition
-from runs import ownership
 from runs.clock import db_now
+from runs.daemons import ownership
+from runs.daemons.partitions import PartitionLeases
 from runs.models import ShardLease
-from runs.partitions import PartitionLeases
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

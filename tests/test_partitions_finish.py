@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 
 from jobs.models import Job
-from runs import history_partitions as hp
-from runs import retention
+from runs.history import retention
+from runs.history import time_partitions as hp
 from runs.models import Attempt, LogLine, Run
 from tests.conftest import database_url, flush_redis
 from tests.test_history_partitions import (  # noqa: F401
@@ -65,7 +65,7 @@ def test_a_crash_between_detach_and_drop_is_finished_by_the_next_pass():
 
 @pytest.mark.usefixtures("layout")
 def test_the_dispatchers_retention_call_leaves_the_drop_to_its_finisher_thread(settings):
-    from runs.dispatcher import Dispatcher
+    from runs.daemons.dispatcher import Dispatcher
 
     flush_redis()
     runs = old_history()
@@ -93,7 +93,7 @@ def test_the_dispatchers_round_does_not_wait_for_the_detach(monkeypatch):
     partition keeps the detach waiting; keep_partitions returns with the partition still
     attached, and once the lock is let go the thread detaches and drops it. (Before,
     the round itself waited out the lock timeout and gave up.)"""
-    from runs.dispatcher import Dispatcher
+    from runs.daemons.dispatcher import Dispatcher
 
     flush_redis()
     runs = old_history()
@@ -121,7 +121,7 @@ def test_the_dispatchers_round_does_not_wait_for_the_detach(monkeypatch):
 def test_on_sqlite_the_dispatcher_keeps_no_partitions_and_warns_nothing(caplog):
     """SQLite keeps plain tables: the partition pass is skipped, not run and failed (it
     logged 'time partitions not kept this round (unrecognized token)' every minute)."""
-    from runs.dispatcher import Dispatcher
+    from runs.daemons.dispatcher import Dispatcher
 
     dispatcher = Dispatcher("sqlite")
     with caplog.at_level("WARNING", logger="scheduler"):

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from runs import history_partitions as hp
-from runs import retention
 from runs import services as run_services
 from runs.clock import db_now
+from runs.history import retention
+from runs.history import time_partitions as hp
 from runs.models import Attempt, Run
 from runs.worker import Worker
 from tests.conftest import wait_until

@@ -1,4 +1,4 @@
-"""Pause and resume (jobs/pausing.py, docs/cron.md "Pause and resume"): a resume never
+"""Pause and resume (jobs/schedules/pausing.py, docs/cron.md "Pause and resume"): a resume never
 runs what was scheduled while the job was paused unless asked (catch_up latest or all,
 within max lag); held runs end cancelled with the reason; scheduler downtime before the
 pause still follows the misfire policy. On every broker/database pair.
@@ -12,10 +12,10 @@ import pytest
 
 from jobs import services
 from jobs.models import Job, Schedule
-from jobs.scheduler import Scheduler
+from jobs.schedules.scheduler import Scheduler
 from runs.clock import db_now
+from runs.execution.transitions import run_refs
 from runs.models import Run, RunState
-from runs.transitions import run_refs
 from scheduler_core.exceptions import InvalidJob
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])

@@ -95,7 +95,7 @@ def listen_backends() -> list[int]:
 
 
 def test_an_idle_worker_starts_a_run_stored_ready_at_once(db_broker):
-    """A one-off job stored ready (jobs/one_off.py) notifies its queue in its statement:
+    """A one-off job stored ready (jobs/ingest/one_off.py) notifies its queue in its statement:
     before, the idle worker slept out its poll before leasing it."""
     made = []
 

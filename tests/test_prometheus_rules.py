@@ -36,13 +36,13 @@ def test_the_rules_fire_on_the_series_of_their_unit_tests():
 
 # The collectors' modules, each with what it puts for ``{name}`` in the families it names
 # with an f-string.
-EXPANSIONS = {"runs/metrics.py": ("ready", "delayed", "leased"),
-              "runs/metrics_health.py": ("partitions", "shards"),
+EXPANSIONS = {"runs/metrics/endpoint.py": ("ready", "delayed", "leased"),
+              "runs/metrics/health.py": ("partitions", "shards"),
               "workflows/metrics.py": ()}
 
 
 def exposed_names() -> set[str]:
-    """The metric families the collectors of runs/metrics.py, runs/metrics_health.py and
+    """The metric families the collectors of runs/metrics/endpoint.py, runs/metrics/health.py and
     workflows/metrics.py declare (read from their source: the names passed to the
     *MetricFamily classes)."""
     names = set()

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from runs.brokers import get_broker
+from runs.execution.transitions import run_refs
 from runs.models import Run
-from runs.transitions import run_refs
 from tests.conftest import make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -24,9 +24,9 @@ from chaos.redis_cluster import RedisCluster, _cli
 from jobs import services
 from runs.brokers import get_broker
 from runs.brokers.redis.wire import cluster_seeds, redis_client
-from runs.dispatcher import Dispatcher
+from runs.daemons.dispatcher import Dispatcher
+from runs.execution.transitions import run_refs
 from runs.models import Run, ShardLease
-from runs.transitions import run_refs
 from scheduler_core.exceptions import BrokerUnavailable
 from tests.conftest import (
     ROOT,

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from runs.brokers.redis import broker as redis_broker
 from runs.brokers.redis.keys import member
+from runs.execution.transitions import run_refs
 from runs.models import Run
-from runs.transitions import run_refs
 from runs.types import RunRef
 from tests.conftest import make_runs
 

@@ -1,4 +1,4 @@
-"""How long the history is kept (runs/retention.py): finished runs past
+"""How long the history is kept (runs/history/retention.py): finished runs past
 HISTORY_RETENTION_S go with their attempts and log lines, and the one-off jobs left with
 no run; the dead letter, unfinished runs and cron jobs stay. On PostgreSQL and SQLite."""
 
@@ -13,10 +13,10 @@ from django.db import connection, connections
 
 from jobs import services as job_services
 from jobs.models import Job, Schedule
-from runs import retention
 from runs import services as run_services
 from runs.clock import db_now
-from runs.dispatcher import Dispatcher
+from runs.daemons.dispatcher import Dispatcher
+from runs.history import retention
 from runs.models import Attempt, LogLine, Run
 from tests.conftest import flush_redis, make_runs
 

@@ -1,8 +1,9 @@
-"""A job's retry strategy (the field ``retry``: runs/retry.py, docs/retries-and-expiry.md),
-on every broker/database pair: the next attempt's run_at on the database clock follows
-the strategy, never_retry_on dead-letters at once, retry_on limits what is retried, and
-a handler's RetryAfter / PermanentFailure still win. The failing attempts are real: a
-burst worker runs handlers that raise, so the exception's classes come from its child."""
+"""A job's retry strategy (the field ``retry``: runs/execution/retry.py,
+docs/retries-and-expiry.md), on every broker/database pair: the next attempt's run_at on
+the database clock follows the strategy, never_retry_on dead-letters at once, retry_on
+limits what is retried, and a handler's RetryAfter / PermanentFailure still win. The
+failing attempts are real: a burst worker runs handlers that raise, so the exception's
+classes come from its child."""
 
 from datetime import timedelta
 
@@ -10,7 +11,7 @@ import pytest
 
 from jobs import services
 from jobs.registry import handler
-from runs import retry
+from runs.execution import retry
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.types import Outcome
 from runs.worker import Worker
@@ -165,7 +166,7 @@ def test_a_stored_strategy_no_way_in_accepts_fails_no_other_run(planted):
     from django.db import connection
 
     from runs.clock import db_now
-    from runs.transitions import fail_runs
+    from runs.execution.transitions import fail_runs
 
     poisoned = services.create_job("retry.raise", {"raise": "ValueError"})
     other = services.create_job("retry.raise", {"raise": "ValueError"},

@@ -1,5 +1,5 @@
 """The run lists at scale (docs/api.md, "Lists at scale"; docs/admin.md, "Counts at
-scale"): an owner of few jobs pages job by job (jobs/owner_lists.py) and gets exactly the
+scale"): an owner of few jobs pages job by job (jobs/api/owner_lists.py) and gets exactly the
 pages, order and cursors of the plain query, never another owner's runs; the admin's
 history lists count by the planner's estimate or up to a cap, not every row."""
 
@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import owner_lists
-from runs import admin_paginator
+from jobs.api import owner_lists
+from runs.admin import paginator as admin_paginator
 from runs.models import Run, RunState
 from tests.test_api_helpers import client_for, recurring, user_with
 

@@ -4,8 +4,8 @@ import pytest
 
 from runs import services
 from runs.brokers import get_broker
+from runs.execution.transitions import run_refs
 from runs.models import Attempt, AttemptOutcome, Run, RunState
-from runs.transitions import run_refs
 from runs.types import Outcome
 from tests.conftest import flush_redis, make_runs
 

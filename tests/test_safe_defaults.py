@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import Client, override_settings
 
-from runs.daemon import Daemon
+from runs.daemons.daemon import Daemon
 from scheduler_core.startup import DEV_SECRET_KEY, InsecureStart
 from tests.conftest import ROOT
 

@@ -9,7 +9,7 @@ from django.db.models import Count, Max
 
 from jobs import services
 from jobs.models import Job, MisfirePolicy, Schedule
-from jobs.scheduler import Scheduler, plan_occurrences
+from jobs.schedules.scheduler import Scheduler, plan_occurrences
 from runs.clock import db_now
 from runs.models import Run
 from tests.conftest import daemon_env, flush_redis, start_daemon

@@ -4,7 +4,7 @@ own"): Django's default SQLite settings gave a user's daemons "database is locke
 
 from django.conf import settings
 
-from runs.daemon import sqlite_warning
+from runs.daemons.daemon import sqlite_warning
 from scheduler_project.settings import database_config
 
 

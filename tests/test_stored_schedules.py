@@ -1,6 +1,6 @@
 """Timezones whose meaning depends on the host are refused, and schedules stored before a
 rule or a tz database change (rows planted here; the API refuses them) are a 400
-naming the stored field, or shown on the admin page, not a 500 (jobs/zones.py)."""
+naming the stored field, or shown on the admin page, not a 500 (jobs/schedules/zones.py)."""
 
 import pytest
 

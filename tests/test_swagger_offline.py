@@ -1,7 +1,7 @@
 """The Swagger UI at /api/docs/ works without internet: its page loads its
 scripts, styles and icon from this server, served out of the installed
 drf-spectacular-sidecar (scheduler_core/drf_settings.py), never from a public CDN; and the
-schema it shows marks the old job field names deprecated (jobs/old_names.py)."""
+schema it shows marks the old job field names deprecated (jobs/api/old_names.py)."""
 
 import re
 

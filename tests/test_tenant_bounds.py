@@ -21,8 +21,8 @@ from django.test.utils import CaptureQueriesContext
 from jobs import services
 from jobs.models import Job
 from jobs.tenants import QuotaExceeded, set_owner_policy
+from runs.execution.transitions import run_refs
 from runs.models import PENDING_STATES, Run, RunState
-from runs.transitions import run_refs
 from scheduler_core.exceptions import InvalidJob
 from tests.conftest import ROOT
 from tests.test_api_helpers import client_for, one_off
@@ -209,7 +209,7 @@ def test_the_python_api_applies_the_owners_bounds_and_none_without_an_owner(alic
 
 
 def test_bounds_cost_the_same_queries_for_ten_jobs_as_for_a_thousand(alice):
-    from runs import flow
+    from runs.flow import control as flow
 
     counts = []
     for n in (10, 1000):
@@ -218,7 +218,7 @@ def test_bounds_cost_the_same_queries_for_ten_jobs_as_for_a_thousand(alice):
                   "payload": {"i": i}} for i in range(n)]
         with CaptureQueriesContext(connection) as queries:
             services.create_jobs(specs, owner=alice)
-        # A call of 100+ runs also sends one DISCARD PLANS (jobs/bulk_insert.py,
+        # A call of 100+ runs also sends one DISCARD PLANS (jobs/ingest/copy.py,
         # replan_checks): a constant, not the bounds' cost.
         counts.append(len([q for q in queries if q["sql"] != "DISCARD PLANS"]))
     assert counts[0] == counts[1]

@@ -1,4 +1,4 @@
-"""Unique jobs (jobs/unique.py; docs/api.md, "Unique jobs"): a key, a period and the run
+"""Unique jobs (jobs/ingest/unique.py; docs/api.md, "Unique jobs"): a key, a period and the run
 states that count; a conflict answers the job holding the key, flagged; the database
 enforces it, in REST, bulk and the Python API."""
 

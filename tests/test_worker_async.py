@@ -16,9 +16,9 @@ from jobs import services as jobs_services
 from jobs.registry import handler
 from runs import services
 from runs.clock import db_now
+from runs.execution.transitions import run_refs
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.outbound.payload import http_payload
-from runs.transitions import run_refs
 from runs.worker import Worker
 from tests import http_server
 from tests.conftest import make_runs

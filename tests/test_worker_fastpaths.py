@@ -17,11 +17,11 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs.registry import handler
-from runs import transitions
 from runs.brokers import get_broker
 from runs.clock import from_us, to_us
+from runs.execution import transitions
+from runs.execution.transitions import run_refs
 from runs.models import Attempt, AttemptOutcome, Run, RunState
-from runs.transitions import run_refs
 from runs.types import Lease, Outcome
 from runs.worker import Slot
 from tests.conftest import flush_redis, make_runs

@@ -13,8 +13,8 @@ import pytest
 
 from jobs.registry import handler
 from runs.clock import to_us
+from runs.execution.transitions import run_refs
 from runs.models import Attempt, AttemptOutcome, Run
-from runs.transitions import run_refs
 from runs.types import Lease
 from runs.worker import STALL_S, InFlight, Leased, Slot, Worker
 from tests.conftest import make_runs

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from jobs.registry import handler
+from runs.execution.transitions import run_refs
 from runs.models import Attempt, AttemptOutcome, Run
-from runs.transitions import run_refs
 from runs.worker import Worker
 from scheduler_core import conf
 from tests.conftest import make_runs

@@ -187,8 +187,8 @@ def test_a_daemon_exits_non_zero_with_a_clear_message_when_a_service_is_down(com
 
 
 def test_a_worker_registers_heartbeats_and_signs_off(env, tmp_path):
+    from runs.metrics.stats import live_workers, queue_stats
     from runs.models import WorkerProcess
-    from runs.stats import live_workers, queue_stats
 
     worker = start_daemon(["runworker", "--queues", "default,reports"], env,
                           tmp_path / "worker.log")

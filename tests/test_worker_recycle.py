@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 
 from jobs import services
 from jobs.registry import handler
-from runs.metrics import registry
+from runs.metrics.endpoint import registry
 from runs.models import Attempt, ChildRecycleCount, Run
 from runs.worker import Worker
 from tests.conftest import daemon_env, flush_redis, start_daemon, stop, wait_until

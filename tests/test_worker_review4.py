@@ -12,8 +12,8 @@ import pytest
 from django.db import connections
 
 from jobs.registry import handler
+from runs.execution.transitions import run_refs
 from runs.models import Run
-from runs.transitions import run_refs
 from runs.types import Lease, Outcome
 from runs.worker import ACK_BATCH_MAX, Worker
 from runs.worker.child import result_problem

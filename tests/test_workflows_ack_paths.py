@@ -24,7 +24,7 @@ from django.contrib.auth.models import User
 
 from jobs.registry import handler
 from jobs.tenants import set_owner_policy
-from runs.continuation import Offer
+from runs.execution.continuation import Offer
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.types import Outcome
 from scheduler_core.models import Job

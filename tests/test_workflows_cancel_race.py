@@ -1,7 +1,7 @@
 """Cancel of a workflow run racing an ack, on the PostgreSQL pairs (docs/workflows.md,
 "Cancel and pause": a cancelled workflow run's live node runs are cancelled). The ack of
 a node's run is held open inside its transaction, after the engine made the downstream
-run (pushed, or continued on the acking worker: runs/continuation.py), while another
+run (pushed, or continued on the acking worker: runs/execution/continuation.py), while another
 connection cancels the workflow run. Once the cancel has returned, no run of that
 workflow run may be left live: not the one the ack made while the cancel waited on its
 lock. SQLite serialises writers, so the race is PostgreSQL's."""
@@ -11,8 +11,8 @@ import threading
 import pytest
 from django.db import connections, transaction
 
-from runs import hooks
-from runs.continuation import Offer
+from runs.execution import hooks
+from runs.execution.continuation import Offer
 from runs.models import PENDING_STATES, AttemptOutcome, Run, RunState
 from runs.types import Outcome
 from tests.conftest import wait_until

@@ -1,4 +1,4 @@
-"""Continuations on every broker/database pair (runs/continuation.py, docs/workflows.md
+"""Continuations on every broker/database pair (runs/execution/continuation.py, docs/workflows.md
 "Latency"): the ack of a node's run leases its downstream run to the acking worker in the
 same transaction, as a lease would (attempt row, expiry, the broker's leased set and
 counters), and only where the lease's rules allow; a continued run whose worker dies is
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from jobs.registry import handler
-from runs.continuation import Offer
+from runs.execution.continuation import Offer
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.types import Outcome
 from workflows import services
@@ -145,7 +145,7 @@ def test_a_worker_at_its_max_runs_takes_no_continuation(pair):
 
 
 def test_no_continuation_while_a_more_urgent_run_waits_in_the_queue(pair, settings):
-    from runs import transitions
+    from runs.execution import transitions
     from tests.conftest import make_runs
 
     broker = pair
@@ -168,7 +168,7 @@ def test_no_continuation_while_a_more_urgent_run_waits_in_the_queue(pair, settin
 def low_chain_with_a_waiting_run(broker, priority, queue="default"):
     """A started chain a -> b of priority 5, a leased, and one run of ``priority`` in
     ``queue`` pushed and waiting; returns (workflow run, a's lease, the waiting run)."""
-    from runs import transitions
+    from runs.execution import transitions
     from tests.conftest import make_runs
 
     nodes = [{"name": n, "handler": "wf.cont", "payload": {}, "priority": 5} for n in "ab"]
@@ -255,7 +255,7 @@ def test_a_worker_killed_after_the_ack_committed_but_before_adopt_loses_nothing(
     """SIGKILL between the ack's commit and the broker's record of the continued lease
     (adopt): the database holds a lease the broker never heard of. The reap must retry
     it, and the broker's leased set and counters must come out empty at the end."""
-    from runs import completion, continuation
+    from runs.execution import completion, continuation
 
     broker = pair
     workflow_run = chain(broker, "a", "b")
@@ -309,8 +309,9 @@ def ack_queries(broker, owner, width: int) -> int:
 
 @pytest.mark.parametrize("path", ["one call", "orm"])
 def test_an_acks_queries_do_not_grow_with_its_fan_out(pair, settings, monkeypatch, path):
-    # The owner policies are read once per ack (the offer keeps them), not once per run
-    # the ack made ready: in the one call's SQL, and on the ORM path (runs/continuation.py).
+    # The owner policies are read once per ack (the offer keeps them), not once per run the
+    # ack made ready: in the one call's SQL, and on the ORM path
+    # (runs/execution/continuation.py).
     from django.contrib.auth.models import User
 
     from workflows import ack_pg
@@ -331,8 +332,8 @@ def test_an_acks_queries_do_not_grow_with_its_fan_out(pair, settings, monkeypatc
 def test_redis_reads_what_waits_again_once_its_snapshot_is_older_than_heads_fresh_s(pair):
     """The heads read with an ack's bookkeeping serve the next acks for HEADS_FRESH_S
     (runs/brokers/redis/broker.py); past that a more urgent run pushed since is seen."""
-    from runs import transitions
     from runs.brokers.redis import broker as redis_broker
+    from runs.execution import transitions
     from tests.conftest import make_runs
 
     broker = pair
@@ -359,8 +360,8 @@ def test_redis_refreshes_what_waits_with_each_acks_bookkeeping(pair, monkeypatch
     an ack sees a run pushed before the previous ack's bookkeeping even while the
     snapshot is fresh; without that ack in between, it would not (the bound
     HEADS_FRESH_S documents)."""
-    from runs import transitions
     from runs.brokers.redis import broker as redis_broker
+    from runs.execution import transitions
     from tests.conftest import make_runs
 
     broker = pair
@@ -538,7 +539,7 @@ def test_a_more_urgent_retry_whose_backoff_has_passed_is_not_jumped(pair, settin
 
 
 def transitions_refs(broker, run):
-    from runs import transitions
+    from runs.execution import transitions
 
     return transitions.run_refs(Run.objects.using(broker.using).filter(pk=run.pk))
 

@@ -1,11 +1,11 @@
 """Two workers acking a fan-in's last two upstreams at the same moment, each ack offering
-to continue what it makes ready (runs/continuation.py), on every broker/database pair:
+to continue what it makes ready (runs/execution/continuation.py), on every broker/database pair:
 the downstream node gets one run, leased to at most one of the two workers, and the
 broker counts that one lease once (docs/workflows.md, "The rules", "Latency")."""
 
 import pytest
 
-from runs.continuation import Offer
+from runs.execution.continuation import Offer
 from runs.models import AttemptOutcome, Run, RunState
 from runs.types import Outcome
 from tests.test_workflows_continuation import noop, running_count

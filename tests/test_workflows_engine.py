@@ -219,7 +219,7 @@ def test_django_tasks_nodes_run_and_read_their_upstreams(pair, settings):
 
 
 def test_a_node_job_outlives_the_history_retention_of_its_runs(pair):
-    from runs.retention import prune
+    from runs.history.retention import prune
 
     wr = start(pair, [node("a")], [])
     drain(pair, wr)

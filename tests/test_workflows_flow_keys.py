@@ -8,7 +8,7 @@ import time
 import pytest
 
 from jobs.registry import handler
-from runs import flow
+from runs.flow import control as flow
 from runs.models import Attempt
 from tests.test_flow_daemons import most_at_once
 from tests.test_workflows_engine import drain, node

@@ -13,7 +13,7 @@ from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
 from jobs.registry import handler
-from runs.continuation import Offer
+from runs.execution.continuation import Offer
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.types import Outcome
 from tests.conftest import wait_until

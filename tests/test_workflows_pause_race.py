@@ -11,7 +11,7 @@ import threading
 import pytest
 from django.db import connections
 
-from runs import hooks
+from runs.execution import hooks
 from runs.models import AttemptOutcome
 from runs.types import Outcome
 from tests.conftest import wait_until

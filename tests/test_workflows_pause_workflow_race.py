@@ -9,7 +9,7 @@ import threading
 import pytest
 from django.db import connections, transaction
 
-from runs.quotas import MAX_INT, QUOTA_LOCK
+from runs.tenancy.quotas import MAX_INT, QUOTA_LOCK
 from tests.conftest import wait_until
 from tests.test_workflows_engine import node
 from tests.test_workflows_pause_race import in_thread, waiting_on_a_lock

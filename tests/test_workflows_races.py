@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 
-from runs import hooks
 from runs.clock import db_now
+from runs.execution import hooks
 from runs.models import AttemptOutcome, Run
 from runs.types import Outcome
 from tests.conftest import wait_until

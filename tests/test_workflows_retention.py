@@ -10,11 +10,11 @@ import pytest
 from django.utils import timezone
 
 from jobs.registry import handler
-from runs import history_partitions
 from runs import services as run_services
 from runs.clock import db_now
+from runs.history import time_partitions as history_partitions
+from runs.history.retention import drop_partitions, prune
 from runs.models import Run
-from runs.retention import drop_partitions, prune
 from tests.conftest import wait_until
 from tests.test_history_partitions import layout, partitions_back  # noqa: F401
 from tests.test_workflows_engine import drain, node, results, start, states, work

@@ -12,7 +12,7 @@ import pytest
 from django.db import connections
 
 from jobs.registry import handler
-from runs.continuation import Offer
+from runs.execution.continuation import Offer
 from runs.models import AttemptOutcome
 from runs.types import Outcome
 from tests.test_workflows_engine import drain
@@ -104,7 +104,7 @@ def test_a_start_of_many_roots_does_not_scan_every_node_run_per_root(broker, set
 def test_a_wide_fan_outs_root_ack_probes_the_owner_policies_once_per_run_made(broker,
                                                                               settings):
     """The rule that no run is continued behind a more urgent one the ack leaves to the
-    broker (runs/continuation.py, choose) compared every run made with every other, each
+    broker (runs/execution/continuation.py, choose) compared every run made with every other, each
     with a probe of the owner policies: FAN² probes for a root owned by someone."""
     if broker.using != "default":
         pytest.skip("the one-call ack is PostgreSQL's")

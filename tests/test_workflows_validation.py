@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from jobs.models import Job, Schedule
-from runs.quotas import QuotaExceeded
+from runs.tenancy.quotas import QuotaExceeded
 from scheduler_core.exceptions import InvalidJob
 from workflows import services
 from workflows.models import Workflow, WorkflowEdge, WorkflowNode, WorkflowRun

@@ -5,7 +5,7 @@ its commit (docs/workflows.md, "Latency"; BENCHMARKS.md, "Workflows (W7)").
 What the function does, step by step, why the same ack is also written in
 workflows/engine.py, and the test that holds the two equal: the header of
 workflows/sql/ack_succeeded.sql. Here: the call's arguments (the worker's offer,
-runs/continuation.py) and its rows turned into the offer's leases and the broker's
+runs/execution/continuation.py) and its rows turned into the offer's leases and the broker's
 pushes. When the function leaves a batch to the engine (SQLSTATE WFA01) or the database
 is behind this code (no such function), nothing changed and the caller acks through the
 ORM path.
@@ -16,10 +16,11 @@ import logging
 
 from django.db import DatabaseError, connections
 
-from runs import continuation, flow
 from runs.brokers import get_broker
 from runs.clock import from_us
-from runs.transitions import int_array
+from runs.execution import continuation
+from runs.execution.transitions import int_array
+from runs.flow import control as flow
 from runs.types import Lease, Outcome, RunRef
 from scheduler_core import conf
 
@@ -43,12 +44,12 @@ def usable(using: str) -> bool:
 def ack_successes(outcomes: list[Outcome], using: str) -> list[bool] | None:
     """Ack ``outcomes`` (successes without log lines of runs that are workflow nodes,
     results already checked) in one call, with the current offer
-    (runs/continuation.py); returns per outcome whether it was applied, or None when the
+    (runs/execution/continuation.py); returns per outcome whether it was applied, or None when the
     function left the batch to the ORM path (nothing changed then). Fills the offer's
     ``taken`` and ``pushed``; pushes the other runs made ready to the broker. Raises what
     the database raises (DatabaseError and its kinds), nothing changed then either."""
     offer = continuation.current()
-    # Flow control by handler or key in use: nothing continued (runs/continuation.py).
+    # Flow control by handler or key in use: nothing continued (runs/execution/continuation.py).
     room = 0 if offer is None or flow.in_use(using) else offer.room - len(offer.taken)
     results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
     broker = get_broker(using)

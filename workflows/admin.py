@@ -2,7 +2,7 @@
 read-only, each page with its graph drawn (workflows/graph_svg.py: inline SVG, nodes
 coloured by state, edges as arrows, each node linked to its run's page).
 
-As for runs (runs/admin.py), nothing is edited through a form: actions call the service
+As for runs (runs/admin/run_admin.py), nothing is edited through a form: actions call the service
 functions the REST API calls (workflows/control.py, workflows/services.py) and report
 counts. Viewing needs the model's view permission; the actions need
 ``workflows.change_workflow`` (pause, resume, trigger a workflow) or
@@ -17,9 +17,8 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from jobs.tenants import QuotaExceeded
-from runs import hooks
-from runs.admin_cells import cut
-from runs.admin_helpers import (
+from runs.admin.cells import cut
+from runs.admin.helpers import (
     ReadOnlyAdmin,
     confirm_then,
     format_duration,
@@ -27,6 +26,7 @@ from runs.admin_helpers import (
     stamp,
     timestamp_column,
 )
+from runs.execution import hooks
 from runs.models import Run
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from workflows import control, rules, services
@@ -293,7 +293,7 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
 
 def _annotate_holder(runs):
     """Runs with ``held_workflow_run``: the workflow run a run is a node's run in
-    (runs/hooks.py's provide_holder; the node is its job, named workflow/node)."""
+    (runs/execution/hooks.py's provide_holder; the node is its job, named workflow/node)."""
     node_run = NodeRun.objects.filter(run_id=OuterRef("pk"))
     return runs.annotate(held_workflow_run=Subquery(node_run.values("workflow_run_id")[:1]))
 

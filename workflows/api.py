@@ -2,7 +2,7 @@
 pause, resume, trigger; a workflow's runs at /api/workflows/{id}/runs/) and
 /api/workflow-runs/ (list, get with every node, cancel, pause, resume).
 
-Owner isolation is the jobs' (jobs/access.py): an owner sees and acts on their own
+Owner isolation is the jobs' (jobs/api/permissions.py): an owner sees and acts on their own
 workflows and their runs only, and any other owner's id answers 404 on every verb, like
 an id that does not exist, unless Django's model permissions allow more
 (``workflows.view_workflow`` / ``view_workflowrun`` to see, ``change_workflow`` /
@@ -20,8 +20,8 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from jobs.access import OwnerOrModelPermission, may_view_all
-from jobs.api import (
+from jobs.api.idempotency import idempotent
+from jobs.api.jobs import (
     COMMON,
     FIELD_ERRORS,
     IDEMPOTENCY,
@@ -31,13 +31,13 @@ from jobs.api import (
     JobPagination,
     QuotaRefused,
 )
-from jobs.api_policy import ApiPolicy
-from jobs.idempotency import idempotent
-from jobs.query_params import KnownParameters
-from jobs.runs_api import CheckedCursor
-from jobs.serializers import api_errors
+from jobs.api.permissions import OwnerOrModelPermission, may_view_all
+from jobs.api.policy import ApiPolicy
+from jobs.api.query_params import KnownParameters
+from jobs.api.runs import CheckedCursor
+from jobs.api.serializers import api_errors
+from jobs.api.throttling import IsAuthenticatedOrThrottled
 from jobs.tenants import QuotaExceeded
-from jobs.throttling import IsAuthenticatedOrThrottled
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from scheduler_core.replicas import ReplicaList
 from workflows import control, services
@@ -64,7 +64,7 @@ def owner_of(obj) -> int | None:
 
 
 class WorkflowOwnerOrModelPermission(OwnerOrModelPermission):
-    """jobs.access.OwnerOrModelPermission for workflows and their runs: reading passes
+    """jobs.api.permissions.OwnerOrModelPermission for workflows and their runs: reading passes
     (the queryset hides what the user may not view); acting on another owner's workflow
     or workflow run needs the change permission of its model (403 naming it)."""
 

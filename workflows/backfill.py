@@ -1,5 +1,5 @@
 """Backfill of a cron workflow: a workflow run for each past occurrence in a range that
-has none (docs/workflows.md, "Backfill"), by the jobs' rules (jobs/backfill.py: range
+has none (docs/workflows.md, "Backfill"), by the jobs' rules (jobs/schedules/backfill.py: range
 ``[start, end)`` in the schedule's timezone, at most BACKFILL_MAX_OCCURRENCES, made a
 chunk per transaction with the progress on the WorkflowBackfill row).
 
@@ -15,7 +15,7 @@ from datetime import datetime
 from django.db import transaction
 
 from jobs import tenants
-from jobs.backfill import make_in_chunks, plan
+from jobs.schedules.backfill import make_in_chunks, plan
 from runs.clock import db_now
 from scheduler_core.exceptions import SchedulerError
 from workflows.models import (
@@ -35,7 +35,7 @@ def backfill_workflow(workflow_id: int, start, end, *, using: str = "default",
                       on_planned: Callable[[WorkflowBackfill], None] | None = None
                       ) -> WorkflowBackfill:
     """Start a run of cron workflow ``workflow_id`` for each occurrence in ``[start,
-    end)`` that has none; arguments and callbacks as jobs.backfill.backfill_job.
+    end)`` that has none; arguments and callbacks as jobs.schedules.backfill.backfill_job.
 
     Returns the WorkflowBackfill (``total``, ``made``, ``skipped``). Raises
     Workflow.DoesNotExist; InvalidJob naming ``start`` or ``end``; SchedulerError when the

@@ -2,10 +2,10 @@
 past occurrence of a cron workflow in ``[start, end)`` that has none
 (workflows/backfill.py). The view is the workflow viewset's, so owner isolation is a
 trigger's: another owner's workflow answers 404, or 403 naming
-``workflows.change_workflow``. Body and answer as the jobs' (jobs/backfill_api.py).
+``workflows.change_workflow``. Body and answer as the jobs' (jobs/api/backfill.py).
 """
 
-from jobs.backfill_api import backfill_schema, run_backfill
+from jobs.api.backfill import backfill_schema, run_backfill
 from workflows.api import WorkflowViewSet
 from workflows.backfill import backfill_workflow
 

@@ -10,8 +10,8 @@ occurrences of the pause are skipped, as a job's resume does by default).
 
 from django.db import transaction
 
-from jobs import cron, zones
 from jobs.models import Job
+from jobs.schedules import cron, zones
 from runs import services as run_services
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run
@@ -160,7 +160,7 @@ def resume_workflow(workflow, using: str = "default") -> bool:
     """Resume a paused workflow: its schedule goes on from the first occurrence after now
     (the occurrences of the pause are skipped). Returns False when it was not paused.
     Raises InvalidJob naming ``schedule.cron`` or ``schedule.timezone`` when the stored
-    schedule no longer reads (jobs/zones.py), and changes nothing."""
+    schedule no longer reads (jobs/schedules/zones.py), and changes nothing."""
     with transaction.atomic(using=using):
         wf = (Workflow.objects.using(using).select_related("schedule")
               .select_for_update(of=("self",)).filter(pk=_pk(workflow),

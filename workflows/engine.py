@@ -27,13 +27,13 @@ from django.db import connections
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from jobs import cron
-from runs import continuation
+from jobs.schedules import cron
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
 from runs.clock import seconds
+from runs.execution import continuation
+from runs.execution.transitions import int_array
 from runs.models import PENDING_STATES, Run, RunState
-from runs.transitions import int_array
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.models import Job
@@ -206,7 +206,7 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> set[int]:
 
 def _continue(refs: list[RunRef], now: datetime, using: str) -> list[RunRef]:
     """Of the runs ``refs`` just made ready, lease those the acking worker offered to run
-    at once in this transaction (runs/continuation.py: due now, a queue it serves, no
+    at once in this transaction (runs/execution/continuation.py: due now, a queue it serves, no
     limit the broker's lease applies, none behind a more urgent run: continuation.choose,
     in the lease's order); returns the rest, for the broker. The runs were made in this
     transaction, so no other one can hold their rows: starting them here takes no lock

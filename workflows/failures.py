@@ -59,7 +59,7 @@ def why_failed(run_error: str) -> str:
     last = lines[-1]
     if len(last) > CAUSE_MAX:
         last = last[:CAUSE_MAX - 1] + "…"
-    if last.startswith("expired: "):  # runs/expiry.py: it never ran, nothing is dead
+    if last.startswith("expired: "):  # runs/execution/expiry.py: it never ran, nothing is dead
         return f"its run {last}"
     return f"{WHY[NodeState.FAILED]}: {last}"
 

@@ -1,6 +1,6 @@
 """The history retention of workflow runs (docs/workflows.md, "History"): a workflow run
 that has ended for good goes, with its node runs, once HISTORY_RETENTION_S has passed
-since it finished, as runs do (runs/retention.py); without it the two tables grew by a
+since it finished, as runs do (runs/history/retention.py); without it the two tables grew by a
 row per node per workflow run for ever (a 1,000-node workflow every minute: 1.4 M node
 runs a day).
 
@@ -13,8 +13,8 @@ workflows of its partitions, in the tick's reconcile (workflows/ticks.py).
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
+from runs.history.retention import cutoff
 from runs.models import Run, RunState
-from runs.retention import cutoff
 from scheduler_core import conf
 from workflows.models import NodeRun, WorkflowRun, WorkflowRunState
 from workflows.reconcile import in_partitions

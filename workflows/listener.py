@@ -1,10 +1,10 @@
-"""The workflow engine's place in the runs' state changes (runs/hooks.py): which runs are
+"""The workflow engine's place in the runs' state changes (runs/execution/hooks.py): which runs are
 workflow nodes, the bound on a node's result, and what each change of a node's run does
 to its workflow run (docs/workflows.md, "Where the engine hooks in")."""
 
 import json
 
-from runs import continuation, hooks
+from runs.execution import continuation, hooks
 from scheduler_core import conf
 from workflows import ack_pg
 from workflows.engine import nodes_succeeded
@@ -53,7 +53,7 @@ class WorkflowListener(hooks.RunListener):
         return ack_pg.ack_successes(outcomes, using)
 
     def changed(self, event: str, run_ids: list[int], now, using: str) -> None:
-        # Runs continued on the acking worker (runs/continuation.py) roll back with this
+        # Runs continued on the acking worker (runs/execution/continuation.py) roll back with this
         # listener's savepoint if it fails: the offer must forget them too. A failure
         # starts nodes as well (an all_done or one_failed node below it).
         taken = continuation.mark()

@@ -1,7 +1,7 @@
 """The workflows' families on /metrics (docs/workflows.md, "Metrics"; docs/scaling.md):
 workflow runs by state, the running ones that are stalled or have made no progress for
 longest, and the time from a node's last upstream success to its own start. Registered
-on runs/metrics.py's private registry when Django starts (workflows/wiring.py); like
+on runs/metrics/endpoint.py's private registry when Django starts (workflows/wiring.py); like
 every figure there, read at scrape time from the database, since the web process that
 answers the scrape executes no runs.
 
@@ -9,7 +9,7 @@ The start delay of a node is its first attempt's start minus ``NodeRun.ready_at`
 moment (database clock) of the ack of its last upstream's success, which is also when
 its run was made. Only nodes with upstreams count (a node without them waits for its
 workflow run's start, which the runs' own lag already measures), over the nodes whose
-first attempt started in the last ``runs.stats.WINDOW_S`` (60) seconds.
+first attempt started in the last ``runs.metrics.stats.WINDOW_S`` (60) seconds.
 """
 
 from datetime import datetime, timedelta
@@ -19,8 +19,8 @@ from django.db.models.functions import Coalesce, Greatest
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from runs import stats
 from runs.clock import db_now
+from runs.metrics import stats
 from runs.models import TERMINAL_STATES, Attempt, Run, RunState
 from workflows.models import NodeRun, NodeState, WorkflowEdge, WorkflowRun, WorkflowRunState
 
@@ -61,7 +61,7 @@ def start_delays(using: str, since: datetime) -> list[float]:
     """Seconds from ready_at to the first attempt's start of the nodes with upstreams
     whose first attempt started at or after ``since`` (any order)."""
     # Runs started in the window are running or finished since it began: the indexes the
-    # runs' own lag uses (runs/stats.py); each is then one unique-index probe away from
+    # runs' own lag uses (runs/metrics/stats.py); each is then one unique-index probe away from
     # its node run and its first attempt.
     started = Run.objects.using(using).filter(
         Q(state=RunState.RUNNING) | Q(state__in=TERMINAL_STATES, finished_at__gte=since),
@@ -88,7 +88,7 @@ class WorkflowCollector(Collector):
         self.using = using
 
     def describe(self):
-        return []  # no query at registration (runs/metrics.py says why)
+        return []  # no query at registration (runs/metrics/endpoint.py says why)
 
     def collect(self):
         runs = GaugeMetricFamily(

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from jobs.backfill_models import BackfillBase
+from jobs.schedules.backfill_models import BackfillBase
 from scheduler_core.models import Job, Schedule
 
 NAME_MAX = 200

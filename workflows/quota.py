@@ -13,7 +13,7 @@ from workflows.models import LIVE_WORKFLOW_STATES, NodeRun, NodeState
 def unmade_node_runs(bounds, using: str = "default") -> int:
     """How many node runs of the owner's live (running or paused) workflow runs are still
     pending, i.e. runs the engine will make without asking the quota again (a count; ``bounds``
-    is the owner's runs.quotas.Bounds)."""
+    is the owner's runs.tenancy.quotas.Bounds)."""
     return NodeRun.objects.using(using).filter(
         workflow_run__workflow__owner_id=bounds.owner_id,
         workflow_run__state__in=LIVE_WORKFLOW_STATES, state=NodeState.PENDING).count()

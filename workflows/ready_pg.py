@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from django.db import connections
 
-from runs.transitions import int_array
+from runs.execution.transitions import int_array
 from scheduler_core.models import Job, Schedule
 from workflows import rules
 from workflows.models import (

@@ -1,7 +1,7 @@
 """Serializers of the workflows REST API (docs/api.md, "Workflows"): a workflow to create,
 a workflow as shown, a start (trigger) and a workflow run with its nodes.
 
-As for jobs (jobs/serializers.py), these only parse and type-check; the rules of a
+As for jobs (jobs/api/serializers.py), these only parse and type-check; the rules of a
 workflow (the graph, each node's job fields, the owner's bounds) are the service layer's
 (workflows/validation.py), which names the bad field by its path (``nodes[3].queue``,
 ``edges[7]``, ``edges`` for a cycle).
@@ -10,7 +10,7 @@ workflow (the graph, each node's job fields, the owner's bounds) are the service
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from jobs.serializers import (
+from jobs.api.serializers import (
     AwareDateTimeField,
     NextRunField,
     PayloadField,

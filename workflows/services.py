@@ -16,8 +16,9 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
-from jobs import cron, tenants
+from jobs import tenants
 from jobs.models import Job, Schedule
+from jobs.schedules import cron
 from jobs.validation import moment_problem
 from runs.clock import db_now
 from runs.models import Attempt, Run
@@ -60,7 +61,7 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
     policy, max lag, jitter). ``allow_tasks`` False refuses task nodes (the REST API's
     rule, docs/security.md); a node may never name the ``django_task`` handler. Raises
     InvalidWorkflow naming every bad field (a cycle is named node by node; an ``owner``
-    that is no user), runs.quotas.QuotaExceeded; nothing is stored then.
+    that is no user), runs.tenancy.quotas.QuotaExceeded; nothing is stored then.
     """
     if owner is not None and not isinstance(getattr(owner, "pk", None), int):
         raise InvalidWorkflow({"owner": f"must be a user (a model instance), not {owner!r}"})
@@ -200,7 +201,7 @@ def start_workflow_run(workflow, *, run_key: str | None = None,
     (a new one has ``created`` True), also when two starts race. ``started_by`` is one of
     WorkflowRun.StartedBy's values. Raises InvalidJob for a bad ``run_key``,
     ``scheduled_at`` or ``started_by``, SchedulerError when the workflow is paused or
-    already has a run at ``scheduled_at``, runs.quotas.QuotaExceeded when its nodes (all of
+    already has a run at ``scheduled_at``, runs.tenancy.quotas.QuotaExceeded when its nodes (all of
     them: each becomes a pending run in time) with the owner's pending runs and the nodes
     its live workflow runs have yet to start would exceed ``max_pending``,
     Workflow.DoesNotExist.

@@ -1,4 +1,4 @@
-"""The workflows' share of each scheduler tick (jobs/scheduler.py's ``scheduler_tick``),
+"""The workflows' share of each scheduler tick (jobs/schedules/scheduler.py's ``scheduler_tick``),
 under the scheduler's own partition leases: workflow ``id % PARTITIONS`` belongs to the
 partition of the same number (docs/workflows.md, "Schedules").
 
@@ -18,12 +18,12 @@ import time
 
 from django.db import transaction
 
-from jobs.scheduler import plan_occurrences
+from jobs.schedules.scheduler import plan_occurrences
 from runs.alerts.models import AlertKind
 from runs.alerts.policy import raise_alerts
 from runs.clock import db_now, seconds
-from runs.daemon import transient
-from runs.isolation import Faults, one_by_one
+from runs.daemons.daemon import transient
+from runs.daemons.isolation import Faults, one_by_one
 from scheduler_core import conf
 from workflows.history import BATCH as HISTORY_BATCH
 from workflows.history import prune_workflow_runs
@@ -79,7 +79,7 @@ def start_scheduled(partitions: list[int], total: int, using: str, *,
 def misfire_detail(workflow: Workflow, skipped: list) -> str:
     """The owner's misfire alert (docs/alerts.md) of ``workflow``: which of its
     occurrences (aware datetimes) the schedule's misfire policy skipped, as a cron job's
-    (jobs.scheduler.misfire_detail)."""
+    (jobs.schedules.scheduler.misfire_detail)."""
     shown = ", ".join(t.isoformat() for t in skipped[:5])
     more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
     return (f"workflow {workflow.pk} ({workflow.name}): {len(skipped)} occurrence(s) missed "
@@ -90,7 +90,7 @@ def misfire_detail(workflow: Workflow, skipped: list) -> str:
 def start_isolated(faults: Faults, partitions: list[int], total: int, using: str) -> bool:
     """``start_scheduled``, with a cron workflow whose runs cannot be started (a schedule
     that raises at evaluation, a graph the engine cannot begin) set aside as the jobs'
-    scheduler sets aside a cron job (jobs/scheduler.py, materialize_isolated): logged,
+    scheduler sets aside a cron job (jobs/schedules/scheduler.py, materialize_isolated): logged,
     counted and left out of the claims for its backoff while the others start. Returns
     whether more workflows may be due; raises transient errors."""
     claimed: list[int] = []
@@ -110,7 +110,7 @@ def on_scheduler_tick(sender, scheduler, partitions: list[int], total: int, usin
     """The ``scheduler_tick`` receiver. Database and broker errors go up to the daemon,
     which backs off; any other error is one workflow's (start_isolated) or one duty's
     (the reconcile, the pruning), logged, counted and backed off by the scheduler's
-    faults (runs/isolation.py), so neither stops the jobs' scheduler nor the others."""
+    faults (runs/daemons/isolation.py), so neither stops the jobs' scheduler nor the others."""
     faults = scheduler.faults
     faults.run("cron_workflows", lambda: tick_workflows(scheduler, partitions, total, using))
 

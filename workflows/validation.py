@@ -12,13 +12,13 @@ WORKFLOW_MAX_NODES / WORKFLOW_MAX_EDGES.
 
 from graphlib import CycleError, TopologicalSorter
 
-from jobs import cron
 from jobs.models import MisfirePolicy
+from jobs.schedules import cron
+from jobs.schedules.zones import zone_problem
 from jobs.services import InvalidJobs, validate_specs
 from jobs.spec import DEPRECATED, suggestion
 from jobs.validation import NAME_MAX, jitter_problem, utf8
-from jobs.zones import zone_problem
-from runs.quotas import MAX_INT
+from runs.tenancy.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.text import line_problem

@@ -1,14 +1,14 @@
 """What WorkflowsConfig.ready connects (docs/workflows.md, "Where the engine hooks in"):
-the run listener (runs/hooks.py), the jobs and runs the history retention keeps (each
+the run listener (runs/execution/hooks.py), the jobs and runs the history retention keeps (each
 node's job; the runs of a workflow run that can still start a node), ``ctx.upstream``,
 the scheduler's tick (cron workflow runs and the reconcile), the jobs' write guard on the
 nodes' jobs (jobs/guards.py) and the workflows' families on /metrics
 (workflows/metrics.py)."""
 
 from jobs import guards
-from jobs.scheduler import scheduler_tick
-from runs import hooks
-from runs.metrics import registry
+from jobs.schedules.scheduler import scheduler_tick
+from runs.execution import hooks
+from runs.metrics.endpoint import registry
 from workflows.context import ctx_upstream
 from workflows.listener import LISTENER
 from workflows.metrics import COLLECTOR

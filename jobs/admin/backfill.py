@@ -1,6 +1,6 @@
 """The admin's backfill (docs/admin.md, "Backfill"): the action on the job list (and its
 workflow twin, workflows/backfill_admin.py) asks for a range on a page of its own, then
-backfills each selected cron job through jobs/backfill.py; the Backfill list shows every
+backfills each selected cron job through jobs/schedules/backfill.py; the Backfill list shows every
 backfill with its progress (occurrences, runs made, skipped, finished).
 """
 
@@ -15,9 +15,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from jobs.admin.job_admin import JobAdmin
-from jobs.backfill import backfill_job, finished_count
 from jobs.models import Backfill
-from runs.admin_helpers import ReadOnlyAdmin, timestamp_column
+from jobs.schedules.backfill import backfill_job, finished_count
+from runs.admin.helpers import ReadOnlyAdmin, timestamp_column
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 
@@ -29,7 +29,7 @@ MOMENT_HELP = ("ISO 8601 date-time or date, e.g. 2026-03-01 or 2026-03-01T06:00:
 
 
 class BackfillForm(forms.Form):
-    """The range: start inclusive, end exclusive (read by jobs.backfill.parse_moment)."""
+    """The range: start inclusive, end exclusive (read by jobs.schedules.backfill.parse_moment)."""
 
     start = forms.CharField(help_text=f"First moment, inclusive. {MOMENT_HELP}")
     end = forms.CharField(help_text=f"Last moment, exclusive. {MOMENT_HELP}")
@@ -127,7 +127,7 @@ class BackfillAdminBase(ReadOnlyAdmin):
 
 @admin.register(Backfill)
 class BackfillAdmin(BackfillAdminBase):
-    """Backfills of cron jobs (jobs/backfill.py)."""
+    """Backfills of cron jobs (jobs/schedules/backfill.py)."""
 
     list_display = ("id", "job_link", *BackfillAdminBase.list_display_common)
     list_select_related = ("job", "requested_by")

@@ -10,8 +10,7 @@ budget and a cron job's schedule may be edited, through ``services.update_job`` 
 PATCH of the API): only the changed fields are written, so an edit never overwrites
 ``next_run_at`` or ``status`` moved meanwhile by the scheduler or an action, and a new
 cron expression or timezone recomputes ``next_run_at``. Jobs are never deleted here:
-cancel keeps their history.
-"""
+cancel keeps their history."""
 
 import json
 from functools import lru_cache
@@ -33,15 +32,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from jobs import cron, services, zones
+from jobs import services
 from jobs.admin.forms import FLOW_KEYS, JobChangeForm, JobCreateForm
 from jobs.admin.list_filters import HandlerFilter, KindFilter, StatusFilter
 from jobs.guards import ManagedJob, managed
 from jobs.lifecycle import shown_status, with_shown_status
 from jobs.models import Job
+from jobs.schedules import cron, zones
 from jobs.tenants import QuotaExceeded
-from runs.admin_cells import cut
-from runs.admin_helpers import (
+from runs.admin.cells import cut
+from runs.admin.helpers import (
     QueueFilter,
     confirm_then,
     format_duration,
@@ -345,7 +345,7 @@ class JobAdmin(admin.ModelAdmin):
             return
         ids = list(queryset.values_list("pk", flat=True))
         # Refused whole: catch-up runs over the quota (docs/cron.md), or a stored
-        # schedule that no longer reads, its field named (jobs/zones.py).
+        # schedule that no longer reads, its field named (jobs/schedules/zones.py).
         try:
             resumed = services.resume(ids, catch_up=catch_up)
         except (QuotaExceeded, InvalidJob) as exc:

@@ -6,7 +6,7 @@ from django.db.models.functions import Now
 
 from jobs import tenants
 from jobs.models import OwnerPolicy, SchedulerPartition
-from runs.admin_helpers import timestamp_column
+from runs.admin.helpers import timestamp_column
 from runs.services import sync_owner_limits
 
 

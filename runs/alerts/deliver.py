@@ -22,7 +22,7 @@ from runs.alerts import webhook
 from runs.alerts.models import AlertChannelState, AlertEvent, Channel
 from runs.alerts.policy import effective
 from runs.clock import db_now, seconds
-from runs.isolation import Faults, count
+from runs.daemons.isolation import Faults, count
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
 from scheduler_core.text import one_line
@@ -36,7 +36,7 @@ _failing: set[int] = set()  # owners whose last e-mail failed (its traceback log
 
 def deliver(using: str = "default", faults: Faults | None = None) -> int:
     """Send what is due on every channel; returns the messages sent (emails, and webhook
-    runs created). With ``faults`` (the dispatcher's, runs/isolation.py), an exception
+    runs created). With ``faults`` (the dispatcher's, runs/daemons/isolation.py), an exception
     from one owner's channel is that channel's failure, backed off while the others are
     served; without, it is raised."""
     sent = 0

@@ -39,7 +39,7 @@ class AlertPolicy(models.Model):
     owner = models.OneToOneField(settings.AUTH_USER_MODEL, null=True, blank=True,
                                  on_delete=models.CASCADE, related_name="alert_policy")
     # No database constraint: the history prune deletes one-off jobs with plain
-    # statements (runs/retention.py), and removes their policies itself.
+    # statements (runs/history/retention.py), and removes their policies itself.
     job = models.OneToOneField("jobs.Job", null=True, blank=True, on_delete=models.CASCADE,
                                related_name="alert_policy", db_constraint=False)
     email = models.BooleanField(null=True, blank=True,
@@ -82,7 +82,7 @@ class AlertEvent(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                               related_name="+")
     # The ids stay when the history prune deletes the run or its one-off job with plain
-    # statements (runs/retention.py): no database constraint, nothing to cascade.
+    # statements (runs/history/retention.py): no database constraint, nothing to cascade.
     job = models.ForeignKey("jobs.Job", null=True, on_delete=models.DO_NOTHING,
                             related_name="+", db_index=False, db_constraint=False)
     run = models.ForeignKey("runs.Run", null=True, on_delete=models.DO_NOTHING,
@@ -130,7 +130,7 @@ class AlertChannelState(models.Model):
 
 class OutcomeCount(models.Model):
     """Runs by outcome since the table was created, per queue: the Prometheus counter
-    ``scheduler_runs_total`` (runs/metrics.py). Workers and dispatchers add what they
+    ``scheduler_runs_total`` (runs/metrics/endpoint.py). Workers and dispatchers add what they
     counted in memory every few seconds (never per run; docs/alerts.md, "Metrics")."""
 
     queue = models.CharField(max_length=64)
@@ -149,7 +149,7 @@ class OutcomeCount(models.Model):
 class DaemonErrorCount(models.Model):
     """Failures of one item (an alert, a cron job, a workflow) or of a whole duty that a
     daemon survived, per daemon and duty, since the table was created: the Prometheus
-    counter ``scheduler_daemon_item_errors_total`` (runs/isolation.py,
+    counter ``scheduler_daemon_item_errors_total`` (runs/daemons/isolation.py,
     docs/security.md, "Daemons' fault isolation")."""
 
     daemon = models.CharField(max_length=32)

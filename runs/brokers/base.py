@@ -1,7 +1,7 @@
 """The broker contract (docs/architecture.md, "Brokers" and "Conventions in the code").
 
 A broker is the working set of runs that are due or leased. PostgreSQL (or SQLite) stays
-the source of truth: every state change is a fenced UPDATE in runs/transitions.py, and the
+the source of truth: every state change is a fenced UPDATE in runs/execution/transitions.py, and the
 broker can always be rebuilt from the runs table (``reconcile``). Concrete brokers only
 implement the working-set verbs marked abstract below; leasing, heartbeats, acks, retries,
 dead-lettering and reaping are shared here so both brokers give the same guarantees:
@@ -27,8 +27,9 @@ from contextlib import nullcontext
 
 from django.db import DatabaseError, transaction
 
-from runs import completion, continuation, policy, transitions
+from runs.execution import completion, continuation, transitions
 from runs.models import PENDING_STATES, Run, RunState
+from runs.tenancy import policy
 from runs.types import Books, Lease, Outcome, QueueDepth, RunRef, Slot
 from scheduler_core import conf
 from scheduler_core.exceptions import BrokerUnavailable
@@ -43,7 +44,7 @@ class Broker(ABC):
     # Whether _claim writes to the database (and so must share the lease's transaction).
     claims_in_database = True
     # Whether a run stored already due may be stored ready (``queued``) and so need no
-    # push: true where the runs table is the working set (jobs/one_off.py).
+    # push: true where the runs table is the working set (jobs/ingest/one_off.py).
     ready_when_stored = False
 
     def __init__(self, using: str = "default"):
@@ -67,7 +68,7 @@ class Broker(ABC):
     @abstractmethod
     def _claim(self, queues: list[str], n: int) -> list[Slot]:
         """Take up to ``n`` ready runs from ``queues`` (in the order given), applying the
-        isolation policy (runs/policy.py): priority classes by weighted share, strict order
+        isolation policy (runs/tenancy/policy.py): priority classes by weighted share, strict order
         inside a class, per-owner and per-queue limits, per-queue rate limits. Runs inside
         the lease transaction; no run may go to two callers."""
 
@@ -81,7 +82,7 @@ class Broker(ABC):
 
     def _adopt(self, taken: list[tuple[Lease, int | None]], ttl_s: float) -> None:
         """Record as leased for ``ttl_s`` seconds the runs the database leased in an
-        ack's transaction (runs/continuation.py; ``taken``: (lease, owner id or None)), as
+        ack's transaction (runs/execution/continuation.py; ``taken``: (lease, owner id or None)), as
         ``_claim`` would have. Nothing to do where claims are the database's rows."""
         return None
 
@@ -137,8 +138,8 @@ class Broker(ABC):
 
     def most_urgent_ready(self, queues: list[str]) -> dict[str, int]:
         """{queue: the most urgent priority (0-9, 0 first) among the runs of ``queues``
-        ready to lease now}, queues with none left out. An ack continues no run while a
-        more urgent one waits in its queue (runs/continuation.py). Raises BrokerUnavailable
+        ready to lease now}, queues with none left out: an ack continues no run while a
+        more urgent one waits (runs/execution/continuation.py). Raises BrokerUnavailable
         when the broker cannot be read. This default knows of nothing waiting."""
         return {}
 
@@ -272,7 +273,7 @@ class Broker(ABC):
         """Ack attempts (success, failure, timeout, crash), fenced; returns per outcome
         whether it was applied (False: the lease was stale, nothing changed).
 
-        ``offer`` (the acking worker's, runs/continuation.py): runs the ack makes ready
+        ``offer`` (the acking worker's, runs/execution/continuation.py): runs the ack makes ready
         may be leased to that worker in the ack's transaction; they are in
         ``offer.taken`` once this returns, recorded as leased by the broker too.
 

@@ -5,7 +5,7 @@ The runs table is the working set: delayed = ``scheduled``/``retrying`` rows, re
 LOCKED`` on PostgreSQL; on SQLite the lease transaction is IMMEDIATE (settings), which
 serialises writers, so the same query is safe there.
 
-The isolation policy (runs/policy.py) is the Redis broker's, with two documented
+The isolation policy (runs/tenancy/policy.py) is the Redis broker's, with two documented
 differences (docs/scaling.md): the stride state of the priority classes lives in each
 worker process rather than in one place, so shares hold per worker (and so overall); and
 when any concurrency or rate limit is configured, claims take one transaction-scoped
@@ -21,13 +21,14 @@ from collections.abc import Callable
 from django.db import connections, transaction
 from django.db.models import Count, F, Q
 
-from runs import flow, policy
 from runs.brokers import db_flow, pg_listen
 from runs.brokers.base import Broker
 from runs.clock import db_now, to_ms
-from runs.limits import owner_limits
+from runs.execution.transitions import in_shards
+from runs.flow import control as flow
 from runs.models import DELAYED_STATES, RateBucket, Run, RunState
-from runs.transitions import in_shards
+from runs.tenancy import policy
+from runs.tenancy.limits import owner_limits
 from runs.types import QueueDepth, RunRef, Slot
 from scheduler_core import conf
 

@@ -13,9 +13,9 @@ from collections import defaultdict
 
 from django.db.models import Count, Q
 
-from runs import flow
 from runs.clock import db_now
-from runs.flow_models import RateLimit, RateLimitBucket
+from runs.flow import control as flow
+from runs.flow.models import RateLimit, RateLimitBucket
 from runs.models import Run, RunState
 
 COLUMNS = ("job__owner_id", "job__handler", "job__rate_key", "job__concurrency_key",
@@ -30,7 +30,7 @@ class ClaimGates:
         self.using = using
         self.limits = flow.rate_limits(using)
         self.now = db_now(using)
-        # Keys count per owner (runs/flow.py, scoped): another tenant's runs under the
+        # Keys count per owner (runs/flow/control.py, scoped): another tenant's runs under the
         # same key value hold none of these slots.
         self.used: dict[str, int] = {
             flow.scoped(owner, key): n for owner, key, n in
@@ -113,7 +113,7 @@ class ClaimGates:
 
 def owned(scoped_key: str, field: str) -> Q:
     """The runs whose job has ``field`` (job__rate_key, job__concurrency_key) equal to
-    ``scoped_key``'s key and the owner it is scoped to (runs/flow.py, scoped)."""
+    ``scoped_key``'s key and the owner it is scoped to (runs/flow/control.py, scoped)."""
     owner, _, key = scoped_key.partition(":")
     who = Q(job__owner_id__isnull=True) if owner == "0" else Q(job__owner_id=int(owner))
     return who & Q(**{field: key})

@@ -2,7 +2,7 @@
 (docs/performance.md, "Waking idle workers on the database broker").
 
 A transaction that makes runs ready (a promote, a push of runs already queued, a one-off
-job stored ready: jobs/one_off.py) sends one NOTIFY on CHANNEL per queue, the queue's name
+job stored ready: jobs/ingest/one_off.py) sends one NOTIFY on CHANNEL per queue, the queue's name
 as payload (``notify_sql``). PostgreSQL delivers it at commit, and not at all on rollback,
 so a worker never wakes for runs it cannot see yet. An idle worker blocks on a connection
 of its own that LISTENs on CHANNEL (``Listener``) for as long as it would have slept

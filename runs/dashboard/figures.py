@@ -1,6 +1,6 @@
 """The dashboard's figures in one JSON-able snapshot (docs/admin.md, "Dashboard").
 
-Queue depth and live workers come from runs/stats.py, so the dashboard, /api/queues/ and
+Queue depth and live workers come from runs/metrics/stats.py, so the dashboard, /api/queues/ and
 metrics agree. Throughput and lag over the last hour are bucketed per minute:
 
 * started per second: runs whose (latest) attempt started in that minute, over 60 s (None
@@ -27,10 +27,10 @@ from django.db.models import Aggregate, Count, DurationField, F, Q
 from django.db.models.functions import TruncMinute
 from django.urls import reverse
 
-from runs import ownership
 from runs.clock import db_now
+from runs.daemons import ownership
+from runs.metrics.stats import live_workers, percentile, queue_stats
 from runs.models import LAG_FROM, Run, RunState
-from runs.stats import live_workers, percentile, queue_stats
 from scheduler_core.models import SchedulerPartition
 
 WINDOW_MINUTES = 60
@@ -147,7 +147,7 @@ def series(using: str = "default", now: datetime | None = None,
 
 
 def workers(using: str = "default", now: datetime | None = None) -> list[dict]:
-    """Live workers (runs/stats.py live_workers) with their current runs and the age of
+    """Live workers (runs/metrics/stats.py live_workers) with their current runs and the age of
     their last heartbeat in seconds."""
     now = now or db_now(using)
     live = list(live_workers(using).order_by("worker_id"))
@@ -192,8 +192,8 @@ def partitions(using: str = "default", now: datetime | None = None) -> list[dict
 
 def snapshot(using: str = "default", history: str | None = None) -> dict:
     """Everything the dashboard shows, JSON-able: ``now`` (database clock), ``totals``,
-    ``queues`` (runs/stats.py), ``series`` (last hour per minute), ``workers``,
-    ``partitions``, ``ownership`` (the newest OWNERSHIP_ROWS tenures, runs/ownership.py).
+    ``queues`` (runs/metrics/stats.py), ``series`` (last hour per minute), ``workers``,
+    ``partitions``, ``ownership`` (the newest OWNERSHIP_ROWS tenures, runs/daemons/ownership.py).
     ``history``: the alias the history figures (series, dead letter count, ownership)
     are read from, a read replica's (docs/scaling.md, "Read replicas"); default ``using``."""
     history = history or using

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     # db_default: PostgreSQL adds the column without rewriting the runs table, and rows
-    # inserted by raw SQL (jobs/scheduler.py) that do not name it get false.
+    # inserted by raw SQL (jobs/schedules/scheduler.py) that do not name it get false.
 
     dependencies = [
         ("runs", "0007_alerts"),

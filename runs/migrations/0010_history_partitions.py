@@ -1,5 +1,5 @@
 """The run history in time partitions on PostgreSQL (docs/retention.md, "Partitioned
-history"; runs/history_partitions.py).
+history"; runs/history/time_partitions.py).
 
 Attempts and log lines get ``run_scheduled_at`` (their run's scheduled_at, filled in from
 the runs), the foreign keys into runs and attempts leave the database (Django keeps the
@@ -42,7 +42,7 @@ def backfill(apps, schema_editor):
 def initial_ranges(cursor):
     """The ranges to create: from the retention's start (or the oldest run, if later) to
     HISTORY_PARTITIONS_AHEAD widths past now."""
-    from runs import history_partitions
+    from runs.history import time_partitions as history_partitions
     from scheduler_core import conf
 
     width = history_partitions.width_s()
@@ -87,7 +87,7 @@ def rebuild(cursor, table: str, key: str, ranges) -> None:
     """``table`` rebuilt as a table partitioned by range of ``key``, with its rows, its
     indexes and constraints (read from the catalog, so those of any earlier migration
     come along) and its id sequence's position."""
-    from runs.history_partitions import _literal
+    from runs.history.time_partitions import _literal
 
     cursor.execute("SELECT conname, contype, pg_get_constraintdef(oid) FROM pg_constraint "
                    "WHERE conrelid = %s::regclass AND contype IN ('p', 'u', 'f') "

@@ -1,5 +1,5 @@
 """DaemonErrorCount: the failures of one item or duty the daemons survived, the counter
-behind scheduler_daemon_item_errors_total (runs/isolation.py)."""
+behind scheduler_daemon_item_errors_total (runs/daemons/isolation.py)."""
 
 from django.db import migrations, models
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from django.db import DataError
 
-from runs import continuation
-from runs.daemon import TRANSIENT
+from runs.daemons.daemon import TRANSIENT
+from runs.execution import continuation
+from runs.execution.outcomes import report
 from runs.models import AttemptOutcome
-from runs.outcomes import report
 from runs.types import Outcome
 from runs.worker.lease_ahead import leased_of
 from scheduler_core import conf
@@ -40,7 +40,7 @@ log = logging.getLogger("scheduler.worker")
 @dataclass
 class AckBatch:
     """One batch of outcomes on its way through the ack lane: the ``offer`` made with it
-    (runs/continuation.py; None: none), and what its ack continued here (``leased``, the
+    (runs/execution/continuation.py; None: none), and what its ack continued here (``leased``, the
     runs the ack leased to this worker, with their tasks) and left to the broker
     (``pushed``; None until the ack has run). Made by flush, filled by the lane's
     ack_call, taken by harvest."""
@@ -73,7 +73,7 @@ class Acks:
         self.acking: list[tuple[Future, list[Outcome]]] = []
         # id of an ack batch (its outcomes list, alive in ``acking`` until harvested) ->
         # its record: the offer made with it, what its ack continued here and pushed
-        # (AckBatch; runs/continuation.py).
+        # (AckBatch; runs/execution/continuation.py).
         self.batches: dict[int, AckBatch] = {}
         self.finished = 0
         self.paused_until = 0.0
@@ -130,7 +130,7 @@ class Acks:
 
     def offer(self, outcomes: list[Outcome]) -> continuation.Offer | None:
         """What this worker offers to run at once of the runs the ack of ``outcomes`` may
-        make ready (runs/continuation.py): as many as the successes it acks, at most one
+        make ready (runs/execution/continuation.py): as many as the successes it acks, at most one
         per child and never past ``max_runs``; none while stopping, nor while runs leased
         ahead wait here for a child (a continued run goes first in line: it would jump
         runs the lease's order put before it)."""
@@ -193,8 +193,9 @@ class Acks:
             self.finished += len(outcomes)
             leased, pushed = batch.leased, batch.pushed
             if leased:
-                # Runs this ack made ready and leased to this worker (runs/continuation.py):
-                # first in line, for the children the ack has just freed.
+                # Runs this ack made ready and leased to this worker
+                # (runs/execution/continuation.py): first in line, for the children the ack
+                # has just freed.
                 self.ahead.put_front(leased)
             if any(accepted) and not (leased and pushed == 0):
                 # An ack may have made runs ready (a workflow's downstream nodes, in its
@@ -252,7 +253,7 @@ _STATE_OF = {AttemptOutcome.SUCCEEDED: "succeeded", AttemptOutcome.CANCELLED: "c
 
 
 def report_outcome(outcome: Outcome) -> None:
-    """The log line, signals and count of an acked outcome (runs/outcomes.py)."""
+    """The log line, signals and count of an acked outcome (runs/execution/outcomes.py)."""
     task = outcome.task or outcome.lease.task or {}
     report(run_id=outcome.lease.run_id, job_id=task.get("job_id"),
            handler=task.get("handler"), attempt=outcome.lease.attempt,

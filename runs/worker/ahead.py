@@ -21,7 +21,7 @@ class Leased:
     lease: Lease
     task: dict
     timeout_s: int
-    watched: bool = False  # known to be a workflow node's run (runs/continuation.py)
+    watched: bool = False  # known to be a workflow node's run (runs/execution/continuation.py)
     is_async: bool = False  # its handler is an async def (runs/worker/async_hand.py)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from runs.daemon import TRANSIENT
+from runs.daemons.daemon import TRANSIENT
 from runs.models import AttemptOutcome
 from runs.types import Outcome
 from runs.worker.pool import InFlight, Slot, streamed_logs

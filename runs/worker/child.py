@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from runs.clock import from_us
 from runs.context import RunContext
-from runs.retry import exception_names, refusal, stored
+from runs.execution.retry import exception_names, refusal, stored
 from runs.worker import handoff
 from runs.worker.wire import message_sender, quiet_sender
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
@@ -243,7 +243,7 @@ def log_failure(task: dict, exc: BaseException, error: str, retry) -> None:
 
 
 def gives_up(task: dict, exc: BaseException, retry) -> bool | None:
-    """Whether the retry gives up on this failed attempt (runs/retry.py; completion's
+    """Whether the retry gives up on this failed attempt (runs/execution/retry.py; completion's
     fail_runs decides for real): the last of max_attempts, a PermanentFailure, or an
     exception the job's retry_on / never_retry_on refuses. None when the task does not
     carry the job's max_attempts (a run a workflow's ack continued)."""
@@ -277,7 +277,7 @@ def error_text(exc: BaseException) -> str:
 def retry_asked(exc: BaseException) -> float | bool | tuple[str, ...] | None:
     """What a handler's exception asks of the retry (runs/types.py, Outcome.retry): the
     delay of a RetryAfter (seconds), False for a PermanentFailure, else the dotted names
-    of its classes, for the job's retry_on / never_retry_on (runs/retry.py)."""
+    of its classes, for the job's retry_on / never_retry_on (runs/execution/retry.py)."""
     if isinstance(exc, RetryAfter):
         return exc.delay_s if math.isfinite(exc.delay_s) else None
     if isinstance(exc, PermanentFailure):

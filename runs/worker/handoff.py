@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from runs import continuation
 from runs.clock import from_us, to_us
+from runs.execution import continuation
 from runs.models import AttemptOutcome
 from runs.types import Books, Lease, Outcome
 from runs.worker import wire

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from runs.clock import to_us
-from runs.daemon import TRANSIENT
+from runs.daemons.daemon import TRANSIENT
 from runs.models import Run
 from runs.types import Lease
 from runs.worker import wire

@@ -22,9 +22,9 @@ from django.db import connections
 
 from runs.brokers import get_broker
 from runs.clock import db_now
-from runs.daemon import TRANSIENT, Daemon
+from runs.daemons.daemon import TRANSIENT, Daemon
+from runs.execution.outcomes import flush_counts
 from runs.models import WorkerProcess
-from runs.outcomes import flush_counts
 from runs.worker import child as child_process
 from runs.worker import handoff
 from runs.worker.acks import Acks
@@ -179,7 +179,7 @@ class Worker(Daemon):
 
     def register(self) -> None:
         """Record this worker (and refresh its heartbeat) for operators, and add the run
-        outcomes counted since the last time to the database (runs/outcomes.py)."""
+        outcomes counted since the last time to the database (runs/execution/outcomes.py)."""
         flush_counts(self.using)
         now = db_now(self.using)
         WorkerProcess.objects.using(self.using).update_or_create(

@@ -54,7 +54,7 @@ class InFlight:
     # time.monotonic() by which a cancelled run's handler must have stopped (inf: the run
     # is not being cancelled): its child is killed then (runs/worker/cancels.py).
     cancel_deadline: float = float("inf")
-    watched: bool = False  # known to be a workflow node's run (runs/continuation.py)
+    watched: bool = False  # known to be a workflow node's run (runs/execution/continuation.py)
     # Its success, which the child is acking itself (runs/worker/handoff.py): what the
     # worker acks if that ack does not come back.
     pending: Outcome | None = None

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runs.counts import CountTable
+from runs.daemons.counts import CountTable
 from runs.models import ChildRecycleCount
 from runs.worker.pool import Slot
 from scheduler_core import conf

@@ -7,9 +7,9 @@ import logging
 import time
 
 from runs.clock import db_now
-from runs.daemon import STOP_BOUND_S
+from runs.daemons.daemon import STOP_BOUND_S
+from runs.execution.outcomes import flush_counts
 from runs.models import WorkerProcess
-from runs.outcomes import flush_counts
 from runs.worker import recycle
 
 log = logging.getLogger("scheduler.worker")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
-from runs.daemon import TRANSIENT
+from runs.daemons.daemon import TRANSIENT
 from runs.models import AttemptOutcome
 from runs.types import Outcome
 from runs.worker import recycle

@@ -1,13 +1,14 @@
 """``manage.py importcrontab FILE --handler NAME [--owner USER] [--dry-run] [--skip-invalid]
 [--format auto|user|system]``: one cron job per schedule line of a crontab file.
 
-Each schedule line (crontab(5), user or system format, parsed by jobs/crontab.py) becomes a
-cron job of handler NAME: the command (and, in a system crontab, the user) in the payload,
-the ``#`` comment right above as the name (else the command), the timezone of the last
-CRON_TZ=/TZ= line above it. Every line is validated first; if any is bad, each is reported
-with its line number and nothing is created (exit status 1) unless --skip-invalid. The jobs
-are created in one transaction (jobs.services.create_jobs). A table lists what was created
-(or, with --dry-run, would be) with each job's next three runs in UTC. docs/cron.md.
+Each schedule line (crontab(5), user or system format, parsed by
+jobs/schedules/crontab.py) becomes a cron job of handler NAME: the command (and, in a
+system crontab, the user) in the payload, the ``#`` comment right above as the name
+(else the command), the timezone of the last CRON_TZ=/TZ= line above it. Every line is
+validated first; if any is bad, each is reported with its line number and nothing is
+created (exit status 1) unless --skip-invalid. The jobs are created in one transaction
+(jobs.services.create_jobs). A table lists what was created (or, with --dry-run, would
+be) with each job's next three runs in UTC. docs/cron.md.
 """
 
 from datetime import datetime, timedelta
@@ -17,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from jobs import cron, crontab
+from jobs.schedules import cron, crontab
 from jobs.services import InvalidJobs, create_jobs
 from jobs.validation import validate_job
 from scheduler_core.exceptions import InvalidJob

@@ -15,10 +15,10 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import cron, crontab
+from jobs.api.tokens import create_token
 from jobs.models import Job
+from jobs.schedules import cron, crontab
 from jobs.services import InvalidJobs, create_job, create_jobs
-from jobs.tokens import create_token
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
 from scheduler_core import conf

@@ -1,10 +1,10 @@
 
-from jobs.scheduler import Scheduler
-from runs.daemon_command import DaemonCommand, run_daemon
+from jobs.schedules.scheduler import Scheduler
+from runs.daemons.command import DaemonCommand, run_daemon
 
 
 class Command(DaemonCommand):
-    help = "Materialise due cron occurrences as runs (jobs/scheduler.py)."
+    help = "Materialise due cron occurrences as runs (jobs/schedules/scheduler.py)."
 
     def add_arguments(self, parser):
         parser.add_argument("--max-ticks", type=int, default=None,

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runs import flow, policy
 from runs.brokers.base import Broker
 from runs.brokers.redis.books import LeaseBooks
 from runs.brokers.redis.inspection import Inspector
@@ -33,7 +32,9 @@ from runs.brokers.redis.wire import (
     translate_errors,
 )
 from runs.clock import to_ms
+from runs.flow import control as flow
 from runs.models import DELAYED_STATES, Run, RunState
+from runs.tenancy import policy
 from runs.types import Lease, QueueDepth, RunRef, Slot
 from scheduler_core import conf
 
@@ -205,7 +206,7 @@ class RedisBroker(Broker):
         """Lease ``n`` runs of a queue split into several shards with the priority classes'
         shares kept for the queue as a whole: count each class's ready runs in every shard
         (after promoting what fell due), plan the classes by stride scheduling over the
-        queue-wide state (``runs/policy.py``), then take each class's share from the shards
+        queue-wide state (``runs/tenancy/policy.py``), then take each class's share from the shards
         that hold it, one run per shard in turn. Workers racing on the shared state only
         blur the shares for a moment; leases stay exactly-once (each is one Lua call)."""
         classes = policy.classes()
@@ -288,7 +289,7 @@ class RedisBroker(Broker):
         """Queue, for every shard of ``queues``, the promotion of its delayed runs that
         have fallen due (as lease.lua does before it leases: a due retry or delayed run
         is what a lease would take) and the read of its ready set's head (its score is
-        priority * PRIORITY_SPAN + run_at_ms, runs/policy.py): two replies a shard.
+        priority * PRIORITY_SPAN + run_at_ms, runs/tenancy/policy.py): two replies a shard.
         Returns the queue of each shard, in order."""
         asked = []
         for queue in queues:

@@ -71,7 +71,7 @@ class Keys:
 
     def gates(self, queue: str, shard: int) -> str:
         """HASH run id -> its gate entry (handler, rate key, concurrency key, limit:
-        runs/flow.py) for the runs pushed to this shard while flow control is in use."""
+        runs/flow/control.py) for the runs pushed to this shard while flow control is in use."""
         return self._tagged(queue, shard, "gates")
 
     def shard_keys(self, queue: str, shard: int) -> list[str]:

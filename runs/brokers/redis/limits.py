@@ -5,10 +5,10 @@ synced from the database, the running counts (docs/isolation.md, "Concurrency li
 
 from collections import defaultdict
 
-from runs import flow
 from runs.brokers.redis.keys import Keys
 from runs.brokers.redis.queues import QueueShards
 from runs.brokers.redis.wire import Pipe, Wire, translate_errors
+from runs.flow import control as flow
 from scheduler_core import conf
 
 UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
@@ -17,7 +17,7 @@ UNPARK_CAP = 1000  # most parked runs of one owner moved back per shard and call
 class Limits:
     """Owner limits on Redis: one set of hashes on a single Redis, a copy per queue on a
     cluster (``keys.Keys``), over ``wire`` and the broker's ``shards``; ``using``: the
-    database alias whose flow limits are synced (runs/flow.py)."""
+    database alias whose flow limits are synced (runs/flow/control.py)."""
 
     def __init__(self, wire: Wire, keys: Keys, shards: QueueShards, using: str):
         self.wire = wire
@@ -52,7 +52,7 @@ class Limits:
     @translate_errors
     def sync(self, limits: dict[int, int]) -> None:
         """Replace the per-owner limits Redis enforces with ``limits`` (owner id ->
-        most running runs, positive) and the handler and key rate limits (runs/flow.py,
+        most running runs, positive) and the handler and key rate limits (runs/flow/control.py,
         read now), atomically per hash: the one hash on a single Redis; on a cluster the
         master copy and each known queue's copy."""
         flow.forget_cache(self.using)

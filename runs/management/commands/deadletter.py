@@ -1,9 +1,9 @@
 """``manage.py deadletter {list,requeue,discard}``: the dead letter by filter, from the
-command line (runs/dead_letter.py; docs/api.md, "Dead letter")."""
+command line (runs/api/dead_letter.py; docs/api.md, "Dead letter")."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs import dead_letter
+from runs.api import dead_letter
 from scheduler_core.progress import progress
 
 

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError
 
-from runs import history_partitions, retention
+from runs.history import retention
+from runs.history import time_partitions as history_partitions
 from scheduler_core import conf
 from scheduler_core.progress import progress
 
@@ -9,7 +10,7 @@ from scheduler_core.progress import progress
 class Command(BaseCommand):
     help = ("Delete runs that succeeded or were cancelled more than --older-than seconds "
             "ago (default HISTORY_RETENTION_S), with their attempts and log lines, and the "
-            "one-off jobs left with no run (runs/retention.py): on PostgreSQL the time "
+            "one-off jobs left with no run (runs/history/retention.py): on PostgreSQL the time "
             "partitions wholly past that age are dropped first. The dispatcher does this "
             "on its own; this is for doing it at once, or with another age.")
 

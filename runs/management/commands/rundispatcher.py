@@ -1,10 +1,11 @@
 
-from runs.daemon_command import DaemonCommand, run_daemon
-from runs.dispatcher import Dispatcher
+from runs.daemons.command import DaemonCommand, run_daemon
+from runs.daemons.dispatcher import Dispatcher
 
 
 class Command(DaemonCommand):
-    help = "Promote due runs, reap expired leases, reconcile DB and broker (runs/dispatcher.py)."
+    help = ("Promote due runs, reap expired leases, reconcile DB and broker "
+            "(runs/daemons/dispatcher.py).")
 
     def add_arguments(self, parser):
         parser.add_argument("--max-rounds", type=int, default=None,

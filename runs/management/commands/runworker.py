@@ -1,7 +1,7 @@
 from django.core.management.base import CommandError
 
-from runs.daemon_command import DaemonCommand, run_daemon
-from runs.policy import parse_queue_weights
+from runs.daemons.command import DaemonCommand, run_daemon
+from runs.tenancy.policy import parse_queue_weights
 from runs.worker import Worker
 from runs.worker.main import DEFAULT_CONCURRENCY, default_concurrency
 

@@ -1,14 +1,14 @@
 """``manage.py backfill --job ID | --workflow ID --start … --end …``: make the runs of a
 cron job's (or a cron workflow's) past occurrences in a range, with a progress bar
-(docs/cron.md, "Backfill"; the rules are jobs/backfill.py's). It lives in workflows/
+(docs/cron.md, "Backfill"; the rules are jobs/schedules/backfill.py's). It lives in workflows/
 because only this app may import both the jobs' and the workflows' backfill."""
 
 from contextlib import ExitStack
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.backfill import backfill_job
 from jobs.models import Job
+from jobs.schedules.backfill import backfill_job
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from scheduler_core.progress import progress
 from workflows.backfill import backfill_workflow

@@ -1,5 +1,5 @@
 -- adopt: record runs as leased that the database leased without this broker (a run an
--- ack continued on its worker, runs/continuation.py), counted as lease.lua counts a
+-- ack continued on its worker, runs/execution/continuation.py), counted as lease.lua counts a
 -- lease, so forget.lua uncounts them at their ack and reap.lua takes back a lapsed one.
 -- KEYS[1]  leased  ZSET  KEYS[2] owners HASH  KEYS[3] running HASH (see lease.lua)
 -- ARGV[1]  queue   ARGV[2] lease ttl ms   ARGV[3..] pairs: run id, owner id ('' none)

@@ -1,12 +1,12 @@
 -- lease: take up to n ready runs of one queue shard for a worker, atomically, so racing
--- workers never receive the same run. Applies the isolation policy (runs/policy.py):
+-- workers never receive the same run. Applies the isolation policy (runs/tenancy/policy.py):
 --   * priority classes share leases by stride scheduling (weights; an empty class's share
 --     goes to the others, and it banks no credit while empty); strict order inside a class;
 --   * per-owner limits (over every queue on a single Redis, per queue on a Redis Cluster:
 --     docs/isolation.md): a run whose owner is at its limit is parked (KEYS[10]) instead
 --     of blocking the runs behind it; unpark.lua puts it back when the owner has room;
 --   * per-queue concurrency limit and token-bucket rate limit (over all its shards);
---   * per-run gates (runs/flow.py, docs/isolation.md "Rate limits", "Concurrency keys"):
+--   * per-run gates (runs/flow/control.py, docs/isolation.md "Rate limits", "Concurrency keys"):
 --     a run whose handler's or rate key's bucket is empty is deferred to the delayed set
 --     until its token is due; a run whose concurrency key is at its limit, or has parked
 --     runs ahead of it, is parked under the key (unpark.lua returns them in order).
@@ -23,7 +23,7 @@
 -- KEYS[10] parked   ZSET  score 0, member <owner>|<ready score, 16 digits>|<padded id>
 -- KEYS[11] parkedrun HASH run id -> its member in parked
 -- KEYS[12] gates    HASH  run id -> handler\trate key\tconcurrency key\tlimit (push.lua;
---                     each key "<owner>:<template>=<value>", runs/flow.py scoped)
+--                     each key "<owner>:<template>=<value>", runs/flow/control.py scoped)
 -- KEYS[13] buckets  HASH  h:<handler> / k:<rate key> -> "<tokens> <ms>" (rate limits;
 --                     KEYS[7] holds their rh:<handler> / rk:<template> -> "<rate> <burst>")
 -- ARGV[1] n  ARGV[2] ttl ms  ARGV[3] queue  ARGV[4] default owner limit (0: none)
@@ -155,7 +155,7 @@ local function buckets_of(f)
   local h = rate_of('rh:' .. f[1])
   if h then list[#list + 1] = bucket('h:' .. f[1], h) end
   if f[2] ~= '' then
-    -- f[2] is "<owner>:<template>=<value>" (runs/flow.py, scoped)
+    -- f[2] is "<owner>:<template>=<value>" (runs/flow/control.py, scoped)
     local k = rate_of('rk:' .. string.match(f[2], '^[^:]*:([^=]*)'))
     if k then list[#list + 1] = bucket('k:' .. f[2], k) end
   end

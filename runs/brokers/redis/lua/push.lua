@@ -7,7 +7,7 @@
 -- KEYS[5]  running HASH  o:<owner> / q:<queue> -> runs leased now (keys.py)
 -- KEYS[6]  parked  ZSET  runs held back by their owner's limit (lease.lua)
 -- KEYS[7]  parkedrun HASH  run id -> its member in parked
--- KEYS[8]  gates   HASH  run id -> its gate entry (runs/flow.py; lease.lua)
+-- KEYS[8]  gates   HASH  run id -> its gate entry (runs/flow/control.py; lease.lua)
 -- ARGV[1]  queue
 -- ARGV[2..] quintuples: run id, run_at (ms since epoch), priority (0-9), owner id ('' none),
 --           gate entry ('' none)

@@ -1,0 +1,137 @@
+"""One one-off job and its run in a single statement: the path of ``create_job`` (a
+django.tasks ``enqueue()``, a REST or Python create of one job) on PostgreSQL when there
+is nothing else to check in the transaction (no cron, no unique key, no owner quota to
+count). The bulk path (jobs/ingest/bulk.py: the database clock read, then ids and a COPY per
+table) takes seven round trips and a commit for one job; this is one statement that reads
+the database clock itself, and outside a transaction that statement is its own commit
+(BENCHMARKS.md, "django.tasks").
+"""
+
+from django.db import connections, transaction
+
+from jobs.models import Job
+from runs.brokers import get_broker, pg_listen
+from runs.brokers.shards import shard_of
+from runs.flow import control as flow
+from runs.models import Run, RunState
+from runs.tenancy.quotas import SHARED_QUEUE, Bounds
+from runs.types import RunRef
+from scheduler_core import conf
+
+
+def applies(cleaned: list[dict], bounds: Bounds | None, using: str) -> bool:
+    """Whether validated ``cleaned`` may take create_one: one one-off job without a unique
+    key, on PostgreSQL, for no owner or one without a jobs or pending quota (those counts
+    need the bulk create's transaction and lock: runs/tenancy/quotas.py)."""
+    if len(cleaned) != 1 or connections[using].vendor != "postgresql":
+        return False
+    spec = cleaned[0]
+    return not (spec.get("cron") or spec.get("unique_key")) and (
+        bounds is None or not (bounds.max_jobs or bounds.max_pending))
+
+
+def create_one(spec: dict, owner, bounds: Bounds | None, using: str) -> Job:
+    """Store the one-off job of validated ``spec`` and its run, and push the run to the
+    broker after commit (at once outside a transaction); returns the saved Job, its run
+    as ``created_run``. Inside a transaction the statement takes no savepoint: a database
+    error leaves the caller's transaction to roll back, as after a failed Model.save()."""
+    job = Job(
+        name=spec["name"], owner_id=owner.pk if owner is not None else None,
+        handler=spec["handler"], payload=spec.get("payload", {}),
+        queue=spec.get("queue") or (bounds.default_queue if bounds else SHARED_QUEUE),
+        shard_key=spec.get("shard_key") or "", priority=spec.get("priority", 5),
+        run_at=spec.get("run_at"),
+        timeout_s=spec.get("timeout_s") or conf.get("DEFAULT_TIMEOUT_S"),
+        max_attempts=spec.get("max_attempts") or conf.get("DEFAULT_MAX_ATTEMPTS"),
+        retry=spec.get("retry"), expires_at=spec.get("expires_at"),
+        expires_in_s=spec.get("expires_in_s"), rate_key=spec.get("rate_key") or "",
+        concurrency_key=spec.get("concurrency_key") or "",
+        concurrency_limit=spec.get("concurrency_limit") or 1,
+    )
+    job.conflict = False
+    Job.owner.field.set_cached_value(job, owner)
+    Job.schedule.field.set_cached_value(job, None)
+    run = Run(queue=job.queue, shard=shard_of(job.shard_source, conf.get("SHARDS")),
+              priority=job.priority, max_attempts=job.max_attempts)
+    # No run_at: now, or delay_s from now, on the database's clock (docs/api.md).
+    delay_s = None if spec.get("run_at") else (spec.get("delay_s") or 0)
+    broker = get_broker(using)
+    # One statement is atomic by itself: no savepoint and its release around it.
+    with transaction.mark_for_rollback_on_error(using=using):
+        # Where the runs table is the working set, a due run is stored ready and a later
+        # one waits for the dispatcher's promote: nothing to push (runs/brokers/database.py).
+        insert_job_with_run(job, run, using, delay_s, ready_if_due=broker.ready_when_stored)
+    if not broker.ready_when_stored:
+        broker.push_after_commit([RunRef(
+            run.pk, run.queue, run.shard, run.priority, run.run_at, job.owner_id,
+            # Gated only while flow control is in use (jobs/ingest/bulk.py says why).
+            flow.gate(job.handler, job.rate_key, job.concurrency_key, job.concurrency_limit,
+                      job.owner_id)
+            if flow.in_use(using) else None)])
+    job.created_run = run
+    return job
+
+
+def insert_job_with_run(job: Job, run: Run, using: str = "default",
+                        delay_s: float | None = None, ready_if_due: bool = False) -> None:
+    """Insert unsaved ``job`` and its unsaved ``run`` in one statement on PostgreSQL: a
+    data-modifying WITH, the job's INSERT, then the run's given the job's id. With
+    ``delay_s`` (seconds) the job's run_at is the database clock plus that, read in the
+    statement (docs/architecture.md, "One clock"); otherwise ``job.run_at`` (aware). With
+    ``ready_if_due`` a run due when the statement runs is stored ``queued`` (the database
+    broker's ready set) and its queue notified. Sets both primary keys, ``run.job_id``,
+    both rows' run_at (the run's scheduled_at too) and the run's state, and marks both
+    saved on ``using``."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+
+    def value(field, obj):
+        # Django's own preparation, auto_now(_add) stamps included (pre_save sets them).
+        return field.get_db_prep_save(field.pre_save(obj, True), connection)
+
+    columns, values, params = [], [], []
+    for field in job._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        columns.append(quote(field.column))
+        if field.attname == "run_at" and delay_s is not None:
+            values.append("clock_timestamp() + make_interval(secs => %s)")
+            params.append(float(delay_s))
+        else:
+            values.append("%s")
+            params.append(value(field, job))
+    job_sql = (f"INSERT INTO {quote(job._meta.db_table)} ({', '.join(columns)}) "
+               f"VALUES ({', '.join(values)}) RETURNING id, run_at")
+    columns, values = [], []
+    for field in run._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        columns.append(quote(field.column))
+        if field.attname == "job_id":
+            values.append("(SELECT id FROM j)")
+        elif field.attname in ("scheduled_at", "run_at"):
+            values.append("(SELECT run_at FROM j)")
+        elif field.attname == "state" and ready_if_due:
+            values.append("CASE WHEN (SELECT run_at FROM j) <= clock_timestamp() "
+                          "THEN %s ELSE %s END")
+            params += [RunState.QUEUED, run.state]
+        else:
+            values.append("%s")
+            params.append(value(field, run))
+    run_sql = (f"INSERT INTO {quote(run._meta.db_table)} "
+               f"({', '.join(columns)}) VALUES ({', '.join(values)}) "
+               "RETURNING id, job_id, run_at, state")
+    if ready_if_due:
+        # A run stored ready wakes the idle workers of its queue at the commit, in the
+        # same statement (runs/brokers/pg_listen.py); the void column is not read.
+        sql = (f"WITH j AS ({job_sql}), r AS ({run_sql}) SELECT id, job_id, run_at, state, "
+               "CASE WHEN state = %s THEN pg_notify(%s, %s) END FROM r")
+        params += [RunState.QUEUED, pg_listen.CHANNEL, run.queue]
+    else:
+        sql = f"WITH j AS ({job_sql}) {run_sql}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        run.pk, job.pk, job.run_at, run.state = cursor.fetchone()[:4]
+    run.job_id, run.scheduled_at, run.run_at = job.pk, job.run_at, job.run_at
+    for obj in (job, run):
+        obj._state.adding, obj._state.db = False, using
