@@ -3,7 +3,7 @@ checkout's project and for a project of your own (docs/own-project.md, "Settings
 Strings only: this module imports nothing of the apps, so settings.py can import it.
 
 The API's views name their own authentication, permission, throttles and parser
-(jobs/api/policy.py), so of ``REST_FRAMEWORK`` they need only what drf-spectacular's
+(jobs/api/view_defaults.py), so of ``REST_FRAMEWORK`` they need only what drf-spectacular's
 install asks of every project: its schema class as DEFAULT_SCHEMA_CLASS (without it
 ``/api/schema/`` fails, "Incompatible AutoSchema"). ``SPECTACULAR_SETTINGS``: the
 schema's title, description and enum names, and the Swagger UI's assets served from the

@@ -9,9 +9,9 @@ from jobs.api.alerts import JobAlertsView, OwnerAlertsView
 from jobs.api.backfill import JobBackfillViewSet
 from jobs.api.jobs import JobViewSet
 from jobs.api.limits import LimitsView
-from jobs.api.policy import ApiPolicy
 from jobs.api.rate_limits import RateLimitsView
 from jobs.api.runs import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
+from jobs.api.view_defaults import ApiPolicy
 from scheduler_project.api_docs import DocsView, SchemaView
 from workflows.api import WorkflowRunViewSet, WorkflowViewSet
 from workflows.backfill_api import WorkflowBackfillViewSet

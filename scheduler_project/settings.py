@@ -313,7 +313,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # IDEMPOTENCY_TTL_S), read per request so that they can be changed from the environment or
 # override_settings.
 # The API's views name their own authentication, permission, throttles and parser
-# (jobs/api/policy.py); from here DRF takes drf-spectacular's schema class
+# (jobs/api/view_defaults.py); from here DRF takes drf-spectacular's schema class
 # (scheduler_core/drf_settings.py, where a project of your own takes it from too) and how
 # many proxies to trust for the client address of the anonymous throttle.
 REST_FRAMEWORK = {**drf_settings.REST_FRAMEWORK, "NUM_PROXIES": TRUSTED_PROXY_COUNT}

@@ -32,11 +32,11 @@ from jobs.api.jobs import (
     QuotaRefused,
 )
 from jobs.api.permissions import OwnerOrModelPermission, may_view_all
-from jobs.api.policy import ApiPolicy
 from jobs.api.query_params import KnownParameters
 from jobs.api.runs import CheckedCursor
 from jobs.api.serializers import api_errors
 from jobs.api.throttling import IsAuthenticatedOrThrottled
+from jobs.api.view_defaults import ApiPolicy
 from jobs.tenants import QuotaExceeded
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from scheduler_core.replicas import ReplicaList

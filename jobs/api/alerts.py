@@ -18,8 +18,8 @@ from rest_framework.views import APIView
 
 from jobs.api.jobs import COMMON, FIELD_ERRORS
 from jobs.api.permissions import may_change_all
-from jobs.api.policy import ApiPolicy
 from jobs.api.strict_input import StrictInput
+from jobs.api.view_defaults import ApiPolicy
 from jobs.models import Job
 from runs.alerts.models import AlertPolicy, new_secret
 from runs.alerts.policy import FIELDS, merge

@@ -38,7 +38,6 @@ from jobs.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.api.idempotency import idempotent
 from jobs.api.old_names import deprecation_headers
 from jobs.api.permissions import OwnerOrModelPermission, may_view_all
-from jobs.api.policy import ApiPolicy
 from jobs.api.query_params import KnownParameters
 from jobs.api.serializers import (
     CreatedJobSerializer,
@@ -50,6 +49,7 @@ from jobs.api.serializers import (
     to_spec,
 )
 from jobs.api.throttling import IsAuthenticatedOrThrottled
+from jobs.api.view_defaults import ApiPolicy
 from jobs.guards import ManagedJob
 from jobs.lifecycle import with_shown_status
 from jobs.models import Job

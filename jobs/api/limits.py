@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 
 from jobs.api.jobs import COMMON, FIELD_ERRORS
 from jobs.api.permissions import may_change_all, may_view_all, perm
-from jobs.api.policy import ApiPolicy
+from jobs.api.view_defaults import ApiPolicy
 from jobs.models import QUEUE_RE, Job, OwnerPolicy
 from jobs.tenants import POLICY_FIELDS, bounds_from, pending_load, set_owner_policy
 from runs.models import Run, RunState

@@ -17,8 +17,8 @@ from rest_framework.views import APIView
 
 from jobs.api.jobs import COMMON, FIELD_ERRORS
 from jobs.api.permissions import perm
-from jobs.api.policy import ApiPolicy
 from jobs.api.strict_input import StrictInput
+from jobs.api.view_defaults import ApiPolicy
 from runs.flow import rate_limits as flow_limits
 from runs.flow.models import RateLimit
 from scheduler_core.exceptions import InvalidJob

@@ -23,10 +23,10 @@ from jobs.api.filters import StrictOrderingFilter
 from jobs.api.jobs import COMMON, FIELD_ERRORS, LISTED, Conflict, DetailSerializer, QuotaRefused
 from jobs.api.owner_lists import OwnerScopedCursor, owner_job_ids
 from jobs.api.permissions import OwnerOrModelPermission, may_change_all, may_view_all
-from jobs.api.policy import ApiPolicy
 from jobs.api.query_params import KnownParameters
 from jobs.api.serializers import StrictFieldsMixin
 from jobs.api.throttling import IsAuthenticatedOrThrottled
+from jobs.api.view_defaults import ApiPolicy
 from jobs.models import Job
 from jobs.tenants import QuotaExceeded, bounds_of
 from runs import services
