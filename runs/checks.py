@@ -12,13 +12,14 @@ from scheduler_core import conf
 from scheduler_core.startup import TAG
 
 ISOLATION_TUNABLES = ("PRIORITY_CLASSES", "QUEUE_CONCURRENCY", "QUEUE_RATE",
-                      "OWNER_CONCURRENCY", "FAIR_SCAN", "SHARDS")
+                      "OWNER_CONCURRENCY", "FAIR_SCAN", "SHARDS", "SPREAD_QUEUES")
 
 
 @checks.register(TAG)
 def check_isolation(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """scheduler.E005: a bad isolation setting (PRIORITY_CLASSES, QUEUE_CONCURRENCY,
-    QUEUE_RATE, OWNER_CONCURRENCY, FAIR_SCAN, SHARDS: runs/tenancy/policy.py)."""
+    QUEUE_RATE, OWNER_CONCURRENCY, FAIR_SCAN, SHARDS, SPREAD_QUEUES:
+    runs/tenancy/policy.py)."""
     try:
         for name in ISOLATION_TUNABLES:
             conf.get(name)

@@ -52,6 +52,11 @@ DEFAULTS: dict[str, Tunable] = {
     "PARTITION_TTL_S": Tunable(15.0, float, "seconds a scheduler's partition lease lasts"),
     "SHARDS": Tunable(
         1, int, "shards per queue: a run's shard is crc32(job shard_key or handler) % SHARDS"),
+    "SPREAD_QUEUES": Tunable(
+        "", str, 'Redis Cluster: queues whose shards each get a slot of their own, so one '
+        'queue spreads over several masters, with its limits split per shard, "<queue>,..." '
+        'or "*" for every queue; empty: none (docs/isolation.md, "One queue over several '
+        'masters")'),
     "SHARD_LEASE_TTL_S": Tunable(
         10.0, float, "seconds a dispatcher's lease on a shard lasts without renewal"),
     "PRIORITY_CLASSES": Tunable(

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from jobs.models import OwnerPolicy
+from runs.brokers.redis import RedisBroker
 from runs.brokers.shards import shard_of
 from runs.daemons.dispatcher import Dispatcher
 from runs.execution.transitions import run_refs
@@ -76,15 +77,20 @@ def test_an_explicit_shard_key_overrides_the_handler(settings, db):
     assert keyed.runs.get().shard == shard_of("tenant-42", 64)
 
 
-def test_every_redis_key_a_script_touches_is_named_by_keys_py_in_one_slot(settings, broker):
+@pytest.mark.parametrize("spread", ["", "default"], ids=["queue_slot", "spread"])
+def test_every_redis_key_a_script_touches_is_named_by_keys_py_in_one_slot(
+        settings, broker, spread):
     """Scripts build no key names (a Redis Cluster refuses keys a script was not given
     in KEYS, or keys of two slots): after a push, a lease that parks, and an unpark,
-    every key in Redis but the Python-only queue set, alive marks and wake lists is one keys.py
-    names for that queue shard; on a cluster they share one slot, on a single Redis the
-    shard's keys carry its {queue:shard} tag (docs/isolation.md, "Redis Cluster")."""
+    every key in Redis but the Python-only queue set, alive marks, wake lists and (spread)
+    the queue-wide class state is one keys.py names for that queue shard; on a cluster
+    they share one slot, the queue's, or the shard's own when SPREAD_QUEUES names the
+    queue; on a single Redis the shard's keys carry its {queue:shard} tag, spread or not
+    (docs/isolation.md, "Redis Cluster" and "One queue over several masters")."""
     if broker.name != "redis":
         pytest.skip("Redis key layout")
-    settings.SCHEDULER = {"SHARDS": 4, "OWNER_CONCURRENCY": 1}
+    settings.SCHEDULER = {"SHARDS": 4, "OWNER_CONCURRENCY": 1, "SPREAD_QUEUES": spread}
+    broker = RedisBroker(broker.using)  # the layout is read when a broker is made
     alice = user(broker, "alice")
     queue_runs(broker, 3, shard=2, owner=alice)
     broker.lease(["default"], 3, "w1")  # one leased, two parked for alice's limit
@@ -92,18 +98,24 @@ def test_every_redis_key_a_script_touches_is_named_by_keys_py_in_one_slot(settin
     k = broker.keys
     shard = {k.delayed("default", 2), k.ready("default", 2), k.leased("default", 2),
              k.owners("default", 2), k.fair("default", 2), k.parkedby("default", 2),
-             k.parked("default", 2), k.parkedrun("default", 2)}
-    queue = {k.running("default"), k.limits("default"), k.bucket("default"),
-             k.queue_fair("default")}
+             k.parked("default", 2), k.parkedrun("default", 2), k.running("default", 2),
+             k.limits("default", 2), k.bucket("default", 2), k.buckets("default", 2)}
     keys = {key.decode() for key in broker.client.scan_iter(match=f"{k.prefix}:*")}
-    python_only = {k.queues, k.limits(""), k.wake("default")} | {k.alive(s) for s in range(4)}
+    python_only = ({k.queues, k.limits(""), k.wake("default"), k.queue_fair("default")}
+                   | {k.alive(s) for s in range(4)})
     scripted = keys - python_only
-    assert scripted <= shard | queue
-    assert k.parked("default", 2) in keys
+    assert scripted <= shard
+    assert {k.parked("default", 2), k.running("default", 2)} <= keys
+    assert k.spread_out("default") == (k.cluster and spread == "default")
     if k.cluster:
-        assert len({key_slot(key.encode()) for key in shard | queue}) == 1
+        assert len({key_slot(key.encode()) for key in shard}) == 1
+        tag = "{default:2}" if spread else "{default}"
+        assert {key.split(":", 1)[1].rsplit("}", 1)[0] + "}" for key in shard} == {tag}
     else:
-        assert {key.split("}")[0] for key in shard} == {f"{k.prefix}:{{default:2"}
+        assert {key.split("}")[0] for key in shard - {k.running("default"),
+                k.limits("default"), k.bucket("default"), k.buckets("default")}} == {
+            f"{k.prefix}:{{default:2"}
+        assert k.running("default", 2) == f"{k.prefix}:{{limits}}:running"
 
 
 def test_workers_lease_across_shards_without_favouring_shard_0(settings, broker):

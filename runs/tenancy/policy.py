@@ -45,6 +45,22 @@ class QueueLimits:
     rate: float = 0.0
     burst: float = 0.0
 
+    def shard_share(self, shard: int, shards: int) -> "QueueLimits":
+        """Shard ``shard``'s share of these limits when the queue's ``shards`` (>= 1)
+        shards each keep their own (a spread queue, docs/isolation.md, "One queue over
+        several masters"): ``max_running`` split so the shares sum to it, the first
+        ``max_running % shards`` shards one more, but at least 1 each; ``rate`` and
+        ``burst`` divided by ``shards``, the burst at least 1. A shard numbered beyond
+        ``shards`` (left by a larger SHARDS) takes the share of its number modulo
+        ``shards``."""
+        index = shard % shards
+        running = 0
+        if self.max_running:
+            base, extra = divmod(self.max_running, shards)
+            running = max(base + (index < extra), 1)
+        burst = max(self.burst / shards, 1.0) if self.rate else self.burst
+        return QueueLimits(running, self.rate / shards, burst)
+
 
 @functools.cache
 def parse_classes(spec: str) -> tuple[PriorityClass, ...]:
@@ -120,6 +136,7 @@ def check() -> None:
     value stops the daemon at once with ImproperlyConfigured naming it."""
     classes()
     parse_queue_limits(conf.get("QUEUE_CONCURRENCY"), conf.get("QUEUE_RATE"))
+    spread_queues()
     for name, low in (("OWNER_CONCURRENCY", 0), ("FAIR_SCAN", 0), ("SHARDS", 1)):
         if conf.get(name) < low:
             raise ImproperlyConfigured(f"SCHEDULER {name} must be at least {low}")
@@ -128,6 +145,27 @@ def check() -> None:
 def classes() -> tuple[PriorityClass, ...]:
     """The configured priority classes (PRIORITY_CLASSES)."""
     return parse_classes(conf.get("PRIORITY_CLASSES"))
+
+
+def spread_queues() -> frozenset[str] | None:
+    """The queues SPREAD_QUEUES names (docs/isolation.md, "One queue over several
+    masters"): a frozenset of names, empty for none, None for every queue (``"*"``).
+    Raises ImproperlyConfigured naming a part that is not a queue name."""
+    return parse_spread(conf.get("SPREAD_QUEUES"))
+
+
+@functools.cache
+def parse_spread(spec: str) -> frozenset[str] | None:
+    """Parse SPREAD_QUEUES: ``"reports,emails"``, ``"*"`` (None: every queue) or empty.
+    Raises ImproperlyConfigured naming the bad part."""
+    names = [part.strip() for part in spec.split(",") if part.strip()]
+    if names == ["*"]:
+        return None
+    for name in names:
+        if not QUEUE_RE.match(name):
+            raise ImproperlyConfigured(
+                f"SPREAD_QUEUES: {name!r} is not a queue name (or give \"*\" alone)")
+    return frozenset(names)
 
 
 def queue_limits(queue: str) -> QueueLimits:

@@ -38,7 +38,8 @@ class LeaseBooks:
         for (queue, shard), ids in by_shard.items():
             pipe.script("forget", [self.keys.leased(queue, shard),
                                    self.keys.owners(queue, shard),
-                                   self.keys.running(queue), self.keys.gates(queue, shard)],
+                                   self.keys.running(queue, shard),
+                                   self.keys.gates(queue, shard)],
                         [queue, *ids])
         # A finished run may make room for its owner's parked runs in this shard.
         self._unpark_into(pipe, list(by_shard))
@@ -62,7 +63,8 @@ class LeaseBooks:
             # Known to the reap of lapsed claims (reap.lua reads the queues set).
             pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
             pipe.script("adopt", [self.keys.leased(queue, shard),
-                                  self.keys.owners(queue, shard), self.keys.running(queue)],
+                                  self.keys.owners(queue, shard),
+                                  self.keys.running(queue, shard)],
                         [queue, ttl_ms, *args])
 
     @translate_errors

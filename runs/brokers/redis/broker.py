@@ -58,7 +58,8 @@ class RedisBroker(Broker):
     def __init__(self, using: str = "default", url: str | None = None):
         super().__init__(using)
         self.url = url or getattr(settings, "REDIS_URL", None) or "redis://127.0.0.1:6379/0"
-        self.keys = Keys(conf.get("REDIS_PREFIX"), cluster=is_cluster_url(self.url))
+        self.keys = Keys(conf.get("REDIS_PREFIX"), cluster=is_cluster_url(self.url),
+                         spread=policy.spread_queues())
         self.sources = {name: (LUA_DIR / f"{name}.lua").read_text() for name in SCRIPTS}
         self.wire = Wire(self.url, self.sources)
         self.shards = QueueShards(self.wire, self.keys)
@@ -110,13 +111,13 @@ class RedisBroker(Broker):
         for ref in runs:
             by_shard[(ref.queue, ref.shard)].append(ref)
         if self.keys.cluster:
-            self.limits.for_new_queues({queue for queue, _shard in by_shard})
+            self.limits.for_new_queues(set(by_shard))
         gates = flow.gates_of(runs, self.using)
         pipe = self._pipe()
         for (queue, shard), refs in by_shard.items():
             pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
             keys = [*self.keys.shard_keys(queue, shard), self.keys.owners(queue, shard),
-                    self.keys.running(queue), self.keys.parked(queue, shard),
+                    self.keys.running(queue, shard), self.keys.parked(queue, shard),
                     self.keys.parkedrun(queue, shard), self.keys.gates(queue, shard)]
             for start in range(0, len(refs), PUSH_CHUNK):
                 args = [queue]
@@ -320,19 +321,21 @@ class RedisBroker(Broker):
         owner_default = conf.get("OWNER_CONCURRENCY")
         park_budget = conf.get("FAIR_SCAN")
         limits = policy.queue_limits(queue)
+        spread, count = self.keys.spread_out(queue), self.shard_count()
         pipe = self._pipe()
         for shard, n, classes in calls:
+            share = limits.shard_share(shard, count) if spread else limits
             pipe.script(
                 "lease",
                 [self.keys.ready(queue, shard), self.keys.leased(queue, shard),
                  self.keys.owners(queue, shard), self.keys.fair(queue, shard),
-                 self.keys.parkedby(queue, shard), self.keys.running(queue),
-                 self.keys.limits(queue), self.keys.bucket(queue),
+                 self.keys.parkedby(queue, shard), self.keys.running(queue, shard),
+                 self.keys.limits(queue, shard), self.keys.bucket(queue, shard),
                  self.keys.delayed(queue, shard), self.keys.parked(queue, shard),
                  self.keys.parkedrun(queue, shard), self.keys.gates(queue, shard),
-                 self.keys.buckets(queue)],
-                [n, ttl_ms, queue, owner_default, limits.max_running, limits.rate,
-                 limits.burst, park_budget,
+                 self.keys.buckets(queue, shard)],
+                [n, ttl_ms, queue, owner_default, share.max_running, share.rate,
+                 share.burst, park_budget,
                  *[x for c in classes for x in (c.lo, c.hi, c.weight)]])
         return [[int(i) for i in ids] for ids in pipe.execute()]
 
@@ -372,7 +375,7 @@ class RedisBroker(Broker):
                 int(i)
                 for i in self._script(
                     "reap", [self.keys.leased(queue, shard), self.keys.owners(queue, shard),
-                             self.keys.running(queue), self.keys.gates(queue, shard)],
-                    [limit, queue])
+                             self.keys.running(queue, shard),
+                             self.keys.gates(queue, shard)], [limit, queue])
             ]
         return ids

@@ -1,11 +1,14 @@
 """Every Redis key the broker uses, built in one place (docs/architecture.md, "Brokers";
 docs/isolation.md, "Redis Cluster").
 
-Two layouts, one set of scripts. On a single Redis the keys of one queue shard share the
-hash tag ``{<queue>:<shard>}`` and the limit keys are global (``{limits}``), so an owner's
-limit counts its runs in every queue. On a Redis Cluster every key a script touches must
-sit in one slot, so all keys of a queue (its shards and its limit keys) share the tag
-``{<queue>}``, as BullMQ does, and limits are kept per queue. Lua scripts never build key
+Three layouts, one set of scripts. On a single Redis the keys of one queue shard share
+the hash tag ``{<queue>:<shard>}`` and the limit keys are global (``{limits}``), so an
+owner's limit counts its runs in every queue. On a Redis Cluster every key a script
+touches must sit in one slot, so all keys of a queue (its shards and its limit keys) share
+the tag ``{<queue>}``, as BullMQ does, and limits are kept per queue. A queue named in
+SPREAD_QUEUES (a cluster only) is spread: each shard's keys, its limit keys included,
+carry ``{<queue>:<shard>}``, so its shards sit in different slots and limits are kept per
+shard (docs/isolation.md, "One queue over several masters"). Lua scripts never build key
 names: every key they touch comes in KEYS, from here.
 """
 
@@ -22,21 +25,32 @@ def member(run_id: int | str) -> str:
 
 class Keys:
     """Key templates under ``prefix`` (default ``sched``); ``cluster``: the Redis Cluster
-    layout (every key of a queue in the queue's slot) instead of the single-Redis one."""
+    layout (every key of a queue in the queue's slot) instead of the single-Redis one;
+    ``spread``: on a cluster, the queues whose shards each get a slot of their own (a
+    frozenset of names, or None for every queue; policy.spread_queues)."""
 
-    def __init__(self, prefix: str, cluster: bool = False):
+    def __init__(self, prefix: str, cluster: bool = False,
+                 spread: frozenset[str] | None = frozenset()):
         self.prefix = prefix
         self.cluster = cluster
+        self.spread = spread
+
+    def spread_out(self, queue: str) -> bool:
+        """Whether ``queue``'s shards sit in slots of their own, with per-shard limit keys
+        (a cluster and a queue SPREAD_QUEUES names; never on a single Redis)."""
+        return self.cluster and (self.spread is None or queue in self.spread)
 
     def _tagged(self, queue: str, shard: int, name: str) -> str:
-        if self.cluster:
+        if self.cluster and not self.spread_out(queue):
             return f"{self.prefix}:{{{queue}}}:{shard}:{name}"
         return f"{self.prefix}:{{{queue}:{shard}}}:{name}"
 
-    def _limit(self, queue: str, name: str) -> str:
-        if self.cluster:
-            return f"{self.prefix}:{{{queue}}}:{name}"
-        return f"{self.prefix}:{{limits}}:{name}"
+    def _limit(self, queue: str, shard: int, name: str) -> str:
+        if not self.cluster:
+            return f"{self.prefix}:{{limits}}:{name}"
+        if self.spread_out(queue):
+            return f"{self.prefix}:{{{queue}:{shard}}}:{name}"
+        return f"{self.prefix}:{{{queue}}}:{name}"
 
     def delayed(self, queue: str, shard: int) -> str:
         return self._tagged(queue, shard, "delayed")
@@ -91,32 +105,39 @@ class Keys:
         """SET of ``"<queue>:<shard>"`` members: every queue shard ever pushed to."""
         return f"{self.prefix}:queues"
 
-    def running(self, queue: str) -> str:
-        """HASH ``o:<owner>`` / ``q:<queue>`` -> runs leased now: over every queue on a
-        single Redis, over ``queue``'s shards on a cluster (docs/isolation.md)."""
-        return self._limit(queue, "running")
+    def running(self, queue: str, shard: int = 0) -> str:
+        """HASH ``o:<owner>`` / ``c:<key>`` / ``q:<queue>`` -> runs leased now: over every
+        queue on a single Redis, over ``queue``'s shards on a cluster, over shard ``shard``
+        alone for a spread queue (docs/isolation.md). ``shard`` counts only there."""
+        return self._limit(queue, shard, "running")
 
-    def limits(self, queue: str = "") -> str:
-        """HASH ``o:<owner>`` -> that owner's concurrency limit (synced from OwnerPolicy):
-        one on a single Redis, a copy in each queue's slot on a cluster. ``queue`` ""
-        on a cluster: the untagged master copy new queues are filled from."""
+    def limits(self, queue: str = "", shard: int = 0) -> str:
+        """HASH ``o:<owner>`` -> that owner's concurrency limit (synced from OwnerPolicy),
+        and the handler and key rate limits: one on a single Redis, a copy in each queue's
+        slot on a cluster, in each shard's for a spread queue. ``queue`` "" on a cluster:
+        the untagged master copy new queues and shards are filled from."""
         if self.cluster and not queue:
             return f"{self.prefix}:limits"
-        return self._limit(queue, "owners")
+        return self._limit(queue, shard, "owners")
 
     def queue_fair(self, queue: str) -> str:
-        """HASH of the stride state of ``queue``'s priority classes across its shards."""
-        return self._limit(queue, f"fair:{queue}")
+        """HASH of the stride state of ``queue``'s priority classes across its shards
+        (read and written by plain commands, never by a script: in the queue's slot on a
+        cluster, spread or not)."""
+        if self.cluster:
+            return f"{self.prefix}:{{{queue}}}:fair:{queue}"
+        return self._limit(queue, 0, f"fair:{queue}")
 
-    def bucket(self, queue: str) -> str:
-        """HASH ``tokens``, ``ts`` (ms): the token bucket of ``queue``'s rate limit."""
-        return self._limit(queue, f"rate:{queue}")
+    def bucket(self, queue: str, shard: int = 0) -> str:
+        """HASH ``tokens``, ``ts`` (ms): the token bucket of ``queue``'s rate limit (of
+        shard ``shard``'s share of it for a spread queue)."""
+        return self._limit(queue, shard, f"rate:{queue}")
 
-    def buckets(self, queue: str) -> str:
+    def buckets(self, queue: str, shard: int = 0) -> str:
         """HASH ``h:<handler>`` / ``k:<rate key>`` -> ``"<tokens> <ms>"``: the token
         buckets of the handler and key rate limits (global on a single Redis, per queue
-        on a cluster)."""
-        return self._limit(queue, "buckets")
+        on a cluster, per shard for a spread queue)."""
+        return self._limit(queue, shard, "buckets")
 
     def alive(self, shard: int) -> str:
         """Written after each reconcile of ``shard``; its absence means Redis lost the
