@@ -6,6 +6,8 @@ Pure arithmetic on the measurements' dicts, so the doc's figures can be recomput
 bench/results/capacity.json alone.
 """
 
+import math
+
 STEPS = ("ingest", "materialise", "promote", "lease", "execute", "ack")
 TIERS = ("python", "postgresql", "redis")
 # Which Python process a step's Python CPU is spent in (bench/capacity.py's meters).
@@ -90,3 +92,12 @@ def sizes(per: dict) -> dict:
         {"materialise": TOP_OF_MINUTE_RUNS / LOOKAHEAD_S,
          **{s: TOP_OF_MINUTE_RUNS for s in due}})
     return out
+
+
+def queue_slots(runs_per_s: float, redis_us_per_run: float, busy: float = BUSY_TARGET) -> int:
+    """Redis cores, so slots on masters of their own, that one queue's ``runs_per_s`` need
+    at ``redis_us_per_run`` µs of Redis CPU a run (push, lease and ack: bench/redis_cpu.py),
+    each core at most ``busy`` busy: ceil(runs/s × µs / 10^6 / busy), at least 1. Above 1
+    the queue needs SPREAD_QUEUES and at least that many SHARDS, its runs spread over
+    them (docs/scaling.md, "One queue over several masters")."""
+    return max(1, math.ceil(runs_per_s * redis_us_per_run / 1e6 / busy))
