@@ -7,6 +7,9 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         from jobs import checks  # noqa: F401 - registers the web server's system checks
+        from jobs.callbacks import LISTENER
+        from runs.execution import hooks
         from scheduler_core.registry import autodiscover
 
         autodiscover()
+        hooks.register(LISTENER)  # on_success / on_failure (docs/callbacks.md)

@@ -48,17 +48,16 @@ def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron=None,
           max_attempts=None, misfire_policy=None, max_lag_s=None, jitter_s=None,
           unique_key=None, unique_period_s=None, unique_states=None, retry=None,
           expires_at=None, expires_in_s=None, rate_key=None, concurrency_key=None,
-          concurrency_limit=None) -> dict:
-    spec = {
+          concurrency_limit=None, on_success=None, on_failure=None) -> dict:
+    spec = {  # a None option takes validate_specs's default
         "name": name, "handler": handler, "payload": {} if payload is None else payload,
         "run_at": run_at, "delay_s": delay_s, "cron": cron, "timezone": timezone,
-        "queue": queue, "shard_key": shard_key, "priority": priority,
-        "timeout_s": timeout_s, "max_attempts": max_attempts,  # None: validate_specs's default
-        "misfire_policy": misfire_policy, "unique_key": unique_key,
-        "unique_period_s": unique_period_s, "unique_states": unique_states,
-        "retry": retry, "expires_at": expires_at, "expires_in_s": expires_in_s,
-        "rate_key": rate_key, "concurrency_key": concurrency_key,
-        "concurrency_limit": concurrency_limit}
+        "queue": queue, "shard_key": shard_key, "priority": priority, "timeout_s": timeout_s,
+        "max_attempts": max_attempts, "misfire_policy": misfire_policy, "unique_key": unique_key,
+        "unique_period_s": unique_period_s, "unique_states": unique_states, "retry": retry,
+        "expires_at": expires_at, "expires_in_s": expires_in_s, "rate_key": rate_key,
+        "concurrency_key": concurrency_key, "concurrency_limit": concurrency_limit,
+        "on_success": on_success, "on_failure": on_failure}
     if max_lag_s is not None:
         spec["max_lag_s"] = max_lag_s
     if jitter_s is not None:
@@ -95,8 +94,9 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     an earlier job holds the key, that job is returned, with ``conflict`` True (a new job
     has it False); ``retry`` (a dict: runs/execution/retry.py), ``expires_at`` (one-off jobs) or
     ``expires_in_s`` (runs/execution/expiry.py); ``rate_key``, ``concurrency_key``,
-    ``concurrency_limit`` (jobs/flow_keys.py). With an ``owner``, its bounds apply (see
-    create_jobs). The old names ``cron_expr`` and ``timezone_name`` still work this
+    ``concurrency_limit`` (jobs/flow_keys.py); ``on_success``, ``on_failure`` (a handler
+    name or {"handler", "payload"}: docs/callbacks.md). With an ``owner``, its bounds apply
+    (see create_jobs). The old names ``cron_expr`` and ``timezone_name`` still work this
     release, with a DeprecationWarning. Raises InvalidJob naming each bad field,
     tenants.QuotaExceeded; TypeError for an option it does not take, naming the one meant.
     """

@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime
 from itertools import islice, pairwise
 
-from jobs import flow_fields, flow_keys
+from jobs import callback_fields, flow_fields, flow_keys
 from jobs.ingest import unique
 from jobs.models import QUEUE_RE, MisfirePolicy
 from jobs.schedules import cron, zones
@@ -52,7 +52,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     datetime), ``delay_s`` (seconds from now, int or float) or ``cron`` (with optional
     timezone, misfire_policy, max_lag_s, jitter_s); none of them means now, which
     services.create_jobs fills in from the database's clock (docs/api.md); optional
-    unique_key, unique_period_s, unique_states (jobs/ingest/unique.py).
+    unique_key, unique_period_s, unique_states (jobs/ingest/unique.py); on_success and
+    on_failure (jobs/callback_fields.py).
     ``limits`` are the caps of job_limits(), read afresh when omitted. An http job's
     secret headers are sealed for ``owner_id`` (the job's owner) and the job;
     ``stored_payload`` is the payload of the job being changed, whose secrets the
@@ -149,6 +150,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     errors.update(unique.problems(spec))
     errors.update(flow_fields.problems(spec, clean, moment_problem))
     errors.update(flow_keys.problems(spec, clean))
+    errors.update(callback_fields.problems(
+        spec, clean, lambda p: payload_problem(p, limits["MAX_PAYLOAD_BYTES"])))
     if errors:
         raise InvalidJob(errors)
     return clean

@@ -122,6 +122,16 @@ class Job(models.Model):
     rate_key = models.CharField(max_length=255, blank=True, default="", db_default="")
     concurrency_key = models.CharField(max_length=255, blank=True, default="", db_default="")
     concurrency_limit = models.PositiveIntegerField(default=1, db_default=1)
+    # Callbacks (docs/callbacks.md; jobs/callbacks.py): the handler, as {"handler",
+    # "payload"}, run once per run of this job that succeeds (on_success) or ends dead or
+    # expired (on_failure); null, none. A callback's own job has callback_of, the run
+    # that made it (no foreign key: the runs table is partitioned), and callback_on, which
+    # field ("on_success" or "on_failure"); UNIQUE over the two makes it once.
+    on_success = models.JSONField(null=True, blank=True)
+    on_failure = models.JSONField(null=True, blank=True)
+    callback_of = models.BigIntegerField(null=True, blank=True, editable=False)
+    callback_on = models.CharField(max_length=16, blank=True, default="", db_default="",
+                                   editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -144,6 +154,9 @@ class Job(models.Model):
             ),
             models.UniqueConstraint(fields=["unique_lock"], name="job_unique_lock",
                                     condition=Q(unique_lock__isnull=False)),
+            models.UniqueConstraint(fields=["callback_of", "callback_on"],
+                                    name="job_callback_once",
+                                    condition=Q(callback_of__isnull=False)),
         ]
         indexes = [
             models.Index(

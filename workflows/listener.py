@@ -14,9 +14,10 @@ from workflows.quota import revived_by_requeue, unmade_node_runs
 
 
 def result_size_problem(result, cap: int | None = None) -> str | None:
-    """Why ``result`` is too big to be a node's result, or None: at most ``cap`` bytes
-    (default WORKFLOW_MAX_RESULT_BYTES) of compact UTF-8 JSON, because every downstream
-    node reads it (docs/workflows.md, "Results")."""
+    """Why ``result`` is too big to be a watched run's result, or None: at most ``cap``
+    bytes (default WORKFLOW_MAX_RESULT_BYTES) of compact UTF-8 JSON, because every
+    downstream node reads a node's (docs/workflows.md, "Results"), and an on_success
+    callback's payload carries its job's run's (docs/callbacks.md)."""
     if result is None or isinstance(result, bool | int | float):
         return None
     cap = conf.get("WORKFLOW_MAX_RESULT_BYTES") if cap is None else cap
@@ -25,10 +26,11 @@ def result_size_problem(result, cap: int | None = None) -> str | None:
     except (TypeError, ValueError, RecursionError):
         return None  # not JSON at all: the worker's own check already failed the attempt
     if size > cap:
-        return (f"the result of this workflow node is {size} bytes of JSON, more than "
-                f"WORKFLOW_MAX_RESULT_BYTES ({cap}); return less (a reference to where "
-                f"the data is, say) - the run goes to the dead letter, as a retry would "
-                f"return the same")
+        return (f"the result of this run is {size} bytes of JSON, more than "
+                f"WORKFLOW_MAX_RESULT_BYTES ({cap}), the bound of a workflow node's or an "
+                f"on_success job's result, which other runs read; return less (a reference "
+                f"to where the data is, say) - the run goes to the dead letter, as a retry "
+                f"would return the same")
     return None
 
 

@@ -8,12 +8,12 @@ from jobs import flow_keys
 from runs.tenancy.quotas import MAX_INT
 
 FLOW_FIELDS = ("retry", "expires_at", "expires_in_s", "rate_key", "concurrency_key",
-               "concurrency_limit")
+               "concurrency_limit", "on_success", "on_failure")
 
 
 class FlowFieldsMixin(serializers.Serializer):
-    """``retry``, ``expires_at``, ``expires_in_s``, ``rate_key``, ``concurrency_key`` and
-    ``concurrency_limit`` of a job created over REST."""
+    """``retry``, ``expires_at``, ``expires_in_s``, ``rate_key``, ``concurrency_key``,
+    ``concurrency_limit``, ``on_success`` and ``on_failure`` of a job created over REST."""
 
     retry = serializers.JSONField(
         required=False, allow_null=True, default=None,
@@ -38,3 +38,11 @@ class FlowFieldsMixin(serializers.Serializer):
         required=False, allow_null=True, default=None, min_value=1,
         max_value=flow_keys.MAX_LIMIT,
         help_text="most runs of one concurrency_key value running at once (default 1)")
+    on_success = serializers.JSONField(
+        required=False, allow_null=True, default=None,
+        help_text='a registered handler, or {"handler": name, "payload": {...}}, run once '
+                  "with each successful run's result (docs/callbacks.md)")
+    on_failure = serializers.JSONField(
+        required=False, allow_null=True, default=None,
+        help_text="as on_success, run once with the error of each run that ends dead or "
+                  "expired")

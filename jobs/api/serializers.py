@@ -178,8 +178,9 @@ class JobSerializer(serializers.ModelSerializer):
                   "run_at", "cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
                   "next_run_at", "timeout_s", "max_attempts", "unique_key", "retry",
                   "expires_at", "expires_in_s", "rate_key", "concurrency_key",
-                  "concurrency_limit", "created_at", "updated_at", "workflow",
-                  "schedule", "max_retries"]
+                  "concurrency_limit", "on_success", "on_failure", "callback_of",
+                  "callback_on", "created_at", "updated_at", "workflow", "schedule",
+                  "max_retries"]
         read_only_fields = fields
 
     def get_max_retries(self, job) -> int:

@@ -45,7 +45,8 @@ JOB_COLUMNS = ("id", "name", "owner_id", "handler", "payload", "queue", "shard_k
                "priority", "status", "run_at", "schedule_id", "next_run_at", "timeout_s",
                "max_attempts", "paused_at", "unique_key", "unique_lock", "unique_states",
                "unique_until", "created_at", "updated_at", "retry", "expires_at",
-               "expires_in_s", "rate_key", "concurrency_key", "concurrency_limit")
+               "expires_in_s", "rate_key", "concurrency_key", "concurrency_limit",
+               "on_success", "on_failure", "callback_of", "callback_on")
 ACTIVE, SCHEDULED = Job.Status.ACTIVE.value, RunState.SCHEDULED.value
 RUN_COLUMNS = ("id", "job_id", "scheduled_at", "run_at", "jitter_s", "state", "queue",
                "shard", "priority", "attempt", "max_attempts", "worker_id",
@@ -152,7 +153,8 @@ class _Rows:
                 s.get("max_attempts") or default_attempts, None,
                 *unique.columns(s, owner_id, now), stamp, stamp, s.get("retry"),
                 s.get("expires_at"), s.get("expires_in_s"), s.get("rate_key") or "",
-                s.get("concurrency_key") or "", s.get("concurrency_limit") or 1)
+                s.get("concurrency_key") or "", s.get("concurrency_limit") or 1,
+                s.get("on_success"), s.get("on_failure"), None, "")
             self.jobs.append(values)
             if postgres:
                 at = moment(run_at)
@@ -222,11 +224,14 @@ def _schedule_line(v: tuple) -> str:
 
 
 def _flow_text(v: tuple) -> str:
-    """retry, expires_at, expires_in_s, rate_key, concurrency_key and
-    concurrency_limit of job values ``v`` as COPY fields."""
+    """retry, expires_at, expires_in_s, rate_key, concurrency_key, concurrency_limit,
+    on_success, on_failure, callback_of and callback_on of job values ``v`` as COPY
+    fields (a job made here is no callback: jobs/callbacks.py makes those)."""
     return (f"{NULL if v[21] is None else json_text(compact_json(v[21]))}\t"
             f"{moment(v[22])}\t{NULL if v[23] is None else v[23]}\t"
-            f"{v[24] and text(v[24])}\t{v[25] and text(v[25])}\t{v[26]}")
+            f"{v[24] and text(v[24])}\t{v[25] and text(v[25])}\t{v[26]}\t"
+            f"{NULL if v[27] is None else json_text(compact_json(v[27]))}\t"
+            f"{NULL if v[28] is None else json_text(compact_json(v[28]))}\t{NULL}\t")
 
 
 def _unique_text(v: tuple) -> str:

@@ -47,6 +47,7 @@ def create_one(spec: dict, owner, bounds: Bounds | None, using: str) -> Job:
         expires_in_s=spec.get("expires_in_s"), rate_key=spec.get("rate_key") or "",
         concurrency_key=spec.get("concurrency_key") or "",
         concurrency_limit=spec.get("concurrency_limit") or 1,
+        on_success=spec.get("on_success"), on_failure=spec.get("on_failure"),
     )
     job.conflict = False
     Job.owner.field.set_cached_value(job, owner)

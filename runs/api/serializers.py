@@ -26,9 +26,17 @@ class RunSerializer(serializers.ModelSerializer):
     ``catch_up`` is true for a run made late on purpose, for an occurrence missed while
     the scheduler was down or held by a pause (docs/cron.md, "Catch-up runs");
     ``backfill_id`` names the backfill that made the run (null: none; docs/cron.md,
-    "Backfill")."""
+    "Backfill"); ``callback_of`` the run whose end made this callback run, and
+    ``callback_on`` which field (docs/callbacks.md)."""
 
     handler = serializers.CharField(source="job.handler", read_only=True)
+    callback_of = serializers.IntegerField(
+        source="job.callback_of", read_only=True, allow_null=True,
+        help_text="the run whose end made this callback run (docs/callbacks.md); null: "
+                  "not a callback")
+    callback_on = serializers.CharField(
+        source="job.callback_on", read_only=True,
+        help_text="on_success or on_failure for a callback run, else empty")
     attempts = AttemptSerializer(many=True, read_only=True)
     lag_s = serializers.SerializerMethodField()
 
@@ -36,8 +44,8 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "job", "handler", "scheduled_at", "run_at", "state", "queue",
                   "priority", "attempt", "max_attempts", "worker_id", "lease_expires_at",
-                  "started_at", "finished_at", "lag_s", "catch_up", "backfill_id", "error",
-                  "result", "attempts"]
+                  "started_at", "finished_at", "lag_s", "catch_up", "backfill_id",
+                  "callback_of", "callback_on", "error", "result", "attempts"]
         read_only_fields = fields
 
     def get_lag_s(self, run) -> float | None:

@@ -94,7 +94,8 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> tuple[list[bool], s
     Runs a listener watches (runs/execution/hooks.py: a workflow's nodes) are left alone and
     returned, for the caller to ack in a transaction that tells the listener; found by
     the listener's own SQL test inside the statement, so a batch without one costs
-    nothing more. Returns (accepted, the watched run ids)."""
+    nothing more. Returns (accepted, the watched run ids, those among them a listener
+    other than the one offering its own ack watches: hooks.others_watched_sql)."""
     run, attempt = Run._meta.db_table, Attempt._meta.db_table
     # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
     results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
@@ -119,19 +120,19 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> tuple[list[bool], s
                 result = done.result::jsonb
             FROM done WHERE a.run_id = done.id AND a.number = done.attempt
         )
-        SELECT id, attempt, false FROM done{{also}}"""
+        SELECT id, attempt, false, false FROM done{{also}}"""
     watched_sql = hooks.watched_sql
     sql = sql.format(
         skip=f" AND NOT {watched_sql('r.id')}" if hooks.watching() else "",
-        also=f" UNION ALL SELECT v.id, v.number, true FROM v WHERE {watched_sql('v.id')}"
-        if hooks.watching() else "")
+        also=f" UNION ALL SELECT v.id, v.number, true, {hooks.others_watched_sql('v.id')} "
+        f"FROM v WHERE {watched_sql('v.id')}" if hooks.watching() else "")
     with connections[using].cursor() as cursor:
         cursor.execute(sql, [*values, RunState.SUCCEEDED, RunState.RUNNING,
                              AttemptOutcome.SUCCEEDED])
         rows = cursor.fetchall()
     applied = {(r[0], r[1]) for r in rows if not r[2]}
     return ([(o.lease.run_id, o.lease.attempt) in applied for o in outcomes],
-            {r[0] for r in rows if r[2]})
+            {r[0] for r in rows if r[2]}, {r[0] for r in rows if r[3]})
 
 
 def _refuse_results(outcomes: list[Outcome], watched: set[int]) -> None:
@@ -165,16 +166,19 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
     plain = one_statement(using) and all(
         o.outcome == AttemptOutcome.SUCCEEDED and not o.logs for o in outcomes)
     if plain and len(known) == len(outcomes):
+        # Made and continued by the one-call ack's listener (workflow nodes): no other
+        # listener watches them (jobs/callbacks.py's watch jobs with on_success, which no
+        # node has).
         accepted = _listener_ack(outcomes, using)
         if accepted is not None:
             return accepted, []
     elif plain and not known:
-        accepted, watched = _succeed_only_pg(outcomes, using)
+        accepted, watched, others = _succeed_only_pg(outcomes, using)
         if not watched:
             return accepted, []
         held = [i for i, o in enumerate(outcomes) if o.lease.run_id in watched]
         batch = [outcomes[i] for i in held]
-        again, retried = _listener_ack(batch, using), []
+        again, retried = None if others else _listener_ack(batch, using), []
         if again is None:
             again, retried = _complete(batch, using, watched)
         for i, ok in zip(held, again, strict=True):
@@ -186,12 +190,13 @@ def complete(outcomes: list[Outcome], using: str) -> tuple[list[bool], list[int]
 
 def _listener_ack(outcomes: list[Outcome], using: str) -> list[bool] | None:
     """The listener's own ack (runs/execution/hooks.py, ack_successes: a workflow's nodes in one
-    round trip on PostgreSQL) of ``outcomes``, successes of runs it watches; None when a
-    result is refused (the attempt fails) or the listener leaves them to _complete."""
+    round trip on PostgreSQL) of ``outcomes``, successes of runs it watches and no other
+    listener does; None when a result is refused (the attempt fails) or the listener
+    leaves them to _complete."""
     _refuse_results(outcomes, {o.lease.run_id for o in outcomes})
     if any(o.outcome != AttemptOutcome.SUCCEEDED for o in outcomes):
         return None
-    return hooks.ack_successes(outcomes, using)
+    return hooks.ack_successes(outcomes, using, checked=True)
 
 
 def _complete(outcomes: list[Outcome], using: str,

@@ -188,13 +188,38 @@ def watched_sql(run_id: str) -> str:
                              for listener in _listeners) + ")"
 
 
-def ack_successes(outcomes: list, using: str) -> list[bool] | None:
-    """The one listener's own ack of ``outcomes`` (RunListener.ack_successes), or None:
-    none offers one, or several listeners are registered (each must be told in the
-    general path's transaction)."""
-    if len(_listeners) != 1:
+def _fast() -> RunListener | None:
+    """The one listener that offers its own ack (RunListener.ack_successes), or None."""
+    offering = [listener for listener in _listeners
+                if type(listener).ack_successes is not RunListener.ack_successes]
+    return offering[0] if len(offering) == 1 else None
+
+
+def others_watched_sql(run_id: str) -> str:
+    """The watched_sql conditions on ``run_id`` of the listeners other than the one that
+    offers its own ack, OR-ed ("false" when there are none): a run they match must be
+    acked in the general path's transaction, which tells every listener."""
+    fast = _fast()
+    others = [f"({listener.watched_sql(run_id)})" for listener in _listeners
+              if listener is not fast]
+    return "(" + " OR ".join(others) + ")" if others else "false"
+
+
+def ack_successes(outcomes: list, using: str, checked: bool = False) -> list[bool] | None:
+    """The own ack of ``outcomes`` (RunListener.ack_successes) of the one listener that
+    offers one, or None: none or several offer one, or another listener watches one of
+    the runs (it must be told in the general path's transaction). ``checked``: the
+    caller knows no other listener watches them (others_watched_sql said so in its
+    statement, or they are runs that ack made and continued: workflow nodes); else each
+    other listener's ``watched`` is asked, one query each."""
+    fast = _fast()
+    if fast is None:
         return None
-    return _listeners[0].ack_successes(outcomes, using)
+    run_ids = [o.lease.run_id for o in outcomes]
+    if not checked and any(listener.watched(run_ids, using) for listener in _listeners
+                           if listener is not fast):
+        return None
+    return fast.ack_successes(outcomes, using)
 
 
 def refuse_result(run_id: int, result) -> str | None:
