@@ -87,6 +87,39 @@ def test_a_spread_queues_shards_sit_in_their_own_slots_on_several_masters(spread
         broker.keys.running("other"))
 
 
+def script_calls_per_master(client) -> dict[str, int]:
+    """EVALSHA and EVAL calls each master has served (INFO commandstats)."""
+    calls = {}
+    for node in client.get_primaries():
+        stats = node.redis_connection.info("commandstats")
+        calls[node.name] = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0)
+                               for c in ("evalsha", "eval"))
+    return calls
+
+
+def test_leases_and_acks_of_a_spread_queue_run_on_several_masters(spread):
+    """The point of spreading: a queue's script work lands on more than one master, where
+    the same queue unspread keeps it on one."""
+    broker = spread(OWNER_CONCURRENCY=0)
+    client = broker.client
+    worked = {}
+    for queue in ("default", "other"):  # "other" is not in SPREAD_QUEUES
+        for shard in range(SHARDS):
+            runs = make_runs("default", 5, shard=shard, queue=queue)
+            broker.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in runs])))
+        before = script_calls_per_master(client)
+        leases = []
+        while got := broker.lease([queue], 4, "w1"):
+            leases += got
+        broker.complete([Outcome(lease, "succeeded") for lease in leases])
+        after = script_calls_per_master(client)
+        assert len(leases) == 5 * SHARDS
+        worked[queue] = {name for name in after if after[name] > before.get(name, 0)}
+
+    assert len(worked["default"]) > 1
+    assert len(worked["other"]) == 1
+
+
 def test_runs_of_a_spread_queue_are_leased_and_acked_exactly_once(spread):
     broker = spread(OWNER_CONCURRENCY=0)
     runs = [r for shard in range(SHARDS) for r in queue_runs(broker, 10, shard)]
