@@ -122,9 +122,9 @@ FIELDS = (
           "most runs of one concurrency_key value running at once", low=1,
           high=MAX_CONCURRENCY),
     Field("on_success", "text or object", "none", "a registered handler, or {handler, "
-          "payload}", ALL, "runs once with each successful run's result "
+          "payload}", ALL | {ADMIN, TASK}, "runs once with each successful run's result "
           "(docs/callbacks.md)"),
-    Field("on_failure", "text or object", "none", "as on_success", ALL,
+    Field("on_failure", "text or object", "none", "as on_success", ALL | {ADMIN, TASK},
           "runs once with the error of each run that ends dead or expired"),
 )
 NAMES = tuple(f.name for f in FIELDS)

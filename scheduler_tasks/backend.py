@@ -19,8 +19,10 @@ from django.tasks.base import Task
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 
-from jobs import services, spec
+from jobs import callback_fields, services, spec
+from jobs.callback_fields import CALLBACK_FIELDS
 from jobs.models import MisfirePolicy
+from jobs.validation import payload_problem
 from runs.execution import retry
 from runs.models import Attempt, Run
 from scheduler_core.exceptions import InvalidJob
@@ -58,6 +60,8 @@ class SchedulerTask(Task):
     (docs/retries-and-expiry.md); Django's API has no per-enqueue option for an absolute
     ``expires_at``. ``rate_key``, ``concurrency_key`` and ``concurrency_limit`` are the
     flow keys (docs/isolation.md): a template such as ``payload.kwargs.customer_id``.
+    ``on_success`` and ``on_failure`` name a handler (or give {"handler", "payload"}) run
+    once when a run succeeds or ends dead or expired (docs/callbacks.md).
     """
 
     max_attempts: int | None = None
@@ -73,6 +77,8 @@ class SchedulerTask(Task):
     rate_key: str | None = None
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    on_success: str | dict | None = field(default=None, compare=False, hash=False)
+    on_failure: str | dict | None = field(default=None, compare=False, hash=False)
 
 
 def _positive_int(name: str, value) -> None:
@@ -142,6 +148,11 @@ class SchedulerBackend(BaseTaskBackend):
             retry.clean(getattr(task, "retry", None))
         except ValueError as exc:
             raise InvalidTask(f"retry: {exc}") from None
+        for name in CALLBACK_FIELDS:
+            try:
+                callback_fields.clean(getattr(task, name, None), payload_problem)
+            except ValueError as exc:
+                raise InvalidTask(f"{name}: {exc}") from None
         if getattr(task, "cron", None) is not None:
             periodic.check(task)
             if task.misfire_policy not in (None, *MisfirePolicy.values):
@@ -170,7 +181,8 @@ class SchedulerBackend(BaseTaskBackend):
             "retry": getattr(task, "retry", None),
             "expires_in_s": getattr(task, "expires_in_s", None),
             **{name: getattr(task, name, None)
-               for name in ("rate_key", "concurrency_key", "concurrency_limit")},
+               for name in ("rate_key", "concurrency_key", "concurrency_limit",
+                            *CALLBACK_FIELDS)},
         }
 
     def enqueue(self, task, args, kwargs):

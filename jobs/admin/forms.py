@@ -60,6 +60,17 @@ def refuse_unknown_posted(form: forms.Form) -> None:
         form.add_error(None, f"{key}: {unknown_message(key, form.fields)}")
 
 
+class CallbackField(forms.JSONField):
+    """on_success / on_failure: a handler's name as plain text, or JSON (a quoted name or
+    {"handler": name, "payload": {...}}; docs/callbacks.md)."""
+
+    def to_python(self, value):
+        text = value.strip() if isinstance(value, str) else value
+        if isinstance(text, str) and text and text[0] not in '{["':
+            return text
+        return super().to_python(value)
+
+
 class JobCreateForm(forms.ModelForm):
     """Create a job the way the API does: ``validate_job`` checks it, then
     ``services.create_job`` stores it (and a one-off job's run) in one transaction."""
@@ -80,13 +91,15 @@ class JobCreateForm(forms.ModelForm):
     concurrency_limit = forms.IntegerField(
         min_value=1, required=False, help_text="Most runs of one concurrency key value "
                                                "running at once (default 1).")
+    on_success = CallbackField(required=False, label="on success")
+    on_failure = CallbackField(required=False, label="on failure")
 
     class Meta:
         model = Job
         fields = ["name", "handler", "payload", "run_at", "cron", "timezone",
                   "misfire_policy", "max_lag_s", "queue", "priority", "timeout_s",
                   "max_attempts", "retry", "expires_at", "expires_in_s", "rate_key",
-                  "concurrency_key", "concurrency_limit"]
+                  "concurrency_key", "concurrency_limit", "on_success", "on_failure"]
         help_texts = {
             "run_at": "When a one-off job runs. Leave this and the cron schedule empty to "
                       "run once now.",
@@ -103,6 +116,10 @@ class JobCreateForm(forms.ModelForm):
                         "holds per value.",
             "concurrency_key": "As rate_key: at most concurrency limit runs of one value "
                                "run at once.",
+            "on_success": 'A handler run once with each successful run\'s result: "name" '
+                          'or {"handler": "name", "payload": {}} (docs/callbacks.md).',
+            "on_failure": "As on success, with the error of each run that ends dead or "
+                          "expired.",
         }
 
     owner = None  # the user creating the job: JobAdmin.get_form sets it
@@ -123,7 +140,8 @@ class JobCreateForm(forms.ModelForm):
             return data
         spec = {key: data.get(key) for key in ("name", "handler", "queue", "priority",
                                                "timeout_s", "max_attempts", "retry",
-                                               "expires_at", "expires_in_s")}
+                                               "expires_at", "expires_in_s", "on_success",
+                                               "on_failure")}
         # The flow keys as given (templates): create_job evaluates them again.
         self.flow = {key: data[key] for key in FLOW_KEYS if data.get(key) not in (None, "")}
         if not data.get("concurrency_key"):

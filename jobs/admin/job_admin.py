@@ -94,7 +94,8 @@ class JobAdmin(admin.ModelAdmin):
                        "cron_expression", "timezone_name", "misfire_policy_display",
                        "run_at_display", "retry", "expires_at", "expires_in_s",
                        "next_run", "upcoming", "last_run_outcome", "recent_runs",
-                       "created", "updated", "rate_key", "concurrency_key", "concurrency_limit")
+                       "created", "updated", "rate_key", "concurrency_key", "concurrency_limit",
+                       "on_success", "on_failure")
     fieldsets = [
         (None, {"fields": ["name", ("owner", "status_display"), "handler", "payload"]}),
         ("When", {"fields": [("schedule_in_words", "cron_expression", "timezone_name"),
@@ -103,7 +104,8 @@ class JobAdmin(admin.ModelAdmin):
                              "upcoming"]}),
         ("How", {"fields": [("queue", "priority"), ("timeout_s", "max_attempts"),
                             "retry", ("expires_at", "expires_in_s"),
-                            ("rate_key", "concurrency_key", "concurrency_limit")]}),
+                            ("rate_key", "concurrency_key", "concurrency_limit"),
+                            ("on_success", "on_failure")]}),
         ("Recent runs", {"fields": ["recent_runs"], "classes": ["recent-runs"]}),
         ("History", {"fields": [("created", "updated")], "classes": ["collapse"]}),
     ]
@@ -115,7 +117,7 @@ class JobAdmin(admin.ModelAdmin):
         (None, {"fields": ["name", "handler", "payload"]}),
         ("When", {"fields": ["run_at", "cron", "timezone", "misfire_policy", "max_lag_s"]}),
         ("How", {"fields": ["queue", "priority", "timeout_s", "max_attempts", "retry",
-                            "expires_at", "expires_in_s", *FLOW_KEYS]}),
+                            "expires_at", "expires_in_s", *FLOW_KEYS, "on_success", "on_failure"]}),
     ]
 
     class Media:
@@ -264,13 +266,11 @@ class JobAdmin(admin.ModelAdmin):
         if change:
             return form.instance  # written by services.update_job in save_model
         spec = dict(form.spec)
-        options = {
-            "name": spec["name"], "queue": spec.get("queue") or "default",
-            "priority": spec.get("priority", 5), "timeout_s": spec.get("timeout_s"),
-            "max_attempts": spec.get("max_attempts"), "retry": spec.get("retry"),
-            "expires_at": spec.get("expires_at"), "expires_in_s": spec.get("expires_in_s"),
-            **form.flow,
-        }
+        options = {"name": spec["name"], "queue": spec.get("queue") or "default",
+                   "priority": spec.get("priority", 5), **form.flow, **{
+                       key: spec.get(key) for key in (
+                           "timeout_s", "max_attempts", "retry", "expires_at",
+                           "expires_in_s", "on_success", "on_failure")}}
         if spec.get("cron"):
             options.update(cron=spec["cron"], timezone=spec["timezone"],
                            misfire_policy=spec["misfire_policy"], max_lag_s=spec["max_lag_s"])
