@@ -2,7 +2,7 @@
 test and chaos settings, scheduler_project/settings_chaos.py), never in a production
 deployment: ``busy_loop`` and ``suicide`` exist to occupy or kill a worker's child,
 ``stubborn`` to ignore a cancel, ``chaos.pid`` and ``chaos.hog`` to say which child ran a
-run and to leak memory in it.
+run and to leak memory in it, ``chaos.fail`` to send a run to the dead letter.
 
 ``chaos.work`` is the handler the fault-injection load runs (docs/reliability.md,
 "Execution log").
@@ -19,6 +19,7 @@ import signal
 import time
 
 from jobs.registry import handler
+from scheduler_core.exceptions import PermanentFailure
 
 EXEC_LOG_ENV = "CHAOS_EXEC_LOG"
 
@@ -99,3 +100,15 @@ def stubborn(ctx, payload):
         except BaseException:  # noqa: BLE001 - what a badly written handler does
             ctx.logger.info("ignoring the cancel")
     ctx.logger.info("slept to the end")
+
+
+@handler("chaos.fail")
+def fail(ctx, payload):
+    """Sleep ``payload["seconds"]`` (float, default 0) heartbeating, then fail for good
+    (PermanentFailure): the run goes to the dead letter at once, whatever attempts it has
+    left (workflow-kill's on_failure parents, chaos/callback_load.py)."""
+    deadline = time.monotonic() + float(payload.get("seconds", 0))
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.5))
+        ctx.heartbeat()
+    raise PermanentFailure("chaos.fail fails for good, on purpose")

@@ -17,7 +17,10 @@ recorded ``lease_expired``):
   ``none_failed`` node's after each upstream that ran had (database clock on both
   sides);
 * every node ends in its rule's state: none fails, so the ``one_failed`` alarm and the
-  node below it are ``skipped`` and every other node succeeded (RULES, EXPECTED).
+  node below it are ``skipped`` and every other node succeeded (RULES, EXPECTED);
+* beside the workflow runs, one-off jobs with ``on_success`` and ``on_failure`` go through
+  the same workers: each run that succeeded or died has exactly one callback run of that
+  field, none of the other, and every callback run succeeded (chaos/callback_load.py).
 """
 
 import time
@@ -27,6 +30,7 @@ from datetime import timedelta
 
 from django.db.models import Count
 
+from chaos import callback_load
 from chaos.kills import WorkerKill
 from chaos.load import with_db_retry, work_seconds
 from chaos.session import Session, Size
@@ -81,9 +85,11 @@ MAX_ATTEMPTS = 10  # as the other scenarios' load: repeated kills must not dead-
 
 @dataclass(frozen=True)
 class WorkflowSize(Size):
-    """A Size whose load is ``workflow_runs`` runs of the 20-node workflow."""
+    """A Size whose load is ``workflow_runs`` runs of the 25-node workflow and
+    ``callback_jobs`` one-off jobs with callbacks."""
 
     workflow_runs: int = 0
+    callback_jobs: int = 0
 
 
 class WorkflowKill(WorkerKill):
@@ -96,9 +102,9 @@ class WorkflowKill(WorkerKill):
     # the kills would never land between an ack and the run it continued.
     tunables = {"OWNER_CONCURRENCY": 0}
     short = WorkflowSize(one_off=0, cron=0, duration_s=14, workers=3, concurrency=2,
-                         workflow_runs=24)
+                         workflow_runs=24, callback_jobs=40)
     long = WorkflowSize(one_off=0, cron=0, duration_s=120, workers=3, concurrency=3,
-                        drain_s=300, workflow_runs=200)
+                        drain_s=300, workflow_runs=200, callback_jobs=400)
 
     def create_load(self, s: Session) -> None:
         OwnerPolicy.objects.filter(owner=s.user).update(max_running=None)
@@ -118,8 +124,11 @@ class WorkflowKill(WorkerKill):
                 workflow, run_key=f"chaos-{i}",
                 scheduled_at=base + timedelta(seconds=offset, microseconds=i))
         s.extra["workflow"] = workflow.pk
+        s.extra["callback_parents"] = callback_load.create(
+            s.user, s.rng, s.size.callback_jobs, base, window)
         s.say(f"workflow {workflow.pk}: {len(NODES)} nodes, {len(EDGES)} edges, "
-              f"{count} workflow runs over {window:.0f} s")
+              f"{count} workflow runs and {s.size.callback_jobs} jobs with callbacks over "
+              f"{window:.0f} s")
 
     def verify(self, s: Session) -> None:
         workflow = s.extra.get("workflow")
@@ -135,6 +144,8 @@ class WorkflowKill(WorkerKill):
         while with_db_retry(_live, workflow) and time.monotonic() < deadline:
             s.tick(0.5)
         figures = with_db_retry(_figures, workflow, len(NODES), EXPECTED)
+        figures.update(with_db_retry(callback_load.figures,
+                                     s.extra.get("callback_parents", [])))
         figures["live_at_drain"] = live_at_drain
         figures["worker_kills"] = sum(1 for f in s.result.fault_log if f.kind == "SIGKILL")
         figures["duplicates_explained"] = (s.result.duplicate_executions
@@ -148,7 +159,12 @@ class WorkflowKill(WorkerKill):
                           ("duplicate_node_runs", "node runs beyond one per node"),
                           ("stray_runs", "runs of a node's job no node run points at"),
                           ("early_downstream", "nodes started before their rule held"),
-                          ("wrong_states", "nodes not in their rule's state")):
+                          ("wrong_states", "nodes not in their rule's state"),
+                          ("missing_callbacks", "ended runs without their callback"),
+                          ("duplicate_callbacks", "callbacks beyond one per run and field"),
+                          ("wrong_callbacks", "callbacks of the other outcome"),
+                          ("callback_jobs_not_one_run", "callback jobs without one run"),
+                          ("stuck_callbacks", "callback runs not succeeded")):
             if figures[key]:
                 s.result.failures.append(f"{figures[key]} {what}")
         s.result.notes.append(
@@ -158,6 +174,14 @@ class WorkflowKill(WorkerKill):
             f"stray runs {figures['stray_runs']}, downstream starts before an upstream's "
             f"success {figures['early_downstream']}, nodes not in their rule's state "
             f"{figures['wrong_states']}")
+        s.result.notes.append(
+            f"callback parents {figures['callback_parents']} "
+            f"{figures['callback_parent_states']}: callbacks {figures['callbacks']}, "
+            f"missing {figures['missing_callbacks']}, duplicate "
+            f"{figures['duplicate_callbacks']}, of the other outcome "
+            f"{figures['wrong_callbacks']}, jobs without one run "
+            f"{figures['callback_jobs_not_one_run']}, not succeeded "
+            f"{figures['stuck_callbacks']}")
         s.result.notes.append(
             f"still running when every run had drained: {live_at_drain}; a workflow run's "
             f"makespan (scheduled_at to finished) p50 {figures['makespan_p50_s']} s, max "

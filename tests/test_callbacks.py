@@ -239,3 +239,24 @@ def test_an_unknown_handler_is_refused_over_rest(api):
     assert one.status_code == 400 and UNKNOWN in str(one.json()["on_success"])
     assert bulk.status_code == 400 and UNKNOWN in str(bulk.json()), bulk.json()
     assert not Job.objects.exists()
+
+
+def test_the_chaos_checker_counts_a_missing_a_wrong_and_a_stuck_callback():
+    """chaos/callback_load.py's figures (workflow-kill's callback verdict) can fail."""
+    from chaos import callback_load
+
+    jobs = [services.create_job("cb.ok", on_success="cb.record") for _ in range(3)]
+    good, missing, wrong = [Run.objects.get(job=job) for job in jobs]
+    Run.objects.filter(pk__in=[good.pk, missing.pk]).update(state="succeeded")
+    Run.objects.filter(pk=wrong.pk).update(state="dead")
+    with transaction.atomic():
+        made = make_callbacks([good.pk], SUCCESS, db_now("default"), "default")
+        make_callbacks([wrong.pk], FAILURE, db_now("default"), "default")  # no on_failure
+    Job.objects.create(name="odd", handler="cb.record", run_at=good.run_at,
+                       callback_of=wrong.pk, callback_on=SUCCESS)
+
+    figures = callback_load.figures([job.pk for job in jobs])
+
+    assert (figures["missing_callbacks"], figures["wrong_callbacks"]) == (2, 1)
+    assert figures["callback_jobs_not_one_run"] == 1  # "odd" has no run
+    assert figures["stuck_callbacks"] == 1 and made  # the good one never ran

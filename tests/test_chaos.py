@@ -77,6 +77,12 @@ def test_workers_killed_under_workflow_runs_leave_every_node_run_once_and_no_run
     from chaos.workflow_kill import NODES
     assert runs == succeeded > 0 and node_runs == len(NODES) * runs, report
     assert "nodes not in their rule's state 0" in proc.stdout, report
+    callbacks = re.search(r"callback parents (\d+) \{'dead': (\d+), 'succeeded': (\d+)\}: "
+                          r"callbacks (\d+), missing 0, duplicate 0, of the other outcome 0, "
+                          r"jobs without one run 0, not succeeded 0", proc.stdout)
+    assert callbacks, report
+    parents, dead, succeeded, made = map(int, callbacks.groups())
+    assert parents == dead + succeeded == made > 0 and dead > 0, report
     # The kills land between acks and the runs they continued (none were, under the
     # chaos owner's policy limit, before workflow-kill lifted it).
     continued = re.search(r"runs started in the ack that made them \(continued\) (\d+)",
