@@ -18,9 +18,9 @@
 -- rule of docs/workflows.md, "The rules", holds (each statement of a VOLATILE function
 -- takes its own snapshot under READ COMMITTED); (5) their runs are inserted and the node
 -- runs pointed at them; (6) those the acking worker offered to run at once are leased to
--- it (runs/execution/continuation.py); (7) the workflow runs that are done end. Steps 2 to 7 run in
--- a block with an EXCEPTION clause (a subtransaction, as runs/execution/hooks.py's listeners have):
--- their error comes back as a row and the runs' ack stands.
+-- it (runs/execution/continuation.py); (7) the workflow runs that are done end. Steps 2
+-- to 7 run in a block with an EXCEPTION clause (a subtransaction, as the listeners of
+-- runs/execution/hooks.py have): their error comes back as a row and the runs' ack stands.
 --
 -- Returned rows, by o_kind: 'acked' (o_id, o_attempt) per run acked; 'leased' per run
 -- continued on p_worker, with its task; 'pushed' per run made ready and left to the
@@ -30,9 +30,10 @@
 -- and add a migration that applies it again.
 
 -- p_ids, p_attempts, p_results: the runs acked and their results (JSON text or NULL).
--- p_worker, p_queues, p_room, p_ttl_s: the acking worker's offer (runs/execution/continuation.py);
--- p_room 0 continues nothing. p_limited: queues with a limit a lease applies;
--- p_owner_limited: OWNER_CONCURRENCY is set. p_shards: SHARDS. p_urgent_queues,
+-- p_worker, p_queues, p_room, p_ttl_s: the acking worker's offer
+-- (runs/execution/continuation.py); p_room 0 continues nothing. p_limited: queues with
+-- a limit a lease applies; p_owner_limited: OWNER_CONCURRENCY is set. p_shards: SHARDS.
+-- p_urgent_queues,
 -- p_urgent_priorities: the broker's most urgent waiting priority per queue (Redis), or
 -- NULL to read the ready runs from the runs table here (the database broker).
 CREATE OR REPLACE FUNCTION workflows_ack_succeeded(
@@ -85,8 +86,9 @@ BEGIN
   IF cardinality(p_ids) > 8 THEN
     PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);  -- until the return
   END IF;
-  -- (1) The runs' ack, fenced on (id, attempt, running): runs/execution/completion.py, _succeed. A
-  -- row a concurrent reap holds is re-checked against the fence once its lock is granted.
+  -- (1) The runs' ack, fenced on (id, attempt, running): runs/execution/completion.py,
+  -- _succeed. A row a concurrent reap holds is re-checked against the fence once its lock
+  -- is granted.
   WITH v AS (SELECT * FROM unnest(p_ids, p_attempts, p_results) AS v(id, number, result)),
   done AS (
     UPDATE runs_run AS rr SET state = 'succeeded', finished_at = v_now,
@@ -249,8 +251,8 @@ BEGIN
              COALESCE(array_agg(p.owner_id ORDER BY p.id), '{}')
         INTO v_running, f_id, f_queue, f_shard, f_prio, f_run_at, f_owner
         FROM paired AS p WHERE p.state IN ('scheduled', 'queued', 'retrying');
-      -- (6) runs/execution/continuation.py: of the runs made ready, those the acking worker offered
-      -- to run at once (due now, a queue it serves, no limit a lease would apply, none
+      -- (6) runs/execution/continuation.py: of the runs made ready, those the acking
+      -- worker offered to run at once (due now, a queue it serves, no limit a lease would apply, none
       -- behind a more urgent one: continuation.choose), up to its room, in the lease's
       -- order, leased to it by the lease's own statement (transitions.start_statement).
       v_take := ARRAY(
