@@ -215,6 +215,34 @@ def test_a_queue_out_of_reach_holds_up_no_other_queue_of_a_lease(own_cluster, se
             broker.lease([lost], 2, "w1")
 
 
+@pytest.mark.slow
+def test_a_spread_queue_leases_from_the_shards_it_still_reaches(own_cluster, settings):
+    """A lease across a spread queue's shards reads them all in one pipeline, so losing
+    the master of one shard held up the whole queue (docs/isolation.md, "One queue over
+    several masters"). Here shard 0's master and its replica are gone for good."""
+    for port in own_cluster.nodes:
+        _cli(port, "config", "set", "cluster-require-full-coverage", "no")
+    settings.SCHEDULER = {"SHARDS": 3, "SPREAD_QUEUES": "default", "OWNER_CONCURRENCY": 0}
+    with redis_at(settings, own_cluster.url):
+        broker = get_broker("default", name="redis")
+        for shard in range(3):
+            runs = make_runs("default", 2, shard=shard)
+            broker.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in runs])))
+        nodes = redis_client(own_cluster.url).nodes_manager
+        lost = nodes.slots_cache[key_slot(broker.keys.ready("default", 0).encode())]
+        assert {node.port for node in lost}.isdisjoint(
+            node.port for shard in (1, 2)
+            for node in nodes.slots_cache[key_slot(broker.keys.ready("default", shard)
+                                                   .encode())])
+        for node in lost:
+            own_cluster.nodes[node.port].kill()
+            own_cluster.nodes[node.port].wait()
+
+        leases = broker.lease(["default"], 10, "w1")
+
+        assert sorted(lease.shard for lease in leases) == [1, 1, 2, 2]
+
+
 def test_script_calls_ask_no_node_for_their_keys(redis_cluster_url, settings):
     """The cluster pipeline sent COMMAND GETKEYS to one node before each script call, a
     round trip each, all on that node."""

@@ -22,6 +22,7 @@ from runs.brokers.redis.inspection import Inspector
 from runs.brokers.redis.keys import Keys
 from runs.brokers.redis.limits import Limits
 from runs.brokers.redis.queues import QueueShards
+from runs.brokers.redis.spread import claim_spread
 from runs.brokers.redis.wake import WAIT_SLACK_S, WakeLists
 from runs.brokers.redis.wire import (
     UNAVAILABLE,
@@ -173,6 +174,8 @@ class RedisBroker(Broker):
                 if len(shards) == 1:
                     [ids] = self._lease_calls(queue, [(shards[0], want, policy.classes())])
                     claimed += [(i, queue, shards[0]) for i in ids]
+                elif self.keys.spread_out(queue):  # its shards on several masters
+                    claimed += claim_spread(self, queue, shards, want)
                 else:
                     claimed += self._claim_across(queue, shards, want)
                 reached = True
