@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 
 from runs.brokers import get_broker
+from runs.brokers.redis.keys import Keys
 from runs.execution.transitions import run_refs
 from runs.models import Run
 from runs.tenancy import policy
@@ -225,3 +226,15 @@ def test_split_shares_sum_to_the_queue_limit_and_give_each_shard_one():
         assert min(shares) >= 1
     rate = policy.QueueLimits(0, 10.0, 2.0).shard_share(5, SHARDS)
     assert (rate.max_running, rate.rate, rate.burst) == (0, 2.5, 1.0)
+
+
+def test_every_queue_spreads_with_a_star_and_none_on_a_single_redis():
+    everything = Keys("p", cluster=True, spread=None)
+    assert everything.ready("q", 1) == "p:{q:1}:ready"
+    assert everything.running("q", 1) == "p:{q:1}:running"
+    assert everything.queue_fair("q") == "p:{q}:fair:q"  # plain commands only
+    single = Keys("p", cluster=False, spread=None)
+    assert single.ready("q", 1) == "p:{q:1}:ready"
+    assert single.running("q", 1) == single.running("r", 0) == "p:{limits}:running"
+    named = Keys("p", cluster=True, spread=frozenset({"q"}))
+    assert named.running("r", 1) == named.running("r", 0) == "p:{r}:running"
