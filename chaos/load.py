@@ -46,7 +46,8 @@ def with_db_retry(fn, *args, timeout: float = 120, using: str = "default", **kwa
 
 
 UNBOUNDED = {"max_running": MAX_INT, "max_pending": MAX_INT, "max_jobs": MAX_INT,
-             "highest_priority": 0, "max_timeout_s": MAX_INT, "max_attempts": 32_767}
+             "highest_priority": 0, "max_timeout_s": MAX_INT, "max_attempts": 32_767,
+             "max_map_items": MAX_INT}
 
 
 def owner(using: str = "default"):

@@ -17,7 +17,8 @@ class RunContext:
     it runs, are stored on the attempt. ``heartbeat()`` tells the worker the handler is
     making progress; the worker extends the lease at once. ``upstream`` is, for the run
     of a workflow's node, its upstream nodes' results by node name (read on first use;
-    docs/workflows.md, "Results"), and an empty mapping for any other run.
+    docs/workflows.md, "Results"), and an empty mapping for any other run; ``map_item``
+    a mapped node's run's item and index.
     """
 
     run_id: int
@@ -30,6 +31,7 @@ class RunContext:
     _beat: object = field(default=None, repr=False)
     using: str = "default"  # the database alias of the worker running the handler
     _upstream: object = field(default=None, repr=False)
+    _map_item: object = field(default=False, repr=False)  # False: not read yet
 
     def heartbeat(self) -> None:
         """Extend this attempt's lease now (cheap; the worker rate-limits it)."""
@@ -43,3 +45,12 @@ class RunContext:
         if self._upstream is None:
             self._upstream = hooks.context_value("upstream", self, {})
         return self._upstream
+
+    @property
+    def map_item(self):
+        """For a run of a mapped workflow node, ``{"index": i, "item": value}``: its item
+        of the upstream's list (a read-only mapping, read once, on first use); None for
+        any other run (docs/workflows.md, "Mapped nodes")."""
+        if self._map_item is False:
+            self._map_item = hooks.context_value("map_item", self, None)
+        return self._map_item

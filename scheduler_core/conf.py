@@ -86,6 +86,9 @@ DEFAULTS: dict[str, Tunable] = {
     "OWNER_MAX_ATTEMPTS": Tunable(
         10, int, "most attempts (first try included) an owner's job may ask for; "
         "0: MAX_RETRIES + 1"),
+    "OWNER_MAX_MAP_ITEMS": Tunable(
+        1000, int, "most items of the list a mapped workflow node of an owner runs for "
+        "(docs/workflows.md, \"Mapped nodes\"); 0: no limit"),
     "QUEUE_CONCURRENCY": Tunable(
         "", str, 'most runs of a queue running at once, "<queue>=<n>,..."'),
     "QUEUE_RATE": Tunable(

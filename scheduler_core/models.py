@@ -262,7 +262,9 @@ class OwnerPolicy(models.Model):
     waiting to run; ``max_jobs`` (OWNER_MAX_JOBS) its jobs that are not cancelled;
     ``highest_priority`` (OWNER_HIGHEST_PRIORITY) the most urgent priority its jobs may
     ask for (0 most urgent); ``max_timeout_s`` (OWNER_MAX_TIMEOUT_S, seconds) and
-    ``max_attempts`` (OWNER_MAX_ATTEMPTS, first try included) what one job may ask for.
+    ``max_attempts`` (OWNER_MAX_ATTEMPTS, first try included) what one job may ask for;
+    ``max_map_items`` (OWNER_MAX_MAP_ITEMS) the longest list a mapped workflow node runs
+    for (docs/workflows.md, "Mapped nodes").
     ``queues`` (comma-separated) are the queues the owner was given besides the shared
     "default"; ``default_queue`` is where its jobs go when they name none (blank:
     "default"), and counts as given."""
@@ -290,6 +292,10 @@ class OwnerPolicy(models.Model):
     max_attempts = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="most attempts, first try included; empty: SCHEDULER_OWNER_MAX_ATTEMPTS")
+    max_map_items = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="most items a mapped workflow node runs for; "
+                  "empty: SCHEDULER_OWNER_MAX_MAP_ITEMS")
     queues = models.CharField(
         max_length=1000, blank=True, default="", validators=[validate_queue_list],
         help_text='queues this owner may use besides "default", comma-separated')

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from django.db import connections
 
 from runs.models import Run
-from workflows.models import NodeRun, WorkflowEdge, WorkflowNode
+from workflows.models import MapItem, NodeRun, WorkflowEdge, WorkflowNode
 
 _own: dict[tuple[int, str], object] = {}  # (process id, alias) -> its private connection
 
@@ -39,25 +39,61 @@ def _connection(alias: str = "default"):
 
 
 def upstream_results(run_id: int, alias: str = "default") -> MappingProxyType:
-    """The results of the upstream nodes of the node whose run is ``run_id``, by node
-    name (a read-only mapping; empty when the run is no workflow node's). One query."""
-    node_run, edge, node, run = (NodeRun._meta.db_table, WorkflowEdge._meta.db_table,
-                                 WorkflowNode._meta.db_table, Run._meta.db_table)
-    sql = (f"SELECT un.name, r.result FROM {node_run} d "
+    """The results of the upstream nodes of the node whose run is ``run_id`` (a plain
+    node's run, or an item's of a mapped node), by node name (a read-only mapping; empty
+    when the run is no workflow node's). A mapped upstream's result is the list of its
+    items' results in item order, None for an item that did not succeed
+    (docs/workflows.md, "Mapped nodes"). One query, two with a mapped upstream."""
+    node_run, edge, node, run, item = (
+        NodeRun._meta.db_table, WorkflowEdge._meta.db_table, WorkflowNode._meta.db_table,
+        Run._meta.db_table, MapItem._meta.db_table)
+    sql = (f"SELECT un.name, r.result, u.id, u.items FROM {node_run} d "
            f"JOIN {edge} e ON e.downstream_id = d.node_id "
            f"JOIN {node_run} u ON u.workflow_run_id = d.workflow_run_id "
            f"AND u.node_id = e.upstream_id "
            f"JOIN {node} un ON un.id = u.node_id "
            f"LEFT JOIN {run} r ON r.id = u.run_id "
-           f"WHERE d.run_id = %s")
+           f"WHERE d.id = COALESCE((SELECT p.id FROM {node_run} p WHERE p.run_id = %s), "
+           f"(SELECT i.node_run_id FROM {item} i WHERE i.run_id = %s))")
     connection = _connection(alias)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id])
+        cursor.execute(sql, [run_id, run_id])
         rows = cursor.fetchall()
-    # jsonb comes as text (Django's loader) or decoded, SQLite's as text.
+        mapped = {row[2]: [] for row in rows if row[3] is not None}
+        if mapped:
+            cursor.execute(f"SELECT i.node_run_id, r.result FROM {item} i LEFT JOIN {run} r "
+                           f"ON r.id = i.run_id AND r.state = 'succeeded' WHERE "
+                           f"i.node_run_id IN ({', '.join(['%s'] * len(mapped))}) "
+                           f"ORDER BY i.node_run_id, i.\"index\"", list(mapped))
+            for node_run_id, value in cursor.fetchall():
+                mapped[node_run_id].append(_json(value))
     return MappingProxyType(Results({
-        name: json.loads(value) if isinstance(value, str | bytes) else value
-        for name, value in rows}))
+        name: mapped[nid] if nid in mapped else _json(value)
+        for name, value, nid, _ in rows}))
+
+
+def _json(value):
+    """A result as read: jsonb comes as text (Django's loader) or decoded, SQLite's as
+    text."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def map_item(run_id: int, alias: str = "default") -> MappingProxyType | None:
+    """``{"index": i, "item": value}`` of the mapped node's item whose run is ``run_id``
+    (a read-only mapping), or None when the run is no item (docs/workflows.md, "Mapped
+    nodes"). One query."""
+    with _connection(alias).cursor() as cursor:
+        cursor.execute(f"SELECT i.\"index\", i.item FROM {MapItem._meta.db_table} i "
+                       "WHERE i.run_id = %s", [run_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return MappingProxyType({"index": row[0], "item": _json(row[1])})
+
+
+def ctx_map_item(ctx) -> MappingProxyType | None:
+    """The value of ``ctx.map_item`` (runs/context.py) for handler context ``ctx``."""
+    return map_item(ctx.run_id, ctx.using)
 
 
 def upstream_of(context) -> MappingProxyType:

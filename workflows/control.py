@@ -19,6 +19,7 @@ from scheduler_core.exceptions import InvalidJob
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
+    MapItem,
     NodeRun,
     NodeState,
     Workflow,
@@ -44,9 +45,14 @@ def _lock_pending(wr_id: int, using: str) -> None:
 
 
 def _running_run_ids(wr_id: int, using: str) -> set[int]:
+    """The runs of workflow run ``wr_id``'s running nodes, a mapped node's items'
+    included (docs/workflows.md, "Mapped nodes")."""
     return set(NodeRun.objects.using(using)
-               .filter(workflow_run_id=wr_id, state=NodeState.RUNNING)
-               .values_list("run_id", flat=True))
+               .filter(workflow_run_id=wr_id, state=NodeState.RUNNING, run_id__isnull=False)
+               .values_list("run_id", flat=True)) | set(
+        MapItem.objects.using(using).filter(node_run__workflow_run_id=wr_id,
+                                            state=NodeState.RUNNING)
+        .values_list("run_id", flat=True))
 
 
 def _lock_live_runs(wr_id: int, using: str) -> list[int]:

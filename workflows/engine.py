@@ -37,7 +37,7 @@ from runs.models import PENDING_STATES, Run, RunState
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.models import Job
-from workflows import ready_pg, rules
+from workflows import fanout, ready_pg, rules
 from workflows.graph import propagate
 from workflows.models import (
     FINE_NODE_STATES,
@@ -100,7 +100,8 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                          "workflow_run__workflow__schedule__jitter_s",
                          "node__job_id", "node__job__queue", "node__job__priority",
                          "node__job__max_attempts", "node__job__shard_key",
-                         "node__job__handler", "node__job__owner_id", "node__job__status"))
+                         "node__job__handler", "node__job__owner_id", "node__map_over_id",
+                         "node__job__status"))
     _doomed(locked, ready, doomed)
     return _start(ready, now, using, running)
 
@@ -130,17 +131,31 @@ def settle(workflow_run_ids, changed, now: datetime, using: str,
 
 
 def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -> list[int]:
-    """start_ready's end: runs for the ``ready`` rows (see start_ready's read), or their
-    cancellation when their job was cancelled; returns the node run ids started (also
+    """start_ready's end: runs for the ``ready`` rows (see start_ready's read), a mapped
+    node's fan-out (workflows/fanout.py), or their cancellation when their job was
+    cancelled; returns the node run ids started (also
     those the cancellation's settle started)."""
     # A node whose job was cancelled (through the jobs' API) can never run: its runs would
     # wait for ever, as a cancelled job's runs are never leased. It is cancelled instead.
-    live = [row[:-1] for row in ready if row[-1] != Job.Status.CANCELLED]
+    live = [row[:-2] for row in ready if row[-1] != Job.Status.CANCELLED and row[-2] is None]
     gone = [row for row in ready if row[-1] == Job.Status.CANCELLED]
+    mapped = [row[:-1] for row in ready if row[-1] != Job.Status.CANCELLED
+              and row[-2] is not None]
+    extra: list[int] = []
     if live:
         moved = _make_runs(live, now, using)
         if running is not None:
             running |= moved
+    if mapped:  # docs/workflows.md, "Mapped nodes": their items' runs, or their end
+        fanned, ended, refs = fanout.fan_out(mapped, now, using)
+        get_broker(using).push_after_commit(_continue(refs, now, using))
+        if running is not None:
+            running |= fanned
+        if ended:  # an empty list succeeded it, a refused one failed it
+            cut = list(NodeRun.objects.using(using).filter(pk__in=ended)
+                       .values_list("workflow_run_id", "node_id"))
+            extra += settle({c[0] for c in cut}, {c[1] for c in cut}, now, using, running)
+        live = live + [row for row in mapped if row[0] not in ended]
     if gone:
         NodeRun.objects.using(using).filter(pk__in=[r[0] for r in gone],
                                             state=NodeState.PENDING).update(
@@ -148,9 +163,8 @@ def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -
             error="its job was cancelled, so it cannot run")
         cut = list(NodeRun.objects.using(using).filter(pk__in=[r[0] for r in gone])
                    .values_list("workflow_run_id", "node_id"))
-        return [row[0] for row in live] + settle({c[0] for c in cut}, {c[1] for c in cut},
-                                                 now, using, running)
-    return [row[0] for row in live]
+        extra += settle({c[0] for c in cut}, {c[1] for c in cut}, now, using, running)
+    return [row[0] for row in live] + extra
 
 
 def _run_at(row, now: datetime) -> tuple[datetime, float]:

@@ -17,7 +17,7 @@ from workflows.engine import finish_if_done, node_runs_of, settle
 from workflows.graph import BLOCKING, propagate
 from workflows.models import NodeRun, NodeState, WorkflowRun, WorkflowRunState
 
-__all__ = ["BLOCKING", "nodes_failed", "nodes_requeued", "propagate"]
+__all__ = ["BLOCKING", "nodes_failed", "nodes_requeued", "propagate", "revive"]
 
 WHY = {NodeState.FAILED: "its run went to the dead letter",
        NodeState.CANCELLED: "its run was cancelled"}
@@ -83,8 +83,14 @@ def nodes_requeued(run_ids: list[int], now: datetime, using: str) -> None:
     "Failure"); running again, the reconcile's sweep of a cancelled workflow run's live
     nodes cancelled the run within seconds of its requeue."""
     rows = revived_node_runs(run_ids, using)
-    if not rows:
-        return
+    if rows:
+        revive([(r[0], r[1]) for r in rows], now, using)
+
+
+def revive(rows: list[tuple[int, int]], now: datetime, using: str) -> None:
+    """Bring the failed or cancelled node runs ``rows`` ((node run id, workflow run id),
+    of workflow runs not cancelled) back to running: nodes_requeued's body, also a
+    mapped node's whose item was requeued (workflows/items.py)."""
     revived = {r[1] for r in rows}
     NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows]).update(
         state=NodeState.RUNNING, finished_at=None, error="")

@@ -9,7 +9,8 @@ from scheduler_core import conf
 from workflows import ack_pg
 from workflows.engine import nodes_succeeded
 from workflows.failures import nodes_failed, nodes_requeued
-from workflows.models import NodeRun, NodeState
+from workflows.items import item_runs, items_finished, items_requeued
+from workflows.models import MapItem, NodeRun, NodeState
 from workflows.quota import revived_by_requeue, unmade_node_runs
 
 
@@ -35,15 +36,18 @@ def result_size_problem(result, cap: int | None = None) -> str | None:
 
 
 class WorkflowListener(hooks.RunListener):
-    """Follows the runs of workflow nodes: a run is one when a NodeRun points at it,
-    which is written in the transaction that creates the run."""
+    """Follows the runs of workflow nodes: a run is one when a NodeRun or a mapped
+    node's MapItem points at it, which is written in the transaction that creates the
+    run."""
 
     def watched(self, run_ids: list[int], using: str) -> set[int]:
         return set(NodeRun.objects.using(using).filter(run_id__in=run_ids)
-                   .values_list("run_id", flat=True))
+                   .values_list("run_id", flat=True)) | item_runs(run_ids, using)
 
     def watched_sql(self, run_id: str) -> str:
-        return f"EXISTS (SELECT 1 FROM {NodeRun._meta.db_table} AS w WHERE w.run_id = {run_id})"
+        return (f"(EXISTS (SELECT 1 FROM {NodeRun._meta.db_table} AS w WHERE w.run_id = "
+                f"{run_id}) OR EXISTS (SELECT 1 FROM {MapItem._meta.db_table} AS wi "
+                f"WHERE wi.run_id = {run_id}))")
 
     def refuse_result(self, run_id: int, result) -> str | None:
         return result_size_problem(result)
@@ -66,15 +70,20 @@ class WorkflowListener(hooks.RunListener):
             raise
 
     def _changed(self, event: str, run_ids: list[int], now, using: str) -> None:
+        # A mapped node's items (workflows/items.py) after the plain nodes.
         if event == hooks.SUCCEEDED:
             nodes_succeeded(run_ids, now, using)
+            items_finished(run_ids, NodeState.SUCCEEDED, now, using)
         elif event in (hooks.DEAD, hooks.EXPIRED):
             # An expired run never ran: to its downstream it failed (docs/workflows.md).
             nodes_failed(run_ids, NodeState.FAILED, now, using)
+            items_finished(run_ids, NodeState.FAILED, now, using)
         elif event == hooks.CANCELLED:
             nodes_failed(run_ids, NodeState.CANCELLED, now, using)
+            items_finished(run_ids, NodeState.CANCELLED, now, using)
         elif event == hooks.REQUEUED:
             nodes_requeued(run_ids, now, using)
+            items_requeued(run_ids, now, using)
 
     def requeue_revives(self, run_ids: list[int], using: str) -> dict[int, int]:
         return revived_by_requeue(run_ids, using)

@@ -73,6 +73,10 @@ class WorkflowNode(models.Model):
     # When the node runs, by its upstreams' states: workflows/rules.py (which checks it;
     # no choices here, so a new rule needs no migration).
     trigger_rule = models.CharField(max_length=16, default="all_success")
+    # A mapped node (docs/workflows.md, "Mapped nodes"): run once per item of this
+    # upstream node's result list; None for a plain node.
+    map_over = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE,
+                                 related_name="mapped_by")
 
     class Meta:
         constraints = [
@@ -220,11 +224,16 @@ class NodeRun(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # A mapped node's run: how many items (MapItem rows) its fan-out made; None for a
+    # plain node run, or a mapped one not yet fanned out. Such a node run runs with no
+    # run_id of its own: its runs are its items'.
+    items = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["workflow_run", "node"], name="node_run_once"),
-            models.CheckConstraint(condition=~Q(state="running") | Q(run_id__isnull=False),
+            models.CheckConstraint(condition=~Q(state="running") | Q(run_id__isnull=False)
+                                   | Q(items__isnull=False),
                                    name="node_run_running_has_run"),
         ]
         indexes = [
@@ -236,6 +245,31 @@ class NodeRun(models.Model):
 
     def __str__(self) -> str:
         return f"node {self.node_id} of workflow run {self.workflow_run_id}: {self.state}"
+
+
+class MapItem(models.Model):
+    """One item of a mapped node run (docs/workflows.md, "Mapped nodes"): its ``index``
+    in the upstream's result list, the ``item`` itself (JSON), its run (``run_id``, a
+    runs_run id without foreign key, as NodeRun's) and that run's outcome in ``state``
+    (a NodeState: running, succeeded, failed or cancelled). UNIQUE (node_run, index) and
+    UNIQUE (run_id) make each item one run, however often a fan-out is attempted."""
+
+    node_run = models.ForeignKey(NodeRun, on_delete=models.CASCADE, related_name="map_items")
+    index = models.PositiveIntegerField()
+    item = models.JSONField(null=True, blank=True)
+    run_id = models.BigIntegerField(unique=True)
+    state = models.CharField(max_length=16, choices=NodeState.choices,
+                             default=NodeState.RUNNING)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node_run", "index"], name="map_item_once"),
+        ]
+        ordering = ["node_run", "index"]
+
+    def __str__(self) -> str:
+        return f"item {self.index} of node run {self.node_run_id}: {self.state}"
 
 
 class WorkflowBackfill(BackfillBase):

@@ -101,6 +101,10 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
                          trigger_rule=spec["trigger_rule"])
             for spec, job in zip(clean["nodes"], jobs, strict=True)], batch_size=1000)
         ids = {node.name: node.pk for node in made}
+        for spec in clean["nodes"]:  # a mapped node's upstream (docs/workflows.md)
+            if spec.get("map"):
+                WorkflowNode.objects.using(using).filter(pk=ids[spec["node"]]).update(
+                    map_over_id=ids[spec["map"]])
         WorkflowEdge.objects.using(using).bulk_create([
             WorkflowEdge(workflow=workflow, upstream_id=ids[up], downstream_id=ids[down])
             for up, down in clean["edges"]], batch_size=1000)

@@ -3,11 +3,11 @@
 
 ``validate_workflow`` collects every problem it finds into one InvalidWorkflow whose
 ``errors`` map a field path (``name``, ``schedule``, ``nodes``, ``nodes[3].handler``,
-``edges[7]``, ``edges``) to its reason: duplicate or bad node names, an unknown
-trigger rule (``nodes[3].trigger_rule``, listing the rules), each node's job fields (the
-jobs' own rules, jobs/validation.py, and the owner's bounds), edges naming unknown nodes,
-self-edges, repeated edges, a cycle (named node by node), and more nodes or edges than
-WORKFLOW_MAX_NODES / WORKFLOW_MAX_EDGES.
+``edges[7]``, ``edges``) to its reason: duplicate or bad node names, a bad ``map``
+(``nodes[3].map``), an unknown trigger rule (``nodes[3].trigger_rule``, listing the
+rules), each node's job fields (the jobs' own rules, jobs/validation.py, and the
+owner's bounds), edges naming unknown nodes, self-edges, repeated edges, a cycle (named
+node by node), and more nodes or edges than WORKFLOW_MAX_NODES / WORKFLOW_MAX_EDGES.
 """
 
 from graphlib import CycleError, TopologicalSorter
@@ -29,7 +29,8 @@ from workflows import rules
 
 NODE_KEYS = frozenset({"name", "handler", "task", "payload", "args", "kwargs", "queue",
                        "priority", "timeout_s", "max_attempts", "retry", "expires_in_s",
-                       "rate_key", "concurrency_key", "concurrency_limit", "trigger_rule"})
+                       "rate_key", "concurrency_key", "concurrency_limit", "trigger_rule",
+                       "map"})
 # What a node's job takes as a plain job does (expires_in_s counts from when the node's
 # run is made, its scheduled_at: an absolute expires_at has no place in a template).
 NODE_JOB_KEYS = ("queue", "priority", "timeout_s", "max_attempts", "retry", "expires_in_s",
@@ -150,12 +151,13 @@ def check_graph(names: list[str], pairs: list[tuple[str, str]]) -> dict[str, str
 def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
                       allow_tasks: bool = True) -> dict:
     """Check a whole workflow definition; returns ``{"name", "nodes", "edges",
-    "schedule"}`` cleaned: ``nodes`` a list of job specs with their ``node`` name and
-    ``trigger_rule`` (in the order given), ``edges`` a list of (upstream, downstream) name
-    pairs, ``schedule`` a dict of the Schedule fields or None.
+    "schedule"}`` cleaned: ``nodes`` a list of job specs with their ``node`` name,
+    ``trigger_rule`` and ``map`` (None or a node name; in the order given), ``edges`` a
+    list of (upstream, downstream) name pairs, ``schedule`` a dict of the Schedule fields or None.
 
     ``nodes`` is a list of dicts ``{name, handler | task, payload (handler nodes), args and
-    kwargs (task nodes), queue, priority, timeout_s, max_attempts, trigger_rule}``
+    kwargs (task nodes), queue, priority, timeout_s, max_attempts, trigger_rule, map}``
+    (``map``: the name of an upstream node whose result list this node runs over)
     (``trigger_rule``: one of workflows/rules.py's RULES, default all_success); ``edges`` a list of
     ``[upstream, downstream]`` pairs or ``{"from": upstream, "to": downstream}`` dicts;
     ``schedule`` None, a cron expression, or a dict ``{cron, timezone, misfire_policy,
@@ -221,15 +223,49 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
         elif pair[0] in known and pair[1] in known:
             pairs.append(pair)
             pair_set.add(pair)
+    maps = _maps(nodes, known, pairs, pair_set, trigger_rules, errors)
     # The valid edges' cycle is one whatever else is wrong: named with the rest, not after.
     for key, reason in check_graph(names, pairs).items():
         errors.setdefault(key, reason)
     clean_schedule = _schedule(schedule, errors)
-    cleaned = [{**spec, "trigger_rule": trigger_rules[spec["node"]]}
+    cleaned = [{**spec, "trigger_rule": trigger_rules[spec["node"]],
+                "map": maps.get(spec["node"])}
                for spec in _node_jobs(specs, bounds, errors, name)]
     if errors:
         raise InvalidWorkflow(errors)
     return {"name": name, "nodes": cleaned, "edges": pairs, "schedule": clean_schedule}
+
+
+def _maps(nodes, known: set, pairs: list, pair_set: set, trigger_rules: dict,
+          errors: dict) -> dict[str, str]:
+    """{mapped node name: the upstream node name it maps over} of the nodes with a
+    ``map`` (docs/workflows.md, "Mapped nodes"): it names another node, not itself a
+    mapped one, and the mapped node keeps the default trigger rule. The edge upstream ->
+    mapped node is added to ``pairs`` when not given."""
+    maps = {}
+    for i, node in enumerate(nodes):
+        if not isinstance(node, dict) or node.get("map") is None:
+            continue
+        where, over, name = f"nodes[{i}].map", node["map"], node.get("name")
+        mapped = {n.get("map") is not None for n in nodes
+                  if isinstance(n, dict) and n.get("name") == over}
+        if not isinstance(over, str) or over not in known:
+            errors[where] = f"names no node called {over!r}: give the name of the " \
+                            "upstream node whose result list this node runs over"
+        elif over == name:
+            errors[where] = f"{name!r} cannot map over its own result"
+        elif True in mapped:
+            errors[where] = f"{over!r} is a mapped node itself: a map over a map is not " \
+                            "offered"
+        elif trigger_rules.get(name, rules.DEFAULT) != rules.DEFAULT:
+            errors[f"nodes[{i}].trigger_rule"] = f"a mapped node runs once its upstreams " \
+                                                 f"succeeded: only {rules.DEFAULT}"
+        elif name in known:
+            maps[name] = over
+            if (over, name) not in pair_set:
+                pairs.append((over, name))
+                pair_set.add((over, name))
+    return maps
 
 
 def _node_jobs(specs: list[tuple], bounds, errors: dict, workflow_name) -> list[dict]:

@@ -9,10 +9,10 @@ from jobs import guards
 from jobs.schedules.scheduler import scheduler_tick
 from runs.execution import hooks
 from runs.metrics.endpoint import registry
-from workflows.context import ctx_upstream
+from workflows.context import ctx_map_item, ctx_upstream
 from workflows.listener import LISTENER
 from workflows.metrics import COLLECTOR
-from workflows.models import NodeRun, WorkflowNode, WorkflowRun
+from workflows.models import MapItem, NodeRun, WorkflowNode, WorkflowRun
 from workflows.node_jobs import describe_node_jobs
 from workflows.ticks import on_scheduler_tick
 
@@ -27,6 +27,13 @@ KEPT_RUNS = (
     f"FROM {NodeRun._meta.db_table} kf JOIN {{runs}} kr ON kr.id = kf.run_id "
     "WHERE kf.workflow_run_id = kw.id AND kr.state = 'dead')))")
 
+# A mapped node's item runs, kept as long as a plain node's (docs/workflows.md).
+KEPT_ITEM_RUNS = (
+    f"SELECT ki.run_id FROM {MapItem._meta.db_table} ki "
+    f"JOIN {NodeRun._meta.db_table} kn ON kn.id = ki.node_run_id "
+    f"JOIN {WorkflowRun._meta.db_table} kw ON kw.id = kn.workflow_run_id "
+    "WHERE kw.state IN ('running', 'paused', 'failed')")
+
 
 def connect() -> None:
     hooks.register(LISTENER)
@@ -34,5 +41,7 @@ def connect() -> None:
     guards.manage(describe_node_jobs)  # the jobs' API refuses writes to a node's job
     hooks.keep_runs(KEPT_RUNS)
     hooks.provide_context("upstream", ctx_upstream)
+    hooks.provide_context("map_item", ctx_map_item)
+    hooks.keep_runs(KEPT_ITEM_RUNS)
     scheduler_tick.connect(on_scheduler_tick, dispatch_uid="workflows.ticks")
     registry.register(COLLECTOR)  # /metrics: workflow runs by state, node start delay

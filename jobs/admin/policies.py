@@ -17,7 +17,8 @@ class OwnerPolicyAdmin(admin.ModelAdmin):
     new concurrency limit at once."""
 
     list_display = ("owner", "max_running", "max_pending", "max_jobs", "highest_priority",
-                    "max_timeout_s", "max_attempts", "queues", "default_queue", "updated_at")
+                    "max_timeout_s", "max_attempts", "max_map_items", "queues",
+                    "default_queue", "updated_at")
     search_fields = ("owner__username", "queues", "default_queue")
     raw_id_fields = ("owner",)
 

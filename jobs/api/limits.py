@@ -50,6 +50,7 @@ class OwnerPolicySerializer(serializers.Serializer):
                                                   "for (0 most urgent)")
     max_timeout_s = _bound("max_timeout_s", "longest timeout_s (seconds)")
     max_attempts = _bound("max_attempts", "most attempts, first try included")
+    max_map_items = _bound("max_map_items", "most items a mapped workflow node runs for")
     queues = serializers.ListField(
         child=serializers.RegexField(QUEUE_RE, max_length=64), required=False,
         help_text='queues this owner may use besides "default" (and its default_queue)')

@@ -27,6 +27,7 @@ POLICY_FIELDS = {
     "highest_priority": (0, 9, "OWNER_HIGHEST_PRIORITY"),
     "max_timeout_s": (1, MAX_INT, "OWNER_MAX_TIMEOUT_S"),
     "max_attempts": (1, 32_767, "OWNER_MAX_ATTEMPTS"),
+    "max_map_items": (1, MAX_INT, "OWNER_MAX_MAP_ITEMS"),
 }
 QUOTA_LOCK = 0x7175  # advisory lock class of the per-owner quota checks ("qu")
 
@@ -56,6 +57,7 @@ class Bounds:
     max_attempts: int
     queues: frozenset[str]
     default_queue: str
+    max_map_items: int = 1000  # items of one mapped workflow node (docs/workflows.md)
 
 
 def bounds_from(owner_id: int, policy: OwnerPolicy | None) -> Bounds:

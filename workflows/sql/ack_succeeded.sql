@@ -7,8 +7,8 @@
 -- that Python path, statement for statement, in one round trip, which is what keeps a
 -- chain's handoff fast (BENCHMARKS.md, "Workflows (W7)"). What it does not do itself (a
 -- node of a cancelled job, a schedule's jitter still ahead, a workflow run that ends
--- failed, an all_failed node below that does not start, a one_failed one that may no
--- longer) raises SQLSTATE WFA01, which undoes the whole call; the caller then acks
+-- failed, a mapped node's item or a mapped node below, an all_failed node below that
+-- does not start, a one_failed one that may no longer) raises SQLSTATE WFA01, which undoes the whole call; the caller then acks
 -- through engine.py. tests/test_workflows_ack_paths.py runs the same scenarios through
 -- both and compares every row they leave.
 --
@@ -108,6 +108,11 @@ BEGIN
       NULL::text, NULL::text, NULL::int FROM unnest(v_acked, v_acked_at) AS x(id, attempt);
 
   BEGIN
+    -- A mapped node's item, or a mapped node below, is the engine's (workflows/items.py,
+    -- workflows/fanout.py; docs/workflows.md, "Mapped nodes").
+    IF EXISTS (SELECT 1 FROM workflows_mapitem WHERE run_id = ANY(v_acked)) THEN
+      RAISE EXCEPTION 'a mapped node''s item run' USING ERRCODE = 'WFA01';
+    END IF;
     -- (2) workflows/engine.py nodes_succeeded: the node runs succeed ...
     WITH s AS (
       UPDATE workflows_noderun SET state = 'succeeded', finished_at = v_now, error = ''
@@ -123,6 +128,10 @@ BEGIN
     -- of the workflow run, a chain's every hop (edges never change once stored) ...
     v_down := ARRAY(SELECT e.downstream_id FROM workflows_workflowedge AS e
                     WHERE e.upstream_id = ANY(v_nodes));
+    IF EXISTS (SELECT 1 FROM workflows_workflownode AS m
+               WHERE m.id = ANY(v_down) AND m.map_over_id IS NOT NULL) THEN
+      RAISE EXCEPTION 'a mapped node below' USING ERRCODE = 'WFA01';
+    END IF;
     v_locked := ARRAY(
       SELECT n.id FROM workflows_noderun AS n
       WHERE n.workflow_run_id = ANY(v_wruns) AND n.node_id = ANY(v_down)
