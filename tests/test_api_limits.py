@@ -39,11 +39,12 @@ def test_an_owner_reads_its_own_limits(api, alice, settings):
     assert body == {
         "owner": "alice", "max_running": None, "max_pending": None, "max_jobs": None,
         "highest_priority": None, "max_timeout_s": None, "max_attempts": None,
+        "max_map_items": None,
         "queues": [], "default_queue": "", "effective_max_running": 8, "running": 0,
         "pending": 0, "pending_not_yet_made": 0, "jobs": 0,
         "effective": {"max_running": 8, "max_pending": 10_000, "max_jobs": 10_000,
                       "highest_priority": 3, "max_timeout_s": 3600, "max_attempts": 10,
-                      "queues": ["default"]}}
+                      "max_map_items": 1000, "queues": ["default"]}}
 
 
 def test_an_owner_cannot_set_limits_or_read_anothers(api, alice):
