@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 
 from jobs.models import OwnerPolicy
 from jobs.registry import handler
+from runs import services as run_services
 from runs.clock import db_now
 from runs.models import Run
 from runs.worker import Worker
@@ -39,7 +40,7 @@ def make_list(ctx, payload):
 def square(ctx, payload):
     """One item: its index and square; fails on the item ``fail_on``."""
     item = ctx.map_item
-    if item["item"] == payload.get("fail_on"):
+    if item["item"] == payload.get("fail_on") and ctx.attempt <= payload.get("until", 99):
         raise ValueError(f"item {item['item']} fails")
     return {"i": item["index"], "sq": item["item"] ** 2, "root": ctx.upstream["root"]}
 
@@ -83,6 +84,8 @@ def test_a_map_runs_once_per_item_and_the_join_reads_them_in_item_order(pair):
     assert [g["i"] for g in got["got"]] == list(range(len(items)))
     assert got["got"][0]["root"] == items  # an item run reads its node's upstreams too
     assert got["map_item"] is None
+    assert {n["name"]: n["items"] for n in view["nodes"]}["each"] \
+        == {"total": len(items), "succeeded": len(items)}
     runs = each_runs(pair, wr)
     assert len(runs) == len(items) and {r.state for r in runs} == {"succeeded"}
     assert sorted(MapItem.objects.using(pair.using).values_list("index", flat=True)) \
@@ -149,6 +152,24 @@ def drain_all(broker, wr, held):
     broker.promote()
     Worker(["default", held], concurrency=2, using=broker.using, burst=True).serve()
     return drain(broker, wr)
+
+
+def test_requeueing_a_dead_item_resumes_the_mapped_node_and_the_join(pair):
+    wr = graph([1, 2, 3], using=pair.using, each={"payload": {"fail_on": 3, "until": 1},
+                                                  "max_attempts": 1})
+    view = drain(pair, wr)
+    assert states(view) == {"root": "succeeded", "each": "failed", "join": "upstream_failed"}
+    dead = [r.pk for r in each_runs(pair, wr) if r.state == "dead"]
+
+    assert run_services.requeue(dead, using=pair.using) == 1
+    resumed = services.get_workflow_run(wr.pk, using=pair.using)
+    assert (resumed["state"], states(resumed)) == ("running", {
+        "root": "succeeded", "each": "running", "join": "pending"})
+    view = drain(pair, wr)
+
+    assert view["state"] == "succeeded"
+    assert [g["sq"] for g in result_of(pair, view, "join")["got"]] == [1, 4, 9]
+    assert len(each_runs(pair, wr)) == 3
 
 
 def test_a_repeated_fan_out_makes_no_run_twice(pair):

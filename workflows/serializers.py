@@ -32,7 +32,8 @@ class WorkflowCreateSerializer(StrictFieldsMixin, serializers.Serializer):
         help_text="the nodes: {name, handler | task, payload (handler nodes), args and "
                   "kwargs (task nodes), queue, priority, timeout_s, max_attempts, "
                   "trigger_rule (all_success (default), all_done, all_failed, one_success, "
-                  "one_failed, none_failed)}; at most WORKFLOW_MAX_NODES (1,000)")
+                  "one_failed, none_failed), map (an upstream node's name: run once per "
+                  "item of its result list)}; at most WORKFLOW_MAX_NODES (1,000)")
     edges = serializers.ListField(
         child=serializers.JSONField(), required=False, default=list,
         help_text='[upstream, downstream] pairs or {"from": upstream, "to": downstream} '
@@ -71,9 +72,15 @@ class WorkflowNodeSerializer(serializers.Serializer):
                   "\"Trigger rules\")")
     upstream = serializers.SerializerMethodField(
         help_text="the names of the nodes this one waits for")
+    map = serializers.SerializerMethodField(
+        help_text="a mapped node's upstream, whose result list it runs once per item of "
+                  "(docs/workflows.md, \"Mapped nodes\"); null for a plain node")
 
     def get_upstream(self, node) -> list[str]:
         return self.context["upstream"].get(node.pk, [])
+
+    def get_map(self, node) -> str | None:
+        return node.map_over.name if node.map_over_id else None
 
 
 class ScheduleSerializer(serializers.Serializer):
@@ -168,7 +175,8 @@ class NodeRunSerializer(serializers.Serializer):
     and ``max_attempts``, ``ready_at`` (when its last upstream succeeded, or the workflow
     run's start for a node without upstreams), ``first_started_at`` (its first attempt's
     start), ``started_at`` (the current or last attempt's), ``finished_at``, and
-    ``error`` (why it did not run: which upstream failed), ``trigger_rule`` (its node's)."""
+    ``error`` (why it did not run: which upstream failed), ``trigger_rule`` (its node's),
+    ``items`` (a mapped node's items by state)."""
 
     name = serializers.CharField()
     state = serializers.ChoiceField(choices=NodeState.choices)
@@ -183,6 +191,9 @@ class NodeRunSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     error = serializers.CharField(allow_blank=True)
+    items = serializers.DictField(
+        child=serializers.IntegerField(), allow_null=True,
+        help_text="a mapped node's items: total and by state; null for a plain node")
 
 
 class WorkflowRunDetailSerializer(serializers.Serializer):

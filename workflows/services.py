@@ -28,6 +28,7 @@ from scheduler_core.text import line_problem
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     RUN_KEY_MAX,
+    MapItem,
     NodeRun,
     NodeState,
     Workflow,
@@ -257,14 +258,32 @@ def trigger(workflow, using: str = "default") -> WorkflowRun:
     return start_workflow_run(workflow, using=using, started_by=WorkflowRun.StartedBy.TRIGGER)
 
 
+def map_counts(node_run_ids: list[int], using: str = "default") -> dict[int, dict]:
+    """{node run id: {"total": items, <NodeState>: items in it}} of the mapped node runs
+    ``node_run_ids`` (one query; none without ids): what the workflow run's view and a
+    graph drawing a mapped node collapsed show of it."""
+    found: dict[int, dict] = {pk: {"total": 0} for pk in node_run_ids}
+    if not node_run_ids:
+        return found
+    for node_run_id, state, n in (MapItem.objects.using(using)
+                                  .filter(node_run_id__in=node_run_ids)
+                                  .values("node_run_id", "state").annotate(n=Count("pk"))
+                                  .values_list("node_run_id", "state", "n")):
+        found[node_run_id][state] = n
+        found[node_run_id]["total"] += n
+    return found
+
+
 def get_workflow_run(workflow_run, using: str = "default") -> dict:
     """A workflow run and every node's state, as JSON-like data: ``{id, workflow,
     scheduled_at, run_key, state, started_by, created_at, finished_at, error, nodes}``,
     ``nodes`` a list (in creation order) of ``{name, state, trigger_rule, upstream (names),
-    run_id,
-    run_state, attempt, max_attempts, ready_at, first_started_at, started_at, finished_at,
-    error}``; times are aware UTC datetimes, ``first_started_at`` the first attempt's
-    start, ``started_at`` the current or last attempt's. Raises WorkflowRun.DoesNotExist."""
+    run_id, run_state, attempt, max_attempts, ready_at, first_started_at, started_at,
+    finished_at, error, items}``, ``items`` None but for a mapped node that fanned out:
+    ``{"total": n, <state>: count, ...}`` of its items (docs/workflows.md, "Mapped
+    nodes"); times are aware UTC datetimes, ``first_started_at`` the first attempt's
+    start, ``started_at`` the current or last attempt's. Raises
+    WorkflowRun.DoesNotExist."""
     wr = WorkflowRun.objects.using(using).get(pk=_pk(workflow_run))
     node_runs = list(NodeRun.objects.using(using).filter(workflow_run=wr)
                      .select_related("node__job").order_by("node_id"))
@@ -277,6 +296,7 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
         "id", "state", "attempt", "max_attempts", "started_at")}
     first = dict(Attempt.objects.using(using).filter(run_id__in=list(runs), number=1)
                  .values_list("run_id", "started_at"))
+    items = map_counts([n.pk for n in node_runs if n.items is not None], using)
     nodes = []
     for n in node_runs:
         # A node not started yet has no run: its attempts are its job's.
@@ -287,7 +307,8 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
                       "run_state": run[0], "attempt": run[1], "max_attempts": run[2],
                       "ready_at": n.ready_at, "first_started_at": first.get(n.run_id),
                       "started_at": run[3],
-                      "finished_at": n.finished_at, "error": n.error})
+                      "finished_at": n.finished_at, "error": n.error,
+                      "items": items.get(n.pk)})
     return {"id": wr.pk, "workflow": wr.workflow_id, "scheduled_at": wr.scheduled_at,
             "run_key": wr.run_key, "state": wr.state, "started_by": wr.started_by,
             "created_at": wr.created_at, "finished_at": wr.finished_at, "error": wr.error,
