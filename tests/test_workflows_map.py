@@ -17,7 +17,7 @@ from runs.models import Run
 from runs.worker import Worker
 from tests.conftest import wait_until
 from tests.test_workflows_engine import drain, states, work
-from workflows import control, engine, services
+from workflows import control, engine, reconcile, services
 from workflows.models import MapItem, NodeRun, WorkflowNode
 from workflows.validation import InvalidWorkflow, validate_workflow
 
@@ -117,7 +117,6 @@ def test_the_owners_max_map_items_refuses_a_longer_list_and_nothing_is_made(pair
     assert not MapItem.objects.using(pair.using).exists()
 
 
-@pytest.mark.slow
 def test_a_failing_item_fails_the_mapped_node_by_its_downstreams_rules(pair):
     wr = graph([1, 2, 3], using=pair.using, each={"payload": {"fail_on": 2},
                                                   "max_attempts": 1})
@@ -227,3 +226,19 @@ def test_the_definition_of_a_mapped_node_is_checked():
                               [])
     assert clean["edges"] == [("root", "m")]  # the edge is implied
     assert [n["map"] for n in clean["nodes"]] == [None, "root"]
+
+
+def test_the_reconcile_takes_an_items_outcome_its_ack_did_not_tell(pair):
+    wr = graph([2, 3], using=pair.using, each={"queue": "held"})
+    fan_out_only(pair, wr, "held")
+    for run in each_runs(pair, wr):  # ended without the listener, as if its work was lost
+        index = MapItem.objects.using(pair.using).get(run_id=run.pk).index
+        Run.objects.using(pair.using).filter(pk=run.pk).update(
+            state="succeeded", result={"i": index, "sq": -index})
+
+    reconcile.reconcile(using=pair.using)
+
+    view = services.get_workflow_run(wr.pk, using=pair.using)
+    assert states(view) == {"root": "succeeded", "each": "succeeded", "join": "running"}
+    view = drain(pair, wr)
+    assert [g["sq"] for g in result_of(pair, view, "join")["got"]] == [0, -1]

@@ -27,8 +27,10 @@ from runs.models import TERMINAL_STATES, Run, RunState
 from workflows import rules
 from workflows.engine import finish_if_done, nodes_succeeded, start_ready
 from workflows.failures import BLOCKING, nodes_failed, propagate
+from workflows.items import items_finished
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
+    MapItem,
     NodeRun,
     NodeState,
     WorkflowRun,
@@ -69,8 +71,14 @@ def reconcile(partitions: list[int] | None = None, total: int = 1,
 
 def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> None:
     now = db_now(using)
-    running = dict(NodeRun.objects.using(using).filter(
-        workflow_run_id__in=batch, state=NodeState.RUNNING).values_list("run_id", "id"))
+    running = set(NodeRun.objects.using(using).filter(
+        workflow_run_id__in=batch, state=NodeState.RUNNING, run_id__isnull=False)
+        .values_list("run_id", flat=True))
+    # A mapped node's items' runs too (docs/workflows.md, "Mapped nodes"): each event
+    # below is told to the plain nodes and the items alike, as the listener does.
+    running |= set(MapItem.objects.using(using).filter(
+        node_run__workflow_run_id__in=batch, state=NodeState.RUNNING)
+        .values_list("run_id", flat=True))
     # Locked, in id order as every path takes runs: a requeue waiting on one sees the
     # node's new state once this commits (failures.nodes_requeued).
     ended = dict(Run.objects.using(using).filter(pk__in=list(running),
@@ -83,14 +91,18 @@ def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> No
         by_state.setdefault(state, []).append(run_id)
     if by_state.get(RunState.SUCCEEDED):
         nodes_succeeded(by_state[RunState.SUCCEEDED], now, using)
+        items_finished(by_state[RunState.SUCCEEDED], NodeState.SUCCEEDED, now, using)
     failed = by_state.get(RunState.DEAD, []) + by_state.get(RunState.EXPIRED, [])
     if failed:
         nodes_failed(failed, NodeState.FAILED, now, using)
+        items_finished(failed, NodeState.FAILED, now, using)
     if by_state.get(RunState.CANCELLED):
         nodes_failed(by_state[RunState.CANCELLED], NodeState.CANCELLED, now, using)
+        items_finished(by_state[RunState.CANCELLED], NodeState.CANCELLED, now, using)
     if gone:
         NodeRun.objects.using(using).filter(run_id__in=gone, state=NodeState.RUNNING).update(
             state=NodeState.FAILED, finished_at=now, error="its run no longer exists")
+        items_finished(list(gone), NodeState.FAILED, now, using)
     counts["finished"] += len(ended) + len(gone)
     counts["started"] += len(start_ready(batch, now, using))
     # Where a pending node's rule may no longer hold (workflows/rules.py): below a
@@ -114,9 +126,12 @@ def _cancel_strays(partitions, total: int, using: str) -> int:
     with transaction.atomic(using=using):
         cancelled = in_partitions(WorkflowRun.objects.using(using).filter(
             state=WorkflowRunState.CANCELLED), partitions, total, "workflow_id")
-        run_ids = list(NodeRun.objects.using(using).filter(
+        run_ids = [r for r in NodeRun.objects.using(using).filter(
             workflow_run__in=cancelled.values("pk"), state=NodeState.RUNNING)
-            .values_list("run_id", flat=True)[:BATCH])
+            .values_list("run_id", flat=True)[:BATCH] if r is not None]
+        run_ids += MapItem.objects.using(using).filter(
+            node_run__workflow_run__in=cancelled.values("pk"), state=NodeState.RUNNING,
+        ).values_list("run_id", flat=True)[:BATCH]
         if not run_ids:
             return 0
         return run_services.cancel(run_ids, using)
