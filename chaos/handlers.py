@@ -44,7 +44,8 @@ def log_line(kind: str, run_id: int, attempt: int) -> None:
 @handler("chaos.work")
 def work(ctx, payload):
     """Log "start", sleep ``payload["seconds"]`` (float, default 0) heartbeating each
-    0.5 s, log "end"; returns ``{"slept_s": seconds}``."""
+    0.5 s, log "end"; returns ``{"slept_s": seconds}``, or with ``payload["items"]`` (int)
+    the list 0 .. items - 1 (what a mapped workflow node runs over)."""
     seconds = float(payload.get("seconds", 0))
     log_line("start", ctx.run_id, ctx.attempt)
     deadline = time.monotonic() + seconds
@@ -52,6 +53,8 @@ def work(ctx, payload):
         time.sleep(min(left, 0.5))
         ctx.heartbeat()
     log_line("end", ctx.run_id, ctx.attempt)
+    if "items" in payload:
+        return list(range(int(payload["items"])))
     return {"slept_s": seconds}
 
 

@@ -1,7 +1,7 @@
 """The workflow-kill scenario (docs/reliability.md, "Scenarios"; docs/workflows.md, "Nothing lost"):
-workers SIGKILLed at random while workflow runs of a 25-node graph full of diamonds (five
-nodes with trigger rules) go through them, a scheduler (the workflow reconcile) and a
-dispatcher running.
+workers SIGKILLed at random while workflow runs of a 28-node graph full of diamonds (five
+nodes with trigger rules, one node mapped over a list of five) go through them, a
+scheduler (the workflow reconcile) and a dispatcher running.
 
 What it checks beyond the common invariants (chaos/invariants.py, which already cover
 the nodes' runs: they are runs of the ``chaos`` owner's jobs, run by ``chaos.work``, so
@@ -9,7 +9,8 @@ every execution is in the execution log and every duplicate must match an attemp
 recorded ``lease_expired``):
 
 * every node of every workflow run has exactly one node run and exactly one run (no node
-  missing, none twice, no stray run of a node's job that no node run points at);
+  missing, none twice, no stray run of a node's job that no node run points at); the
+  mapped node's node run has ITEMS items, each exactly one run, all succeeded;
 * no workflow run stuck: every one ends ``succeeded`` within the drain's bound;
 * no node started before its trigger rule held (docs/workflows.md, "Trigger rules"): an
   ``all_success`` node's first attempt started at or after each upstream's succeeded
@@ -28,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from chaos import callback_load
 from chaos.kills import WorkerKill
@@ -39,6 +40,7 @@ from runs.clock import db_now
 from runs.models import Attempt, AttemptOutcome, Run
 from workflows import services
 from workflows.models import (
+    MapItem,
     NodeRun,
     NodeState,
     Workflow,
@@ -70,16 +72,21 @@ EDGES += [
     ("k", "tidy"), ("alarm", "tidy"), ("first_h", "tidy"),
     ("alarm", "guard"), ("k", "guard"),
 ]
+# A mapped node (docs/workflows.md, "Mapped nodes"): "fan" returns a list of ITEMS, "each"
+# runs once per item, "gather" joins them before k.
+EDGES += [("a", "fan"), ("fan", "each"), ("each", "gather"), ("gather", "k")]
+ITEMS = 5
+MAPS = {"each": "fan"}
 NODES = ["a", "b1", "b2", "c", "d1", "d2", "d3", "e", "f1", "f2", "g", "h1", "h2", "h3",
          "h4", "i", "j1", "j2", "k", "side", "first_h", "alarm", "after_alarm", "tidy",
-         "guard"]
+         "guard", "fan", "each", "gather"]
 RULES = {"first_h": "one_success", "alarm": "one_failed", "tidy": "all_done",
          "guard": "none_failed"}
 EXPECTED = {name: "skipped" if name in ("alarm", "after_alarm") else "succeeded"
             for name in NODES}
 # Nodes whose handler takes 0.2-0.8 s, so that a kill finds runs in flight; the others
 # take under 50 ms.
-LONG_NODES = {"b2", "d2", "h3", "side"}
+LONG_NODES = {"b2", "d2", "h3", "side", "each"}
 MAX_ATTEMPTS = 10  # as the other scenarios' load: repeated kills must not dead-letter
 
 
@@ -111,9 +118,12 @@ class WorkflowKill(WorkerKill):
         nodes = [{"name": name, "handler": "chaos.work", "max_attempts": MAX_ATTEMPTS,
                   "timeout_s": 60, "trigger_rule": RULES.get(name, "all_success"),
                   "payload": {"seconds": (round(s.rng.uniform(0.2, 0.8), 3)
-                                          if name in LONG_NODES else work_seconds(s.rng, 0))}}
+                                          if name in LONG_NODES else work_seconds(s.rng, 0)),
+                              **({"items": ITEMS} if name == "fan" else {})},
+                  **({"map": MAPS[name]} if name in MAPS else {})}
                  for name in NODES]
-        workflow = services.create_workflow("chaos diamonds", nodes, EDGES, owner=s.user)
+        edges = [e for e in EDGES if e[0] != MAPS.get(e[1])]  # the map implies its edge
+        workflow = services.create_workflow("chaos diamonds", nodes, edges, owner=s.user)
         count = s.size.workflow_runs
         window = s.size.duration_s * 0.8
         base = db_now() + timedelta(seconds=1)
@@ -156,6 +166,8 @@ class WorkflowKill(WorkerKill):
             s.result.failures.append(f"{figures['workflow_runs']} workflow runs, not {expected}")
         for key, what in (("stuck", "workflow runs not succeeded after the drain's bound"),
                           ("missing_nodes", "nodes of a workflow run without a run"),
+                          ("wrong_items", f"mapped node runs without {ITEMS} items, each "
+                                          "one run"),
                           ("duplicate_node_runs", "node runs beyond one per node"),
                           ("stray_runs", "runs of a node's job no node run points at"),
                           ("early_downstream", "nodes started before their rule held"),
@@ -173,7 +185,8 @@ class WorkflowKill(WorkerKill):
             f"{figures['missing_nodes']}, duplicate node runs {figures['duplicate_node_runs']}, "
             f"stray runs {figures['stray_runs']}, downstream starts before an upstream's "
             f"success {figures['early_downstream']}, nodes not in their rule's state "
-            f"{figures['wrong_states']}")
+            f"{figures['wrong_states']}, mapped node runs without {ITEMS} items each one "
+            f"run {figures['wrong_items']}")
         s.result.notes.append(
             f"callback parents {figures['callback_parents']} "
             f"{figures['callback_parent_states']}: callbacks {figures['callbacks']}, "
@@ -209,6 +222,12 @@ def _figures(workflow: int, width: int, expected: dict[str, str] | None = None) 
     node_runs_runs = set(with_run.values_list("run_id", flat=True))
     node_jobs_runs = set(Run.objects.filter(job_id__in=list(job_of.values()))
                          .values_list("pk", flat=True))
+    items = MapItem.objects.filter(node_run__workflow_run__workflow_id=workflow)
+    item_runs = set(items.values_list("run_id", flat=True))
+    per_mapped = {nr: (n, ok) for nr, n, ok in items.values("node_run_id").annotate(
+        n=Count("pk"), ok=Count("pk", filter=Q(state=NodeState.SUCCEEDED)))
+        .values_list("node_run_id", "n", "ok").order_by()}
+    mapped = dict(node_runs.filter(items__isnull=False).values_list("pk", "items"))
     spans = sorted((finished - scheduled).total_seconds() for scheduled, finished in
                    runs.exclude(finished_at=None).values_list("scheduled_at", "finished_at"))
     return {
@@ -216,13 +235,16 @@ def _figures(workflow: int, width: int, expected: dict[str, str] | None = None) 
         "states": states,
         "stuck": runs.exclude(state=WorkflowRunState.SUCCEEDED).count(),
         "node_runs": node_runs.count(),
-        "missing_nodes": (runs.count() * width - with_run.count()
+        "missing_nodes": (runs.count() * width - with_run.count() - len(mapped)
                           - node_runs.filter(state=NodeState.SKIPPED).count()),
+        # A mapped node run's items: as many as its list (ITEMS), each one run, succeeded.
+        "wrong_items": sum(1 for pk, count in mapped.items()
+                           if count != ITEMS or per_mapped.get(pk) != (ITEMS, ITEMS)),
         "wrong_states": sum(1 for name, state in node_runs.values_list("node__name", "state")
                             if state != (expected or {}).get(name, NodeState.SUCCEEDED)),
         "duplicate_node_runs": sum(n - 1 for n in per_node.filter(n__gt=1)
                                    .values_list("n", flat=True)),
-        "stray_runs": len(node_jobs_runs - node_runs_runs),
+        "stray_runs": len(node_jobs_runs - node_runs_runs - item_runs),
         "early_downstream": _early_downstream(workflow),
         "started_in_the_ack": _started_in_the_ack(node_runs_runs),
         "makespan_p50_s": round(spans[len(spans) // 2], 3) if spans else None,
@@ -244,32 +266,46 @@ def _early_downstream(workflow: int) -> int:
     """Edges (in a workflow run) whose downstream's first attempt started before the
     upstream's succeeded attempt finished; an upstream that never ran (skipped) counts
     for an all_success node only; a one_success node counts once, when it started
-    before all of its upstreams finished."""
+    before all of its upstreams finished. A mapped node starts with its first item's
+    first attempt and finishes with its last item's success."""
     node_runs = NodeRun.objects.filter(workflow_run__workflow_id=workflow)
     run_of = {(wr, node): run for wr, node, run in
               node_runs.values_list("workflow_run_id", "node_id", "run_id")}
-    run_ids = [r for r in run_of.values() if r]
+    items: dict[tuple, list[int]] = {}
+    for wr, node, run in MapItem.objects.filter(
+            node_run__workflow_run__workflow_id=workflow).values_list(
+            "node_run__workflow_run_id", "node_run__node_id", "run_id"):
+        items.setdefault((wr, node), []).append(run)
+    run_ids = [r for r in run_of.values() if r] + [r for rs in items.values() for r in rs]
     first_start = dict(Attempt.objects.filter(run_id__in=run_ids, number=1)
                        .values_list("run_id", "started_at"))
     done = dict(Attempt.objects.filter(run_id__in=run_ids, outcome=AttemptOutcome.SUCCEEDED)
                 .values_list("run_id", "finished_at"))
+    starts, ends = {}, {}
+    for key, run in run_of.items():
+        if key in items:
+            begun = [first_start.get(r) for r in items[key]]
+            starts[key] = min(begun) if begun and None not in begun else None
+            ended = [done.get(r) for r in items[key]]
+            ends[key] = max(ended) if ended and None not in ended else None
+        elif run is not None:
+            starts[key], ends[key] = first_start.get(run), done.get(run)
     edges = list(WorkflowEdge.objects.filter(workflow_id=workflow)
                  .values_list("upstream_id", "downstream_id"))
     rule_of = dict(WorkflowNode.objects.filter(workflow_id=workflow)
                    .values_list("pk", "trigger_rule"))
     early = Counter()
-    for (wr, node), run in run_of.items():
-        if node is None or run is None:
+    for (wr, node) in run_of:
+        if node is None or (wr, node) not in starts:
             continue
-        started = first_start.get(run)
+        started = starts[(wr, node)]
         held = []  # per upstream: whether it finished (succeeded) before this started
         for up, down in edges:
             if down != node:
                 continue
-            up_run = run_of.get((wr, up))
-            if up_run is None and rule_of[node] != "all_success":
+            if (wr, up) not in starts and rule_of[node] != "all_success":
                 continue  # skipped: done for all_done and none_failed, no success
-            finished = done.get(up_run)
+            finished = ends.get((wr, up))
             held.append(finished is not None and started is not None and started >= finished)
         if rule_of[node] == "one_success":
             early[(wr, node)] += not any(held)
