@@ -19,6 +19,7 @@ from tests.conftest import wait_until
 from tests.test_workflows_engine import drain, states, work
 from workflows import control, engine, reconcile, services
 from workflows.models import MapItem, NodeRun, WorkflowNode
+from workflows.quota import revived_by_requeue
 from workflows.validation import InvalidWorkflow, validate_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
@@ -159,6 +160,8 @@ def test_requeueing_a_dead_item_resumes_the_mapped_node_and_the_join(pair):
     view = drain(pair, wr)
     assert states(view) == {"root": "succeeded", "each": "failed", "join": "upstream_failed"}
     dead = [r.pk for r in each_runs(pair, wr) if r.state == "dead"]
+    # max_pending counts what the requeue makes pending again: the join.
+    assert revived_by_requeue(dead, pair.using) == {dead[0]: 1}
 
     assert run_services.requeue(dead, using=pair.using) == 1
     resumed = services.get_workflow_run(wr.pk, using=pair.using)

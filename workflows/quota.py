@@ -6,8 +6,14 @@ again, so every path that makes nodes pending again must count them as a start d
 
 from django.db import models
 
-from workflows.failures import revived_node_runs
-from workflows.models import LIVE_WORKFLOW_STATES, NodeRun, NodeState
+from workflows.failures import BLOCKING, revived_node_runs
+from workflows.models import (
+    LIVE_WORKFLOW_STATES,
+    MapItem,
+    NodeRun,
+    NodeState,
+    WorkflowRunState,
+)
 
 
 def unmade_node_runs(bounds, using: str = "default") -> int:
@@ -28,8 +34,13 @@ def revived_by_requeue(run_ids: list[int], using: str) -> dict[int, int]:
     1-to-200 fan-outs, one run each by the count, 200 each in time (an adversary's
     finding: 984 pending runs at max_pending 300)."""
     first: dict[int, int] = {}
-    for run_id, workflow_run_id in sorted((r[2], r[1])
-                                          for r in revived_node_runs(run_ids, using)):
+    # A mapped node's dead item revives its node run as a node's run does (items.py).
+    items = (MapItem.objects.using(using)
+             .filter(run_id__in=run_ids, state__in=BLOCKING, node_run__state__in=BLOCKING)
+             .exclude(node_run__workflow_run__state=WorkflowRunState.CANCELLED)
+             .values_list("node_run_id", "node_run__workflow_run_id", "run_id"))
+    for run_id, workflow_run_id in sorted((r[2], r[1]) for r in [
+            *revived_node_runs(run_ids, using), *items]):
         first.setdefault(workflow_run_id, run_id)
     if not first:
         return {}
