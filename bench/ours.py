@@ -84,7 +84,11 @@ def _setup_django() -> None:
 
     @handler("bench.stamp")
     def stamp(ctx, payload):
-        """Return the handler's start as Unix seconds (float), stored as the run's result."""
+        """Return the handler's start as Unix seconds (float), stored as the run's result;
+        with ``payload["items"]`` (int) a list of that many of it, for a mapped workflow
+        node to run over (W7's ``map`` shape)."""
+        if "items" in payload:
+            return [time.time()] * int(payload["items"])
         return {"t": time.time()}
 
     @handler("bench.async_noop")

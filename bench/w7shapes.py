@@ -8,6 +8,10 @@ Shapes (node names and edges, upstream -> downstream):
   FAN_WIDTH is 998 so the whole graph is 1,000 nodes, our WORKFLOW_MAX_NODES
   (docs/workflows.md, "Validation"); Celery's side is ``chain(root, chord(998, sink))``.
 * ``chain``: CHAIN_LENGTH nodes one after the other.
+* ``map`` (ours only): 1 root whose result is a list of MAP_ITEMS -> 1 node mapped over
+  it (docs/workflows.md, "Mapped nodes": one run per item, made in the root's ack) -> 1
+  sink that reads the items' results; its figures are the ``fan`` shape's, each item
+  taking the place of a parallel node (``n<index>``).
 
 Every node is a no-op that notes when its handler started (Unix seconds); a handoff is
 the time from an upstream's handler start to its downstream's handler start (for a
@@ -18,11 +22,13 @@ import os
 
 FAN_WIDTH = 998
 CHAIN_LENGTH = 100
+MAP_ITEMS = 1000
 
 
 def shape(name: str, fan_width: int = FAN_WIDTH,
           chain_length: int = CHAIN_LENGTH) -> tuple[list[str], list[tuple[str, str]]]:
-    """(node names, edges) of shape ``name`` ("fan" or "chain"); ValueError otherwise."""
+    """(node names, edges) of shape ``name`` ("fan", "chain" or "map", whose items stand
+    as nodes ``n<index>``); ValueError otherwise."""
     if name == "fan":
         middle = [f"n{i}" for i in range(fan_width)]
         edges = [("root", m) for m in middle] + [(m, "sink") for m in middle]
@@ -30,7 +36,11 @@ def shape(name: str, fan_width: int = FAN_WIDTH,
     if name == "chain":
         nodes = [f"c{i}" for i in range(chain_length)]
         return nodes, list(zip(nodes, nodes[1:], strict=False))
-    raise ValueError(f"unknown W7 shape {name!r} (fan, chain)")
+    if name == "map":  # the items as nodes, for the figures (the definition: map_nodes)
+        middle = [f"n{i}" for i in range(MAP_ITEMS)]
+        edges = [("root", m) for m in middle] + [(m, "sink") for m in middle]
+        return ["root", *middle, "sink"], edges
+    raise ValueError(f"unknown W7 shape {name!r} (fan, chain, map)")
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -64,7 +74,7 @@ def figures(starts: dict[str, float], ends: dict[str, float], edges, name: str) 
     out = {"samples": len(h), "p50_ms": _r(percentile(list(h.values()), 50)),
            "p99_ms": _r(percentile(list(h.values()), 99)),
            "max_ms": _r(max(h.values()) if h else None)}
-    if name == "fan":
+    if name in ("fan", "map"):
         middle = [v for k, v in h.items() if k != "sink"]
         out.update(first_fan_out_ms=_r(min(middle)), fan_out_p50_ms=_r(percentile(middle, 50)),
                    fan_out_p99_ms=_r(percentile(middle, 99)), fan_in_ms=_r(h["sink"]))

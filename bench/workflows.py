@@ -1,16 +1,19 @@
 """W7: workflows of no-op nodes, ours beside Celery's canvas (BENCHMARKS.md, "W7").
 
     .venv/bin/python bench/workflows.py [--pairs 3] [--shapes fan,chain] [--only ours,celery]
+    .venv/bin/python bench/workflows.py --pairs 3 --shapes map --only ours \
+        --out bench/results/workflows-map.json
     .venv/bin/python bench/workflows.py --run ours fan      # one run, one JSON line
 
 Shapes (bench/w7shapes.py): ``fan``, 1 root -> 998 parallel nodes -> 1 sink (1,000 nodes,
 our WORKFLOW_MAX_NODES; Celery: ``chain(root, chord(998, sink))``), and ``chain``, 100
-nodes one after the other. Each run starts the system's daemons, waits until they serve,
-runs a warm-up workflow (a chain of 5), then times one workflow of the shape, stops the
-daemons and prints one JSON line. The driver runs them in interleaved pairs (ours first
-in pairs 1, 3, ...; Celery first in 2, 4, ...), each run in a subprocess with its own
-interpreter, the 1-minute load average read before and after each, and writes
-bench/results/workflows.json.
+nodes one after the other, and ``map`` (ours only: Celery's canvas has no fan-out
+sized by a result), 1 root -> 1 node mapped over its list of 1,000 -> 1 sink. Each run
+starts the system's daemons, waits until they serve, runs a warm-up workflow (a chain
+of 5), then times one workflow of the shape, stops the daemons and prints one JSON line.
+The driver runs them in interleaved pairs (ours first in pairs 1, 3, ...; Celery first
+in 2, 4, ...), each run in a subprocess with its own interpreter, the 1-minute load
+average read before and after each, and writes bench/results/workflows.json.
 
 Figures of a run: ``makespan_s``, from just before the start call (our
 ``start_workflow_run``, Celery's ``apply_async``) to the sink's (the chain's last node's)
@@ -49,8 +52,8 @@ import harness  # noqa: E402
 import w7shapes  # noqa: E402
 
 RESULTS = BENCH / "results" / "workflows.json"
-WORKFLOW_TABLES = ["workflows_noderun", "workflows_workflowrun", "workflows_workflowedge",
-                   "workflows_workflownode", "workflows_workflow"]
+WORKFLOW_TABLES = ["workflows_mapitem", "workflows_noderun", "workflows_workflowrun",
+                   "workflows_workflowedge", "workflows_workflownode", "workflows_workflow"]
 # The figures come from the nodes' own timestamps, not from this poll: it only says when
 # to read them, so it is kept slow enough to cost the daemons next to nothing.
 POLL_S = 0.1
@@ -76,14 +79,19 @@ def run_ours(name: str, log_dir: Path, timeout: float) -> dict:
     from django.db import connection
 
     from workflows import services
-    from workflows.models import NodeRun, WorkflowRun
+    from workflows.models import MapItem, NodeRun, WorkflowRun
 
     ours.reset()
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(WORKFLOW_TABLES)} RESTART IDENTITY CASCADE")
     nodes, edges = w7shapes.shape(name)
     made = time.perf_counter()
-    workflow = services.create_workflow(f"w7 {name}", [_node(n) for n in nodes], edges)
+    if name == "map":  # root -> each (mapped over root's list) -> sink
+        workflow = services.create_workflow(f"w7 {name}", [
+            {**_node("root"), "payload": {"items": w7shapes.MAP_ITEMS}},
+            {**_node("each"), "map": "root"}, _node("sink")], [("each", "sink")])
+    else:
+        workflow = services.create_workflow(f"w7 {name}", [_node(n) for n in nodes], edges)
     warm = services.create_workflow("w7 warm-up", [_node(f"w{i}") for i in range(5)],
                                     [(f"w{i}", f"w{i + 1}") for i in range(4)])
     create_s = time.perf_counter() - made
@@ -112,8 +120,10 @@ def run_ours(name: str, log_dir: Path, timeout: float) -> dict:
         daemons.stop()
     if state != "succeeded":
         return {"system": "ours", "shape": name, "failed": f"workflow run ended {state}"}
-    node_runs = dict(NodeRun.objects.filter(workflow_run=workflow_run)
+    node_runs = dict(NodeRun.objects.filter(workflow_run=workflow_run, run_id__isnull=False)
                      .values_list("node__name", "run_id"))
+    node_runs.update({f"n{index}": run for index, run in MapItem.objects.filter(
+        node_run__workflow_run=workflow_run).values_list("index", "run_id")})
     starts, db_start, db_end = _times(node_runs)
     wr = WorkflowRun.objects.get(pk=workflow_run.pk)
     last = nodes[-1]
@@ -135,8 +145,9 @@ def _times(node_runs: dict[str, int]):
     from runs.models import Attempt, AttemptOutcome, Run
 
     by_run = {run: name for name, run in node_runs.items()}
-    starts = {by_run[r]: result["t"] for r, result in
-              Run.objects.filter(pk__in=list(by_run)).values_list("pk", "result")}
+    # A list (the map shape's root) holds its start in each item.
+    starts = {by_run[r]: result[0] if isinstance(result, list) else result["t"] for r, result
+              in Run.objects.filter(pk__in=list(by_run)).values_list("pk", "result")}
     db_start = {by_run[r]: at.timestamp() for r, at in Attempt.objects.filter(
         run_id__in=list(by_run), number=1).values_list("run_id", "started_at")}
     db_end = {by_run[r]: at.timestamp() for r, at in Attempt.objects.filter(
