@@ -14,7 +14,7 @@ from runs.models import Run, RunState
 from tests.test_api_helpers import user_with
 from workflows import services
 from workflows.graph_svg import layers, positions
-from workflows.models import NodeRun, NodeState, Workflow, WorkflowRun
+from workflows.models import MapItem, NodeRun, NodeState, Workflow, WorkflowRun
 
 pytestmark = pytest.mark.django_db
 
@@ -177,3 +177,21 @@ def test_the_graph_shows_a_trigger_rule_only_when_not_the_default(admin_client):
         assert "all_done" in boxes["tidy"] and 'stroke-dasharray' in boxes["tidy"], url
         assert "<th>trigger rule</th>" in html, url
         assert "all_success" not in boxes["a"] and 'stroke-dasharray' not in boxes["a"], url
+
+
+def test_the_graph_draws_a_mapped_node_as_one_box_with_its_items_counts(admin_client):
+    wf = services.create_workflow("mapped", [
+        {"name": "root", "handler": "noop"}, {"name": "each", "handler": "noop", "map": "root"}])
+    wr = services.trigger(wf)
+    each = NodeRun.objects.get(workflow_run=wr, node__name="each")
+    NodeRun.objects.filter(pk=each.pk).update(state=NodeState.RUNNING, items=3)  # test setup
+    MapItem.objects.bulk_create([MapItem(node_run=each, index=i, run_id=10_000 + i, state=s)
+                                 for i, s in enumerate(["succeeded", "succeeded", "running"])])
+
+    html = admin_client.get(f"/admin/workflows/workflowrun/{wr.pk}/change/").content.decode()
+
+    start = html.index('class="workflow-graph"')
+    svg = html[start:html.index("</svg>", start)]
+    boxes = dict(re.findall(r"<title>(\w+)[^<]*</title>(.*?)</g>", svg))
+    assert set(boxes) == {"root", "each"}
+    assert "running · 2/3 items" in boxes["each"]

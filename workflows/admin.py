@@ -247,6 +247,9 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
             note = n["state"]
             if n["run_id"]:
                 note = f"{n['state']} · attempt {n['attempt']}/{n['max_attempts']}"
+            elif n["items"] is not None:  # a mapped node, collapsed: its items' counts
+                note = f"{n['state']} · {n['items'].get('succeeded', 0)}/" \
+                       f"{n['items']['total']} items"
             url = reverse("admin:runs_run_change", args=[n["run_id"]]) if n["run_id"] else ""
             boxes.append(Node(ids[n["name"]], n["name"], n["state"], note, url,
                               shown_rule(n["trigger_rule"])))
