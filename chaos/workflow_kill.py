@@ -86,7 +86,7 @@ EXPECTED = {name: "skipped" if name in ("alarm", "after_alarm") else "succeeded"
             for name in NODES}
 # Nodes whose handler takes 0.2-0.8 s, so that a kill finds runs in flight; the others
 # take under 50 ms.
-LONG_NODES = {"b2", "d2", "h3", "side", "each"}
+LONG_NODES = {"b2", "d2", "h3", "side"}
 MAX_ATTEMPTS = 10  # as the other scenarios' load: repeated kills must not dead-letter
 
 
