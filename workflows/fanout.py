@@ -38,8 +38,9 @@ class MapRefused(Exception):
 
 
 def max_items(owner_id: int | None, using: str) -> int:
-    """The most items one mapped node of ``owner_id`` may run for (0: no limit): its
-    OwnerPolicy's ``max_map_items``, else OWNER_MAX_MAP_ITEMS."""
+    """The most items (a count; 0: no limit) one mapped node of ``owner_id`` (a user id, or
+    None: no owner) may run for: its OwnerPolicy's ``max_map_items``, else
+    OWNER_MAX_MAP_ITEMS (docs/isolation.md, "Tenant bounds")."""
     bounds = bounds_of(owner_id, using)
     return bounds.max_map_items if bounds is not None else conf.get("OWNER_MAX_MAP_ITEMS")
 
@@ -51,7 +52,10 @@ def fan_out(rows: list[tuple], now: datetime, using: str
     id, queue, priority, max_attempts, shard_key, handler, owner id, mapped-over node
     id), each pending and locked by the caller. Returns (workflow runs in which a node
     run now runs, node run ids that ended at once: succeeded on an empty list or failed
-    on a refused one, the refs of the item runs made and still pending)."""
+    on a refused one, the refs of the item runs made and still pending). Raises
+    IntegrityError when a node run's items exist already (UNIQUE (node_run, index)),
+    RuntimeError when no free scheduled_at instants were found; the caller's savepoint
+    or transaction undoes the whole fan-out then (docs/workflows.md, "Mapped nodes")."""
     fanned, ended, refs = set(), set(), []
     for row in rows:
         node_run_id, owner_id, over = row[0], row[11], row[12]

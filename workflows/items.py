@@ -25,16 +25,19 @@ DONE = (NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED)
 
 
 def item_runs(run_ids: list[int], using: str) -> set[int]:
-    """The runs among ``run_ids`` that are a mapped node's items."""
+    """The ids (a set of ints) of the runs among ``run_ids`` that are a mapped node's
+    items (docs/workflows.md, "Mapped nodes"); one query."""
     return set(MapItem.objects.using(using).filter(run_id__in=run_ids)
                .values_list("run_id", flat=True))
 
 
 def items_finished(run_ids: list[int], state: str, now: datetime, using: str) -> None:
     """The runs ``run_ids`` ended in ``state`` (NodeState SUCCEEDED, FAILED or
-    CANCELLED): those that are running items take it; each node run whose items are all
-    done then ends (module docstring), and its workflow run goes on as after any node's
-    end. A no-op for runs that are no item (one query)."""
+    CANCELLED; ``now`` the database's time): those that are running items take it; each
+    node run whose items are all done then ends (module docstring), and its workflow run
+    goes on as after any node's end. A no-op for runs that are no item (one query). Runs
+    inside the caller's transaction (an ack's, a cancel's, a reconcile's); raises what
+    the database raises (docs/workflows.md, "Mapped nodes")."""
     moved = list(MapItem.objects.using(using).filter(run_id__in=run_ids,
                                                      state=NodeState.RUNNING)
                  .values_list("id", "node_run_id", "run_id"))
@@ -98,7 +101,8 @@ def _outcome(node_run_id: int, by_state: dict[str, int], using: str) -> tuple[st
 def items_requeued(run_ids: list[int], now: datetime, using: str) -> None:
     """The dead or cancelled item runs ``run_ids`` went back to the queue: they run
     again, and their node run, if it had ended failed or cancelled in a workflow run not
-    cancelled, runs again with the nodes below it pending (failures.revive)."""
+    cancelled, runs again with the nodes below it pending (failures.revive;
+    docs/workflows.md, "Mapped nodes"). Inside the requeue's transaction."""
     moved = list(MapItem.objects.using(using)
                  .filter(run_id__in=run_ids, state__in=(NodeState.FAILED, NodeState.CANCELLED))
                  .exclude(node_run__workflow_run__state=WorkflowRunState.CANCELLED)
