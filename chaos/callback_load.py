@@ -47,7 +47,7 @@ def figures(parent_jobs: list[int]) -> dict:
     states = Counter(parents.values())
     return {
         "callback_parents": len(parents),
-        "callback_parent_states": dict(states),
+        "callback_parent_states": dict(sorted(states.items())),  # a stable order to read
         "callbacks": len(made),
         "missing_callbacks": sum(1 for run, state in parents.items()
                                  if state in EXPECTED and not per[(run, EXPECTED[state])]),
