@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0016_job_flow_keyed_index'),
+        ('jobs', '0017_job_callbacks'),
     ]
 
     operations = [

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('workflows', '0010_ack_one_failed_waits'),
+        ('workflows', '0011_ack_comments_name_moved_modules'),
     ]
 
     operations = [

@@ -12,6 +12,6 @@ def forward(apps, schema_editor):
 
 class Migration(migrations.Migration):
 
-    dependencies = [("workflows", "0011_mapped_nodes")]
+    dependencies = [("workflows", "0012_mapped_nodes")]
 
     operations = [migrations.RunPython(forward, migrations.RunPython.noop)]
