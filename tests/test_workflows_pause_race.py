@@ -34,12 +34,20 @@ def pg_pair(broker, settings):
 
 class HoldAck(hooks.RunListener):
     """Told after the workflows' listener, inside the ack's transaction: holds that
-    transaction open (uncommitted) until ``release`` is set."""
+    transaction open (uncommitted) until ``release`` is set. It watches the held run, so
+    its ack takes the general path, which tells every listener (runs/execution/hooks.py,
+    ack_successes)."""
 
     def __init__(self, run_id: int):
         self.run_id = run_id
         self.inside = threading.Event()
         self.release = threading.Event()
+
+    def watched(self, run_ids, using):
+        return {self.run_id} & set(run_ids)
+
+    def watched_sql(self, run_id):
+        return f"{run_id} = {int(self.run_id)}"
 
     def changed(self, event, run_ids, now, using):
         if event == hooks.SUCCEEDED and self.run_id in run_ids:
