@@ -31,8 +31,8 @@ class RunListener:
     run's result at its ack (a reason: the attempt fails and the run goes to the dead
     letter). ``changed`` is told of runs that reached ``event`` (SUCCEEDED, DEAD,
     REQUEUED, CANCELLED, EXPIRED) at ``now`` (database clock), inside the transaction;
-    of a success only when it watches the run (another listener's own ack,
-    ack_successes, tells no one else: jobs/callbacks.py and workflows/ watch apart)."""
+    it is sure to hear of a success only of a run it watches (another listener's own
+    ack, ack_successes, tells no one else: jobs/callbacks.py and workflows/ watch apart)."""
 
     def watched(self, run_ids: list[int], using: str) -> set[int]:
         return set()
