@@ -184,6 +184,30 @@ def test_a_callback_run_is_retried_dead_lettered_and_requeued_like_any(pair):
     assert len(callbacks_of(pair.using, run.pk)) == 1  # the callback has none of its own
 
 
+@handler("cb.second_time")
+def second_time(ctx, payload):
+    if ctx.attempt < 2:
+        raise ValueError("the first attempt fails")
+    return {"attempt": ctx.attempt}
+
+
+def test_a_requeued_parent_gets_each_field_once(pair):
+    revived = services.create_job("cb.second_time", max_attempts=1, on_success="cb.record",
+                                  on_failure="cb.record", using=pair.using)
+    again = services.create_job("cb.boom", max_attempts=1, on_failure="cb.record",
+                                using=pair.using)
+    runs = [settle(pair, job) for job in (revived, again)]
+    assert [run.state for run in runs] == ["dead", "dead"]
+
+    assert run_services.requeue([run.pk for run in runs], using=pair.using) == 2
+    runs = [settle(pair, job) for job in (revived, again)]
+
+    assert [run.state for run in runs] == ["succeeded", "dead"]
+    assert sorted(c.job.callback_on for c in callbacks_of(pair.using, runs[0].pk)) == [
+        FAILURE, SUCCESS]
+    assert [c.job.callback_on for c in callbacks_of(pair.using, runs[1].pk)] == [FAILURE]
+
+
 def test_the_callback_run_links_to_its_parent_over_rest(api, alice, settings):
     broker = get_broker("default", name="database")
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
