@@ -59,3 +59,18 @@ def test_the_admin_refuses_an_unknown_handler_on_its_field(admin_client, field):
 
     assert "no handler is registered as &#x27;nope&#x27;" in page
     assert not Job.objects.filter(name="bad").exists()
+
+
+def test_the_admin_add_page_offers_empty_callbacks_and_saves_them_as_none(admin_client):
+    """A browser posts back what the page rendered: an empty callback must render empty,
+    not as JSON's null, which once read as a handler named 'null'."""
+    page = admin_client.get("/admin/jobs/job/add/").content.decode()
+    for field in ("on_success", "on_failure"):
+        textarea = page[page.index(f'name="{field}"'):]
+        assert textarea[textarea.index(">") + 1:textarea.index("</textarea>")].strip() == ""
+
+    admin_client.post("/admin/jobs/job/add/",
+                      {**FORM, "name": "plain", "on_success": "", "on_failure": "null"})
+
+    job = Job.objects.get(name="plain")
+    assert (job.on_success, job.on_failure) == (None, None)

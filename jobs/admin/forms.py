@@ -62,11 +62,16 @@ def refuse_unknown_posted(form: forms.Form) -> None:
 
 class CallbackField(forms.JSONField):
     """on_success / on_failure: a handler's name as plain text, or JSON (a quoted name or
-    {"handler": name, "payload": {...}}; docs/callbacks.md)."""
+    {"handler": name, "payload": {...}}; docs/callbacks.md). Empty, or JSON's null, is no
+    callback."""
+
+    def prepare_value(self, value):
+        # JSONField renders None as "null", which a browser posts back as a name.
+        return "" if value is None else super().prepare_value(value)
 
     def to_python(self, value):
         text = value.strip() if isinstance(value, str) else value
-        if isinstance(text, str) and text and text[0] not in '{["':
+        if isinstance(text, str) and text and text != "null" and text[0] not in '{["':
             return text
         return super().to_python(value)
 
