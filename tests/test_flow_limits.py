@@ -149,6 +149,29 @@ def test_concurrency_slots_come_back_when_a_lease_expires(broker):
     assert {x.run_id for x in again} <= set(ids)
 
 
+def test_a_slot_stays_taken_while_the_database_still_holds_the_lease(broker):
+    """Redis stamps a claim's expiry before the database starts the run, so it can lapse
+    first: the reaper must not free the slot while the run's attempt is still open."""
+    if broker.name == "database":
+        pytest.skip("the database broker's slots are its running rows")
+    queue_keyed(broker, 4, payload={"c": "x"}, concurrency_key="payload.c",
+                concurrency_limit=2)
+    held = lease_all(broker, ttl_s=60)
+    assert len(held) == 2
+    for lease in held:  # Redis' expiry passed, the database's has not
+        broker.client.zadd(broker.keys.leased(lease.queue, lease.shard),
+                           {str(lease.run_id): 0}, xx=True)
+    broker.reap()
+    broker.unpark()
+    assert lease_all(broker) == []
+
+    Run.objects.using(broker.using).filter(pk__in=[x.run_id for x in held]).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1))
+    broker.reap()
+    broker.unpark()
+    assert len(lease_all(broker)) == 2
+
+
 def test_owners_sharing_a_key_value_share_no_slot_and_no_bucket(broker):
     """Keys were counted by value alone: a tenant's runs under another's customer id
     held its slots (and its own limit of 100,000 ignored the other's 1)."""

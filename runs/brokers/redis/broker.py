@@ -32,7 +32,7 @@ from runs.brokers.redis.wire import (
     redis_client,
     translate_errors,
 )
-from runs.clock import to_ms
+from runs.clock import db_now, to_ms
 from runs.flow import control as flow
 from runs.models import DELAYED_STATES, Run, RunState
 from runs.tenancy import policy
@@ -374,11 +374,21 @@ class RedisBroker(Broker):
         for queue, shard in self._queue_shards():
             if not self.shards.owns(shards, shard):
                 continue
-            ids += [
-                int(i)
-                for i in self._script(
-                    "reap", [self.keys.leased(queue, shard), self.keys.owners(queue, shard),
-                             self.keys.running(queue, shard),
-                             self.keys.gates(queue, shard)], [limit, queue])
-            ]
+            keys = [self.keys.leased(queue, shard), self.keys.owners(queue, shard),
+                    self.keys.running(queue, shard), self.keys.gates(queue, shard)]
+            lapsed = [int(i) for i in self._script("reap", keys, [limit, queue, "list"])]
+            # Still running with a live lease in the database (the lapse came first in
+            # Redis): its slot stays taken until the database's reap (lua/reap.lua).
+            lapsed = sorted(set(lapsed) - _live_leases(lapsed, self.using))
+            if lapsed:
+                ids += [int(i) for i in self._script("reap", keys, [limit, queue, "take",
+                                                                     *lapsed])]
         return ids
+
+
+def _live_leases(run_ids: list[int], using: str) -> set[int]:
+    if not run_ids:
+        return set()
+    return set(Run.objects.using(using).filter(
+        pk__in=run_ids, state=RunState.RUNNING, lease_expires_at__gte=db_now(using),
+    ).values_list("pk", flat=True))
