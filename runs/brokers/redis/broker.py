@@ -71,12 +71,12 @@ class RedisBroker(Broker):
         # The Broker verbs a part answers are that part's bound methods, set on the
         # instance (shadowing Broker's defaults) rather than methods that delegate: no
         # call layer is added where a worker calls per run or per idle wait (an ack's
-        # _forget/_adopt/_settle_now, a heartbeat's _extend, a push's _wake, wait_ready,
+        # _forget/_adopt/_settle_now, a heartbeat's _extend, wait_ready,
         # the lease's shard_count), and the cold verbs are bound the same way for one
         # rule. Only depth, abstract in Broker, delegates in a method.
         self._pipe, self._script = self.wire.pipe, self.wire.script
         self.shard_count, self._queue_shards = self.shards.count, self.shards.all
-        self._wake, self.wait_ready = self.wake.after_push, self.wake.wait
+        self.wait_ready = self.wake.wait
         self._forget, self._forget_into = self.books.forget, self.books.forget_into
         self._adopt, self._adopt_into = self.books.adopt, self.books.adopt_into
         self._extend, self._lapse = self.books.extend, self.books.lapse
@@ -126,8 +126,9 @@ class RedisBroker(Broker):
                     args += [ref.id, to_ms(ref.run_at), ref.priority,
                              "" if ref.owner is None else ref.owner, gates.get(ref.id, "")]
                 pipe.script("push", keys, args)
+        unsent = self.wake.into(pipe, runs)
         pipe.execute()
-        self._wake(runs)
+        self.wake.send(unsent)
 
     @translate_errors
     def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import redis
 
 from runs.brokers.redis.keys import Keys
-from runs.brokers.redis.wire import UNAVAILABLE, Wire
+from runs.brokers.redis.wire import UNAVAILABLE, Pipe, Wire
 from runs.clock import to_ms
 from runs.types import RunRef
 from scheduler_core import conf
@@ -66,27 +66,40 @@ class WakeLists:
         self.wire = wire
         self.keys = keys
 
-    def after_push(self, runs: list[RunRef]) -> None:
-        """After a push of ``runs``: one token per run due before a blocked wait could end
-        (now, or within WORKER_POLL_S, at most WAKE_WAIT_MAX_S, plus WAIT_SLACK_S; by this
-        process's clock), at most WAKE_TOKENS per queue, in a call of its own whose
-        failure is only logged: on a cluster the lists' slot may be on a master that is
-        down while the queues' are up, and the push must not fail for a hint."""
+    def into(self, pipe: Pipe, runs: list[RunRef]) -> Counter:
+        """The wake tokens for a push of ``runs`` (one per run due before a blocked wait
+        could end: now, or within WORKER_POLL_S, at most WAKE_WAIT_MAX_S, plus
+        WAIT_SLACK_S, by this process's clock; at most WAKE_TOKENS per queue), queued on
+        the push's own redis-py ``pipe`` on a single Redis, the queues' own server, so a
+        push and its wake are one round trip. Returns the tokens left for ``send``: all
+        of them on a cluster, where the lists' slot may be on a master that is down while
+        the queues' are up, and the push must not fail for a hint."""
         ahead_s = min(conf.get("WORKER_POLL_S"), WAKE_WAIT_MAX_S) + WAIT_SLACK_S
         horizon_ms = (time.time() + ahead_s) * 1000 + 1
         due = Counter(ref.queue for ref in runs if to_ms(ref.run_at) <= horizon_ms)
+        if due and not self.keys.cluster:
+            self._tokens_into(pipe, due)
+            return Counter()
+        return due
+
+    def send(self, due: Counter) -> None:
+        """Send ``due`` (queue -> runs due, from ``into``) in a call of its own whose
+        failure is only logged."""
         if not due:
             return
         try:
-            pipe = self.wire.client.pipeline(transaction=False)
-            for queue, count in due.items():
-                key = self.keys.wake(queue)
-                pipe.lpush(key, *["1"] * min(count, WAKE_TOKENS))
-                pipe.ltrim(key, 0, WAKE_TOKENS - 1)
+            pipe = self.wire.pipe()
+            self._tokens_into(pipe, due)
             pipe.execute()
         except (*UNAVAILABLE, redis.RedisError, OSError) as exc:
             log.debug("wake tokens not sent (idle workers find the runs at their next "
                       "poll): %s", exc)
+
+    def _tokens_into(self, pipe: Pipe, due: Counter) -> None:
+        for queue, count in due.items():
+            key = self.keys.wake(queue)
+            pipe.hint("LPUSH", key, *["1"] * min(count, WAKE_TOKENS))
+            pipe.hint("LTRIM", key, 0, WAKE_TOKENS - 1)
 
     def wait(self, queues: list[str], timeout_s: float,
              passing_on: Callable[[], bool] | None = None) -> bool:

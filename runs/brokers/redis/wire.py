@@ -17,6 +17,7 @@ whichever master serves its keys.
 
 import functools
 import hashlib
+import logging
 from urllib.parse import unquote
 
 import redis
@@ -28,6 +29,7 @@ from redis.exceptions import RedisClusterException
 
 from scheduler_core.exceptions import BrokerUnavailable
 
+log = logging.getLogger("scheduler.broker")
 CLUSTER_SCHEME = "redis+cluster://"
 # What "Redis cannot serve this now" looks like from redis-py: the connection errors
 # (refused, reset, timed out, MaxConnectionsError, BusyLoadingError), a cluster without a
@@ -76,6 +78,7 @@ class Pipe:
         self.scripts = scripts  # name -> Lua source
         self.pipe = client.pipeline(transaction=False)
         self.calls: dict[int, tuple[str, list, list]] = {}  # reply index -> call
+        self.hints: set[int] = set()  # reply indexes whose errors are not raised
 
     def script(self, name: str, keys: list, args: list) -> None:
         """Queue script ``name`` with ``keys`` (one slot on a cluster) and ``args``."""
@@ -83,16 +86,25 @@ class Pipe:
         self.pipe.execute_command("EVALSHA", script_sha(self.scripts[name]), len(keys),
                                   *keys, *args)
 
+    def hint(self, *command) -> None:
+        """Queue ``command`` (e.g. "LPUSH", key, value), a hint whose refusal is logged,
+        never raised: the calls beside it stand without it (wake.py)."""
+        self.hints.add(len(self.pipe))
+        self.pipe.execute_command(*command)
+
     def execute(self) -> list:
-        """Send everything queued; raises the first error other than NOSCRIPT."""
+        """Send everything queued; raises the first error other than NOSCRIPT, or one of
+        a hint's (then logged)."""
         replies = self.pipe.execute(raise_on_error=False)
         for index, reply in enumerate(replies):
             if isinstance(reply, redis.exceptions.NoScriptError) and index in self.calls:
                 name, keys, args = self.calls[index]
                 replies[index] = self.client.eval(self.scripts[name], len(keys), *keys, *args)
-        for reply in replies:
+        for index, reply in enumerate(replies):
             if isinstance(reply, Exception):
-                raise reply
+                if index not in self.hints:
+                    raise reply
+                log.debug("a hint was refused (%s); the calls beside it stand", reply)
         return replies
 
 
