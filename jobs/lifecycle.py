@@ -8,12 +8,12 @@ stored: a run of the job that goes back to the queue (a dead run requeued, a tri
 makes the job active again without anyone writing to it. Filters and the admin's list
 filter take ``finished`` like the stored values. A workflow's node job is never
 ``finished``: its workflow makes its runs, the next at the workflow's next run (before the
-first one it has none), so it reads as its stored status (jobs/node_jobs.py).
+first one it has none), so it reads as its stored status (jobs/node_job_lists.py).
 """
 
 from django.db.models import Case, CharField, Exists, F, OuterRef, Q, QuerySet, Value, When
 
-from jobs import node_jobs
+from jobs import node_job_lists
 from jobs.models import Job
 from runs.models import TERMINAL_STATES, Run
 
@@ -30,7 +30,7 @@ def with_shown_status(jobs: QuerySet) -> QuerySet:
     ``finished`` for an active one-off job none of whose runs is left to run. One EXISTS
     per one-off job row, on the runs' (job, scheduled_at) unique index."""
     return jobs.annotate(shown_status=Case(
-        When(Q(schedule__isnull=True, status=Job.Status.ACTIVE) & ~node_jobs.node_q()
+        When(Q(schedule__isnull=True, status=Job.Status.ACTIVE) & ~node_job_lists.node_q()
              & ~Exists(_unfinished_runs()), then=Value(FINISHED)),
         default=F("status"), output_field=CharField()))
 
@@ -44,6 +44,6 @@ def shown_status(job: Job) -> str:
     if job.schedule_id is not None or job.status != Job.Status.ACTIVE:
         return job.status
     unfinished = Run.objects.filter(job_id=job.pk).exclude(state__in=TERMINAL_STATES)
-    if unfinished.exists() or node_jobs.workflow_of(job) is not None:
+    if unfinished.exists() or node_job_lists.workflow_of(job) is not None:
         return job.status
     return FINISHED

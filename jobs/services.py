@@ -10,7 +10,7 @@ import psycopg
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import flow_fields, flow_keys, tenants
+from jobs import flow_keys, retry_fields, tenants
 from jobs.guards import refuse_managed
 from jobs.ingest import bulk as ingest
 from jobs.ingest import one_off
@@ -347,7 +347,7 @@ def _merged_spec(job: Job, changes: dict) -> dict:
     if schedule is None:
         for field in sorted(SCHEDULE_FIELDS & set(changes)):
             errors[field] = "a one-off job has no schedule; change its run_at instead"
-    errors.update(flow_fields.move_problems(job.expires_at, changes.get("run_at")))
+    errors.update(retry_fields.move_problems(job.expires_at, changes.get("run_at")))
     if errors:
         raise InvalidJob(errors)
     spec = {

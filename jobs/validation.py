@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime
 from itertools import islice, pairwise
 
-from jobs import callback_fields, flow_fields, flow_keys
+from jobs import callback_fields, flow_keys, retry_fields
 from jobs.ingest import unique
 from jobs.models import QUEUE_RE, MisfirePolicy
 from jobs.schedules import cron, zones
@@ -148,7 +148,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     elif spec.get("jitter_s"):
         errors["jitter_s"] = "applies to cron schedules only; a one-off job runs at its run_at"
     errors.update(unique.problems(spec))
-    errors.update(flow_fields.problems(spec, clean, moment_problem))
+    errors.update(retry_fields.problems(spec, clean, moment_problem))
     errors.update(flow_keys.problems(spec, clean))
     errors.update(callback_fields.problems(
         spec, clean, lambda p: payload_problem(p, limits["MAX_PAYLOAD_BYTES"])))

@@ -24,7 +24,7 @@ import pytest
 from cronsim import CronSim, CronSimError
 
 from jobs.schedules import cron
-from jobs.schedules.crontab import parse_file
+from jobs.schedules.crontab_files import parse_file
 
 CRONTABS = Path(__file__).resolve().parent / "data" / "crontabs"  # README.md there: sources
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata")

@@ -1,4 +1,4 @@
-"""The crontab parser (jobs/schedules/crontab.py): pure Python, no database."""
+"""The crontab parser (jobs/schedules/crontab_files.py): pure Python, no database."""
 
 import re
 import textwrap
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.schedules.crontab import detect_system, parse_crontab, parse_file
+from jobs.schedules.crontab_files import detect_system, parse_crontab, parse_file
 
 DEMO = Path(__file__).resolve().parents[1] / "jobs" / "demo.crontab"
 

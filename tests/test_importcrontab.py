@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from jobs.models import Job, Schedule
 from jobs.schedules import cron
-from jobs.schedules.crontab import parse_file
+from jobs.schedules.crontab_files import parse_file
 
 pytestmark = pytest.mark.django_db
 CRONTABS = Path(__file__).resolve().parent / "data" / "crontabs"  # README.md there: sources

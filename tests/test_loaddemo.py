@@ -16,7 +16,7 @@ from jobs import services
 from jobs.management.commands.loaddemo import DEMO_CRONTAB, START_IN_S
 from jobs.models import Job, Schedule
 from jobs.schedules.cron import normalize
-from jobs.schedules.crontab import parse_file
+from jobs.schedules.crontab_files import parse_file
 from jobs.schedules.scheduler import Scheduler
 from runs.clock import db_now
 from runs.models import Run

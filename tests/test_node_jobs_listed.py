@@ -1,4 +1,4 @@
-"""A workflow's node jobs told apart in the job lists (jobs/node_jobs.py; docs/api.md,
+"""A workflow's node jobs told apart in the job lists (jobs/node_job_lists.py; docs/api.md,
 "List and read"): left out of the plain REST and admin lists unless asked, carrying their
 workflow's id, and ``active`` (not ``finished``) before the workflow's first run."""
 

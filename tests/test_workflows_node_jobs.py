@@ -113,7 +113,7 @@ def test_the_python_api_refuses_the_whole_call_naming_the_workflow(bobs, call_ap
 def test_the_admins_job_actions_refuse_a_node_job(bobs, admin_client, action):
     before = snapshot()
 
-    # Node jobs are listed (and so acted on) when asked for: kind=node (jobs/node_jobs.py).
+    # Node jobs are listed (and so acted on) when asked for: kind=node (jobs/node_job_lists.py).
     page = act(admin_client, "/admin/jobs/job/?kind=node", action, [bobs["job"]],
                confirm="yes")
 

@@ -13,7 +13,7 @@ from workflows.context import ctx_map_item, ctx_upstream
 from workflows.listener import LISTENER
 from workflows.metrics import COLLECTOR
 from workflows.models import MapItem, NodeRun, WorkflowNode, WorkflowRun
-from workflows.node_jobs import describe_node_jobs
+from workflows.node_job_guard import describe_node_jobs
 from workflows.ticks import on_scheduler_tick
 
 # The runs of the nodes of a workflow run that may still start a node, whose results a

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from jobs import node_jobs
+from jobs import node_job_lists
 from jobs.lifecycle import SHOWN_STATUSES, with_shown_status
 from scheduler_core.registry import handler_names
 
@@ -42,7 +42,7 @@ class HandlerFilter(admin.SimpleListFilter):
 
 class KindFilter(admin.SimpleListFilter):
     """Recurring or one-off jobs; a workflow's node jobs (named "workflow/node", made and
-    run by the workflow: jobs/node_jobs.py) only when asked for, as the REST list."""
+    run by the workflow: jobs/node_job_lists.py) only when asked for, as the REST list."""
 
     title = "kind"
     parameter_name = "kind"
@@ -55,8 +55,8 @@ class KindFilter(admin.SimpleListFilter):
         if self.value() == "all":
             return queryset
         if self.value() == "node":
-            return queryset.filter(node_jobs.node_q())
-        queryset = node_jobs.plain(queryset)
+            return queryset.filter(node_job_lists.node_q())
+        queryset = node_job_lists.plain(queryset)
         if self.value() == "cron":
             return queryset.filter(schedule__isnull=False)
         if self.value() == "once":

@@ -5,7 +5,7 @@ import django_filters as filters
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 
-from jobs import node_jobs
+from jobs import node_job_lists
 from jobs.lifecycle import SHOWN_STATUSES
 from jobs.models import Job
 from runs.api.filters import UtcIsoDateTimeFilter
@@ -19,7 +19,7 @@ class JobFilter(filters.FilterSet):
     ``name`` (contains, case-insensitive), ``created_after`` / ``created_before`` (ISO
     8601; a naive time is read as UTC), ``nodes`` (``exclude``, the default: no
     workflow's node jobs; ``include``; ``only``), ``workflow`` (that workflow's node jobs;
-    jobs/node_jobs.py)."""
+    jobs/node_job_lists.py)."""
 
     NODES = [("exclude", "plain jobs only (the default)"),
              ("include", "plain jobs and workflows' node jobs"),
@@ -48,11 +48,11 @@ class JobFilter(filters.FilterSet):
 
     def filter_nodes(self, queryset, name, value):
         if value == "only":
-            return queryset.filter(node_jobs.node_q())
-        return node_jobs.plain(queryset) if value == "exclude" else queryset
+            return queryset.filter(node_job_lists.node_q())
+        return node_job_lists.plain(queryset) if value == "exclude" else queryset
 
     def filter_workflow(self, queryset, name, value):
-        return node_jobs.of_workflow(queryset, int(value))
+        return node_job_lists.of_workflow(queryset, int(value))
 
     class Meta:
         model = Job

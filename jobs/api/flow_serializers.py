@@ -1,4 +1,4 @@
-"""The REST fields of a job's retry strategy and expiry (jobs/flow_fields.py checks them
+"""The REST fields of a job's retry strategy and expiry (jobs/retry_fields.py checks them
 as every way in does; docs/retries-and-expiry.md) and of its flow keys (jobs/flow_keys.py;
 docs/isolation.md)."""
 

@@ -26,7 +26,7 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
-from jobs import node_jobs, services, spec, tenants
+from jobs import node_job_lists, services, spec, tenants
 from jobs.api.bulk_serializers import (
     BulkCreatedSerializer,
     BulkErrorSerializer,
@@ -163,7 +163,7 @@ class JobViewSet(ApiPolicy, ReplicaList, mixins.CreateModelMixin, mixins.ListMod
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
             return Job.objects.none()
-        jobs = node_jobs.with_workflow(
+        jobs = node_job_lists.with_workflow(
             with_shown_status(Job.objects.select_related("schedule", "owner")))
         user = self.request.user
         return jobs if may_view_all(user, Job) else jobs.filter(owner=user)
@@ -173,7 +173,7 @@ class JobViewSet(ApiPolicy, ReplicaList, mixins.CreateModelMixin, mixins.ListMod
         # The plain list leaves workflows' node jobs out unless asked (jobs/api/filters.py);
         # one of them is still found by id.
         asked = {"nodes", "workflow"} & set(self.request.query_params)
-        return node_jobs.plain(jobs) if self.action == "list" and not asked else jobs
+        return node_job_lists.plain(jobs) if self.action == "list" and not asked else jobs
 
     def get_serializer_class(self):
         return {"create": JobCreateSerializer, "partial_update": JobUpdateSerializer,

@@ -12,7 +12,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from jobs import node_jobs, spec
+from jobs import node_job_lists, spec
 from jobs.api.flow_serializers import FLOW_FIELDS, FlowFieldsMixin
 from jobs.api.old_names import DeprecatedNamesMixin
 from jobs.ingest.unique import ALL_STATES, KEY_MAX
@@ -130,10 +130,10 @@ class NextRunField(serializers.DateTimeField):
 
 class NodeWorkflowField(serializers.IntegerField):
     """The id of the workflow whose node the job is, null for a plain job (from the whole
-    job: jobs/node_jobs.py)."""
+    job: jobs/node_job_lists.py)."""
 
     def get_attribute(self, instance):
-        return node_jobs.workflow_of(instance)
+        return node_job_lists.workflow_of(instance)
 
 
 class JobSerializer(serializers.ModelSerializer):

@@ -2,7 +2,7 @@
 [--format auto|user|system]``: one cron job per schedule line of a crontab file.
 
 Each schedule line (crontab(5), user or system format, parsed by
-jobs/schedules/crontab.py) becomes a cron job of handler NAME: the command (and, in a
+jobs/schedules/crontab_files.py) becomes a cron job of handler NAME: the command (and, in a
 system crontab, the user) in the payload, the ``#`` comment right above as the name
 (else the command), the timezone of the last CRON_TZ=/TZ= line above it. Every line is
 validated first; if any is bad, each is reported with its line number and nothing is
@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from jobs.schedules import cron, crontab
+from jobs.schedules import cron, crontab_files
 from jobs.services import InvalidJobs, create_jobs
 from jobs.validation import validate_job
 from scheduler_core.exceptions import InvalidJob
@@ -31,7 +31,7 @@ NAME_WIDTH = 40
 JUST_BEFORE = timedelta(microseconds=1)
 
 
-def job_spec(entry: crontab.CronEntry, handler: str) -> dict:
+def job_spec(entry: crontab_files.CronEntry, handler: str) -> dict:
     """The create_jobs spec of one crontab line: name from its comment (else its command,
     cut to 200 characters, a tab or other control character as a space), payload
     ``{"command": ...}`` plus ``"user"`` if it has one."""
@@ -87,7 +87,7 @@ class Command(BaseCommand):
             raise CommandError(f"--handler: no handler registered as {handler!r} "
                                f"(registered: {', '.join(names)})") from None
         user = self.owner(owner)
-        parsed = crontab.parse_file(
+        parsed = crontab_files.parse_file(
             path, system={"auto": None, "user": False, "system": True}[crontab_format])
         # Three passes over the lines: validate, create, the table's next runs.
         with progress(self.stdout, f"importing {path.name}", 3 * len(parsed.entries)) as step:
@@ -140,7 +140,7 @@ class Command(BaseCommand):
         except User.DoesNotExist:
             raise CommandError(f"--owner: no user named {username!r}") from None
 
-    def validate(self, parsed: crontab.Crontab, handler: str):
+    def validate(self, parsed: crontab_files.Crontab, handler: str):
         """The entries that pass jobs.validation as well as the parser, and
         ``(line number, reason)`` for every bad line, in line order."""
         errors = [(e.line_number, e.reason) for e in parsed.errors]

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs.api.tokens import create_token
 from jobs.models import Job
-from jobs.schedules import cron, crontab
+from jobs.schedules import cron, crontab_files
 from jobs.services import InvalidJobs, create_job, create_jobs
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
@@ -40,7 +40,7 @@ ONE_OFF = [  # (handler, payload, name, max_attempts)
 ]
 
 
-def job_spec(entry: crontab.CronEntry, source: str) -> dict:
+def job_spec(entry: crontab_files.CronEntry, source: str) -> dict:
     """The ``create_jobs`` spec of one crontab entry; ``source`` is "<file>:<line>"."""
     return {
         "name": one_line(entry.comment or entry.command, 200), "handler": "echo",
@@ -119,7 +119,7 @@ class Command(BaseCommand):
         with progress(self.stdout, "loading the demo", len(paths) + 1) as step:
             for path in paths:
                 label = "jobs/demo.crontab" if path == DEMO_CRONTAB else str(path)
-                parsed = crontab.parse_file(path, system=system)
+                parsed = crontab_files.parse_file(path, system=system)
                 for error in parsed.errors:
                     self.stderr.write(f"{label}:{error.line_number}: skipped: {error.reason}")
                 skipped += len(parsed.errors)
