@@ -134,6 +134,17 @@ class Lanes:
         os.set_blocking(self._wake_w, False)
         self.lease = Lane("lease", self._wake_w, lease_threads)
         self.ack = Lane("ack", self._wake_w)
+        self.closed = False
+
+    def wake(self) -> None:
+        """Wake the worker's loop from its select() at once (a stop was asked: from a
+        signal handler too, whose interrupted select() would otherwise resume its wait)."""
+        if self.closed:  # the loop has ended; the descriptor's number may be reused
+            return
+        try:
+            os.write(self._wake_w, b".")
+        except OSError:
+            pass  # full of wake-ups already, or closed meanwhile
 
     def drain_wakeups(self) -> None:
         """Empty the wake-up pipe (after select() reported it readable)."""
@@ -162,5 +173,6 @@ class Lanes:
     def close(self) -> None:
         """Stop the lanes and close the wake-up pipe."""
         self.stop()
+        self.closed = True
         os.close(self.wake_fd)
         os.close(self._wake_w)

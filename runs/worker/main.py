@@ -195,6 +195,9 @@ class Worker(Daemon):
     def request_stop(self, signum=None, frame=None) -> None:
         self.stop.requested()
         super().request_stop(signum, frame)
+        # Its loop may be sleeping to a run's time, up to WORKER_POLL_S, with no lane
+        # call in flight to wake it.
+        self.lanes.wake()
 
     def stop_bound_s(self) -> float:
         return self.stop.bound_s()
