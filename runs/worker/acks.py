@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from django.db import DataError
 
+from runs import tracing
 from runs.daemons.daemon import TRANSIENT
 from runs.execution import continuation
 from runs.execution.outcomes import report
@@ -153,11 +154,14 @@ class Acks:
         (``batches``, keyed by the batch's id) for harvest."""
         batch = self.batches.get(id(outcomes))
         offer = batch.offer if batch is not None else None
+        began_ns = time.time_ns()
         try:
             # The broker's bookkeeping (forget, adopt) goes behind this call in the lane:
             # the continued runs are handed to the children without waiting for it, and
             # every later ack, theirs included, comes after it (the lane is one thread).
             accepted = self.broker.complete(outcomes, offer, after=self.lanes.ack.later)
+            if tracing.on():
+                tracing.acked(outcomes, accepted, began_ns)
         except POISON:
             # One outcome the database refuses must not wedge the batch: ack one by one
             # and record a poison outcome as a plain failure.
