@@ -24,26 +24,41 @@ try:
         Status,
         StatusCode,
     )
+    UNSET = (ProxyTracerProvider, NoOpTracerProvider)  # the API's own: nothing is exported
 except ImportError:  # the extra is not installed: on() is always False
     trace = None
 
 TRACER_NAME = "django-job-scheduler"
 NOTHING = nullcontext()  # what enqueue() gives while tracing is off
+# Where a leased run that stores no context may find one: callables (run ids, database
+# alias) -> {run id: traceparent}, registered at startup (workflows/tracing.py).
+SOURCES: list = []
+
+
+# The global tracer provider last found set, and the scheduler's tracer from it: a
+# provider, once set, is never replaced (the API refuses), and get_tracer costs more
+# than a span.
+_FOUND: list = [None, None]
 
 
 def on() -> bool:
     """Whether to make spans: the OpenTelemetry API is installed, a tracer provider other
     than the API's default (no-op, proxy) is set, and the TRACING tunable is on
     (docs/tracing.md, "Turning it off"). Cheap: the callers ask it on every run."""
-    return (trace is not None
-            and not isinstance(trace.get_tracer_provider(),
-                               ProxyTracerProvider | NoOpTracerProvider)
-            and conf.get("TRACING"))
+    if trace is None:
+        return False
+    provider = trace.get_tracer_provider()
+    if provider is not _FOUND[0]:
+        if isinstance(provider, UNSET):
+            return False
+        _FOUND[:] = [provider, provider.get_tracer(TRACER_NAME)]
+    return conf.get("TRACING")
 
 
 def tracer():
-    """The scheduler's tracer (an opentelemetry.trace.Tracer) from the global provider."""
-    return trace.get_tracer(TRACER_NAME)
+    """The scheduler's tracer (an opentelemetry.trace.Tracer) from the global provider;
+    call only when on()."""
+    return _FOUND[1]
 
 
 def current() -> str | None:
@@ -91,6 +106,18 @@ def run_span(name: str, traceparent: str | None, attributes: dict, start_ns: int
     caller ends it. Call only when on()."""
     return tracer().start_span(name, context=context_of(traceparent), kind=kind or
                                SpanKind.INTERNAL, attributes=attributes, start_time=start_ns)
+
+
+def fill(tasks: list[dict], using: str) -> None:
+    """Give each of ``tasks`` (worker tasks, or lease tasks: dicts with ``trace``) whose
+    run stores no context the one a source in SOURCES finds for it (``using``: the
+    database alias). Call only when on()."""
+    missing = {task["run_id"]: task for task in tasks if task.get("trace") is None}
+    for source in SOURCES:
+        if not missing:
+            return
+        for run_id, traceparent in source(list(missing), using).items():
+            missing.pop(run_id)["trace"] = traceparent
 
 
 def leased(tasks: list[dict], worker_id: str, began_ns: int) -> None:

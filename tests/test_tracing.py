@@ -9,11 +9,12 @@ import pytest
 
 from jobs import services
 from jobs.registry import handler
-from runs.models import Run, RunState
+from runs.models import PENDING_STATES, Run, RunState
 from runs.outbound.payload import http_payload
 from runs.worker import Worker
 from scheduler_core.exceptions import RetryAfter
 from tests import http_server, spans
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 recorder = pytest.fixture(spans.recording)
@@ -36,10 +37,16 @@ def request_span():
 
 def drain(broker, max_runs: int | None = None) -> None:
     """Promote what is due, then run it with a worker of its own that stops once idle
-    (or after ``max_runs`` runs)."""
-    broker.promote()
-    Worker(["default"], concurrency=1, using=broker.using, burst=True,
-           max_runs=max_runs).serve()
+    (or after ``max_runs`` runs); without ``max_runs``, again until no run is pending or
+    running (a burst worker can stop before a run an ack made is pushed)."""
+    def done() -> bool:
+        broker.promote()
+        Worker(["default"], concurrency=1, using=broker.using, burst=True,
+               max_runs=max_runs).serve()
+        return max_runs is not None or not Run.objects.using(broker.using).filter(
+            state__in=[*PENDING_STATES, RunState.RUNNING]).exists()
+
+    wait_until(done, timeout=60, interval=0.05, message="the runs to finish")
 
 
 def test_a_retry_by_another_worker_continues_the_requests_trace(broker, recorder):
@@ -92,11 +99,11 @@ def test_a_bulk_create_gives_each_run_its_enqueue_span(broker, recorder):
 def test_with_tracing_off_no_context_is_stored_and_no_span_made(broker, recorder, settings):
     settings.SCHEDULER = {**settings.SCHEDULER, "TRACING": False}
     with request_span():
-        job = services.create_job("tracing.second_time_lucky", using=broker.using)
+        job = services.create_job("noop", using=broker.using)
     drain(broker)
 
     run = Run.objects.using(broker.using).get(job=job)
-    assert run.trace_context is None and run.attempt == 1
+    assert run.trace_context is None and run.state == RunState.SUCCEEDED
     assert [s["name"] for s in recorder.spans()] == ["POST /api/jobs/"]
 
 
@@ -151,3 +158,26 @@ def test_a_django_task_enqueued_in_a_span_runs_in_its_trace(broker, recorder, se
     assert enqueue["parent_id"] == f"0x{request.get_span_context().span_id:016x}"
     assert attempt["parent_id"] == enqueue["context"]["span_id"]
     assert attempt["status"]["status_code"] == "OK"
+
+
+@pytest.mark.parametrize("child_acks", [True, False], ids=["child acks", "worker acks"])
+def test_every_node_of_a_workflow_run_is_in_the_trace_of_its_start(
+        broker, recorder, settings, child_acks):
+    from workflows import services as workflows
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name,
+                          "WORKER_CHILD_ACKS": child_acks}
+    nodes = [{"name": f"n{i}", "handler": "noop"} for i in range(4)]
+    workflow = workflows.create_workflow(
+        "traced", nodes, [["n0", "n1"], ["n1", "n2"], ["n1", "n3"]], using=broker.using)
+    with request_span() as request:
+        workflows.start_workflow_run(workflow, using=broker.using)
+    drain(broker)
+
+    attempts = recorder.spans("scheduler.attempt")
+    assert Run.objects.using(broker.using).filter(state=RunState.SUCCEEDED).count() == 4
+    assert len(attempts) == 4
+    assert {s["context"]["trace_id"] for s in attempts} == {
+        f"0x{request.get_span_context().trace_id:032x}"}
+    assert {s["parent_id"] for s in attempts} == {
+        f"0x{request.get_span_context().span_id:016x}"}

@@ -77,6 +77,8 @@ def leased_of(leases: list[Lease], using: str) -> list[Leased]:
         t = lease.task if lease.task is not None else runs[lease.run_id]
         leased.append(Leased(lease, wire.task_of(lease.run_id, lease.attempt, t),
                              t["timeout_s"], is_async=is_async(t["handler"])))
+    if leased and tracing.on():
+        tracing.fill([run.task for run in leased], using)  # a workflow's, say
     return leased
 
 
