@@ -10,6 +10,7 @@ A run carries the W3C ``traceparent`` of the span that made it (its enqueue span
 context, so a retry, or another worker, continues the same trace.
 """
 
+import time
 from contextlib import contextmanager, nullcontext
 
 from scheduler_core import conf
@@ -35,24 +36,35 @@ NOTHING = nullcontext()  # what enqueue() gives while tracing is off
 SOURCES: list = []
 
 
-# The global tracer provider last found set, and the scheduler's tracer from it: a
-# provider, once set, is never replaced (the API refuses), and get_tracer costs more
-# than a span.
-_FOUND: list = [None, None]
+# The global tracer provider once found set, and the scheduler's tracer from it (a
+# provider, once set, is never replaced: the API refuses; get_tracer costs more than a
+# span), and, while none is set, when to look again (time.monotonic()): the API's own
+# look reads os.environ, a microsecond on every run (docs/tracing.md, "Turning it off").
+_FOUND: list = [None, None, 0.0]
+LOOK_EVERY_S = 1.0
 
 
 def on() -> bool:
     """Whether to make spans: the OpenTelemetry API is installed, a tracer provider other
-    than the API's default (no-op, proxy) is set, and the TRACING tunable is on
-    (docs/tracing.md, "Turning it off"). Cheap: the callers ask it on every run."""
-    if trace is None:
-        return False
-    provider = trace.get_tracer_provider()
-    if provider is not _FOUND[0]:
+    than the API's default (no-op, proxy) is set, looked for at most every LOOK_EVERY_S
+    seconds until found, and the TRACING tunable is on (docs/tracing.md, "Turning it
+    off"). Cheap: the callers ask it on every run."""
+    if _FOUND[1] is None:
+        now = time.monotonic()
+        if trace is None or now < _FOUND[2]:
+            return False
+        _FOUND[2] = now + LOOK_EVERY_S
+        provider = trace.get_tracer_provider()
         if isinstance(provider, UNSET):
             return False
-        _FOUND[:] = [provider, provider.get_tracer(TRACER_NAME)]
+        _FOUND[:2] = [provider, provider.get_tracer(TRACER_NAME)]
     return conf.get("TRACING")
+
+
+def look_again() -> None:
+    """Look for the tracer provider at the next on(), not LOOK_EVERY_S after the last
+    look: for a process that has just set one (tests/spans.py)."""
+    _FOUND[2] = 0.0
 
 
 def tracer():
