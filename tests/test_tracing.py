@@ -5,6 +5,11 @@ retry by another worker continues the trace; the http handler sends the attempt'
 traceparent. With tracing off nothing is stored and no span made. On every
 broker/database pair, with the SDK's exporters (tests/spans.py)."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from jobs import services
@@ -181,3 +186,35 @@ def test_every_node_of_a_workflow_run_is_in_the_trace_of_its_start(
         f"0x{request.get_span_context().trace_id:032x}"}
     assert {s["parent_id"] for s in attempts} == {
         f"0x{request.get_span_context().span_id:016x}"}
+
+
+def test_a_rest_create_stores_the_requests_context(api, recorder):
+    with request_span() as request:
+        answer = api.post("/api/jobs/", {"handler": "noop"}, format="json")
+
+    assert answer.status_code == 201, answer.content
+    [enqueue] = recorder.spans("scheduler.enqueue")
+    assert enqueue["parent_id"] == f"0x{request.get_span_context().span_id:016x}"
+    stored = Run.objects.get(job_id=answer.json()["id"]).trace_context
+    assert spans.span_id(stored) == enqueue["context"]["span_id"]
+
+
+def test_without_the_api_installed_tracing_is_off_and_imports_nothing():
+    """A process where ``import opentelemetry`` fails, as without the extra."""
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "import django; django.setup()\n"
+        "from runs import tracing\n"
+        "import runs.worker.child, jobs.ingest.bulk, runs.outbound.handler\n"
+        "headers = {}\n"
+        "tracing.inject(headers)\n"
+        "assert not tracing.on() and tracing.current() is None and headers == {}\n"
+        "with tracing.enqueue('noop') as span:\n"
+        "    assert span is None\n"
+        "print('ok')\n")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "scheduler_project.settings_test",
+           "SCHEDULER_TRACING": "true"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
