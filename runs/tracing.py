@@ -10,6 +10,7 @@ A run carries the W3C ``traceparent`` of the span that made it (its enqueue span
 context, so a retry, or another worker, continues the same trace.
 """
 
+import logging
 import time
 from contextlib import contextmanager, nullcontext
 
@@ -29,6 +30,7 @@ try:
 except ImportError:  # the extra is not installed: on() is always False
     trace = None
 
+log = logging.getLogger("scheduler.tracing")
 TRACER_NAME = "django-job-scheduler"
 NOTHING = nullcontext()  # what enqueue() gives while tracing is off
 # Where a leased run that stores no context may find one: callables (run ids, database
@@ -123,12 +125,20 @@ def run_span(name: str, traceparent: str | None, attributes: dict, start_ns: int
 def fill(tasks: list[dict], using: str) -> None:
     """Give each of ``tasks`` (worker tasks, or lease tasks: dicts with ``trace``) whose
     run stores no context the one a source in SOURCES finds for it (``using``: the
-    database alias). Call only when on()."""
+    database alias). Raises nothing: the runs are leased already, and a source that
+    fails (a database error) leaves them without a context, logged. Call only when
+    on()."""
     missing = {task["run_id"]: task for task in tasks if task.get("trace") is None}
     for source in SOURCES:
         if not missing:
             return
-        for run_id, traceparent in source(list(missing), using).items():
+        try:
+            found = source(list(missing), using)
+        except Exception as exc:  # noqa: BLE001 - a trace must never cost a run
+            log.warning("tracing: no trace context for runs %s: %s", sorted(missing)[:20],
+                        exc)
+            return
+        for run_id, traceparent in found.items():
             missing.pop(run_id)["trace"] = traceparent
 
 
@@ -174,15 +184,12 @@ def begin_attempt(task: dict) -> tuple:
     return span, token
 
 
-def end_attempt(handle: tuple, ok: bool, error: str = "",
-                exc: BaseException | None = None) -> None:
+def end_attempt(handle: tuple, ok: bool, error: str = "") -> None:
     """End the attempt span ``handle`` (begin_attempt's): OK when ``ok`` (bool), else
-    ERROR with ``error`` (str, the run's error text) and ``exc`` recorded as an event."""
+    ERROR with ``error`` (str, the run's error text, its first 500 characters)."""
     span, token = handle
     otel_context.detach(token)
     span.set_attribute("scheduler.outcome", "succeeded" if ok else "failed")
-    if exc is not None:
-        span.record_exception(exc)
     span.set_status(Status(StatusCode.OK) if ok else Status(StatusCode.ERROR, error[:500]))
     span.end()
 

@@ -218,3 +218,23 @@ def test_without_the_api_installed_tracing_is_off_and_imports_nothing():
                           text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
 
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_context_source_that_fails_costs_no_run(broker, recorder, caplog):
+    from runs import tracing
+
+    def broken(run_ids, using):
+        raise RuntimeError("the context's database is gone")
+
+    tracing.SOURCES.insert(0, broken)
+    try:
+        job = services.create_job("noop", using=broker.using)
+        Run.objects.using(broker.using).filter(job=job).update(trace_context=None)
+        drain(broker)
+    finally:
+        tracing.SOURCES.remove(broken)
+
+    assert Run.objects.using(broker.using).get(job=job).state == RunState.SUCCEEDED
+    assert "no trace context for runs" in caplog.text
+    [attempt] = recorder.spans("scheduler.attempt")
+    assert attempt["parent_id"] is None  # a trace of its own

@@ -160,12 +160,12 @@ class Acks:
             # the continued runs are handed to the children without waiting for it, and
             # every later ack, theirs included, comes after it (the lane is one thread).
             accepted = self.broker.complete(outcomes, offer, after=self.lanes.ack.later)
-            if tracing.on():
-                tracing.acked(outcomes, accepted, began_ns)
         except POISON:
             # One outcome the database refuses must not wedge the batch: ack one by one
             # and record a poison outcome as a plain failure.
             return [self.complete_alone(outcome) for outcome in outcomes]
+        if tracing.on():
+            tracing.acked(outcomes, accepted, began_ns)
         if offer is not None:
             try:
                 leased = leased_of([lease for lease, _ in offer.taken], self.config.using)
