@@ -33,6 +33,11 @@ def second_time_lucky(ctx, payload):
     return "ok"
 
 
+@handler("tracing.items")
+def items(ctx, payload):
+    return payload["items"]
+
+
 def request_span():
     """A span as a web framework's instrumentation makes one around a request."""
     from opentelemetry import trace
@@ -238,3 +243,20 @@ def test_a_context_source_that_fails_costs_no_run(broker, recorder, caplog):
     assert "no trace context for runs" in caplog.text
     [attempt] = recorder.spans("scheduler.attempt")
     assert attempt["parent_id"] is None  # a trace of its own
+
+
+def test_a_mapped_nodes_item_runs_are_in_the_trace_of_the_start(broker, recorder, settings):
+    from workflows import services as workflows
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
+    workflow = workflows.create_workflow("mapped", [
+        {"name": "root", "handler": "tracing.items", "payload": {"items": [1, 2, 3]}},
+        {"name": "each", "handler": "noop", "map": "root"}], [], using=broker.using)
+    with request_span() as request:
+        workflows.start_workflow_run(workflow, using=broker.using)
+    drain(broker)
+
+    attempts = recorder.spans("scheduler.attempt")
+    assert len(attempts) == 4  # the root's, and one per item
+    assert {s["parent_id"] for s in attempts} == {
+        f"0x{request.get_span_context().span_id:016x}"}
