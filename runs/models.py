@@ -80,6 +80,11 @@ class Run(models.Model):
     # or the API made it). No foreign key: the runs table is partitioned and keeps none
     # (docs/architecture.md, "Data model"); docs/cron.md, "Backfill".
     backfill_id = models.BigIntegerField(null=True, blank=True)
+    # The W3C traceparent of the span that made the run (None: tracing off, or nothing
+    # traced made it): the parent of its lease, attempt and ack spans, whichever worker
+    # and attempt (runs/tracing.py; docs/tracing.md). NULL rather than "": the COPY and
+    # INSERT paths that know of no context leave the column out.
+    trace_context = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
 
     objects = RunQuerySet.as_manager()
 

@@ -118,6 +118,9 @@ DEFAULTS: dict[str, Tunable] = {
     "RECONCILE_INTERVAL_S": Tunable(10.0, float, "seconds between DB -> broker reconciles"),
     "WORKER_POLL_S": Tunable(0.05, float, "seconds a worker with free slots waits when idle"),
     "WORKER_GRACE_S": Tunable(30.0, float, "seconds a SIGTERMed worker waits for in-flight runs"),
+    "TRACING": Tunable(
+        True, flag, "OpenTelemetry spans of enqueue, lease, attempt and ack, when the API "
+        "is installed and a tracer provider is set (docs/tracing.md); off: none"),
     "WORKER_CHILD_ACKS": Tunable(
         True, flag, "PostgreSQL: a worker's child acks a workflow node's success itself and "
         "starts the run that ack continued (docs/workflows.md, \"Latency\"); off: the "

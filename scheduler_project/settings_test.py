@@ -18,6 +18,9 @@ os.environ.setdefault("SCHEDULER_REDIS_PREFIX", "schedtest")
 # DEBUG off); daemons it starts inherit this, as they did when DEBUG defaulted to on.
 # Tests of the production defaults read settings.py under an environment of their own.
 os.environ.setdefault("DEBUG", "true")
+# Spans only in the tests of tracing, which turn it on (tests/spans.py): the tracer
+# provider they set stays for the rest of the process, and the other tests are tracing off.
+os.environ.setdefault("SCHEDULER_TRACING", "off")
 
 # The fault-injection app and the demo handlers are installed (settings_chaos), as in the
 # daemons tests start.

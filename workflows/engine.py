@@ -28,6 +28,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from jobs.schedules import cron
+from runs import tracing
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
 from runs.clock import seconds
@@ -194,12 +195,16 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> set[int]:
         planned[(job_id, scheduled_at)] = (node_run_id, owner_id, (
             job_id, scheduled_at, run_at, jitter, queue, shard_of(shard_key or handler, shards),
             priority, max_attempts))
+    # The span current at a start (a request's), which its later runs find at their
+    # lease (workflows/tracing.py); None in an ack.
+    trace = tracing.current()
     if connections[using].vendor == "postgresql":
-        found = _insert_runs_pg([entry[2] for entry in planned.values()], using)
+        found = _insert_runs_pg([entry[2] for entry in planned.values()], using, trace)
     else:
         runs = Run.objects.using(using)
         runs.bulk_create([Run(job_id=v[0], scheduled_at=v[1], run_at=v[2], jitter_s=v[3],
-                              queue=v[4], shard=v[5], priority=v[6], max_attempts=v[7])
+                              queue=v[4], shard=v[5], priority=v[6], max_attempts=v[7],
+                              trace_context=trace)
                           for _, _, v in planned.values()],
                          batch_size=1000, ignore_conflicts=True)
         found = runs.filter(job_id__in={key[0] for key in planned},
@@ -234,11 +239,12 @@ def _continue(refs: list[RunRef], now: datetime, using: str) -> list[RunRef]:
     return rest
 
 
-def _insert_runs_pg(values: list[tuple], using: str) -> list[tuple]:
+def _insert_runs_pg(values: list[tuple], using: str, trace: str | None = None) -> list[tuple]:
     """Insert runs of ``values`` ((job id, scheduled_at, run_at, jitter_s, queue, shard,
-    priority, max_attempts), UTC datetimes) in one statement, skipping those whose (job,
-    scheduled_at) exists, and return (id, job id, scheduled_at, queue, shard, priority,
-    run_at, state) of the new and the existing ones alike. One INSERT ... SELECT from
+    priority, max_attempts), UTC datetimes; ``trace`` their trace context or None) in one
+    statement, skipping those whose (job, scheduled_at) exists, and return (id, job id,
+    scheduled_at, queue, shard, priority, run_at, state) of the new and the existing ones
+    alike. One INSERT ... SELECT from
     arrays rather than Django objects: building and inserting 998 ``Run`` objects took a
     fan-out's ack about 300 ms (BENCHMARKS.md, "Workflows (W7)")."""
     table = Run._meta.db_table
@@ -250,9 +256,9 @@ def _insert_runs_pg(values: list[tuple], using: str) -> list[tuple]:
         " %s::float8[], %s::text[], %s::int[], %s::int[], %s::int[])"
         " AS v(job_id, scheduled_at, run_at, jitter_s, queue, shard, priority, max_attempts)),"
         f" made AS (INSERT INTO {table} (job_id, scheduled_at, run_at, jitter_s, state, queue,"
-        " shard, priority, attempt, max_attempts, worker_id, created_at, error, catch_up)"
-        " SELECT job_id, scheduled_at, run_at, jitter_s, %s, queue, shard, priority, 0,"
-        " max_attempts, '', %s, '', false FROM v ON CONFLICT DO NOTHING"
+        " shard, priority, attempt, max_attempts, worker_id, created_at, error, catch_up,"
+        " trace_context) SELECT job_id, scheduled_at, run_at, jitter_s, %s, queue, shard,"
+        " priority, 0, max_attempts, '', %s, '', false, %s FROM v ON CONFLICT DO NOTHING"
         " RETURNING id, job_id, scheduled_at, queue, shard, priority, run_at, state)"
         " SELECT * FROM made UNION ALL SELECT r.id, r.job_id, r.scheduled_at, r.queue,"
         f" r.shard, r.priority, r.run_at, r.state FROM {table} AS r JOIN v"
@@ -261,7 +267,7 @@ def _insert_runs_pg(values: list[tuple], using: str) -> list[tuple]:
         cursor.execute(sql, [int_array(columns[0]), list(columns[1]), list(columns[2]),
                              list(columns[3]), list(columns[4]), int_array(columns[5]),
                              int_array(columns[6]), int_array(columns[7]),
-                             RunState.SCHEDULED, timezone.now()])
+                             RunState.SCHEDULED, timezone.now(), trace])
         return cursor.fetchall()
 
 

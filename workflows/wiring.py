@@ -3,10 +3,11 @@ the run listener (runs/execution/hooks.py), the jobs and runs the history retent
 node's job; the runs of a workflow run that can still start a node), ``ctx.upstream``,
 the scheduler's tick (cron workflow runs and the reconcile), the jobs' write guard on the
 nodes' jobs (jobs/guards.py) and the workflows' families on /metrics
-(workflows/metrics.py)."""
+(workflows/metrics.py), and the trace context of its runs (workflows/tracing.py)."""
 
 from jobs import guards
 from jobs.schedules.scheduler import scheduler_tick
+from runs import tracing
 from runs.execution import hooks
 from runs.metrics.endpoint import registry
 from workflows.context import ctx_map_item, ctx_upstream
@@ -15,6 +16,7 @@ from workflows.metrics import COLLECTOR
 from workflows.models import MapItem, NodeRun, WorkflowNode, WorkflowRun
 from workflows.node_job_guard import describe_node_jobs
 from workflows.ticks import on_scheduler_tick
+from workflows.tracing import contexts
 
 # The runs of the nodes of a workflow run that may still start a node, whose results a
 # downstream node reads (docs/workflows.md, "Results"): running or paused, or failed
@@ -45,3 +47,5 @@ def connect() -> None:
     hooks.keep_runs(KEPT_ITEM_RUNS)
     scheduler_tick.connect(on_scheduler_tick, dispatch_uid="workflows.ticks")
     registry.register(COLLECTOR)  # /metrics: workflow runs by state, node start delay
+    if contexts not in tracing.SOURCES:
+        tracing.SOURCES.append(contexts)  # a node's run: its workflow run's trace context

@@ -29,6 +29,7 @@ from jobs.ingest.copy import (
 from jobs.models import Job, Schedule
 from jobs.schedules import cron
 from jobs.validation import compact_json
+from runs import tracing
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
 from runs.clock import db_now
@@ -51,7 +52,7 @@ ACTIVE, SCHEDULED = Job.Status.ACTIVE.value, RunState.SCHEDULED.value
 RUN_COLUMNS = ("id", "job_id", "scheduled_at", "run_at", "jitter_s", "state", "queue",
                "shard", "priority", "attempt", "max_attempts", "worker_id",
                "lease_expires_at", "created_at", "started_at", "finished_at", "error",
-               "result", "catch_up", "backfill_id")
+               "result", "catch_up", "backfill_id", "trace_context")
 # From this many new runs per call a stale foreign-key check plan costs more than the one
 # round trip that drops it (bulk_insert.replan_checks): a call of 100 runs takes ~10 ms.
 REPLAN_FROM_RUNS = 100
@@ -64,7 +65,9 @@ def insert(cleaned: list[dict], owner, bounds, using: str) -> "CreatedJobs":
     raises IntegrityError (Django's, or psycopg's from COPY), which create_jobs retries."""
     owner_id = owner.pk if owner is not None else None
     broker = get_broker(using)
-    with transaction.atomic(using=using):
+    # The enqueue span (runs/tracing.py): every run made here stores its traceparent.
+    with (tracing.enqueue(cleaned[0]["handler"] if len(cleaned) == 1 else "", len(cleaned)),
+          transaction.atomic(using=using)):
         now = db_now(using)
         found = unique.conflicts(cleaned, owner_id, now, using)
         new = [s for i, s in enumerate(cleaned) if i not in found]
@@ -175,6 +178,9 @@ class _Rows:
         stamp_text = moment(self.jobs[0][19]) if self.jobs else NULL
         runs: dict[int, tuple] = {}
         queues = _Escaped()
+        # The enqueue span's (insert), for every run of the call: hex digits and dashes.
+        trace = tracing.current()
+        trace_text = NULL if trace is None else trace
 
         def lines() -> Iterator[str]:  # fills runs as consumed (see _job_values)
             for n, (pk, v) in enumerate(zip(run_ids, one_off, strict=True)):
@@ -182,13 +188,13 @@ class _Rows:
                 shard = shard_cache.get(source)
                 if shard is None:
                     shard = shard_cache[source] = shard_of(source, shards)
-                # (job, scheduled_at, run_at, queue, shard, priority, max_attempts)
-                runs[n] = (pk, v[0], v[9], v[9], v[5], shard, v[7], v[13])
+                # (job, scheduled_at, run_at, queue, shard, priority, max_attempts, trace)
+                runs[n] = (pk, v[0], v[9], v[9], v[5], shard, v[7], v[13], trace)
                 if postgres:
                     at = self.run_at_texts[n]
                     yield (f"{pk}\t{v[0]}\t{at}\t{at}\t0\t{SCHEDULED}\t"
                            f"{queues[v[5]]}\t{shard}\t{v[7]}\t0\t{v[13]}\t\t{NULL}\t"
-                           f"{stamp_text}\t{NULL}\t{NULL}\t\t{NULL}\tf\t{NULL}\n")
+                           f"{stamp_text}\t{NULL}\t{NULL}\t\t{NULL}\tf\t{NULL}\t{trace_text}\n")
 
         if postgres:
             copy_lines(Run._meta.db_table, RUN_COLUMNS, lines(), self.using)
@@ -198,7 +204,8 @@ class _Rows:
             for _ in lines():
                 pass
             self._bulk_create(Run, ("id", "job_id", "scheduled_at", "run_at", "queue",
-                                    "shard", "priority", "max_attempts"), runs)
+                                    "shard", "priority", "max_attempts", "trace_context"),
+                              runs)
         # Gates only while flow control is in use: each costs Redis a hash write at push
         # and a read at lease (W1 lost 6-13% to them, BENCHMARKS.md); a limit set later
         # pushes the waiting runs again with theirs (runs/flow/rate_limits.py, _spread).

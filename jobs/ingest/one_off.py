@@ -10,6 +10,7 @@ the database clock itself, and outside a transaction that statement is its own c
 from django.db import connections, transaction
 
 from jobs.models import Job
+from runs import tracing
 from runs.brokers import get_broker, pg_listen
 from runs.brokers.shards import shard_of
 from runs.flow import control as flow
@@ -58,7 +59,9 @@ def create_one(spec: dict, owner, bounds: Bounds | None, using: str) -> Job:
     delay_s = None if spec.get("run_at") else (spec.get("delay_s") or 0)
     broker = get_broker(using)
     # One statement is atomic by itself: no savepoint and its release around it.
-    with transaction.mark_for_rollback_on_error(using=using):
+    # The enqueue span (runs/tracing.py), whose traceparent the run stores.
+    with tracing.enqueue(job.handler), transaction.mark_for_rollback_on_error(using=using):
+        run.trace_context = tracing.current()
         # Where the runs table is the working set, a due run is stored ready and a later
         # one waits for the dispatcher's promote: nothing to push (runs/brokers/database.py).
         insert_job_with_run(job, run, using, delay_s, ready_if_due=broker.ready_when_stored)

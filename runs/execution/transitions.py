@@ -146,7 +146,8 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
                     # JSON text (Django loads jsonb as text for JSONField to decode): the
                     # worker's child decodes it (runs/worker/lease_ahead.py, Leased).
                     "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
-                    "timeout_s": r[9], "max_attempts": r[10], "retry": r[11]})
+                    "timeout_s": r[9], "max_attempts": r[10], "retry": r[11],
+                    "trace": r[12]})
         for r in rows
     ]
 
@@ -168,7 +169,7 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
               AND {expiry.fate_sql(run, job)} = %s
             RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
                       {run}.started_at, {run}.lease_expires_at, {run}.job_id,
-                      {run}.scheduled_at
+                      {run}.scheduled_at, {run}.trace_context
         ),
         attempts AS (
             INSERT INTO {attempt} (run_id, run_scheduled_at, number, worker_id,
@@ -178,7 +179,7 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
         SELECT s.id, s.attempt, s.queue, s.shard,
                (EXTRACT(EPOCH FROM s.lease_expires_at) * 1000000)::bigint, s.job_id,
                (EXTRACT(EPOCH FROM s.scheduled_at) * 1000000)::bigint,
-               j.handler, j.payload, j.timeout_s, j.max_attempts, j.retry
+               j.handler, j.payload, j.timeout_s, j.max_attempts, j.retry, s.trace_context
         FROM started s
         CROSS JOIN LATERAL (SELECT handler, payload, timeout_s, max_attempts, retry
                             FROM {job}

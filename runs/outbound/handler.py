@@ -16,6 +16,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
+from runs import tracing
 from runs.outbound import client, guard, secrets
 from runs.outbound.payload import SECRET_HEADERS, check_stored, opened, value_problem
 from runs.outbound.redact import scrub
@@ -124,6 +125,7 @@ async def http(ctx, payload: dict) -> dict:
         raise PermanentFailure("invalid http payload: " + "; ".join(
             f"{field}: {reason}" for field, reason in errors.items()))
     headers, content = request_parts(payload, owner_id)
+    tracing.inject(headers)  # the attempt span's traceparent (docs/tracing.md)
     marked = SECRET_HEADERS | {n.lower() for n in payload["encrypted_headers"]}
     began = time.monotonic()
     try:

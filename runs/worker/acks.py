@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from django.db import DataError
 
+from runs import tracing
 from runs.daemons.daemon import TRANSIENT
 from runs.execution import continuation
 from runs.execution.outcomes import report
@@ -153,6 +154,7 @@ class Acks:
         (``batches``, keyed by the batch's id) for harvest."""
         batch = self.batches.get(id(outcomes))
         offer = batch.offer if batch is not None else None
+        began_ns = time.time_ns()
         try:
             # The broker's bookkeeping (forget, adopt) goes behind this call in the lane:
             # the continued runs are handed to the children without waiting for it, and
@@ -162,6 +164,8 @@ class Acks:
             # One outcome the database refuses must not wedge the batch: ack one by one
             # and record a poison outcome as a plain failure.
             return [self.complete_alone(outcome) for outcome in outcomes]
+        if tracing.on():
+            tracing.acked(outcomes, accepted, began_ns)
         if offer is not None:
             try:
                 leased = leased_of([lease for lease, _ in offer.taken], self.config.using)

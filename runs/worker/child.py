@@ -21,6 +21,7 @@ import time
 import traceback
 from datetime import UTC, datetime
 
+from runs import tracing
 from runs.clock import from_us
 from runs.context import RunContext
 from runs.execution.retry import exception_names, refusal, stored
@@ -354,8 +355,9 @@ def child_main(conn, control, lock, handoff_config=None, quiet_fd=None,
         try:
             tasks = conn.recv()
         except (EOFError, OSError):
-            os._exit(0)
+            tasks = None
         if tasks is None:
+            tracing.flush()  # os._exit skips the SDK's flush at exit
             os._exit(0)
         for task in tasks:
             if take_task(task, control, lock):
@@ -367,7 +369,8 @@ def run_task(task: dict, capture: CaptureHandler, send, control, lock, quiet) ->
     itself is acked here, and the run that ack continued executes next, and so on
     (runs/worker/handoff.py; ``quiet``: the quiet pipe's sender, wire.quiet_sender)."""
     while task is not None:
-        done = execute(task, capture, send)
+        done = tracing.attempt(task, lambda t=task: execute(t, capture, send)) \
+            if tracing.on() else execute(task, capture, send)
         # Lines the run logged, streamed already or not, go with the worker's ack.
         silent = done[3] and capture.kept == 0 and not capture.dropped
         seq = handoff.claim(task, control, lock) if silent else 0

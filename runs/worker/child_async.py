@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 
+from runs import tracing
 from runs.clock import from_us
 from runs.context import RunContext
 from runs.worker import child, wire
@@ -86,6 +87,8 @@ class AsyncRunner:
             logger=logging.getLogger(f"jobs.run.{task['handler']}"),
             _beat=beater(task["run_id"], self.send), using=child.WORKER_DATABASE[0])
         ok, result, error, retry, late = True, None, "", None, False
+        # The attempt span, current in this asyncio task only (runs/tracing.py).
+        span = tracing.begin_attempt(task) if tracing.on() else None
         limit = asyncio.timeout(max(0.0, task["deadline"] / 1e6 - time.time()))
         try:
             async with limit:
@@ -103,6 +106,8 @@ class AsyncRunner:
         if ok and (problem := child.result_problem(result)):
             ok, result, error = False, None, f"the handler's result {problem}"
         finished = time.monotonic()
+        if span is not None:
+            tracing.end_attempt(span, ok, error)
         with self.send.lock:
             logs = capture.finish()
             if late:

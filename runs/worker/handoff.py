@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from runs import tracing
 from runs.clock import from_us, to_us
 from runs.execution import continuation
 from runs.models import AttemptOutcome
@@ -166,6 +167,8 @@ def ack_here(task: dict, done: tuple, seq: int, control, lock, send, quiet) -> d
     nxt = None
     if offer.taken and offer.taken[0][0].task is not None:
         nxt = continued_task(offer.taken[0][0], seq)
+        if tracing.on():
+            tracing.fill([nxt], config.using)  # a workflow node's (runs/tracing.py)
         with lock:
             control[0] = seq  # started: the worker's take_back must not count it waiting
     quiet(("acked", run_id, attempt, outcome.outcome, outcome.error, outcome.fate,

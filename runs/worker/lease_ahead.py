@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from runs import tracing
 from runs.clock import to_us
 from runs.daemons.daemon import TRANSIENT
 from runs.models import Run
@@ -65,17 +66,19 @@ def leased_of(leases: list[Lease], using: str) -> list[Leased]:
         # The task's form (start_attempts on PostgreSQL gives it): payload as JSON text.
         row[0]: {"scheduled_at_us": to_us(row[1]), "job_id": row[2], "handler": row[3],
                  "payload": json.dumps(row[4]), "timeout_s": row[5],
-                 "max_attempts": row[6], "retry": row[7]}
+                 "max_attempts": row[6], "retry": row[7], "trace": row[8]}
         for row in Run.objects.using(using)
         .filter(pk__in=missing)
         .values_list("pk", "scheduled_at", "job_id", "job__handler", "job__payload",
-                     "job__timeout_s", "job__max_attempts", "job__retry")
+                     "job__timeout_s", "job__max_attempts", "job__retry", "trace_context")
     } if missing else {}
     leased = []
     for lease in leases:
         t = lease.task if lease.task is not None else runs[lease.run_id]
         leased.append(Leased(lease, wire.task_of(lease.run_id, lease.attempt, t),
                              t["timeout_s"], is_async=is_async(t["handler"])))
+    if leased and tracing.on():
+        tracing.fill([run.task for run in leased], using)  # a workflow's, say
     return leased
 
 
@@ -188,9 +191,10 @@ class LeaseAhead:
         for a push, as long as the worker would have slept, and leases once more; the
         seconds are then 0 (lease again now: the wait is done)."""
         c = self.config
+        began_ns = time.time_ns()
         leases = self.broker.lease(c.queues, want, c.worker_id, weights=c.weights)
         if leases:
-            return leased_of(leases, c.using), None
+            return self.traced(leased_of(leases, c.using), began_ns), None
         due_in = self.broker.next_due_s(c.queues)
         wait_s = c.poll_s if due_in is None else min(due_in, c.poll_s)
         # A burst worker does not wait: it stops once idle (main.py, round). Nor does a
@@ -203,8 +207,16 @@ class LeaseAhead:
             return [], due_in
         if self.waits_end():
             return [], 0.0
+        began_ns = time.time_ns()
         leases = self.broker.lease(c.queues, want, c.worker_id, weights=c.weights)
-        return leased_of(leases, c.using), None if leases else 0.0
+        return self.traced(leased_of(leases, c.using), began_ns), None if leases else 0.0
+
+    def traced(self, leased: list[Leased], began_ns: int) -> list[Leased]:
+        """``leased``, with their lease spans recorded when tracing is on (runs/tracing.py;
+        ``began_ns``: the lease call's start, ns since the epoch)."""
+        if leased and tracing.on():
+            tracing.leased([run.task for run in leased], self.config.worker_id, began_ns)
+        return leased
 
     def waits_end(self) -> bool:
         """Whether an idle wait in the broker (Broker.wait_ready) is to end now: the

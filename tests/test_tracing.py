@@ -1,0 +1,262 @@
+"""OpenTelemetry tracing (docs/tracing.md, runs/tracing.py): a run stores the traceparent
+of its enqueue span, a child of the span current where it was made; each attempt's span,
+made in the worker's child where the handler runs, is a child of that context, so a
+retry by another worker continues the trace; the http handler sends the attempt's
+traceparent. With tracing off nothing is stored and no span made. On every
+broker/database pair, with the SDK's exporters (tests/spans.py)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs import services
+from jobs.registry import handler
+from runs.models import PENDING_STATES, Run, RunState
+from runs.outbound.payload import http_payload
+from runs.worker import Worker
+from scheduler_core.exceptions import RetryAfter
+from tests import http_server, spans
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+recorder = pytest.fixture(spans.recording)
+server = pytest.fixture(http_server.serving)
+
+
+@handler("tracing.second_time_lucky")
+def second_time_lucky(ctx, payload):
+    if ctx.attempt == 1:
+        raise RetryAfter(0, "not yet")
+    return "ok"
+
+
+@handler("tracing.items")
+def items(ctx, payload):
+    return payload["items"]
+
+
+def request_span():
+    """A span as a web framework's instrumentation makes one around a request."""
+    from opentelemetry import trace
+
+    return trace.get_tracer("tests").start_as_current_span("POST /api/jobs/")
+
+
+def drain(broker, max_runs: int | None = None) -> None:
+    """Promote what is due, then run it with a worker of its own that stops once idle
+    (or after ``max_runs`` runs); without ``max_runs``, again until no run is pending or
+    running (a burst worker can stop before a run an ack made is pushed)."""
+    def done() -> bool:
+        broker.promote()
+        Worker(["default"], concurrency=1, using=broker.using, burst=True,
+               max_runs=max_runs).serve()
+        return max_runs is not None or not Run.objects.using(broker.using).filter(
+            state__in=[*PENDING_STATES, RunState.RUNNING]).exists()
+
+    wait_until(done, timeout=60, interval=0.05, message="the runs to finish")
+
+
+def test_a_retry_by_another_worker_continues_the_requests_trace(broker, recorder):
+    with request_span() as request:
+        job = services.create_job("tracing.second_time_lucky", using=broker.using)
+    run = Run.objects.using(broker.using).get(job=job)
+    [enqueue] = recorder.spans("scheduler.enqueue")
+    request_id = f"0x{request.get_span_context().span_id:016x}"
+
+    drain(broker, max_runs=1)  # the first attempt asks to be retried at once
+    assert Run.objects.using(broker.using).get(pk=run.pk).state == RunState.RETRYING
+    drain(broker)  # a second worker's attempt succeeds
+
+    assert Run.objects.using(broker.using).get(pk=run.pk).state == RunState.SUCCEEDED
+    assert enqueue["parent_id"] == request_id
+    assert enqueue["attributes"]["scheduler.handler"] == "tracing.second_time_lucky"
+    assert spans.span_id(run.trace_context) == enqueue["context"]["span_id"]
+    attempts = sorted(recorder.spans("scheduler.attempt"),
+                      key=lambda s: s["attributes"]["scheduler.attempt"])
+    assert [s["attributes"]["scheduler.attempt"] for s in attempts] == [1, 2]
+    for attempt in attempts:
+        assert attempt["context"]["trace_id"] == enqueue["context"]["trace_id"]
+        assert attempt["parent_id"] == enqueue["context"]["span_id"]
+        assert attempt["attributes"]["scheduler.run_id"] == run.pk
+    assert [s["status"]["status_code"] for s in attempts] == ["ERROR", "OK"]
+    assert [s["attributes"]["scheduler.outcome"] for s in attempts] == ["failed", "succeeded"]
+    by_attempt = lambda s: s["attributes"]["scheduler.attempt"]  # noqa: E731
+    leases = sorted(recorder.spans("scheduler.lease"), key=by_attempt)
+    acks = sorted(recorder.spans("scheduler.ack"), key=by_attempt)
+    assert [by_attempt(s) for s in leases] == [by_attempt(s) for s in acks] == [1, 2]
+    for span in leases + acks:
+        assert span["parent_id"] == enqueue["context"]["span_id"]
+        assert span["attributes"]["scheduler.run_id"] == run.pk
+    assert [s["attributes"]["scheduler.outcome"] for s in acks] == ["failed", "succeeded"]
+    assert all(s["attributes"]["scheduler.accepted"] for s in acks)
+
+
+def test_a_bulk_create_gives_each_run_its_enqueue_span(broker, recorder):
+    specs = [{"handler": "noop", "name": f"n{i}"} for i in range(3)]
+    with request_span():
+        services.create_jobs(specs, using=broker.using)
+
+    [enqueue] = recorder.spans("scheduler.enqueue")
+    assert enqueue["attributes"]["scheduler.jobs"] == 3
+    contexts = set(Run.objects.using(broker.using).values_list("trace_context", flat=True))
+    assert len(contexts) == 1
+    assert spans.span_id(contexts.pop()) == enqueue["context"]["span_id"]
+
+
+def test_with_tracing_off_no_context_is_stored_and_no_span_made(broker, recorder, settings):
+    settings.SCHEDULER = {**settings.SCHEDULER, "TRACING": False}
+    with request_span():
+        job = services.create_job("noop", using=broker.using)
+    drain(broker)
+
+    run = Run.objects.using(broker.using).get(job=job)
+    assert run.trace_context is None and run.state == RunState.SUCCEEDED
+    assert [s["name"] for s in recorder.spans()] == ["POST /api/jobs/"]
+
+
+def test_the_http_handler_sends_its_attempts_traceparent(broker, recorder, settings, server):
+    settings.SCHEDULER = {**settings.SCHEDULER, "HTTP_ALLOWLIST": "127.0.0.1"}
+    with request_span():
+        job = services.create_job("http", http_payload(f"{server.url}/echo"),
+                                  using=broker.using)
+    drain(broker)
+
+    assert Run.objects.using(broker.using).get(job=job).state == RunState.SUCCEEDED
+    [attempt] = recorder.spans("scheduler.attempt")
+    sent = {k.lower(): v for k, v in server.requests[-1][2].items()}["traceparent"]
+    assert spans.trace_id(sent) == attempt["context"]["trace_id"]
+    assert spans.span_id(sent) == attempt["context"]["span_id"]
+
+
+def test_a_traceparent_the_job_gives_is_sent_as_given(broker, recorder, settings, server):
+    settings.SCHEDULER = {**settings.SCHEDULER, "HTTP_ALLOWLIST": "127.0.0.1"}
+    own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    services.create_job("http", http_payload(f"{server.url}/echo",
+                                             headers={"TraceParent": own}),
+                        using=broker.using)
+    drain(broker)
+
+    headers = {k.lower(): v for k, v in server.requests[-1][2].items()}
+    assert headers["traceparent"] == own
+
+
+def test_the_run_column_holds_a_w3c_traceparent(broker, recorder):
+    with request_span() as request:
+        job = services.create_job("noop", using=broker.using)
+
+    stored = Run.objects.using(broker.using).get(job=job).trace_context
+    version, trace, parent, flags = stored.split("-")
+    assert version == "00" and int(flags, 16) & 1 and len(stored) == 55  # sampled
+    assert int(trace, 16) == request.get_span_context().trace_id
+    assert parent != f"{request.get_span_context().span_id:016x}"  # the enqueue span's
+
+
+def test_a_django_task_enqueued_in_a_span_runs_in_its_trace(broker, recorder, settings):
+    from tests import djtasks_tasks
+
+    settings.TASKS = {"default": {"BACKEND": "scheduler_tasks.backend.SchedulerBackend",
+                                  "QUEUES": [], "OPTIONS": {"DATABASE": broker.using}}}
+    with request_span() as request:
+        djtasks_tasks.add.enqueue(1, b=2)
+    drain(broker)
+
+    [enqueue] = recorder.spans("scheduler.enqueue")
+    [attempt] = recorder.spans("scheduler.attempt")
+    assert enqueue["parent_id"] == f"0x{request.get_span_context().span_id:016x}"
+    assert attempt["parent_id"] == enqueue["context"]["span_id"]
+    assert attempt["status"]["status_code"] == "OK"
+
+
+@pytest.mark.parametrize("child_acks", [True, False], ids=["child acks", "worker acks"])
+def test_every_node_of_a_workflow_run_is_in_the_trace_of_its_start(
+        broker, recorder, settings, child_acks):
+    from workflows import services as workflows
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name,
+                          "WORKER_CHILD_ACKS": child_acks}
+    nodes = [{"name": f"n{i}", "handler": "noop"} for i in range(4)]
+    workflow = workflows.create_workflow(
+        "traced", nodes, [["n0", "n1"], ["n1", "n2"], ["n1", "n3"]], using=broker.using)
+    with request_span() as request:
+        workflows.start_workflow_run(workflow, using=broker.using)
+    drain(broker)
+
+    attempts = recorder.spans("scheduler.attempt")
+    assert Run.objects.using(broker.using).filter(state=RunState.SUCCEEDED).count() == 4
+    assert len(attempts) == 4
+    assert {s["context"]["trace_id"] for s in attempts} == {
+        f"0x{request.get_span_context().trace_id:032x}"}
+    assert {s["parent_id"] for s in attempts} == {
+        f"0x{request.get_span_context().span_id:016x}"}
+
+
+def test_a_rest_create_stores_the_requests_context(api, recorder):
+    with request_span() as request:
+        answer = api.post("/api/jobs/", {"handler": "noop"}, format="json")
+
+    assert answer.status_code == 201, answer.content
+    [enqueue] = recorder.spans("scheduler.enqueue")
+    assert enqueue["parent_id"] == f"0x{request.get_span_context().span_id:016x}"
+    stored = Run.objects.get(job_id=answer.json()["id"]).trace_context
+    assert spans.span_id(stored) == enqueue["context"]["span_id"]
+
+
+def test_without_the_api_installed_tracing_is_off_and_imports_nothing():
+    """A process where ``import opentelemetry`` fails, as without the extra."""
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "import django; django.setup()\n"
+        "from runs import tracing\n"
+        "import runs.worker.child, jobs.ingest.bulk, runs.outbound.handler\n"
+        "headers = {}\n"
+        "tracing.inject(headers)\n"
+        "assert not tracing.on() and tracing.current() is None and headers == {}\n"
+        "with tracing.enqueue('noop') as span:\n"
+        "    assert span is None\n"
+        "print('ok')\n")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "scheduler_project.settings_test",
+           "SCHEDULER_TRACING": "true"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_context_source_that_fails_costs_no_run(broker, recorder, caplog):
+    from runs import tracing
+
+    def broken(run_ids, using):
+        raise RuntimeError("the context's database is gone")
+
+    tracing.SOURCES.insert(0, broken)
+    try:
+        job = services.create_job("noop", using=broker.using)
+        Run.objects.using(broker.using).filter(job=job).update(trace_context=None)
+        drain(broker)
+    finally:
+        tracing.SOURCES.remove(broken)
+
+    assert Run.objects.using(broker.using).get(job=job).state == RunState.SUCCEEDED
+    assert "no trace context for runs" in caplog.text
+    [attempt] = recorder.spans("scheduler.attempt")
+    assert attempt["parent_id"] is None  # a trace of its own
+
+
+def test_a_mapped_nodes_item_runs_are_in_the_trace_of_the_start(broker, recorder, settings):
+    from workflows import services as workflows
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
+    workflow = workflows.create_workflow("mapped", [
+        {"name": "root", "handler": "tracing.items", "payload": {"items": [1, 2, 3]}},
+        {"name": "each", "handler": "noop", "map": "root"}], [], using=broker.using)
+    with request_span() as request:
+        workflows.start_workflow_run(workflow, using=broker.using)
+    drain(broker)
+
+    attempts = recorder.spans("scheduler.attempt")
+    assert len(attempts) == 4  # the root's, and one per item
+    assert {s["parent_id"] for s in attempts} == {
+        f"0x{request.get_span_context().span_id:016x}"}
