@@ -16,6 +16,7 @@ from runs import services as run_services
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run
 from scheduler_core.exceptions import InvalidJob
+from workflows import nesting
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
@@ -87,10 +88,25 @@ def cancel_workflow_run(workflow_run, using: str = "default") -> bool:
     wr_id = _pk(workflow_run)
     for attempt in range(CANCEL_TRIES):
         try:
-            return _cancel(wr_id, using, last=attempt == CANCEL_TRIES - 1)
+            cancelled = _cancel(wr_id, using, last=attempt == CANCEL_TRIES - 1)
         except _LockAgain:
             continue
+        # Its children after its own commit, each on its own: a child's rows are locked
+        # before its parent's (workflows/subflows.py), never the other way.
+        for child in _children(wr_id, using):
+            cancel_workflow_run(child, using)
+        return cancelled
     raise AssertionError("unreachable: the last try never raises _LockAgain")
+
+
+def _children(wr_id: int, using: str, states=LIVE_WORKFLOW_STATES) -> list[int]:
+    """The ids of the child workflow runs in ``states`` (default: running or paused)
+    that workflow run ``wr_id``'s sub-workflow nodes started (docs/workflows.md,
+    "Sub-workflows")."""
+    ids = NodeRun.objects.using(using).filter(
+        workflow_run_id=wr_id, child_run_id__isnull=False).values("child_run_id")
+    return list(WorkflowRun.objects.using(using).filter(pk__in=ids, state__in=states)
+                .order_by("pk").values_list("pk", flat=True))
 
 
 CANCEL_TRIES = 3
@@ -117,7 +133,14 @@ def _cancel(wr_id: int, using: str, last: bool) -> bool:
         NodeRun.objects.using(using).filter(workflow_run_id=wr_id,
                                             state=NodeState.PENDING).update(
             state=NodeState.CANCELLED, finished_at=now, error="its workflow run was cancelled")
+        # A sub-workflow node has no run to cancel: it is cancelled here, its child
+        # after this commits (cancel_workflow_run).
+        NodeRun.objects.using(using).filter(
+            workflow_run_id=wr_id, state=NodeState.RUNNING, child_run_id__isnull=False
+        ).update(state=NodeState.CANCELLED, finished_at=now,
+                 error="its workflow run was cancelled")
         run_services.cancel(run_ids, using)
+        nesting.runs_ended([wr_id], now, using)  # a child's parent node is cancelled too
     return True
 
 
@@ -129,8 +152,12 @@ def pause_workflow_run(workflow_run, using: str = "default") -> bool:
     wr_id = _pk(workflow_run)
     with transaction.atomic(using=using):
         _lock_pending(wr_id, using)
-        return bool(WorkflowRun.objects.using(using).filter(
+        paused = bool(WorkflowRun.objects.using(using).filter(
             pk=wr_id, state=WorkflowRunState.RUNNING).update(state=WorkflowRunState.PAUSED))
+    if paused:  # its running children too, each after (docs/workflows.md, "Sub-workflows")
+        for child in _children(wr_id, using, [WorkflowRunState.RUNNING]):
+            pause_workflow_run(child, using)
+    return paused
 
 
 def resume_workflow_run(workflow_run, using: str = "default") -> bool:
@@ -149,6 +176,8 @@ def resume_workflow_run(workflow_run, using: str = "default") -> bool:
         now = db_now(using)
         start_ready([wr_id], now, using)
         finish_if_done([wr_id], now, using)
+    for child in _children(wr_id, using, [WorkflowRunState.PAUSED]):
+        resume_workflow_run(child, using)
     return True
 
 

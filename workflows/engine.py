@@ -37,7 +37,7 @@ from runs.models import PENDING_STATES, Run, RunState
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.models import Job
-from workflows import fanout, ready_pg, rules
+from workflows import fanout, nesting, ready_pg, rules
 from workflows.graph import propagate
 from workflows.models import (
     FINE_NODE_STATES,
@@ -101,7 +101,7 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                          "node__job_id", "node__job__queue", "node__job__priority",
                          "node__job__max_attempts", "node__job__shard_key",
                          "node__job__handler", "node__job__owner_id", "node__map_over_id",
-                         "node__job__status"))
+                         "node__subworkflow_id", "node__job__status"))
     _doomed(locked, ready, doomed)
     return _start(ready, now, using, running)
 
@@ -132,16 +132,17 @@ def settle(workflow_run_ids, changed, now: datetime, using: str,
 
 def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -> list[int]:
     """start_ready's end: runs for the ``ready`` rows (see start_ready's read), a mapped
-    node's fan-out (workflows/fanout.py), or their cancellation when their job was
-    cancelled; returns the node run ids started (also
-    those the cancellation's settle started)."""
+    node's fan-out (workflows/fanout.py), a sub-workflow node's child (nesting.py), or
+    their cancellation when their job was cancelled; returns the node run ids started
+    (also those the cancellation's settle started)."""
     # A node whose job was cancelled (through the jobs' API) can never run: its runs would
     # wait for ever, as a cancelled job's runs are never leased. It is cancelled instead.
-    live = [row[:-2] for row in ready if row[-1] != Job.Status.CANCELLED and row[-2] is None]
     gone = [row for row in ready if row[-1] == Job.Status.CANCELLED]
-    mapped = [row[:-1] for row in ready if row[-1] != Job.Status.CANCELLED
-              and row[-2] is not None]
-    extra: list[int] = []
+    ready = [row for row in ready if row[-1] != Job.Status.CANCELLED]
+    live = [row[:-3] for row in ready if row[-3] is None and row[-2] is None]
+    mapped = [row[:-2] for row in ready if row[-3] is not None]
+    extra = nesting.start_children([row[:-1] for row in ready if row[-2] is not None],
+                                   now, using, running)
     if live:
         moved = _make_runs(live, now, using)
         if running is not None:
@@ -372,6 +373,7 @@ def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
                 state=WorkflowRunState.SUCCEEDED, finished_at=now, error="")
         if changed:
             ended.append(wr_id)
+    nesting.runs_ended(ended, now, using)  # a child's end ends its parent's node
     return ended
 
 

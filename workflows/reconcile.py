@@ -12,7 +12,9 @@ hooks would have done:
   whose rule can no longer hold is marked ``upstream_failed`` or ``skipped``;
 * a workflow run none of whose nodes can progress ends;
 * the runs still live of a cancelled workflow run are cancelled (one made by a resume in
-  the instant of a cancel that raced three times, workflows/control.py).
+  the instant of a cancel that raced three times, workflows/control.py);
+* a sub-workflow node whose child ended takes its end, and a live child of a cancelled
+  workflow run is cancelled (workflows/subflows.py).
 
 Runs whose push to the broker was lost are the dispatcher's reconcile's (the runs table
 is the truth, docs/architecture.md, "Invariants" 2).
@@ -24,7 +26,7 @@ from django.db.models import F
 from runs import services as run_services
 from runs.clock import db_now
 from runs.models import TERMINAL_STATES, Run, RunState
-from workflows import rules
+from workflows import control, rules, subflows
 from workflows.engine import finish_if_done, nodes_succeeded, start_ready
 from workflows.failures import BLOCKING, nodes_failed, propagate
 from workflows.items import items_finished
@@ -66,7 +68,21 @@ def reconcile(partitions: list[int] | None = None, total: int = 1,
         with transaction.atomic(using=using):
             _reconcile_batch(batch, counts, using)
     counts["cancelled"] = _cancel_strays(partitions, total, using)
+    counts["cancelled"] += _cancel_orphans(partitions, total, using)
     return counts
+
+
+def _cancel_orphans(partitions, total: int, using: str) -> int:
+    """Cancel the live child workflow runs (of the workflows in ``partitions``) whose
+    parent workflow run was cancelled: a cancel cancels them after its own commit, and
+    a crash between the two left them (workflows/subflows.py). Returns how many."""
+    parents = NodeRun.objects.using(using).filter(
+        workflow_run__state=WorkflowRunState.CANCELLED, child_run_id__isnull=False)
+    orphans = in_partitions(WorkflowRun.objects.using(using).filter(
+        state__in=LIVE_WORKFLOW_STATES, pk__in=parents.values("child_run_id")),
+        partitions, total, "workflow_id")
+    return sum(control.cancel_workflow_run(pk, using)
+               for pk in orphans.order_by("pk").values_list("pk", flat=True)[:BATCH])
 
 
 def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> None:
@@ -103,7 +119,7 @@ def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> No
         NodeRun.objects.using(using).filter(run_id__in=gone, state=NodeState.RUNNING).update(
             state=NodeState.FAILED, finished_at=now, error="its run no longer exists")
         items_finished(list(gone), NodeState.FAILED, now, using)
-    counts["finished"] += len(ended) + len(gone)
+    counts["finished"] += len(ended) + len(gone) + subflows.reconcile(batch, now, using)
     counts["started"] += len(start_ready(batch, now, using))
     # Where a pending node's rule may no longer hold (workflows/rules.py): below a
     # failure or a skip, or a rule a success can make fail. What a mark makes ready

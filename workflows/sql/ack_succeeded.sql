@@ -7,9 +7,10 @@
 -- that Python path, statement for statement, in one round trip, which is what keeps a
 -- chain's handoff fast (BENCHMARKS.md, "Workflows (W7)"). What it does not do itself (a
 -- node of a cancelled job, a schedule's jitter still ahead, a workflow run that ends
--- failed, a mapped node's item or a mapped node below, an all_failed node below that
--- does not start, a one_failed one that may no longer) raises SQLSTATE WFA01, which undoes the whole call; the caller then acks
--- through engine.py. tests/test_workflows_ack_paths.py runs the same scenarios through
+-- failed, a mapped node's item or a mapped node below, a sub-workflow node below, a
+-- child workflow run's end, an all_failed node below that does not start, a one_failed
+-- one that may no longer) raises SQLSTATE WFA01, which undoes the whole call; the
+-- caller then acks through engine.py. tests/test_workflows_ack_paths.py runs the same scenarios through
 -- both and compares every row they leave.
 --
 -- In order: (1) the runs and their attempts succeed, fenced on (id, attempt, running);
@@ -131,6 +132,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM workflows_workflownode AS m
                WHERE m.id = ANY(v_down) AND m.map_over_id IS NOT NULL) THEN
       RAISE EXCEPTION 'a mapped node below' USING ERRCODE = 'WFA01';
+    END IF;
+    -- A sub-workflow node below starts a workflow run (workflows/subflows.py).
+    IF EXISTS (SELECT 1 FROM workflows_workflownode AS m
+               WHERE m.id = ANY(v_down) AND m.subworkflow_id IS NOT NULL) THEN
+      RAISE EXCEPTION 'a sub-workflow node below' USING ERRCODE = 'WFA01';
     END IF;
     v_locked := ARRAY(
       SELECT n.id FROM workflows_noderun AS n
@@ -340,6 +346,10 @@ BEGIN
       IF EXISTS (SELECT 1 FROM workflows_noderun
                  WHERE workflow_run_id = r.id AND state NOT IN ('succeeded', 'skipped')) THEN
         RAISE EXCEPTION 'workflow run % ends failed', r.id USING ERRCODE = 'WFA01';
+      END IF;
+      -- A child workflow run's end ends its parent's node (workflows/subflows.py).
+      IF EXISTS (SELECT 1 FROM workflows_noderun WHERE child_run_id = r.id) THEN
+        RAISE EXCEPTION 'workflow run % is a child', r.id USING ERRCODE = 'WFA01';
       END IF;
       UPDATE workflows_workflowrun SET state = 'succeeded', finished_at = v_now, error = ''
       WHERE id = r.id AND state = 'running';

@@ -1,0 +1,318 @@
+"""Sub-workflow nodes on every broker/database pair, with real workers
+(docs/workflows.md, "Sub-workflows"): a node starts a run of another workflow and ends
+as it ends; the child's roots read the node's upstreams, the node's downstream reads the
+child's leaves; a failing child fails the node by the downstream's trigger rules and a
+requeue resumes both; cancel and pause of the parent reach the child; a child of a
+cancelled or paused workflow, another owner's, or one too deep is refused; nothing is
+made twice."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from jobs.models import OwnerPolicy
+from jobs.registry import handler
+from runs import services as run_services
+from runs.clock import db_now
+from runs.models import Run
+from tests.conftest import wait_until
+from tests.test_workflows_engine import drain, states, work
+from workflows import control, engine, reconcile, services
+from workflows.models import NodeRun, Workflow, WorkflowRun
+from workflows.validation import InvalidWorkflow
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+
+
+@pytest.fixture
+def pair(broker, settings):
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name,
+                          "RETRY_BACKOFF_BASE_S": 0.05}
+    return broker
+
+
+@handler("wf.sub.seed")
+def seed(ctx, payload):
+    return {"n": payload.get("n", 3)}
+
+
+@handler("wf.sub.double")
+def double(ctx, payload):
+    """A child's root: doubles what the parent's upstream ``seed`` gave; fails on
+    request while the attempt is at most ``fail_until``."""
+    if ctx.attempt <= payload.get("fail_until", 0):
+        raise ValueError("double fails on purpose")
+    return {"doubled": ctx.upstream["seed"]["n"] * 2}
+
+
+@handler("wf.sub.inc")
+def inc(ctx, payload):
+    return {"inc": ctx.upstream["double"]["doubled"] + 1}
+
+
+@handler("wf.sub.report")
+def report(ctx, payload):
+    return {"child": ctx.upstream["child"]}
+
+
+def child_workflow(using, owner=None, double=None, name="child", queue=None):
+    """double -> inc: the child's root reads its parent's node's upstream ``seed``."""
+    extra = {"queue": queue} if queue else {}
+    return services.create_workflow(name, [
+        {"name": "double", "handler": "wf.sub.double", **(double or {}), **extra},
+        {"name": "inc", "handler": "wf.sub.inc", **extra}],
+        [["double", "inc"]], owner=owner, using=using)
+
+
+def parent_workflow(using, ref, owner=None, report=None):
+    """seed -> child (runs workflow ``ref``) -> report."""
+    return services.create_workflow("parent", [
+        {"name": "seed", "handler": "wf.sub.seed", "payload": {"n": 5}},
+        {"name": "child", "workflow": ref},
+        {"name": "report", "handler": "wf.sub.report", **(report or {})}],
+        [["seed", "child"], ["child", "report"]], owner=owner, using=using)
+
+
+def run_result(using, view, name):
+    run_id = {n["name"]: n["run_id"] for n in view["nodes"]}[name]
+    return Run.objects.using(using).get(pk=run_id).result
+
+
+def fan_out_only(broker, wr, held):
+    """Run the parent's root until its child started (its nodes held in ``held``)."""
+    def started():
+        work(broker)
+        return NodeRun.objects.using(broker.using).filter(
+            workflow_run=wr, child_run_id__isnull=False).exists()
+
+    wait_until(started, timeout=30, message="the child's start")
+
+
+def child_of(using, wr) -> WorkflowRun:
+    return WorkflowRun.objects.using(using).get(
+        pk=NodeRun.objects.using(using).get(workflow_run=wr, node__name="child").child_run_id)
+
+
+def test_a_sub_workflow_node_runs_its_child_and_passes_results_both_ways(pair):
+    using = pair.using
+    child_wf = child_workflow(using)
+    wr = services.start_workflow_run(parent_workflow(using, "child"), using=using)
+
+    view = drain(pair, wr)
+
+    assert view["state"] == "succeeded", view
+    assert states(view) == {"seed": "succeeded", "child": "succeeded", "report": "succeeded"}
+    # The parent's downstream reads the child's leaves; the child's root read seed's 5.
+    assert run_result(using, view, "report") == {"child": {"inc": {"inc": 11}}}
+    child = child_of(using, wr)
+    assert (child.workflow_id, child.state, child.started_by) == (
+        child_wf.pk, "succeeded", "workflow")
+    node = {n["name"]: n for n in view["nodes"]}["child"]
+    assert node["workflow"] == child_wf.pk and node["run_id"] is None
+    assert node["child"] == {"id": child.pk, "state": "succeeded", "nodes": {"succeeded": 2}}
+    child_view = services.get_workflow_run(child.pk, using=using)
+    assert child_view["parent"] == {"workflow_run": wr.pk, "node": "child"}
+    assert WorkflowRun.objects.using(using).filter(workflow=child_wf).count() == 1
+
+
+def test_a_failing_child_fails_the_node_and_a_requeue_resumes_both(pair):
+    using = pair.using
+    child_workflow(using, double={"max_attempts": 1, "payload": {"fail_until": 1}})
+    wr = services.start_workflow_run(parent_workflow(using, "child"), using=using)
+
+    view = drain(pair, wr)
+
+    assert view["state"] == "failed"
+    assert states(view) == {"seed": "succeeded", "child": "failed",
+                            "report": "upstream_failed"}
+    child = child_of(using, wr)
+    error = {n["name"]: n["error"] for n in view["nodes"]}["child"]
+    assert f"its workflow run {child.pk} failed" in error and "'double'" in error, error
+    assert child.state == "failed"
+
+    # Requeueing the child's dead run brings back the child, the node and the parent.
+    dead = NodeRun.objects.using(using).get(workflow_run=child, node__name="double").run_id
+    run_services.requeue([dead], using=using)
+    assert WorkflowRun.objects.using(using).get(pk=wr.pk).state == "running"
+    assert states(services.get_workflow_run(wr.pk, using=using)) == {
+        "seed": "succeeded", "child": "running", "report": "pending"}
+    view = drain(pair, wr)
+    assert view["state"] == "succeeded", view
+    assert run_result(using, view, "report") == {"child": {"inc": {"inc": 11}}}
+
+
+def test_an_all_done_node_runs_after_a_failed_child(pair):
+    using = pair.using
+    child_workflow(using, double={"max_attempts": 1, "payload": {"fail_until": 1}})
+    wr = services.start_workflow_run(
+        parent_workflow(using, "child", report={"trigger_rule": "all_done"}), using=using)
+
+    view = drain(pair, wr)
+
+    assert (view["state"], states(view)["report"]) == ("failed", "succeeded")
+    assert run_result(using, view, "report") == {"child": {"inc": None}}
+
+
+def test_cancel_of_the_parent_cancels_the_child_and_its_runs(pair):
+    using = pair.using
+    child_workflow(using, queue="held")
+    wr = services.start_workflow_run(parent_workflow(using, "child"), using=using)
+    fan_out_only(pair, wr, "held")  # seed succeeds; the child's root waits on "held"
+    child = child_of(using, wr)
+    assert child.state == "running"
+
+    assert control.cancel_workflow_run(wr, using=using)
+
+    view = services.get_workflow_run(wr.pk, using=using)
+    assert (view["state"], states(view)["child"]) == ("cancelled", "cancelled")
+    child_view = services.get_workflow_run(child.pk, using=using)
+    assert child_view["state"] == "cancelled"
+    assert states(child_view) == {"double": "cancelled", "inc": "cancelled"}
+    run = NodeRun.objects.using(using).get(workflow_run=child, node__name="double").run_id
+    assert Run.objects.using(using).get(pk=run).state == "cancelled"
+
+
+def test_cancel_of_the_child_cancels_the_node_and_the_parent_goes_on(pair):
+    using = pair.using
+    child_workflow(using, queue="held")
+    wr = services.start_workflow_run(
+        parent_workflow(using, "child", report={"trigger_rule": "all_done"}), using=using)
+    fan_out_only(pair, wr, "held")
+
+    assert control.cancel_workflow_run(child_of(using, wr), using=using)
+
+    view = drain(pair, wr)
+    assert view["state"] == "failed"
+    assert states(view) == {"seed": "succeeded", "child": "cancelled", "report": "succeeded"}
+
+
+def test_pause_and_resume_of_the_parent_reach_the_child(pair):
+    using = pair.using
+    child_workflow(using, queue="held")
+    wr = services.start_workflow_run(parent_workflow(using, "child"), using=using)
+    fan_out_only(pair, wr, "held")
+    child = child_of(using, wr)
+
+    assert control.pause_workflow_run(wr, using=using)
+    assert WorkflowRun.objects.using(using).get(pk=child.pk).state == "paused"
+    assert control.resume_workflow_run(wr, using=using)
+    assert WorkflowRun.objects.using(using).get(pk=child.pk).state == "running"
+
+
+@pytest.mark.parametrize("status", ["paused", "cancelled"])
+def test_a_child_workflow_not_active_fails_the_node_and_starts_nothing(pair, status):
+    using = pair.using
+    child_wf = child_workflow(using)
+    wr = services.start_workflow_run(parent_workflow(using, child_wf.pk), using=using)
+    Workflow.objects.using(using).filter(pk=child_wf.pk).update(status=status)
+
+    view = drain(pair, wr)
+
+    assert states(view) == {"seed": "succeeded", "child": "failed",
+                            "report": "upstream_failed"}
+    assert f"is {status}: it starts no run" in {n["name"]: n["error"]
+                                                for n in view["nodes"]}["child"]
+    assert not WorkflowRun.objects.using(using).filter(workflow=child_wf).exists()
+
+
+def test_the_owners_max_pending_refuses_a_child_and_nothing_is_made(pair):
+    using = pair.using
+    owner = User.objects.db_manager(using).create(username="nester")
+    OwnerPolicy.objects.using(using).create(owner=owner, max_pending=3)
+    services.create_workflow("big", [{"name": f"n{i}", "handler": "noop"} for i in range(5)],
+                             owner=owner, using=using)
+    wr = services.start_workflow_run(parent_workflow(using, "big", owner=owner), using=using)
+
+    view = drain(pair, wr)
+
+    assert states(view)["child"] == "failed"
+    error = {n["name"]: n["error"] for n in view["nodes"]}["child"]
+    assert "would take the owner over max_pending" in error, error
+    assert WorkflowRun.objects.using(using).count() == 1
+
+
+def test_a_repeated_start_makes_no_child_twice(pair):
+    using = pair.using
+    child_workflow(using, queue="held")
+    wr = services.start_workflow_run(parent_workflow(using, "child"), using=using)
+    fan_out_only(pair, wr, "held")
+    seed_node = NodeRun.objects.using(using).get(workflow_run=wr, node__name="seed")
+
+    with transaction.atomic(using=using):  # the ack told again, and the reconcile
+        engine.start_ready([wr.pk], db_now(using), using, below={seed_node.node_id})
+    reconcile.reconcile(using=using)
+
+    assert WorkflowRun.objects.using(using).count() == 2
+    assert NodeRun.objects.using(using).filter(child_run_id__isnull=False).count() == 1
+
+
+def test_the_reconcile_ends_a_node_whose_child_ended_untold(pair):
+    using = pair.using
+    child_workflow(using, queue="held")
+    wr = services.start_workflow_run(parent_workflow(using, "child"), using=using)
+    fan_out_only(pair, wr, "held")
+    child = child_of(using, wr)
+    # Ended behind the engine's back, as if the telling had been lost.
+    WorkflowRun.objects.using(using).filter(pk=child.pk).update(state="failed", error="lost")
+
+    reconcile.reconcile(using=using)
+
+    view = services.get_workflow_run(wr.pk, using=using)
+    assert view["state"] == "failed"
+    assert states(view) == {"seed": "succeeded", "child": "failed",
+                            "report": "upstream_failed"}
+
+
+def test_the_definition_of_a_sub_workflow_node_is_checked(settings):
+    using = "default"
+    me = User.objects.create(username="me")
+    other = User.objects.create(username="other")
+    theirs = child_workflow(using, owner=other, name="theirs")
+    with pytest.raises(InvalidWorkflow) as bad:
+        parent_workflow(using, theirs.pk, owner=me)
+    assert "names no workflow" in bad.value.errors["nodes[1].workflow"]
+    with pytest.raises(InvalidWorkflow) as bad:
+        parent_workflow(using, "nope", owner=me)
+    assert "names no workflow 'nope'" in bad.value.errors["nodes[1].workflow"]
+    with pytest.raises(InvalidWorkflow) as bad:
+        services.create_workflow("p", [{"name": "c", "workflow": 1, "handler": "noop"},
+                                       {"name": "d", "workflow": True}], owner=me)
+    assert "takes no handler" in bad.value.errors["nodes[0].handler"]
+    assert "must be a workflow's id" in bad.value.errors["nodes[1].workflow"]
+    with pytest.raises(InvalidWorkflow) as bad:
+        services.create_workflow("p", [{"name": "c", "handler": "workflows.subworkflow"}])
+    assert "is internal" in bad.value.errors["nodes[0].handler"]
+    mine = child_workflow(using, owner=me, name="mine")
+    control.cancel_workflow(mine)
+    with pytest.raises(InvalidWorkflow) as bad:
+        parent_workflow(using, "mine", owner=me)
+    assert "is cancelled" in bad.value.errors["nodes[1].workflow"]
+    assert Workflow.objects.filter(name="parent").count() == 0  # nothing half-stored
+
+    # A chain deeper than WORKFLOW_MAX_DEPTH is refused at creation; no workflow can
+    # name itself, since it must exist first.
+    settings.SCHEDULER = {**settings.SCHEDULER, "WORKFLOW_MAX_DEPTH": 2}
+    level = child_workflow(using, owner=me, name="level0")
+    for i in (1, 2):
+        level = services.create_workflow(f"level{i}", [{"name": "c", "workflow": level.pk}],
+                                         owner=me)
+    with pytest.raises(InvalidWorkflow) as bad:
+        services.create_workflow("level3", [{"name": "c", "workflow": level.pk}], owner=me)
+    assert "WORKFLOW_MAX_DEPTH (2)" in bad.value.errors["nodes[0].workflow"]
+
+
+def test_nested_sub_workflows_run_to_the_end(pair):
+    using = pair.using
+    child_workflow(using)
+    middle = services.create_workflow("middle", [
+        {"name": "seed", "handler": "wf.sub.seed", "payload": {"n": 1}},
+        {"name": "child", "workflow": "child"}], [["seed", "child"]], using=using)
+    wr = services.start_workflow_run(parent_workflow(using, middle.pk), using=using)
+
+    view = drain(pair, wr)
+
+    assert view["state"] == "succeeded", view
+    # report reads middle's leaf "child", whose result is the inner child's leaves.
+    assert run_result(using, view, "report") == {"child": {"child": {"inc": {"inc": 3}}}}
+    assert WorkflowRun.objects.using(using).count() == 3
+    work(pair)
