@@ -6,18 +6,24 @@ requeue resumes both; cancel and pause of the parent reach the child; a child of
 cancelled or paused workflow, another owner's, or one too deep is refused; nothing is
 made twice."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 
 from jobs.models import OwnerPolicy
 from jobs.registry import handler
 from runs import services as run_services
 from runs.clock import db_now
+from runs.history.retention import prune
 from runs.models import Run
 from tests.conftest import wait_until
+from tests.test_api_helpers import client_for
 from tests.test_workflows_engine import drain, states, work
 from workflows import control, engine, reconcile, services
+from workflows.history import prune_workflow_runs
 from workflows.models import NodeRun, Workflow, WorkflowRun
 from workflows.validation import InvalidWorkflow
 
@@ -316,3 +322,57 @@ def test_nested_sub_workflows_run_to_the_end(pair):
     assert run_result(using, view, "report") == {"child": {"child": {"inc": {"inc": 3}}}}
     assert WorkflowRun.objects.using(using).count() == 3
     work(pair)
+
+
+def test_over_rest_a_tenant_nests_only_its_own_workflows(pair, settings):
+    if pair.using != "default":
+        pytest.skip("the REST API serves the default database")
+    api = client_for(User.objects.db_manager(pair.using).create_user("alice"))
+    bob = User.objects.db_manager(pair.using).create_user("bob")
+    bobs = child_workflow(pair.using, owner=bob, name="bobs")
+    count = Workflow.objects.using(pair.using).count()
+    for ref, why in [(bobs.pk, "names no workflow"), ("bobs", "names no workflow 'bobs'"),
+                     ([1], "must be a workflow's id")]:
+        response = api.post("/api/workflows/", {"name": "p", "nodes": [
+            {"name": "c", "workflow": ref}]}, format="json")
+        assert response.status_code == 400, response.content
+        assert why in response.json()["nodes[0].workflow"][0], response.json()
+    assert Workflow.objects.using(pair.using).count() == count  # nothing half-stored
+
+    inner = api.post("/api/workflows/", {"name": "inner", "nodes": [
+        {"name": "a", "handler": "echo", "payload": {"x": 1}}]}, format="json").json()
+    outer = api.post("/api/workflows/", {"name": "outer", "nodes": [
+        {"name": "c", "workflow": "inner"}]}, format="json")
+    assert outer.status_code == 201, outer.content
+    assert outer.json()["nodes"][0]["workflow"] == inner["id"]
+    run = api.post(f"/api/workflows/{outer.json()['id']}/trigger/").json()
+
+    view = drain(pair, WorkflowRun.objects.using(pair.using).get(pk=run["id"]))
+    assert view["state"] == "succeeded", view
+    shown = api.get(f"/api/workflow-runs/{run['id']}/").json()
+    child = shown["nodes"][0]["child"]
+    assert (shown["nodes"][0]["workflow"], child["state"], child["nodes"]) == (
+        inner["id"], "succeeded", {"succeeded": 1})
+    assert api.get(f"/api/workflow-runs/{child['id']}/").json()["parent"] == {
+        "workflow_run": run["id"], "node": "c"}
+
+
+def test_history_keeps_a_finished_child_and_its_runs_while_its_parent_runs(pair, settings):
+    using = pair.using
+    child_workflow(using)
+    wr = services.start_workflow_run(parent_workflow(using, "child", report={
+        "queue": "held"}), using=using)
+    wait_until(lambda: work(pair) or child_of(using, wr).state == "succeeded", timeout=30,
+               message="the child's end")
+    child = child_of(using, wr)
+    settings.SCHEDULER = {**settings.SCHEDULER, "HISTORY_RETENTION_S": 1}
+    later = timezone.now() + timedelta(days=1)
+    WorkflowRun.objects.using(using).filter(pk=child.pk).update(
+        finished_at=timezone.now() - timedelta(days=2))
+
+    assert prune(later, 100, using).runs == 0  # the parent's report still reads them
+    assert prune_workflow_runs(using=using) == 0
+    assert WorkflowRun.objects.using(using).filter(pk=child.pk).exists()
+    control.cancel_workflow_run(wr, using=using)  # the parent over: the child may go
+    assert prune(later, 100, using).runs >= 2
+    assert prune_workflow_runs(using=using) == 1
