@@ -73,6 +73,19 @@ def _lock_live_runs(wr_id: int, using: str) -> list[int]:
         locked += sorted(fresh - set(locked))
 
 
+def _running_subs(wr_id: int, using: str):
+    """The running sub-workflow node runs of workflow run ``wr_id`` (a QuerySet)."""
+    return NodeRun.objects.using(using).filter(
+        workflow_run_id=wr_id, state=NodeState.RUNNING, child_run_id__isnull=False)
+
+
+def _lock_running_subs(wr_id: int, using: str) -> list[int]:
+    """Lock (FOR UPDATE, in id order) workflow run ``wr_id``'s running sub-workflow node
+    runs and return their ids (docs/workflows.md, "Sub-workflows")."""
+    return list(_running_subs(wr_id, using).order_by("id").select_for_update()
+                .values_list("id", flat=True))
+
+
 class _LockAgain(Exception):
     """A node started while cancel_workflow_run waited on its pending row: roll back and
     take the locks again, that node's run first."""
@@ -116,13 +129,19 @@ def _cancel(wr_id: int, using: str, last: bool) -> bool:
     with transaction.atomic(using=using):
         now = db_now(using)
         run_ids = _lock_live_runs(wr_id, using)
+        # A running sub-workflow node has no run: its node run stands for it, locked
+        # before the pending ones, as its child's ending ack locks it before the nodes
+        # below it (workflows/subflows.py).
+        subs = _lock_running_subs(wr_id, using)
         _lock_pending(wr_id, using)
         # A resume or a reconcile that held these pending rows before us may have
         # started nodes, and no run lock of ours waited for it. Locking those runs now
         # would take a lock against the order (a deadlock with their own ack): start
         # again instead, their runs among the first locked. After CANCEL_TRIES such
         # races the reconcile's _cancel_strays cancels what is left.
-        if not last and _running_run_ids(wr_id, using) - set(run_ids):
+        if not last and (_running_run_ids(wr_id, using) - set(run_ids)
+                         or set(_running_subs(wr_id, using).values_list("id", flat=True))
+                         - set(subs)):
             raise _LockAgain
         changed = WorkflowRun.objects.using(using).filter(
             pk=wr_id, state__in=LIVE_WORKFLOW_STATES).update(
@@ -135,10 +154,8 @@ def _cancel(wr_id: int, using: str, last: bool) -> bool:
             state=NodeState.CANCELLED, finished_at=now, error="its workflow run was cancelled")
         # A sub-workflow node has no run to cancel: it is cancelled here, its child
         # after this commits (cancel_workflow_run).
-        NodeRun.objects.using(using).filter(
-            workflow_run_id=wr_id, state=NodeState.RUNNING, child_run_id__isnull=False
-        ).update(state=NodeState.CANCELLED, finished_at=now,
-                 error="its workflow run was cancelled")
+        _running_subs(wr_id, using).update(state=NodeState.CANCELLED, finished_at=now,
+                                           error="its workflow run was cancelled")
         run_services.cancel(run_ids, using)
         nesting.runs_ended([wr_id], now, using)  # a child's parent node is cancelled too
     return True
