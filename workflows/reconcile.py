@@ -65,6 +65,10 @@ def reconcile(partitions: list[int] | None = None, total: int = 1,
         if not batch:
             break
         last = batch[-1]
+        # Sub-workflow nodes whose child ended untold, in a transaction of their own:
+        # it locks their node runs before the nodes below them, as a child's ack does.
+        with transaction.atomic(using=using):
+            counts["finished"] += subflows.reconcile(batch, db_now(using), using)
         with transaction.atomic(using=using):
             _reconcile_batch(batch, counts, using)
     counts["cancelled"] = _cancel_strays(partitions, total, using)
@@ -119,7 +123,7 @@ def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> No
         NodeRun.objects.using(using).filter(run_id__in=gone, state=NodeState.RUNNING).update(
             state=NodeState.FAILED, finished_at=now, error="its run no longer exists")
         items_finished(list(gone), NodeState.FAILED, now, using)
-    counts["finished"] += len(ended) + len(gone) + subflows.reconcile(batch, now, using)
+    counts["finished"] += len(ended) + len(gone)
     counts["started"] += len(start_ready(batch, now, using))
     # Where a pending node's rule may no longer hold (workflows/rules.py): below a
     # failure or a skip, or a rule a success can make fail. What a mark makes ready

@@ -11,8 +11,10 @@ parent in the transaction that ends the child (engine.finish_if_done, a cancel),
 parent node never waits on a child that ended; the reconcile repairs one anyway.
 
 Lock order: a child's rows before its parent's (a child's last ack locks the child's
-runs, node runs and workflow run, then the parent's node run); a cancel of a parent
-cancels its children after its own commit, each in a transaction of its own.
+runs, node runs and workflow run, then the parent's node run), and a sub-workflow node
+run before the pending node runs of its workflow run (a cancel locks it as a node's
+run, workflows/control.py). A cancel of a parent cancels its children after its own
+commit, each in a transaction of its own.
 """
 
 from datetime import datetime, timedelta
