@@ -221,6 +221,8 @@ def test_the_graph_draws_a_sub_workflow_node_linked_to_its_child_run(admin_clien
     start = html.index('class="workflow-graph"')
     svg = html[start:html.index("</svg>", start)]
     assert "workflow inner" in svg
+    assert f'workflow <a href="/admin/workflows/workflow/{child_wf.pk}/change/">inner</a>' \
+        in html  # the nodes table names the workflow a sub-workflow node runs
     assert f'href="/admin/workflows/workflow/{child_wf.pk}/change/"' in svg
 
     html = admin_client.get(f"/admin/workflows/workflowrun/{child.pk}/change/").content.decode()

@@ -126,7 +126,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
 
     @admin.display(description="nodes")
     def nodes_table(self, workflow):
-        nodes = workflow.nodes.select_related("job").order_by("id")
+        nodes = workflow.nodes.select_related("job", "subworkflow").order_by("id")
         return render_to_string("admin/workflows/nodes.html", {"nodes": nodes})
 
     @admin.display(description="recent runs")
