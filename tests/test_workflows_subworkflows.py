@@ -19,6 +19,7 @@ from runs import services as run_services
 from runs.clock import db_now
 from runs.history.retention import prune
 from runs.models import Run
+from runs.tenancy.quotas import QuotaExceeded
 from tests.conftest import wait_until
 from tests.test_api_helpers import client_for
 from tests.test_workflows_engine import drain, states, work
@@ -376,3 +377,31 @@ def test_history_keeps_a_finished_child_and_its_runs_while_its_parent_runs(pair,
     control.cancel_workflow_run(wr, using=using)  # the parent over: the child may go
     assert prune(later, 100, using).runs >= 2
     assert prune_workflow_runs(using=using) == 1
+
+
+def test_a_requeue_in_a_child_counts_its_parents_revived_nodes_against_max_pending(pair):
+    using = pair.using
+    owner = User.objects.db_manager(using).create(username="requeuer")
+    policy = OwnerPolicy.objects.using(using).create(owner=owner, max_pending=20)
+    child_workflow(using, owner=owner, double={"max_attempts": 1,
+                                               "payload": {"fail_until": 1}})
+    parent = services.create_workflow("parent", [
+        {"name": "seed", "handler": "wf.sub.seed"}, {"name": "child", "workflow": "child"},
+        *({"name": f"n{i}", "handler": "noop"} for i in range(6))],
+        [["seed", "child"], *(["child", f"n{i}"] for i in range(6))], owner=owner,
+        using=using)
+    wr = services.start_workflow_run(parent, using=using)
+    assert drain(pair, wr)["state"] == "failed"
+    dead = NodeRun.objects.using(using).get(workflow_run=child_of(using, wr),
+                                            node__name="double").run_id
+    # The requeue revives the run, inc below it, and the parent's six nodes: 8 > 4.
+    OwnerPolicy.objects.using(using).filter(pk=policy.pk).update(max_pending=4)
+
+    with pytest.raises(QuotaExceeded) as caught:
+        run_services.requeue([dead], using=using, strict=True)
+
+    assert caught.value.limit == "max_pending"
+    assert WorkflowRun.objects.using(using).get(pk=wr.pk).state == "failed"
+    OwnerPolicy.objects.using(using).filter(pk=policy.pk).update(max_pending=8)
+    assert run_services.requeue([dead], using=using, strict=True) == 1
+    assert drain(pair, wr)["state"] == "succeeded"
