@@ -14,8 +14,9 @@ from workflows.validation import InvalidWorkflow
 
 
 def depth_below(workflow_id: int, using: str) -> int:
-    """How many levels of sub-workflows a run of workflow ``workflow_id`` starts below
-    itself (0: none), following its nodes' workflows level by level."""
+    """How many levels of sub-workflows (an int; 0: none) a run of workflow
+    ``workflow_id`` (an int) starts below itself, following its nodes' workflows level
+    by level, at most WORKFLOW_MAX_DEPTH + 1 (docs/workflows.md, "Sub-workflows")."""
     depth, level = 0, {workflow_id}
     while level and depth <= conf.get("WORKFLOW_MAX_DEPTH"):
         level = set(WorkflowNode.objects.using(using).filter(
@@ -32,7 +33,7 @@ def resolve(nodes: list[dict], owner_id: int | None, using: str) -> dict[str, in
     ``nodes[i].workflow`` when it names no workflow of the owner ``owner_id`` (a user id
     or None: the workflows without an owner), one that is cancelled, a name two of them
     share, or a workflow so deep that the new one would nest more than
-    WORKFLOW_MAX_DEPTH levels."""
+    WORKFLOW_MAX_DEPTH levels (docs/workflows.md, "Validation", "Sub-workflows")."""
     found, errors = {}, {}
     mine = Workflow.objects.using(using).filter(owner_id=owner_id)
     limit = conf.get("WORKFLOW_MAX_DEPTH")

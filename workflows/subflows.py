@@ -44,8 +44,9 @@ class ChildRefused(Exception):
 
 
 def depth_of(workflow_run_id: int, using: str) -> int:
-    """How many parents workflow run ``workflow_run_id`` has (0: started on its own),
-    following each child's parent node run; stops past WORKFLOW_MAX_DEPTH."""
+    """How many parents workflow run ``workflow_run_id`` (an int) has, an int (0: started
+    on its own), following each child's parent node run; stops past WORKFLOW_MAX_DEPTH
+    (docs/workflows.md, "Sub-workflows"). Raises only what the database raises."""
     depth, current = 0, workflow_run_id
     while depth <= conf.get("WORKFLOW_MAX_DEPTH"):
         parent = (NodeRun.objects.using(using).filter(child_run_id=current)
@@ -140,7 +141,8 @@ def runs_ended(workflow_run_ids: list[int], now: datetime, using: str) -> None:
     """The workflow runs ``workflow_run_ids`` ended: the running parent node run of each
     child among them takes its end (succeeded, failed naming the child's error, or
     cancelled), and the parent's downstream nodes go on by their trigger rules, in the
-    caller's transaction. A no-op (one query) for runs that are no child."""
+    caller's transaction (``now`` the database's time). A no-op (one query) for runs that
+    are no child. Raises what the database raises (docs/workflows.md, "Sub-workflows")."""
     locked = list(NodeRun.objects.using(using)
                   .filter(child_run_id__in=list(workflow_run_ids), state=NodeState.RUNNING)
                   .order_by("id").select_for_update()
@@ -176,7 +178,9 @@ def runs_ended(workflow_run_ids: list[int], now: datetime, using: str) -> None:
 def runs_revived(workflow_run_ids: list[int], now: datetime, using: str) -> None:
     """The failed workflow runs ``workflow_run_ids`` run again (a requeue of a dead node's
     run): the failed parent node run of each child among them runs again, in a parent
-    workflow run not cancelled, with the nodes below it pending (failures.revive)."""
+    workflow run not cancelled, with the nodes below it pending (failures.revive;
+    docs/workflows.md, "Sub-workflows"). Inside the requeue's transaction; raises what
+    the database raises."""
     rows = list(NodeRun.objects.using(using)
                 .filter(child_run_id__in=list(workflow_run_ids), state=NodeState.FAILED)
                 .exclude(workflow_run__state=WorkflowRunState.CANCELLED)
@@ -187,8 +191,9 @@ def runs_revived(workflow_run_ids: list[int], now: datetime, using: str) -> None
 
 def reconcile(workflow_run_ids: list[int], now: datetime, using: str) -> int:
     """The running sub-workflow node runs of ``workflow_run_ids`` whose child has ended
-    take its end (runs_ended); returns how many children were told. Inside the
-    reconcile's transaction (workflows/reconcile.py)."""
+    take its end (runs_ended); returns how many children were told (an int). Inside the
+    reconcile's transaction (workflows/reconcile.py; docs/workflows.md, "Nothing lost");
+    raises what the database raises."""
     ended = list(WorkflowRun.objects.using(using).filter(
         pk__in=NodeRun.objects.using(using).filter(
             workflow_run_id__in=list(workflow_run_ids), state=NodeState.RUNNING,
