@@ -405,3 +405,18 @@ def test_a_requeue_in_a_child_counts_its_parents_revived_nodes_against_max_pendi
     OwnerPolicy.objects.using(using).filter(pk=policy.pk).update(max_pending=8)
     assert run_services.requeue([dead], using=using, strict=True) == 1
     assert drain(pair, wr)["state"] == "succeeded"
+
+
+def test_a_parent_started_for_later_holds_its_childs_runs_until_then(pair):
+    using = pair.using
+    child_workflow(using)
+    wf = services.create_workflow("later", [{"name": "child", "workflow": "child"}],
+                                  using=using)
+    at = db_now(using) + timedelta(hours=1)
+
+    wr = services.start_workflow_run(wf, scheduled_at=at, using=using)
+
+    child = child_of(using, wr)
+    assert child.scheduled_at == at
+    root = NodeRun.objects.using(using).get(workflow_run=child, node__name="double")
+    assert Run.objects.using(using).get(pk=root.run_id).run_at == at

@@ -168,8 +168,9 @@ def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -
     return [row[0] for row in live] + extra
 
 
-def _run_at(row, now: datetime) -> tuple[datetime, float]:
-    """When a ready node's run may start, and its jitter (s): now, but never before its
+def start_time(row, now: datetime) -> tuple[datetime, float]:
+    """When a ready node's run (or child workflow run) may start (an aware datetime), and
+    its jitter (s), for ``row`` of start_ready: now, but never before its
     workflow run's ``scheduled_at`` plus, for a run its schedule started, the schedule's
     jitter (the root runs of a workflow run made LOOKAHEAD_S ahead, or of one started
     for a later time, wait for it in the broker, as a job's runs do)."""
@@ -191,7 +192,7 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> set[int]:
     for row in ready:
         (node_run_id, _, scheduled_at, _, _, job_id, queue, priority, max_attempts,
          shard_key, handler, owner_id) = row
-        run_at, jitter = _run_at(row, now)
+        run_at, jitter = start_time(row, now)
         planned[(job_id, scheduled_at)] = (node_run_id, owner_id, (
             job_id, scheduled_at, run_at, jitter, queue, shard_of(shard_key or handler, shards),
             priority, max_attempts))

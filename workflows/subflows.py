@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from runs.tenancy.quotas import QuotaExceeded, bounds_of, check_quotas
 from scheduler_core import conf
 from workflows import nesting
-from workflows.engine import finish_if_done, settle, start_ready
+from workflows.engine import finish_if_done, settle, start_ready, start_time
 from workflows.failures import revive
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
@@ -112,7 +112,9 @@ def start_children(rows: list[tuple], now: datetime, using: str,
                 state=NodeState.FAILED, ready_at=now, finished_at=now, error=str(exc))
             failed.append(node_run)
             continue
-        child = _begin(child_wf, now, using)
+        # A parent made ahead of its time (LOOKAHEAD_S, jitter) holds its child's roots
+        # until then, as it holds a node's run.
+        child = _begin(child_wf, start_time(row, now)[0], now, using)
         NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.PENDING).update(
             state=NodeState.RUNNING, child_run_id=child.pk, ready_at=now, error="")
         started.append(node_run_id)
@@ -126,11 +128,11 @@ def start_children(rows: list[tuple], now: datetime, using: str,
     return started
 
 
-def _begin(child_wf: Workflow, now: datetime, using: str) -> WorkflowRun:
-    """A new run of ``child_wf`` started by a parent, at the first instant from ``now``
-    on (1 µs apart) that the workflow has no run at."""
+def _begin(child_wf: Workflow, at: datetime, now: datetime, using: str) -> WorkflowRun:
+    """A new run of ``child_wf`` started by a parent, at the first instant from ``at``
+    on (1 µs apart) that the workflow has no run at; ``now`` the database's time."""
     for k in range(SLOTS):
-        child = begin_run(child_wf, now + timedelta(microseconds=k),
+        child = begin_run(child_wf, at + timedelta(microseconds=k),
                           WorkflowRun.StartedBy.PARENT, None, now, using)
         if child is not None:
             return child

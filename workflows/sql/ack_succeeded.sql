@@ -156,7 +156,7 @@ BEGIN
           WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
             AND u.state IN ('pending', 'running'))));
     -- (4) ... and, in a statement of its own, those ready are read (ready_pg.ready_rows).
-    -- A case engine._start or engine._run_at handles otherwise is left to it (WFA01).
+    -- A case engine._start or engine.start_time handles otherwise is left to it (WFA01).
     IF cardinality(v_locked) > 0 THEN
       FOR r IN
         SELECT n.id AS nid, wr.scheduled_at, wr.started_by, s.jitter_s, j.id AS jid,
