@@ -1,7 +1,8 @@
 """The workflow-kill scenario (docs/reliability.md, "Scenarios"; docs/workflows.md, "Nothing lost"):
-workers SIGKILLed at random while workflow runs of a 28-node graph full of diamonds (five
-nodes with trigger rules, one node mapped over a list of five) go through them, a
-scheduler (the workflow reconcile) and a dispatcher running.
+workers SIGKILLed at random while workflow runs of a 29-node graph full of diamonds (five
+nodes with trigger rules, one node mapped over a list of five, one sub-workflow node
+running a 3-node child workflow) go through them, a scheduler (the workflow reconcile)
+and a dispatcher running.
 
 What it checks beyond the common invariants (chaos/invariants.py, which already cover
 the nodes' runs: they are runs of the ``chaos`` owner's jobs, run by ``chaos.work``, so
@@ -10,7 +11,9 @@ recorded ``lease_expired``):
 
 * every node of every workflow run has exactly one node run and exactly one run (no node
   missing, none twice, no stray run of a node's job that no node run points at); the
-  mapped node's node run has ITEMS items, each exactly one run, all succeeded;
+  mapped node's node run has ITEMS items, each exactly one run, all succeeded; the
+  sub-workflow node's node run has exactly one child workflow run, succeeded, each of
+  whose CHILD_NODES nodes has exactly one run, and no child run is anyone else's;
 * no workflow run stuck: every one ends ``succeeded`` within the drain's bound;
 * no node started before its trigger rule held (docs/workflows.md, "Trigger rules"): an
   ``all_success`` node's first attempt started at or after each upstream's succeeded
@@ -77,9 +80,14 @@ EDGES += [
 EDGES += [("a", "fan"), ("fan", "each"), ("each", "gather"), ("gather", "k")]
 ITEMS = 5
 MAPS = {"each": "fan"}
+# A sub-workflow node (docs/workflows.md, "Sub-workflows"): "sub" runs a child workflow
+# x -> {y, z} after a, before k.
+EDGES += [("a", "sub"), ("sub", "k")]
+CHILD_NODES = ["x", "y", "z"]
+CHILD_EDGES = [("x", "y"), ("x", "z")]
 NODES = ["a", "b1", "b2", "c", "d1", "d2", "d3", "e", "f1", "f2", "g", "h1", "h2", "h3",
          "h4", "i", "j1", "j2", "k", "side", "first_h", "alarm", "after_alarm", "tidy",
-         "guard", "fan", "each", "gather"]
+         "guard", "fan", "each", "gather", "sub"]
 RULES = {"first_h": "one_success", "alarm": "one_failed", "tidy": "all_done",
          "guard": "none_failed"}
 EXPECTED = {name: "skipped" if name in ("alarm", "after_alarm") else "succeeded"
@@ -115,12 +123,17 @@ class WorkflowKill(WorkerKill):
 
     def create_load(self, s: Session) -> None:
         OwnerPolicy.objects.filter(owner=s.user).update(max_running=None)
+        child = services.create_workflow("chaos child", [
+            {"name": name, "handler": "chaos.work", "max_attempts": MAX_ATTEMPTS,
+             "timeout_s": 60, "payload": {"seconds": work_seconds(s.rng, 0)}}
+            for name in CHILD_NODES], CHILD_EDGES, owner=s.user)
         nodes = [{"name": name, "handler": "chaos.work", "max_attempts": MAX_ATTEMPTS,
                   "timeout_s": 60, "trigger_rule": RULES.get(name, "all_success"),
                   "payload": {"seconds": (round(s.rng.uniform(0.2, 0.8), 3)
                                           if name in LONG_NODES else work_seconds(s.rng, 0)),
                               **({"items": ITEMS} if name == "fan" else {})},
                   **({"map": MAPS[name]} if name in MAPS else {})}
+                 if name != "sub" else {"name": name, "workflow": child.pk}
                  for name in NODES]
         edges = [e for e in EDGES if e[0] != MAPS.get(e[1])]  # the map implies its edge
         workflow = services.create_workflow("chaos diamonds", nodes, edges, owner=s.user)
@@ -134,6 +147,7 @@ class WorkflowKill(WorkerKill):
                 workflow, run_key=f"chaos-{i}",
                 scheduled_at=base + timedelta(seconds=offset, microseconds=i))
         s.extra["workflow"] = workflow.pk
+        s.extra["child_workflow"] = child.pk
         s.extra["callback_parents"] = callback_load.create(
             s.user, s.rng, s.size.callback_jobs, base, window)
         s.say(f"workflow {workflow.pk}: {len(NODES)} nodes, {len(EDGES)} edges, "
@@ -154,6 +168,8 @@ class WorkflowKill(WorkerKill):
         while with_db_retry(_live, workflow) and time.monotonic() < deadline:
             s.tick(0.5)
         figures = with_db_retry(_figures, workflow, len(NODES), EXPECTED)
+        figures["wrong_children"] = with_db_retry(_wrong_children, workflow,
+                                                  s.extra.get("child_workflow"))
         figures.update(with_db_retry(callback_load.figures,
                                      s.extra.get("callback_parents", [])))
         figures["live_at_drain"] = live_at_drain
@@ -168,6 +184,8 @@ class WorkflowKill(WorkerKill):
                           ("missing_nodes", "nodes of a workflow run without a run"),
                           ("wrong_items", f"mapped node runs without {ITEMS} items, each "
                                           "one run"),
+                          ("wrong_children", "sub-workflow node runs without one succeeded "
+                                             "child, each of its nodes one run"),
                           ("duplicate_node_runs", "node runs beyond one per node"),
                           ("stray_runs", "runs of a node's job no node run points at"),
                           ("early_downstream", "nodes started before their rule held"),
@@ -186,7 +204,8 @@ class WorkflowKill(WorkerKill):
             f"stray runs {figures['stray_runs']}, downstream starts before an upstream's "
             f"success {figures['early_downstream']}, nodes not in their rule's state "
             f"{figures['wrong_states']}, mapped node runs without {ITEMS} items each one "
-            f"run {figures['wrong_items']}")
+            f"run {figures['wrong_items']}, sub-workflow node runs without one succeeded "
+            f"child {figures['wrong_children']}")
         s.result.notes.append(
             f"callback parents {figures['callback_parents']} "
             f"{figures['callback_parent_states']}: callbacks {figures['callbacks']}, "
@@ -236,6 +255,7 @@ def _figures(workflow: int, width: int, expected: dict[str, str] | None = None) 
         "stuck": runs.exclude(state=WorkflowRunState.SUCCEEDED).count(),
         "node_runs": node_runs.count(),
         "missing_nodes": (runs.count() * width - with_run.count() - len(mapped)
+                          - node_runs.filter(child_run_id__isnull=False).count()
                           - node_runs.filter(state=NodeState.SKIPPED).count()),
         # A mapped node run's items: as many as its list (ITEMS), each one run, succeeded.
         "wrong_items": sum(1 for pk, count in mapped.items()
@@ -250,6 +270,29 @@ def _figures(workflow: int, width: int, expected: dict[str, str] | None = None) 
         "makespan_p50_s": round(spans[len(spans) // 2], 3) if spans else None,
         "makespan_max_s": round(spans[-1], 3) if spans else None,
     }
+
+
+def _wrong_children(workflow: int, child_workflow: int | None) -> int:
+    """Sub-workflow node runs of ``workflow``'s runs that lack exactly one child run of
+    ``child_workflow``, succeeded, with one node run per child node, each with its own
+    run (and no run of a child node's job beside them); plus child runs no node started."""
+    if child_workflow is None:
+        return 1
+    parents = NodeRun.objects.filter(workflow_run__workflow_id=workflow,
+                                     node__subworkflow_id=child_workflow)
+    children = WorkflowRun.objects.filter(workflow_id=child_workflow)
+    child_of = dict(parents.values_list("pk", "child_run_id"))
+    good = set(children.filter(state=WorkflowRunState.SUCCEEDED)
+               .values_list("pk", flat=True))
+    node_runs = NodeRun.objects.filter(workflow_run__workflow_id=child_workflow)
+    ran = Counter(node_runs.filter(run_id__isnull=False, state=NodeState.SUCCEEDED)
+                  .values_list("workflow_run_id", flat=True))
+    jobs = WorkflowNode.objects.filter(workflow_id=child_workflow).values("job_id")
+    strays = Run.objects.filter(job_id__in=jobs).exclude(
+        pk__in=node_runs.values("run_id")).count()
+    wrong = sum(1 for child in child_of.values()
+                if child not in good or ran[child] != len(CHILD_NODES))
+    return wrong + strays + (children.count() - len(set(child_of.values()) - {None}))
 
 
 def _started_in_the_ack(run_ids: set[int]) -> int:
@@ -267,7 +310,8 @@ def _early_downstream(workflow: int) -> int:
     upstream's succeeded attempt finished; an upstream that never ran (skipped) counts
     for an all_success node only; a one_success node counts once, when it started
     before all of its upstreams finished. A mapped node starts with its first item's
-    first attempt and finishes with its last item's success."""
+    first attempt and finishes with its last item's success; a sub-workflow node with its
+    child's first node's first attempt and its child's end."""
     node_runs = NodeRun.objects.filter(workflow_run__workflow_id=workflow)
     run_of = {(wr, node): run for wr, node, run in
               node_runs.values_list("workflow_run_id", "node_id", "run_id")}
@@ -276,6 +320,15 @@ def _early_downstream(workflow: int) -> int:
             node_run__workflow_run__workflow_id=workflow).values_list(
             "node_run__workflow_run_id", "node_run__node_id", "run_id"):
         items.setdefault((wr, node), []).append(run)
+    # A sub-workflow node's child's runs stand for it, as a mapped node's items do.
+    for wr, run in NodeRun.objects.filter(
+            workflow_run__in=node_runs.filter(child_run_id__isnull=False)
+            .values("child_run_id"), run_id__isnull=False).values_list(
+            "workflow_run_id", "run_id"):
+        items.setdefault(("child", wr), []).append(run)
+    for wr, node, child in node_runs.filter(child_run_id__isnull=False).values_list(
+            "workflow_run_id", "node_id", "child_run_id"):
+        items[(wr, node)] = items.pop(("child", child), [])
     run_ids = [r for r in run_of.values() if r] + [r for rs in items.values() for r in rs]
     first_start = dict(Attempt.objects.filter(run_id__in=run_ids, number=1)
                        .values_list("run_id", "started_at"))

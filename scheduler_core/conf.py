@@ -182,6 +182,9 @@ DEFAULTS: dict[str, Tunable] = {
     # Workflows: jobs that wait for other jobs (docs/workflows.md).
     "WORKFLOW_MAX_NODES": Tunable(1000, int, "most nodes one workflow may have"),
     "WORKFLOW_MAX_EDGES": Tunable(5000, int, "most edges one workflow may have"),
+    "WORKFLOW_MAX_DEPTH": Tunable(
+        5, int, "most levels of sub-workflows below a workflow run (docs/workflows.md, "
+        "\"Sub-workflows\")"),
     "WORKFLOW_MAX_RESULT_BYTES": Tunable(
         65_536, int, "largest result of a workflow node's run, in bytes of compact UTF-8 "
         "JSON (64 KiB): a larger one fails the attempt and sends the run to the dead letter"),

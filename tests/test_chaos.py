@@ -77,6 +77,7 @@ def test_workers_killed_under_workflow_runs_leave_every_node_run_once_and_no_run
     from chaos.workflow_kill import NODES
     assert runs == succeeded > 0 and node_runs == len(NODES) * runs, report
     assert "nodes not in their rule's state 0" in proc.stdout, report
+    assert "sub-workflow node runs without one succeeded child 0" in proc.stdout, report
     callbacks = re.search(r"callback parents (\d+) \{'dead': (\d+), 'succeeded': (\d+)\}: "
                           r"callbacks (\d+), missing 0, duplicate 0, of the other outcome 0, "
                           r"jobs without one run 0, not succeeded 0", proc.stdout)
@@ -148,3 +149,29 @@ def test_the_workflow_checker_counts_missing_nodes_stray_runs_and_early_downstre
     assert figures["stray_runs"] == 1
     assert figures["early_downstream"] == 1
     assert figures["duplicate_node_runs"] == 0
+
+
+def test_the_workflow_checker_counts_a_sub_workflow_node_without_its_one_child():
+    from chaos.workflow_kill import CHILD_EDGES, CHILD_NODES, _wrong_children
+    from workflows import services as workflow_services
+    from workflows.models import NodeRun, WorkflowRun
+
+    user = owner()
+    child = workflow_services.create_workflow(
+        "child", [{"name": n, "handler": "chaos.work"} for n in CHILD_NODES], CHILD_EDGES,
+        owner=user)
+    parent = workflow_services.create_workflow(
+        "parent", [{"name": "sub", "workflow": child.pk}], owner=user)
+    workflow_services.start_workflow_run(parent)  # sub is a root: its child starts now
+    assert _wrong_children(parent.pk, child.pk) == 1  # its child has not succeeded
+    child_run = WorkflowRun.objects.get(workflow=child)
+    for node_run in NodeRun.objects.filter(workflow_run=child_run):
+        NodeRun.objects.filter(pk=node_run.pk).update(state="succeeded")
+        if node_run.run_id is None:  # x's run was made; y's and z's stand in by hand
+            run = Run.objects.create(job_id=node_run.node.job_id, state="succeeded",
+                                     scheduled_at=child_run.scheduled_at, run_at=db_now())
+            NodeRun.objects.filter(pk=node_run.pk).update(run_id=run.pk)
+    WorkflowRun.objects.filter(pk=child_run.pk).update(state="succeeded")
+    assert _wrong_children(parent.pk, child.pk) == 0
+    workflow_services.start_workflow_run(child)  # a child run no node started
+    assert _wrong_children(parent.pk, child.pk) == 1

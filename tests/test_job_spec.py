@@ -73,10 +73,10 @@ def test_task_options_are_the_spec_fields():
 
 
 def test_workflow_nodes_and_schedules_take_the_spec_fields():
-    # task/args/kwargs name a django.tasks node's task; trigger_rule and map are the
-    # node's place in the graph (docs/workflows.md, "Trigger rules" and "Mapped nodes"),
-    # not fields of its job.
-    graph_keys = {"task", "args", "kwargs", "trigger_rule", "map"}
+    # task/args/kwargs name a django.tasks node's task; trigger_rule, map and workflow
+    # are the node's place in the graph (docs/workflows.md, "Trigger rules", "Mapped
+    # nodes" and "Sub-workflows"), not fields of its job.
+    graph_keys = {"task", "args", "kwargs", "trigger_rule", "map", "workflow"}
     assert NODE_KEYS - graph_keys == spec.names_of(spec.NODE), DRIFT
     assert SCHEDULE_KEYS == spec.names_of(spec.WORKFLOW_SCHEDULE), DRIFT
 

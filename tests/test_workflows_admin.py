@@ -195,3 +195,37 @@ def test_the_graph_draws_a_mapped_node_as_one_box_with_its_items_counts(admin_cl
     boxes = dict(re.findall(r"<title>(\w+)[^<]*</title>(.*?)</g>", svg))
     assert set(boxes) == {"root", "each"}
     assert "running · 2/3 items" in boxes["each"]
+
+
+def test_the_graph_draws_a_sub_workflow_node_linked_to_its_child_run(admin_client):
+    child_wf = services.create_workflow("inner", [{"name": "a", "handler": "noop"},
+                                                  {"name": "b", "handler": "noop"}])
+    wf = services.create_workflow("outer", [
+        {"name": "sub", "workflow": "inner"}, {"name": "tidy", "handler": "noop",
+                                               "trigger_rule": "all_done"},
+        {"name": "each", "handler": "noop", "map": "tidy"}], [["sub", "tidy"]])
+    wr = services.trigger(wf)  # sub is a root: its child starts with the run
+    child = WorkflowRun.objects.get(workflow=child_wf)
+
+    html = admin_client.get(f"/admin/workflows/workflowrun/{wr.pk}/change/").content.decode()
+    start = html.index('class="workflow-graph"')
+    svg = html[start:html.index("</svg>", start)]
+    boxes = dict(re.findall(r"<title>(\w+)[^<]*</title>(.*?)</g>", svg))
+    assert "running · 0/2 nodes" in boxes["sub"], boxes["sub"]
+    assert f'href="/admin/workflows/workflowrun/{child.pk}/change/"' in svg
+    assert 'class="wf-node wf-running wf-workflow"' in svg
+    assert 'class="wf-node wf-pending wf-map"' in svg  # a mapped node: a stack of boxes
+    assert "all_done" in boxes["tidy"]
+
+    html = admin_client.get(f"/admin/workflows/workflow/{wf.pk}/change/").content.decode()
+    start = html.index('class="workflow-graph"')
+    svg = html[start:html.index("</svg>", start)]
+    assert "workflow inner" in svg
+    assert f'workflow <a href="/admin/workflows/workflow/{child_wf.pk}/change/">inner</a>' \
+        in html  # the nodes table names the workflow a sub-workflow node runs
+    assert f'href="/admin/workflows/workflow/{child_wf.pk}/change/"' in svg
+
+    html = admin_client.get(f"/admin/workflows/workflowrun/{child.pk}/change/").content.decode()
+    assert f'href="/admin/workflows/workflowrun/{wr.pk}/change/">sub of workflow run' in html
+    html = admin_client.get(f"/admin/workflows/workflowrun/{wr.pk}/change/").content.decode()
+    assert f">workflow run #{child.pk}</a>" in html  # the nodes table links the child

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # that applies the file again (sql.apply), or databases migrated before keep the old
 # body: add one, then put the new hash here.
 APPLIED = {
-    "ack_succeeded": "27c9e1395b5b438c1b0815cc82998ffd2362faddc15b09489ae2730c78a50ee8",
+    "ack_succeeded": "2e02a9726357d2defeb74f83586ff7d2cf0b51e36211fd9821a8da1043de3e06",
     "ack_succeeded_compat": "d12fdbaeb540ffc5c61af7919b79f37a0b034bfcc935792177422a2cbf8ac77d",
     "crc32": "90d7ce3349f1e425294989d5dfbbaa406772ef786bc1a3aa50e6a7f6fe1b228c",
 }

@@ -39,6 +39,12 @@ RECENT_RUNS = 10
 TRIGGER_MAX = 100
 
 
+def _kind(map_over, subworkflow) -> str:
+    """graph_svg.Node's ``kind`` of a node with ``map_over`` and ``subworkflow`` (ids or
+    names, None when not)."""
+    return "map" if map_over is not None else "workflow" if subworkflow is not None else ""
+
+
 def shown_rule(rule: str) -> str:
     """A node's trigger rule as the graph shows it: "" for the default (all_success)."""
     return "" if rule == rules.DEFAULT else rule
@@ -104,17 +110,23 @@ class WorkflowAdmin(ReadOnlyAdmin):
 
     @admin.display(description="graph")
     def graph(self, workflow):
-        nodes = list(workflow.nodes.select_related("job").order_by("id"))
+        nodes = list(workflow.nodes.select_related("job", "subworkflow").order_by("id"))
         pairs = list(WorkflowEdge.objects.filter(workflow=workflow)
                      .values_list("upstream_id", "downstream_id"))
         boxes = [Node(n.pk, n.name, note=n.task or n.handler,
                       url=reverse("admin:jobs_job_change", args=[n.job_id]),
-                      rule=shown_rule(n.trigger_rule)) for n in nodes]
+                      rule=shown_rule(n.trigger_rule), kind=_kind(n.map_over_id,
+                                                                   n.subworkflow_id))
+                 for n in nodes]
+        for box, n in zip(boxes, nodes, strict=True):
+            if n.subworkflow is not None:  # its workflow, not its job that never runs
+                box.note = f"workflow {n.subworkflow.name}"
+                box.url = reverse("admin:workflows_workflow_change", args=[n.subworkflow_id])
         return format_html('<div class="wf-graph">{}</div>', draw(boxes, pairs, legend=False))
 
     @admin.display(description="nodes")
     def nodes_table(self, workflow):
-        nodes = workflow.nodes.select_related("job").order_by("id")
+        nodes = workflow.nodes.select_related("job", "subworkflow").order_by("id")
         return render_to_string("admin/workflows/nodes.html", {"nodes": nodes})
 
     @admin.display(description="recent runs")
@@ -200,8 +212,9 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     actions = ["cancel_workflow_runs", "pause_workflow_runs", "resume_workflow_runs"]
     fields = (("workflow_link", "state_display"), ("scheduled", "started_by", "run_key"),
-              ("created", "finished", "took"), "error", "graph", "nodes_table")
-    readonly_fields = fields[0] + fields[1] + fields[2] + ("error", "graph", "nodes_table")
+              ("created", "finished", "took"), "parent", "error", "graph", "nodes_table")
+    readonly_fields = fields[0] + fields[1] + fields[2] + ("parent", "error", "graph",
+                                                           "nodes_table")
 
     class Media:
         css = {"all": ["runs/admin.css", "workflows/admin.css"]}
@@ -217,6 +230,16 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
 
     def has_operate_permission(self, request) -> bool:
         return request.user.has_perm("workflows.change_workflowrun")
+
+    @admin.display(description="started by the node")
+    def parent(self, wr):
+        """The sub-workflow node whose run this is (docs/workflows.md, "Sub-workflows")."""
+        found = (NodeRun.objects.filter(child_run_id=wr.pk)
+                 .values_list("workflow_run_id", "node__name").first())
+        if found is None:
+            return "-"
+        url = reverse("admin:workflows_workflowrun_change", args=[found[0]])
+        return format_html('<a href="{}">{} of workflow run #{}</a>', url, found[1], found[0])
 
     @admin.display(description="workflow", ordering="workflow__name")
     def workflow_link(self, wr):
@@ -251,8 +274,14 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
                 note = f"{n['state']} · {n['items'].get('succeeded', 0)}/" \
                        f"{n['items']['total']} items"
             url = reverse("admin:runs_run_change", args=[n["run_id"]]) if n["run_id"] else ""
+            if n["child"]:  # a sub-workflow node: its child run's nodes, and a link to it
+                child = n["child"]
+                note = f"{n['state']} · {child['nodes'].get('succeeded', 0)}/" \
+                       f"{sum(child['nodes'].values())} nodes"
+                url = reverse("admin:workflows_workflowrun_change", args=[child["id"]])
             boxes.append(Node(ids[n["name"]], n["name"], n["state"], note, url,
-                              shown_rule(n["trigger_rule"])))
+                              shown_rule(n["trigger_rule"]),
+                              _kind(n["map"], n["workflow"])))
         return format_html('<div class="wf-graph">{}</div>', draw(boxes, pairs))
 
     @admin.display(description="nodes")
@@ -261,6 +290,8 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
         for n in view["nodes"]:
             n["run_url"] = (reverse("admin:runs_run_change", args=[n["run_id"]])
                             if n["run_id"] else "")
+            n["child_url"] = (reverse("admin:workflows_workflowrun_change",
+                                      args=[n["child"]["id"]]) if n["child"] else "")
             n["waited"] = (format_duration(n["first_started_at"] - n["ready_at"])
                            if n["first_started_at"] and n["ready_at"] else "-")
             for key in ("ready_at", "first_started_at", "finished_at"):

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from django.db import connections
 
 from runs.models import Run
+from scheduler_core import conf
 from workflows.models import MapItem, NodeRun, WorkflowEdge, WorkflowNode
 
 _own: dict[tuple[int, str], object] = {}  # (process id, alias) -> its private connection
@@ -43,33 +44,57 @@ def upstream_results(run_id: int, alias: str = "default") -> MappingProxyType:
     node's run, or an item's of a mapped node), by node name (a read-only mapping; empty
     when the run is no workflow node's). A mapped upstream's result is the list of its
     items' results in item order, None for an item that did not succeed
-    (docs/workflows.md, "Mapped nodes"). One query, two with a mapped upstream."""
-    node_run, edge, node, run, item = (
-        NodeRun._meta.db_table, WorkflowEdge._meta.db_table, WorkflowNode._meta.db_table,
-        Run._meta.db_table, MapItem._meta.db_table)
-    sql = (f"SELECT un.name, r.result, u.id, u.items FROM {node_run} d "
-           f"JOIN {edge} e ON e.downstream_id = d.node_id "
-           f"JOIN {node_run} u ON u.workflow_run_id = d.workflow_run_id "
-           f"AND u.node_id = e.upstream_id "
-           f"JOIN {node} un ON un.id = u.node_id "
-           f"LEFT JOIN {run} r ON r.id = u.run_id "
-           f"WHERE d.id = COALESCE((SELECT p.id FROM {node_run} p WHERE p.run_id = %s), "
-           f"(SELECT i.node_run_id FROM {item} i WHERE i.run_id = %s))")
-    connection = _connection(alias)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id, run_id])
-        rows = cursor.fetchall()
-        mapped = {row[2]: [] for row in rows if row[3] is not None}
-        if mapped:
-            cursor.execute(f"SELECT i.node_run_id, r.result FROM {item} i LEFT JOIN {run} r "
-                           f"ON r.id = i.run_id AND r.state = 'succeeded' WHERE "
-                           f"i.node_run_id IN ({', '.join(['%s'] * len(mapped))}) "
-                           f"ORDER BY i.node_run_id, i.\"index\"", list(mapped))
-            for node_run_id, value in cursor.fetchall():
-                mapped[node_run_id].append(_json(value))
-    return MappingProxyType(Results({
-        name: mapped[nid] if nid in mapped else _json(value)
-        for name, value, nid, _ in rows}))
+    (docs/workflows.md, "Mapped nodes"); a sub-workflow upstream's, its child run's
+    leaf nodes' results by name. A node without upstreams in a child workflow run reads
+    its parent's sub-workflow node's upstreams ("Sub-workflows"). One query, more with a
+    mapped or sub-workflow upstream."""
+    node_run, edge, item = (NodeRun._meta.db_table, WorkflowEdge._meta.db_table,
+                            MapItem._meta.db_table)
+    # The node run itself, or, for a root of a child workflow run, its parent's node run.
+    me = (f"(SELECT d.id, d.workflow_run_id, d.node_id FROM {node_run} d "
+          f"WHERE d.id = COALESCE((SELECT p.id FROM {node_run} p WHERE p.run_id = %s), "
+          f"(SELECT i.node_run_id FROM {item} i WHERE i.run_id = %s)))")
+    target = (f"COALESCE((SELECT pn.id FROM {node_run} pn, {me} m "
+              f"WHERE pn.child_run_id = m.workflow_run_id AND NOT EXISTS (SELECT 1 FROM "
+              f"{edge} me WHERE me.downstream_id = m.node_id)), (SELECT m2.id FROM {me} m2))")
+    with _connection(alias).cursor() as cursor:
+        return MappingProxyType(Results(_named(cursor, _SELECT + (
+            f"JOIN {edge} e ON e.upstream_id = u.node_id "
+            f"JOIN {node_run} d ON d.workflow_run_id = u.workflow_run_id "
+            f"AND d.node_id = e.downstream_id WHERE d.id = {target}"),
+            [run_id, run_id, run_id, run_id])))
+
+
+_SELECT = (f"SELECT un.name, r.result, u.id, u.items, u.child_run_id "
+           f"FROM {NodeRun._meta.db_table} u "
+           f"JOIN {WorkflowNode._meta.db_table} un ON un.id = u.node_id "
+           f"LEFT JOIN {Run._meta.db_table} r ON r.id = u.run_id ")
+
+
+def _named(cursor, sql: str, params: list, depth: int = 0) -> dict:
+    """{node name: result} of the node runs ``sql`` (_SELECT and its conditions) reads:
+    a plain node's run's result, a mapped node's items' results in item order, a
+    sub-workflow node's child run's leaves (its nodes without downstream), each read
+    the same way, to WORKFLOW_MAX_DEPTH levels."""
+    cursor.execute(sql, params)
+    rows = cursor.fetchall()
+    item, run, edge = MapItem._meta.db_table, Run._meta.db_table, WorkflowEdge._meta.db_table
+    mapped = {row[2]: [] for row in rows if row[3] is not None}
+    if mapped:
+        cursor.execute(f"SELECT i.node_run_id, r.result FROM {item} i LEFT JOIN {run} r "
+                       f"ON r.id = i.run_id AND r.state = 'succeeded' WHERE "
+                       f"i.node_run_id IN ({', '.join(['%s'] * len(mapped))}) "
+                       f"ORDER BY i.node_run_id, i.\"index\"", list(mapped))
+        for node_run_id, value in cursor.fetchall():
+            mapped[node_run_id].append(_json(value))
+    children = {}
+    for row in rows:
+        if row[4] is not None and depth < conf.get("WORKFLOW_MAX_DEPTH"):
+            children[row[2]] = _named(cursor, _SELECT + (
+                f"WHERE u.workflow_run_id = %s AND NOT EXISTS (SELECT 1 FROM {edge} le "
+                "WHERE le.upstream_id = u.node_id) ORDER BY un.name"), [row[4]], depth + 1)
+    return {name: mapped[nid] if nid in mapped else children.get(nid, _json(value))
+            for name, value, nid, *_ in rows}
 
 
 def _json(value):

@@ -16,6 +16,7 @@ from runs import services as run_services
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run
 from scheduler_core.exceptions import InvalidJob
+from workflows import nesting
 from workflows.engine import finish_if_done, start_ready
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
@@ -72,6 +73,19 @@ def _lock_live_runs(wr_id: int, using: str) -> list[int]:
         locked += sorted(fresh - set(locked))
 
 
+def _running_subs(wr_id: int, using: str):
+    """The running sub-workflow node runs of workflow run ``wr_id`` (a QuerySet)."""
+    return NodeRun.objects.using(using).filter(
+        workflow_run_id=wr_id, state=NodeState.RUNNING, child_run_id__isnull=False)
+
+
+def _lock_running_subs(wr_id: int, using: str) -> list[int]:
+    """Lock (FOR UPDATE, in id order) workflow run ``wr_id``'s running sub-workflow node
+    runs and return their ids (docs/workflows.md, "Sub-workflows")."""
+    return list(_running_subs(wr_id, using).order_by("id").select_for_update()
+                .values_list("id", flat=True))
+
+
 class _LockAgain(Exception):
     """A node started while cancel_workflow_run waited on its pending row: roll back and
     take the locks again, that node's run first."""
@@ -87,10 +101,25 @@ def cancel_workflow_run(workflow_run, using: str = "default") -> bool:
     wr_id = _pk(workflow_run)
     for attempt in range(CANCEL_TRIES):
         try:
-            return _cancel(wr_id, using, last=attempt == CANCEL_TRIES - 1)
+            cancelled = _cancel(wr_id, using, last=attempt == CANCEL_TRIES - 1)
         except _LockAgain:
             continue
+        # Its children after its own commit, each on its own: a child's rows are locked
+        # before its parent's (workflows/subflows.py), never the other way.
+        for child in _children(wr_id, using):
+            cancel_workflow_run(child, using)
+        return cancelled
     raise AssertionError("unreachable: the last try never raises _LockAgain")
+
+
+def _children(wr_id: int, using: str, states=LIVE_WORKFLOW_STATES) -> list[int]:
+    """The ids of the child workflow runs in ``states`` (default: running or paused)
+    that workflow run ``wr_id``'s sub-workflow nodes started (docs/workflows.md,
+    "Sub-workflows")."""
+    ids = NodeRun.objects.using(using).filter(
+        workflow_run_id=wr_id, child_run_id__isnull=False).values("child_run_id")
+    return list(WorkflowRun.objects.using(using).filter(pk__in=ids, state__in=states)
+                .order_by("pk").values_list("pk", flat=True))
 
 
 CANCEL_TRIES = 3
@@ -100,13 +129,19 @@ def _cancel(wr_id: int, using: str, last: bool) -> bool:
     with transaction.atomic(using=using):
         now = db_now(using)
         run_ids = _lock_live_runs(wr_id, using)
+        # A running sub-workflow node has no run: its node run stands for it, locked
+        # before the pending ones, as its child's ending ack locks it before the nodes
+        # below it (workflows/subflows.py).
+        subs = _lock_running_subs(wr_id, using)
         _lock_pending(wr_id, using)
         # A resume or a reconcile that held these pending rows before us may have
         # started nodes, and no run lock of ours waited for it. Locking those runs now
         # would take a lock against the order (a deadlock with their own ack): start
         # again instead, their runs among the first locked. After CANCEL_TRIES such
         # races the reconcile's _cancel_strays cancels what is left.
-        if not last and _running_run_ids(wr_id, using) - set(run_ids):
+        if not last and (_running_run_ids(wr_id, using) - set(run_ids)
+                         or set(_running_subs(wr_id, using).values_list("id", flat=True))
+                         - set(subs)):
             raise _LockAgain
         changed = WorkflowRun.objects.using(using).filter(
             pk=wr_id, state__in=LIVE_WORKFLOW_STATES).update(
@@ -117,7 +152,12 @@ def _cancel(wr_id: int, using: str, last: bool) -> bool:
         NodeRun.objects.using(using).filter(workflow_run_id=wr_id,
                                             state=NodeState.PENDING).update(
             state=NodeState.CANCELLED, finished_at=now, error="its workflow run was cancelled")
+        # A sub-workflow node has no run to cancel: it is cancelled here, its child
+        # after this commits (cancel_workflow_run).
+        _running_subs(wr_id, using).update(state=NodeState.CANCELLED, finished_at=now,
+                                           error="its workflow run was cancelled")
         run_services.cancel(run_ids, using)
+        nesting.runs_ended([wr_id], now, using)  # a child's parent node is cancelled too
     return True
 
 
@@ -129,8 +169,12 @@ def pause_workflow_run(workflow_run, using: str = "default") -> bool:
     wr_id = _pk(workflow_run)
     with transaction.atomic(using=using):
         _lock_pending(wr_id, using)
-        return bool(WorkflowRun.objects.using(using).filter(
+        paused = bool(WorkflowRun.objects.using(using).filter(
             pk=wr_id, state=WorkflowRunState.RUNNING).update(state=WorkflowRunState.PAUSED))
+    if paused:  # its running children too, each after (docs/workflows.md, "Sub-workflows")
+        for child in _children(wr_id, using, [WorkflowRunState.RUNNING]):
+            pause_workflow_run(child, using)
+    return paused
 
 
 def resume_workflow_run(workflow_run, using: str = "default") -> bool:
@@ -149,6 +193,8 @@ def resume_workflow_run(workflow_run, using: str = "default") -> bool:
         now = db_now(using)
         start_ready([wr_id], now, using)
         finish_if_done([wr_id], now, using)
+    for child in _children(wr_id, using, [WorkflowRunState.PAUSED]):
+        resume_workflow_run(child, using)
     return True
 
 

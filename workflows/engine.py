@@ -38,7 +38,7 @@ from runs.models import PENDING_STATES, Run, RunState
 from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.models import Job
-from workflows import fanout, ready_pg, rules
+from workflows import fanout, nesting, ready_pg, rules
 from workflows.graph import propagate
 from workflows.models import (
     FINE_NODE_STATES,
@@ -102,7 +102,7 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                          "node__job_id", "node__job__queue", "node__job__priority",
                          "node__job__max_attempts", "node__job__shard_key",
                          "node__job__handler", "node__job__owner_id", "node__map_over_id",
-                         "node__job__status"))
+                         "node__subworkflow_id", "node__job__status"))
     _doomed(locked, ready, doomed)
     return _start(ready, now, using, running)
 
@@ -133,16 +133,17 @@ def settle(workflow_run_ids, changed, now: datetime, using: str,
 
 def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -> list[int]:
     """start_ready's end: runs for the ``ready`` rows (see start_ready's read), a mapped
-    node's fan-out (workflows/fanout.py), or their cancellation when their job was
-    cancelled; returns the node run ids started (also
-    those the cancellation's settle started)."""
+    node's fan-out (workflows/fanout.py), a sub-workflow node's child (nesting.py), or
+    their cancellation when their job was cancelled; returns the node run ids started
+    (also those the cancellation's settle started)."""
     # A node whose job was cancelled (through the jobs' API) can never run: its runs would
     # wait for ever, as a cancelled job's runs are never leased. It is cancelled instead.
-    live = [row[:-2] for row in ready if row[-1] != Job.Status.CANCELLED and row[-2] is None]
     gone = [row for row in ready if row[-1] == Job.Status.CANCELLED]
-    mapped = [row[:-1] for row in ready if row[-1] != Job.Status.CANCELLED
-              and row[-2] is not None]
-    extra: list[int] = []
+    ready = [row for row in ready if row[-1] != Job.Status.CANCELLED]
+    live = [row[:-3] for row in ready if row[-3] is None and row[-2] is None]
+    mapped = [row[:-2] for row in ready if row[-3] is not None]
+    extra = nesting.start_children([row[:-1] for row in ready if row[-2] is not None],
+                                   now, using, running)
     if live:
         moved = _make_runs(live, now, using)
         if running is not None:
@@ -168,8 +169,9 @@ def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -
     return [row[0] for row in live] + extra
 
 
-def _run_at(row, now: datetime) -> tuple[datetime, float]:
-    """When a ready node's run may start, and its jitter (s): now, but never before its
+def start_time(row, now: datetime) -> tuple[datetime, float]:
+    """When a ready node's run (or child workflow run) may start (an aware datetime), and
+    its jitter (s), for ``row`` of start_ready: now, but never before its
     workflow run's ``scheduled_at`` plus, for a run its schedule started, the schedule's
     jitter (the root runs of a workflow run made LOOKAHEAD_S ahead, or of one started
     for a later time, wait for it in the broker, as a job's runs do)."""
@@ -191,7 +193,7 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> set[int]:
     for row in ready:
         (node_run_id, _, scheduled_at, _, _, job_id, queue, priority, max_attempts,
          shard_key, handler, owner_id) = row
-        run_at, jitter = _run_at(row, now)
+        run_at, jitter = start_time(row, now)
         planned[(job_id, scheduled_at)] = (node_run_id, owner_id, (
             job_id, scheduled_at, run_at, jitter, queue, shard_of(shard_key or handler, shards),
             priority, max_attempts))
@@ -378,6 +380,7 @@ def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
                 state=WorkflowRunState.SUCCEEDED, finished_at=now, error="")
         if changed:
             ended.append(wr_id)
+    nesting.runs_ended(ended, now, using)  # a child's end ends its parent's node
     return ended
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from django.db.models import Case, Value, When
 
 from runs.models import Run
+from workflows import nesting
 from workflows.engine import finish_if_done, node_runs_of, settle
 from workflows.graph import BLOCKING, propagate
 from workflows.models import NodeRun, NodeState, WorkflowRun, WorkflowRunState
@@ -98,6 +99,11 @@ def revive(rows: list[tuple[int, int]], now: datetime, using: str) -> None:
                                         state=NodeState.UPSTREAM_FAILED).update(
         state=NodeState.PENDING, finished_at=None, error="")
     propagate(revived, now, using)
-    WorkflowRun.objects.using(using).filter(pk__in=revived,
+    back = list(WorkflowRun.objects.using(using).filter(
+        pk__in=revived, state=WorkflowRunState.FAILED).values_list("pk", flat=True))
+    WorkflowRun.objects.using(using).filter(pk__in=back,
                                             state=WorkflowRunState.FAILED).update(
         state=WorkflowRunState.RUNNING, finished_at=None, error="")
+    # A child running again runs its parent's node again (docs/workflows.md,
+    # "Sub-workflows").
+    nesting.runs_revived(back, now, using)

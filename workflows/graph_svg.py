@@ -38,7 +38,9 @@ class Node:
     """One box: ``key`` (any hashable id), ``name``, ``state`` (a NodeState value, or ""
     for a definition), ``note`` (second line, e.g. "attempt 2/3"), ``url`` (link, or
     ""), ``rule`` (its trigger rule when not the default, or "": shown first on the
-    second line, in the tooltip, and as a dashed border)."""
+    second line, in the tooltip, and as a dashed border), ``kind`` ("", "map": a mapped
+    node, drawn as a stack of boxes, or "workflow": a sub-workflow node, drawn with a
+    double border)."""
 
     key: object
     name: str
@@ -46,6 +48,7 @@ class Node:
     note: str = ""
     url: str = ""
     rule: str = ""
+    kind: str = ""
 
 
 def layers(keys: list, edges: list[tuple]) -> dict:
@@ -145,10 +148,20 @@ def draw(nodes: list[Node], edges: list[tuple], legend: bool = True) -> SafeStri
             title += f" (trigger rule {node.rule})"
             note = f"{node.rule} · {note}" if note else node.rule
             dash = ' stroke-dasharray="5 3"'
-        box = (f'<g class="wf-node wf-{escape(node.state or "definition")}">'
-               f'<title>{escape(title)}</title>'
+        under = inner = ""
+        if node.kind == "map":  # a stack: the node's many items, collapsed
+            title += " (mapped: one run per item)"
+            under = (f'<rect x="{x + 4}" y="{y + 4}" width="{BOX_W}" height="{BOX_H}" rx="6" '
+                     f'fill="{fill}" stroke="{stroke}" stroke-width="1.2"/>')
+        elif node.kind == "workflow":  # a double border: a workflow run inside
+            title += " (sub-workflow: runs a workflow)"
+            inner = (f'<rect x="{x + 3}" y="{y + 3}" width="{BOX_W - 6}" height="{BOX_H - 6}" '
+                     f'rx="4" fill="none" stroke="{stroke}" stroke-width="1"/>')
+        box = (f'<g class="wf-node wf-{escape(node.state or "definition")}'
+               f'{" wf-" + node.kind if node.kind else ""}">'
+               f'<title>{escape(title)}</title>{under}'
                f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{fill}" '
-               f'stroke="{stroke}" stroke-width="1.6"{dash}/>'
+               f'stroke="{stroke}" stroke-width="1.6"{dash}/>{inner}'
                f'<text x="{x + 8}" y="{y + 16}" fill="#111" font-weight="bold">'
                f'{escape(_short(node.name))}</text>'
                f'<text x="{x + 8}" y="{y + 32}" fill="#333" font-size="11">'

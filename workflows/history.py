@@ -6,7 +6,8 @@ runs a day).
 
 Ended for good: ``succeeded``, ``cancelled``, or ``failed`` with no node's run left dead
 in the dead letter (a requeue of one would resume it, and the runs retention keeps its
-nodes' runs for it: workflows/wiring.py's KEPT_RUNS). Run by each scheduler for the
+nodes' runs for it: workflows/wiring.py's KEPT_RUNS), and not a child whose parent
+workflow run is live. Run by each scheduler for the
 workflows of its partitions, in the tick's reconcile (workflows/ticks.py).
 """
 
@@ -16,7 +17,7 @@ from django.db.models import Exists, OuterRef
 from runs.history.retention import cutoff
 from runs.models import Run, RunState
 from scheduler_core import conf
-from workflows.models import NodeRun, WorkflowRun, WorkflowRunState
+from workflows.models import LIVE_WORKFLOW_STATES, NodeRun, WorkflowRun, WorkflowRunState
 from workflows.reconcile import in_partitions
 
 BATCH = 100  # workflow runs deleted per transaction
@@ -37,7 +38,11 @@ def prune_workflow_runs(partitions: list[int] | None = None, total: int = 1,
         Exists(Run.objects.filter(pk=OuterRef("run_id"), state=RunState.DEAD))))
     ended = WorkflowRun.objects.using(using).filter(
         state__in=ENDED, finished_at__lt=before).exclude(
-        state=WorkflowRunState.FAILED, pk__in=WorkflowRun.objects.filter(dead).values("pk"))
+        state=WorkflowRunState.FAILED, pk__in=WorkflowRun.objects.filter(dead).values("pk")
+    ).exclude(pk__in=NodeRun.objects.filter(  # a child whose parent still runs: its
+        # leaves' results are its parent's node's (docs/workflows.md, "Sub-workflows")
+        workflow_run__state__in=LIVE_WORKFLOW_STATES, child_run_id__isnull=False)
+        .values("child_run_id"))
     with transaction.atomic(using=using):
         ids = list(in_partitions(ended, partitions, total, "workflow_id").order_by("pk")
                    .select_for_update(skip_locked=True).values_list("pk", flat=True)[:limit])

@@ -77,6 +77,11 @@ class WorkflowNode(models.Model):
     # upstream node's result list; None for a plain node.
     map_over = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE,
                                  related_name="mapped_by")
+    # A sub-workflow node (docs/workflows.md, "Sub-workflows"): starts a run of this
+    # workflow and ends as it ends; None for any other node. PROTECT: a workflow another
+    # one starts cannot be deleted from under it.
+    subworkflow = models.ForeignKey(Workflow, null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="used_by")
 
     class Meta:
         constraints = [
@@ -161,6 +166,7 @@ class WorkflowRun(models.Model):
         TRIGGER = "trigger"
         API = "api"
         BACKFILL = "backfill"  # docs/workflows.md, "Backfill"
+        PARENT = "workflow"  # a parent's sub-workflow node, docs/workflows.md "Sub-workflows"
 
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="runs")
     scheduled_at = models.DateTimeField()
@@ -228,12 +234,15 @@ class NodeRun(models.Model):
     # plain node run, or a mapped one not yet fanned out. Such a node run runs with no
     # run_id of its own: its runs are its items'.
     items = models.PositiveIntegerField(null=True, blank=True)
+    # A sub-workflow node's run: the workflow run it started (a plain id, as run_id:
+    # history deletes either side on its own). Unique: one parent per child.
+    child_run_id = models.BigIntegerField(null=True, blank=True, unique=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["workflow_run", "node"], name="node_run_once"),
             models.CheckConstraint(condition=~Q(state="running") | Q(run_id__isnull=False)
-                                   | Q(items__isnull=False),
+                                   | Q(items__isnull=False) | Q(child_run_id__isnull=False),
                                    name="node_run_running_has_run"),
         ]
         indexes = [

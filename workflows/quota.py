@@ -6,12 +6,14 @@ again, so every path that makes nodes pending again must count them as a start d
 
 from django.db import models
 
+from scheduler_core import conf
 from workflows.failures import BLOCKING, revived_node_runs
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
     MapItem,
     NodeRun,
     NodeState,
+    WorkflowRun,
     WorkflowRunState,
 )
 
@@ -44,8 +46,33 @@ def revived_by_requeue(run_ids: list[int], using: str) -> dict[int, int]:
         first.setdefault(workflow_run_id, run_id)
     if not first:
         return {}
+    _parents_revived(first, using)
     counts = dict(NodeRun.objects.using(using)
                   .filter(workflow_run_id__in=list(first), state=NodeState.UPSTREAM_FAILED)
                   .values("workflow_run_id").annotate(n=models.Count("pk"))
                   .values_list("workflow_run_id", "n"))
-    return {run_id: counts[wr] for wr, run_id in first.items() if counts.get(wr)}
+    revived: dict[int, int] = {}
+    for wr, run_id in first.items():
+        if counts.get(wr):
+            revived[run_id] = revived.get(run_id, 0) + counts[wr]
+    return revived
+
+
+def _parents_revived(first: dict[int, int], using: str) -> None:
+    """Add to ``first`` ({workflow run id: run id}) the parents a revived child revives:
+    a failed child running again runs its parent's failed sub-workflow node again, with
+    the upstream_failed nodes below it (docs/workflows.md, "Sub-workflows"), up to
+    WORKFLOW_MAX_DEPTH levels, each counted at its child's run id."""
+    level = dict(first)
+    for _ in range(conf.get("WORKFLOW_MAX_DEPTH")):
+        failed = WorkflowRun.objects.using(using).filter(
+            pk__in=list(level), state=WorkflowRunState.FAILED).values("pk")
+        parents = list(NodeRun.objects.using(using)
+                       .filter(child_run_id__in=failed, state=NodeState.FAILED)
+                       .exclude(workflow_run__state=WorkflowRunState.CANCELLED)
+                       .values_list("child_run_id", "workflow_run_id"))
+        level = {parent: level[child] for child, parent in parents if parent not in first}
+        if not level:
+            return
+        for parent, run_id in level.items():
+            first[parent] = run_id

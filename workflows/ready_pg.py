@@ -80,13 +80,13 @@ def ready_rows(locked: list[int], using: str) -> list[tuple]:
     workflows/rules.py, ready_sql), as
     start_ready's rows: (node run id, workflow id, scheduled_at, started_by, schedule
     jitter_s or None, job id, queue, priority, max_attempts, shard_key, handler, owner
-    id, mapped-over node id or None, job status). A statement of its own, after the lock
-    (the module's docstring)."""
+    id, mapped-over node id or None, sub-workflow id or None, job status). A statement
+    of its own, after the lock (the module's docstring)."""
     t = _tables()
     sql = (
         "SELECT n.id, wr.workflow_id, wr.scheduled_at, wr.started_by, s.jitter_s, j.id,"
         " j.queue, j.priority, j.max_attempts, j.shard_key, j.handler, j.owner_id,"
-        " wn.map_over_id, j.status"
+        " wn.map_over_id, wn.subworkflow_id, j.status"
         f" FROM {t['n']} AS n JOIN {t['wr']} AS wr ON wr.id = n.workflow_run_id"
         f" JOIN {t['w']} AS w ON w.id = wr.workflow_id"
         f" LEFT JOIN {t['s']} AS s ON s.id = w.schedule_id"

@@ -12,7 +12,9 @@ hooks would have done:
   whose rule can no longer hold is marked ``upstream_failed`` or ``skipped``;
 * a workflow run none of whose nodes can progress ends;
 * the runs still live of a cancelled workflow run are cancelled (one made by a resume in
-  the instant of a cancel that raced three times, workflows/control.py).
+  the instant of a cancel that raced three times, workflows/control.py);
+* a sub-workflow node whose child ended takes its end, and a live child of a cancelled
+  workflow run is cancelled (workflows/subflows.py).
 
 Runs whose push to the broker was lost are the dispatcher's reconcile's (the runs table
 is the truth, docs/architecture.md, "Invariants" 2).
@@ -24,7 +26,7 @@ from django.db.models import F
 from runs import services as run_services
 from runs.clock import db_now
 from runs.models import TERMINAL_STATES, Run, RunState
-from workflows import rules
+from workflows import control, rules, subflows
 from workflows.engine import finish_if_done, nodes_succeeded, start_ready
 from workflows.failures import BLOCKING, nodes_failed, propagate
 from workflows.items import items_finished
@@ -63,10 +65,28 @@ def reconcile(partitions: list[int] | None = None, total: int = 1,
         if not batch:
             break
         last = batch[-1]
+        # Sub-workflow nodes whose child ended untold, in a transaction of their own:
+        # it locks their node runs before the nodes below them, as a child's ack does.
+        with transaction.atomic(using=using):
+            counts["finished"] += subflows.reconcile(batch, db_now(using), using)
         with transaction.atomic(using=using):
             _reconcile_batch(batch, counts, using)
     counts["cancelled"] = _cancel_strays(partitions, total, using)
+    counts["cancelled"] += _cancel_orphans(partitions, total, using)
     return counts
+
+
+def _cancel_orphans(partitions, total: int, using: str) -> int:
+    """Cancel the live child workflow runs (of the workflows in ``partitions``) whose
+    parent workflow run was cancelled: a cancel cancels them after its own commit, and
+    a crash between the two left them (workflows/subflows.py). Returns how many."""
+    parents = NodeRun.objects.using(using).filter(
+        workflow_run__state=WorkflowRunState.CANCELLED, child_run_id__isnull=False)
+    orphans = in_partitions(WorkflowRun.objects.using(using).filter(
+        state__in=LIVE_WORKFLOW_STATES, pk__in=parents.values("child_run_id")),
+        partitions, total, "workflow_id")
+    return sum(control.cancel_workflow_run(pk, using)
+               for pk in orphans.order_by("pk").values_list("pk", flat=True)[:BATCH])
 
 
 def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> None:

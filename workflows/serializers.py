@@ -33,7 +33,9 @@ class WorkflowCreateSerializer(StrictFieldsMixin, serializers.Serializer):
                   "kwargs (task nodes), queue, priority, timeout_s, max_attempts, "
                   "trigger_rule (all_success (default), all_done, all_failed, one_success, "
                   "one_failed, none_failed), map (an upstream node's name: run once per "
-                  "item of its result list)}; at most WORKFLOW_MAX_NODES (1,000)")
+                  "item of its result list)} or {name, workflow (an id or name of the "
+                  "owner's workflow: start a run of it), trigger_rule, queue}; at most "
+                  "WORKFLOW_MAX_NODES (1,000)")
     edges = serializers.ListField(
         child=serializers.JSONField(), required=False, default=list,
         help_text='[upstream, downstream] pairs or {"from": upstream, "to": downstream} '
@@ -75,6 +77,11 @@ class WorkflowNodeSerializer(serializers.Serializer):
     map = serializers.SerializerMethodField(
         help_text="a mapped node's upstream, whose result list it runs once per item of "
                   "(docs/workflows.md, \"Mapped nodes\"); null for a plain node")
+
+    workflow = serializers.IntegerField(
+        source="subworkflow_id", allow_null=True,
+        help_text="a sub-workflow node's workflow id, a run of which it starts "
+                  "(docs/workflows.md, \"Sub-workflows\"); null for any other node")
 
     def get_upstream(self, node) -> list[str]:
         return self.context["upstream"].get(node.pk, [])
@@ -176,7 +183,8 @@ class NodeRunSerializer(serializers.Serializer):
     run's start for a node without upstreams), ``first_started_at`` (its first attempt's
     start), ``started_at`` (the current or last attempt's), ``finished_at``, and
     ``error`` (why it did not run: which upstream failed), ``trigger_rule`` (its node's),
-    ``items`` (a mapped node's items by state)."""
+    ``items`` (a mapped node's items by state), ``workflow`` and ``child`` (a
+    sub-workflow node's workflow id and its child run's id, state and nodes by state)."""
 
     name = serializers.CharField()
     state = serializers.ChoiceField(choices=NodeState.choices)
@@ -194,6 +202,11 @@ class NodeRunSerializer(serializers.Serializer):
     items = serializers.DictField(
         child=serializers.IntegerField(), allow_null=True,
         help_text="a mapped node's items: total and by state; null for a plain node")
+    workflow = serializers.IntegerField(
+        allow_null=True, help_text="a sub-workflow node's workflow id; else null")
+    child = serializers.JSONField(
+        allow_null=True, help_text="a sub-workflow node's child run once started: {id, "
+                                   "state, nodes (its node runs by state)}; else null")
 
 
 class WorkflowRunDetailSerializer(serializers.Serializer):
@@ -208,4 +221,7 @@ class WorkflowRunDetailSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     error = serializers.CharField(allow_blank=True)
+    parent = serializers.JSONField(
+        allow_null=True, help_text="the {workflow_run, node} whose sub-workflow node "
+                                   "started this run; null for a run started otherwise")
     nodes = NodeRunSerializer(many=True)

@@ -37,6 +37,7 @@ from workflows.models import (
     WorkflowRun,
 )
 from workflows.quota import unmade_node_runs
+from workflows.subflow_refs import resolve as resolve_subworkflows
 from workflows.validation import InvalidWorkflow, validate_workflow
 
 __all__ = ["InvalidWorkflow", "create_workflow", "get_workflow", "get_workflow_run",
@@ -62,7 +63,10 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
     policy, max lag, jitter). ``allow_tasks`` False refuses task nodes (the REST API's
     rule, docs/security.md); a node may never name the ``django_task`` handler. Raises
     InvalidWorkflow naming every bad field (a cycle is named node by node; an ``owner``
-    that is no user), runs.tenancy.quotas.QuotaExceeded; nothing is stored then.
+    that is no user; a sub-workflow node's ``workflow`` that names no workflow of the
+    owner, a cancelled one or one too deep, workflows/subflow_refs.py),
+    runs.tenancy.quotas.QuotaExceeded; nothing is stored then. A node with ``workflow``
+    starts a run of that workflow (docs/workflows.md, "Sub-workflows").
     """
     if owner is not None and not isinstance(getattr(owner, "pk", None), int):
         raise InvalidWorkflow({"owner": f"must be a user (a model instance), not {owner!r}"})
@@ -73,6 +77,7 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
     tenant_queue = bounds.default_queue if bounds is not None else tenants.SHARED_QUEUE
     with transaction.atomic(using=using):
         now = db_now(using)
+        subworkflows = resolve_subworkflows(clean["nodes"], owner_id, using)
         if bounds is not None:
             tenants.check_quotas(bounds, len(clean["nodes"]), 0, using)
         sched = clean["schedule"]
@@ -99,7 +104,8 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
             for spec in clean["nodes"]], batch_size=1000)
         made = WorkflowNode.objects.using(using).bulk_create([
             WorkflowNode(workflow=workflow, name=spec["node"], job_id=job.pk,
-                         trigger_rule=spec["trigger_rule"])
+                         trigger_rule=spec["trigger_rule"],
+                         subworkflow_id=subworkflows.get(spec["node"]))
             for spec, job in zip(clean["nodes"], jobs, strict=True)], batch_size=1000)
         ids = {node.name: node.pk for node in made}
         for spec in clean["nodes"]:  # a mapped node's upstream (docs/workflows.md)
@@ -274,19 +280,42 @@ def map_counts(node_run_ids: list[int], using: str = "default") -> dict[int, dic
     return found
 
 
+def child_counts(pairs: dict[int, int], using: str = "default") -> dict[int, dict]:
+    """{node run id: {"id": child workflow run id, "state": its state, "nodes": {node
+    state: count}}} for ``pairs`` ({sub-workflow node run id: its child workflow run id};
+    two queries, none without pairs): what the workflow run's view and the admin's graph
+    show of a sub-workflow node (docs/workflows.md, "Sub-workflows")."""
+    if not pairs:
+        return {}
+    states = dict(WorkflowRun.objects.using(using).filter(pk__in=list(pairs.values()))
+                  .values_list("pk", "state"))
+    nodes: dict[int, dict] = {}
+    for wr_id, state, n in (NodeRun.objects.using(using)
+                            .filter(workflow_run_id__in=list(pairs.values()))
+                            .values("workflow_run_id", "state").annotate(n=Count("pk"))
+                            .values_list("workflow_run_id", "state", "n")):
+        nodes.setdefault(wr_id, {})[state] = n
+    return {pk: {"id": child, "state": states.get(child), "nodes": nodes.get(child, {})}
+            for pk, child in pairs.items()}
+
+
 def get_workflow_run(workflow_run, using: str = "default") -> dict:
     """A workflow run and every node's state, as JSON-like data: ``{id, workflow,
-    scheduled_at, run_key, state, started_by, created_at, finished_at, error, nodes}``,
-    ``nodes`` a list (in creation order) of ``{name, state, trigger_rule, upstream (names),
-    run_id, run_state, attempt, max_attempts, ready_at, first_started_at, started_at,
-    finished_at, error, items}``, ``items`` None but for a mapped node that fanned out:
-    ``{"total": n, <state>: count, ...}`` of its items (docs/workflows.md, "Mapped
-    nodes"); times are aware UTC datetimes, ``first_started_at`` the first attempt's
-    start, ``started_at`` the current or last attempt's. Raises
+    scheduled_at, run_key, state, started_by, created_at, finished_at, error, parent,
+    nodes}``, ``parent`` the ``{workflow_run, node}`` that started this run, or None;
+    ``nodes`` a list (in creation order) of ``{name, state, trigger_rule, upstream
+    (names), run_id, run_state, attempt, max_attempts, ready_at, first_started_at,
+    started_at, finished_at, error, items, map, workflow, child}``, ``map`` the name of
+    the node a mapped node maps over (else None), ``items`` None but for a mapped node
+    that fanned out: ``{"total": n, <state>: count, ...}`` of its items
+    (docs/workflows.md, "Mapped nodes"); ``workflow`` a sub-workflow node's workflow id
+    and ``child`` its child run's ``{id, state, nodes}`` once started (child_counts),
+    else None ("Sub-workflows"); times are aware UTC datetimes, ``first_started_at`` the
+    first attempt's start, ``started_at`` the current or last attempt's. Raises
     WorkflowRun.DoesNotExist."""
     wr = WorkflowRun.objects.using(using).get(pk=_pk(workflow_run))
     node_runs = list(NodeRun.objects.using(using).filter(workflow_run=wr)
-                     .select_related("node__job").order_by("node_id"))
+                     .select_related("node__job", "node__map_over").order_by("node_id"))
     upstream: dict[int, list[str]] = {}
     for down, name in (WorkflowEdge.objects.using(using).filter(workflow_id=wr.workflow_id)
                        .values_list("downstream_id", "upstream__name")):
@@ -297,6 +326,8 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
     first = dict(Attempt.objects.using(using).filter(run_id__in=list(runs), number=1)
                  .values_list("run_id", "started_at"))
     items = map_counts([n.pk for n in node_runs if n.items is not None], using)
+    children = child_counts({n.pk: n.child_run_id for n in node_runs if n.child_run_id},
+                            using)
     nodes = []
     for n in node_runs:
         # A node not started yet has no run: its attempts are its job's.
@@ -308,8 +339,14 @@ def get_workflow_run(workflow_run, using: str = "default") -> dict:
                       "ready_at": n.ready_at, "first_started_at": first.get(n.run_id),
                       "started_at": run[3],
                       "finished_at": n.finished_at, "error": n.error,
-                      "items": items.get(n.pk)})
+                      "items": items.get(n.pk), "workflow": n.node.subworkflow_id,
+                      "map": n.node.map_over.name if n.node.map_over_id else None,
+                      "child": children.get(n.pk)})
+    parent = (NodeRun.objects.using(using).filter(child_run_id=wr.pk)
+              .values("workflow_run_id", "node__name").first())
     return {"id": wr.pk, "workflow": wr.workflow_id, "scheduled_at": wr.scheduled_at,
             "run_key": wr.run_key, "state": wr.state, "started_by": wr.started_by,
             "created_at": wr.created_at, "finished_at": wr.finished_at, "error": wr.error,
+            "parent": parent and {"workflow_run": parent["workflow_run_id"],
+                                  "node": parent["node__name"]},
             "nodes": nodes}

@@ -30,7 +30,9 @@ from workflows import rules
 NODE_KEYS = frozenset({"name", "handler", "task", "payload", "args", "kwargs", "queue",
                        "priority", "timeout_s", "max_attempts", "retry", "expires_in_s",
                        "rate_key", "concurrency_key", "concurrency_limit", "trigger_rule",
-                       "map"})
+                       "map", "workflow"})
+# The handler of a sub-workflow node's job, which never has a run (workflows/subflows.py).
+SUBWORKFLOW_HANDLER = "workflows.subworkflow"
 # What a node's job takes as a plain job does (expires_in_s counts from when the node's
 # run is made, its scheduled_at: an absolute expires_at has no place in a template).
 NODE_JOB_KEYS = ("queue", "priority", "timeout_s", "max_attempts", "retry", "expires_in_s",
@@ -63,12 +65,17 @@ def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -
     for key in sorted(set(node) - NODE_KEYS, key=str):
         errors[f"{where}.{key}"] = _unknown("node", key, NODE_KEYS)
     spec = {key: node.get(key) for key in NODE_JOB_KEYS}
+    if node.get("workflow") is not None:
+        return _subworkflow_spec(node, spec, errors, where)
     has_handler, has_task = node.get("handler") is not None, node.get("task") is not None
     if has_handler == has_task:
         errors[f"{where}.handler"] = "give exactly one of handler (a registered handler name) " \
                                      "or task (a django.tasks task's module path)"
         return {**spec, "handler": TASK_HANDLER, "payload": {}}
     if has_handler:
+        if node["handler"] == SUBWORKFLOW_HANDLER:
+            errors[f"{where}.handler"] = f"{SUBWORKFLOW_HANDLER} is internal; give workflow " \
+                                         "(a workflow's id or name) instead"
         if node["handler"] == TASK_HANDLER:
             # Internal: its payload names code to run; a task node is the checked way.
             errors[f"{where}.handler"] = f"{TASK_HANDLER} is internal; name a django.tasks " \
@@ -99,6 +106,22 @@ def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -
         errors[f"{where}.kwargs"] = "must be a JSON object"
     return {**spec, "handler": TASK_HANDLER,
             "payload": {"task": path, "args": args, "kwargs": kwargs}}
+
+
+def _subworkflow_spec(node: dict, spec: dict, errors: dict, where: str) -> dict:
+    """A sub-workflow node's job spec (docs/workflows.md, "Sub-workflows"): ``workflow``
+    is a workflow's id (int) or name (text), resolved against the owner's workflows at
+    creation (workflows/subflow_refs.py); the node takes none of handler, task, payload,
+    args, kwargs or map."""
+    ref = node["workflow"]
+    if isinstance(ref, bool) or not isinstance(ref, int | str) or (
+            isinstance(ref, str) and _name_problem(ref)) or (isinstance(ref, int) and ref < 1):
+        errors[f"{where}.workflow"] = "must be a workflow's id (a positive integer) or name"
+    for key in ("handler", "task", "payload", "args", "kwargs", "map"):
+        if node.get(key) is not None:
+            errors[f"{where}.{key}"] = "a sub-workflow node (with workflow) takes no " \
+                                       f"{key}: it runs the nodes of its workflow"
+    return {**spec, "handler": SUBWORKFLOW_HANDLER, "payload": {}}
 
 
 def _unknown(kind: str, key, known: frozenset) -> str:
@@ -228,8 +251,10 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
     for key, reason in check_graph(names, pairs).items():
         errors.setdefault(key, reason)
     clean_schedule = _schedule(schedule, errors)
+    refs = {n["name"]: n["workflow"] for n in nodes if isinstance(n, dict)
+            and n.get("workflow") is not None and isinstance(n.get("name"), str)}
     cleaned = [{**spec, "trigger_rule": trigger_rules[spec["node"]],
-                "map": maps.get(spec["node"])}
+                "map": maps.get(spec["node"]), "workflow": refs.get(spec["node"])}
                for spec in _node_jobs(specs, bounds, errors, name)]
     if errors:
         raise InvalidWorkflow(errors)

@@ -15,16 +15,22 @@ from workflows.listener import LISTENER
 from workflows.metrics import COLLECTOR
 from workflows.models import MapItem, NodeRun, WorkflowNode, WorkflowRun
 from workflows.node_job_guard import describe_node_jobs
+from workflows.subflows import register as register_subflows
 from workflows.ticks import on_scheduler_tick
 from workflows.tracing import contexts
 
 # The runs of the nodes of a workflow run that may still start a node, whose results a
-# downstream node reads (docs/workflows.md, "Results"): running or paused, or failed
-# with a dead run of one of its nodes still in the dead letter (a requeue resumes it).
+# downstream node reads (docs/workflows.md, "Results"): running or paused, a child of
+# one ("Sub-workflows"), or failed with a dead run of one of its nodes still in the dead
+# letter (a requeue resumes it).
 KEPT_RUNS = (
     f"SELECT kn.run_id FROM {NodeRun._meta.db_table} kn "
     f"JOIN {WorkflowRun._meta.db_table} kw ON kw.id = kn.workflow_run_id "
     "WHERE kn.run_id IS NOT NULL AND (kw.state IN ('running', 'paused') "
+    # a child whose parent still runs: its leaves' results are the parent node's
+    f"OR kw.id IN (SELECT pn.child_run_id FROM {NodeRun._meta.db_table} pn "
+    f"JOIN {WorkflowRun._meta.db_table} pw ON pw.id = pn.workflow_run_id "
+    "WHERE pw.state IN ('running', 'paused')) "
     "OR (kw.state = 'failed' AND EXISTS (SELECT 1 "
     f"FROM {NodeRun._meta.db_table} kf JOIN {{runs}} kr ON kr.id = kf.run_id "
     "WHERE kf.workflow_run_id = kw.id AND kr.state = 'dead')))")
@@ -38,6 +44,7 @@ KEPT_ITEM_RUNS = (
 
 
 def connect() -> None:
+    register_subflows()  # the engine's sub-workflow steps (workflows/nesting.py)
     hooks.register(LISTENER)
     hooks.keep_jobs(WorkflowNode._meta.db_table, "job_id")
     guards.manage(describe_node_jobs)  # the jobs' API refuses writes to a node's job

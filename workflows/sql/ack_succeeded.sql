@@ -7,9 +7,10 @@
 -- that Python path, statement for statement, in one round trip, which is what keeps a
 -- chain's handoff fast (BENCHMARKS.md, "Workflows (W7)"). What it does not do itself (a
 -- node of a cancelled job, a schedule's jitter still ahead, a workflow run that ends
--- failed, a mapped node's item or a mapped node below, an all_failed node below that
--- does not start, a one_failed one that may no longer) raises SQLSTATE WFA01, which undoes the whole call; the caller then acks
--- through engine.py. tests/test_workflows_ack_paths.py runs the same scenarios through
+-- failed, a mapped node's item or a mapped node below, a sub-workflow node below, a
+-- child workflow run's end, an all_failed node below that does not start, a one_failed
+-- one that may no longer) raises SQLSTATE WFA01, which undoes the whole call; the
+-- caller then acks through engine.py. tests/test_workflows_ack_paths.py runs the same scenarios through
 -- both and compares every row they leave.
 --
 -- In order: (1) the runs and their attempts succeed, fenced on (id, attempt, running);
@@ -132,6 +133,11 @@ BEGIN
                WHERE m.id = ANY(v_down) AND m.map_over_id IS NOT NULL) THEN
       RAISE EXCEPTION 'a mapped node below' USING ERRCODE = 'WFA01';
     END IF;
+    -- A sub-workflow node below starts a workflow run (workflows/subflows.py).
+    IF EXISTS (SELECT 1 FROM workflows_workflownode AS m
+               WHERE m.id = ANY(v_down) AND m.subworkflow_id IS NOT NULL) THEN
+      RAISE EXCEPTION 'a sub-workflow node below' USING ERRCODE = 'WFA01';
+    END IF;
     v_locked := ARRAY(
       SELECT n.id FROM workflows_noderun AS n
       WHERE n.workflow_run_id = ANY(v_wruns) AND n.node_id = ANY(v_down)
@@ -150,7 +156,7 @@ BEGIN
           WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
             AND u.state IN ('pending', 'running'))));
     -- (4) ... and, in a statement of its own, those ready are read (ready_pg.ready_rows).
-    -- A case engine._start or engine._run_at handles otherwise is left to it (WFA01).
+    -- A case engine._start or engine.start_time handles otherwise is left to it (WFA01).
     IF cardinality(v_locked) > 0 THEN
       FOR r IN
         SELECT n.id AS nid, wr.scheduled_at, wr.started_by, s.jitter_s, j.id AS jid,
@@ -340,6 +346,10 @@ BEGIN
       IF EXISTS (SELECT 1 FROM workflows_noderun
                  WHERE workflow_run_id = r.id AND state NOT IN ('succeeded', 'skipped')) THEN
         RAISE EXCEPTION 'workflow run % ends failed', r.id USING ERRCODE = 'WFA01';
+      END IF;
+      -- A child workflow run's end ends its parent's node (workflows/subflows.py).
+      IF EXISTS (SELECT 1 FROM workflows_noderun WHERE child_run_id = r.id) THEN
+        RAISE EXCEPTION 'workflow run % is a child', r.id USING ERRCODE = 'WFA01';
       END IF;
       UPDATE workflows_workflowrun SET state = 'succeeded', finished_at = v_now, error = ''
       WHERE id = r.id AND state = 'running';
