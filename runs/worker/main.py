@@ -214,6 +214,10 @@ class Worker(Daemon):
         self.lease.harvest()
         self.acks.harvest()
         self.books.keep()
+        if self.config.max_runs is not None and self.acks.finished >= self.config.max_runs:
+            # Counted by this harvest: stop before a wait for nothing, up to WORKER_POLL_S.
+            self.stopping = True
+            return True
         if self.stopping and len(self.ahead):
             self.lease.release_ahead()
         self.lease.lease_more()
