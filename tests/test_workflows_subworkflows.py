@@ -307,6 +307,33 @@ def test_the_definition_of_a_sub_workflow_node_is_checked(settings):
         services.create_workflow("level3", [{"name": "c", "workflow": level.pk}], owner=me)
     assert "WORKFLOW_MAX_DEPTH (2)" in bad.value.errors["nodes[0].workflow"]
 
+    # A map over a sub-workflow node: its result is never a list.
+    child_workflow(using, owner=me, name="mine2")
+    with pytest.raises(InvalidWorkflow) as bad:
+        services.create_workflow("m", [{"name": "a", "workflow": "mine2"},
+                                       {"name": "b", "handler": "noop", "map": "a"}],
+                                 owner=me)
+    assert "is a sub-workflow node" in bad.value.errors["nodes[1].map"]
+
+
+def test_many_children_of_one_workflow_at_one_instant_all_start(pair):
+    """Children of one workflow started at one instant each need a scheduled_at of their
+    own (UNIQUE (workflow, scheduled_at)): 60 of them once exhausted the 50 instants
+    tried 1 µs apart, and the start raised, a 500 for the tenant, a failed ack and a
+    stalled reconcile for everyone."""
+    using = pair.using
+    child_workflow(using, queue="held")
+    wide = services.create_workflow(
+        "wide", [{"name": f"c{i}", "workflow": "child"} for i in range(60)], using=using)
+
+    wr = services.start_workflow_run(wide, using=using)
+
+    children = NodeRun.objects.using(using).filter(workflow_run=wr,
+                                                   child_run_id__isnull=False)
+    assert children.count() == 60
+    assert WorkflowRun.objects.using(using).filter(
+        pk__in=children.values("child_run_id")).values("scheduled_at").distinct().count() == 60
+
 
 def test_nested_sub_workflows_run_to_the_end(pair):
     using = pair.using

@@ -19,6 +19,8 @@ commit, each in a transaction of its own.
 
 from datetime import datetime, timedelta
 
+from django.db.models import Max
+
 from runs.tenancy.quotas import QuotaExceeded, bounds_of, check_quotas
 from scheduler_core import conf
 from workflows import nesting
@@ -35,7 +37,11 @@ from workflows.models import (
 )
 from workflows.services import begin_run
 
-SLOTS = 50  # instants tried for a child's scheduled_at before giving up (1 µs apart)
+# A child's scheduled_at is its parent node's time, or 1 µs after the latest run of its
+# workflow within WINDOW of it (UNIQUE (workflow, scheduled_at)); SLOTS tries, each after
+# another start took the instant, before the node fails.
+WINDOW = timedelta(seconds=1)
+SLOTS = 50
 ERROR_MAX = 500  # characters of a child's error its parent node repeats
 
 
@@ -92,9 +98,9 @@ def start_children(rows: list[tuple], now: datetime, using: str,
     (engine.start_ready's rows, the job's status left off, the last field the child
     workflow's id; each pending and locked by the caller), inside the caller's
     transaction. A refused child (ChildRefused: another owner's, not active, too deep,
-    over max_pending) fails its node with nothing started. Returns the node run ids
-    started or ended, with those the ends started; ``running`` gets the workflow runs
-    in which a node now runs. Raises RuntimeError when no free scheduled_at was found."""
+    over max_pending, no free start time) fails its node with nothing started. Returns
+    the node run ids started or ended, with those the ends started; ``running`` gets the
+    workflow runs in which a node now runs."""
     started, failed = [], []
     for row in rows:
         node_run_id, owner_id, child_wf_id = row[0], row[11], row[-1]
@@ -107,14 +113,14 @@ def start_children(rows: list[tuple], now: datetime, using: str,
                     .filter(pk=child_wf_id).first())
         try:
             _check(child_wf, owner_id, node_run[0], using)
+            # A parent made ahead of its time (LOOKAHEAD_S, jitter) holds its child's
+            # roots until then, as it holds a node's run.
+            child = _begin(child_wf, start_time(row, now)[0], now, using)
         except ChildRefused as exc:
             NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.PENDING).update(
                 state=NodeState.FAILED, ready_at=now, finished_at=now, error=str(exc))
             failed.append(node_run)
             continue
-        # A parent made ahead of its time (LOOKAHEAD_S, jitter) holds its child's roots
-        # until then, as it holds a node's run.
-        child = _begin(child_wf, start_time(row, now)[0], now, using)
         NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.PENDING).update(
             state=NodeState.RUNNING, child_run_id=child.pk, ready_at=now, error="")
         started.append(node_run_id)
@@ -129,14 +135,23 @@ def start_children(rows: list[tuple], now: datetime, using: str,
 
 
 def _begin(child_wf: Workflow, at: datetime, now: datetime, using: str) -> WorkflowRun:
-    """A new run of ``child_wf`` started by a parent, at the first instant from ``at``
-    on (1 µs apart) that the workflow has no run at; ``now`` the database's time."""
-    for k in range(SLOTS):
-        child = begin_run(child_wf, at + timedelta(microseconds=k),
-                          WorkflowRun.StartedBy.PARENT, None, now, using)
+    """A new run of ``child_wf`` started by a parent, at ``at`` or just after the latest
+    run of the workflow within WINDOW from ``at`` (1 µs later); ``now`` the database's
+    time. Raises ChildRefused when WINDOW holds no free instant after SLOTS tries (other
+    starts taking the same instants): a parent with hundreds of children of one
+    workflow at one instant once tried them 1 µs apart and failed its whole ack."""
+    runs = WorkflowRun.objects.using(using).filter(
+        workflow=child_wf, scheduled_at__gte=at, scheduled_at__lt=at + WINDOW)
+    for _ in range(SLOTS):
+        last = runs.aggregate(last=Max("scheduled_at"))["last"]
+        slot = at if last is None else last + timedelta(microseconds=1)
+        if slot >= at + WINDOW:
+            break
+        child = begin_run(child_wf, slot, WorkflowRun.StartedBy.PARENT, None, now, using)
         if child is not None:
             return child
-    raise RuntimeError(f"no free scheduled_at for a run of workflow {child_wf.pk}")
+    raise ChildRefused(f"no free start time within {WINDOW.total_seconds():g} s of "
+                       f"{at.isoformat()} for a run of workflow {child_wf.pk}")
 
 
 def runs_ended(workflow_run_ids: list[int], now: datetime, using: str) -> None:

@@ -264,16 +264,16 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
 def _maps(nodes, known: set, pairs: list, pair_set: set, trigger_rules: dict,
           errors: dict) -> dict[str, str]:
     """{mapped node name: the upstream node name it maps over} of the nodes with a
-    ``map`` (docs/workflows.md, "Mapped nodes"): it names another node, not itself a
-    mapped one, and the mapped node keeps the default trigger rule. The edge upstream ->
-    mapped node is added to ``pairs`` when not given."""
+    ``map`` (docs/workflows.md, "Mapped nodes"): it names another node, neither a mapped
+    one nor a sub-workflow node, and the mapped node keeps the default trigger rule. The
+    edge upstream -> mapped node is added to ``pairs`` when not given."""
     maps = {}
     for i, node in enumerate(nodes):
         if not isinstance(node, dict) or node.get("map") is None:
             continue
         where, over, name = f"nodes[{i}].map", node["map"], node.get("name")
-        mapped = {n.get("map") is not None for n in nodes
-                  if isinstance(n, dict) and n.get("name") == over}
+        named = [n for n in nodes if isinstance(n, dict) and n.get("name") == over]
+        mapped = {n.get("map") is not None for n in named}
         if not isinstance(over, str) or over not in known:
             errors[where] = f"names no node called {over!r}: give the name of the " \
                             "upstream node whose result list this node runs over"
@@ -282,6 +282,9 @@ def _maps(nodes, known: set, pairs: list, pair_set: set, trigger_rules: dict,
         elif True in mapped:
             errors[where] = f"{over!r} is a mapped node itself: a map over a map is not " \
                             "offered"
+        elif any(n.get("workflow") is not None for n in named):
+            errors[where] = f"{over!r} is a sub-workflow node: its result is an object of " \
+                            "its child's end nodes' results, never a list"
         elif trigger_rules.get(name, rules.DEFAULT) != rules.DEFAULT:
             errors[f"nodes[{i}].trigger_rule"] = f"a mapped node runs once its upstreams " \
                                                  f"succeeded: only {rules.DEFAULT}"
