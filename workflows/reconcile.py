@@ -20,6 +20,8 @@ Runs whose push to the broker was lost are the dispatcher's reconcile's (the run
 is the truth, docs/architecture.md, "Invariants" 2).
 """
 
+import logging
+
 from django.db import transaction
 from django.db.models import F
 
@@ -40,6 +42,7 @@ from workflows.models import (
 )
 
 BATCH = 500  # workflow runs reconciled per transaction
+log = logging.getLogger("scheduler.workflows")
 
 
 def in_partitions(queryset, partitions: list[int] | None, total: int, field: str = "id"):
@@ -55,7 +58,9 @@ def reconcile(partitions: list[int] | None = None, total: int = 1,
     """Reconcile the live workflow runs whose workflow falls in ``partitions`` (of
     ``total``; None: all), in batches of BATCH, each its own transaction. Returns counts
     of what it repaired: ``finished`` (node runs given their run's outcome), ``started``
-    (node runs given a run), ``ended`` (workflow runs ended), ``cancelled`` (stray runs)."""
+    (node runs given a run), ``ended`` (workflow runs ended), ``cancelled`` (stray runs).
+    A batch that raises is done again one workflow run at a time; a run that still
+    raises is logged and left for the next reconcile, never holding up the others."""
     live = WorkflowRun.objects.using(using).filter(state__in=LIVE_WORKFLOW_STATES)
     live = in_partitions(live, partitions, total, "workflow_id")
     counts = {"finished": 0, "started": 0, "ended": 0, "cancelled": 0}
@@ -65,15 +70,35 @@ def reconcile(partitions: list[int] | None = None, total: int = 1,
         if not batch:
             break
         last = batch[-1]
-        # Sub-workflow nodes whose child ended untold, in a transaction of their own:
-        # it locks their node runs before the nodes below them, as a child's ack does.
-        with transaction.atomic(using=using):
-            counts["finished"] += subflows.reconcile(batch, db_now(using), using)
-        with transaction.atomic(using=using):
-            _reconcile_batch(batch, counts, using)
+        try:
+            _reconcile_runs(batch, counts, using)
+        except Exception:  # noqa: BLE001 - logged; the other runs of the batch go on
+            # One workflow run that cannot be repaired (a bug, a tenant's odd graph)
+            # must not hold up every other tenant's: each alone, the failing ones
+            # logged and left for the next reconcile.
+            for pk in batch:
+                try:
+                    _reconcile_runs([pk], counts, using)
+                except Exception:  # noqa: BLE001 - logged, retried at the next reconcile
+                    log.exception("workflow reconcile: workflow run %s not repaired", pk)
     counts["cancelled"] = _cancel_strays(partitions, total, using)
     counts["cancelled"] += _cancel_orphans(partitions, total, using)
     return counts
+
+
+def _reconcile_runs(batch: list[int], counts: dict[str, int], using: str) -> None:
+    """Reconcile the workflow runs of ``batch``, adding to ``counts`` only once all is
+    committed."""
+    mine = dict.fromkeys(counts, 0)
+    # Sub-workflow nodes whose child ended untold, in a transaction of their own: it
+    # locks their node runs before the nodes below them, as a child's ack does.
+    with transaction.atomic(using=using):
+        found = subflows.reconcile(batch, db_now(using), using)
+    counts["finished"] += found
+    with transaction.atomic(using=using):
+        _reconcile_batch(batch, mine, using)
+    for key, value in mine.items():
+        counts[key] += value
 
 
 def _cancel_orphans(partitions, total: int, using: str) -> int:
