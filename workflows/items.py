@@ -17,9 +17,9 @@ from datetime import datetime
 from django.db.models import Count
 
 from runs.models import Run
-from workflows.engine import finish_if_done, settle, start_ready
 from workflows.failures import WHY, revive, why_failed
 from workflows.models import MapItem, NodeRun, NodeState, WorkflowRunState
+from workflows.node_ends import after_ended
 
 DONE = (NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED)
 
@@ -67,17 +67,7 @@ def items_finished(run_ids: list[int], state: str, now: datetime, using: str) ->
         NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.RUNNING).update(
             state=outcome, finished_at=now, error=error)
         (succeeded if outcome == NodeState.SUCCEEDED else ended).append((wr_id, node_id))
-    workflow_runs = {r[0] for r in succeeded + ended}
-    running: set[int] = set()
-    if succeeded:
-        doomed: set[int] = set()
-        start_ready({r[0] for r in succeeded}, now, using, below={r[1] for r in succeeded},
-                    running=running, doomed=doomed)
-        if doomed:
-            settle(doomed, (), now, using, running)
-    if ended:
-        settle({r[0] for r in ended}, {r[1] for r in ended}, now, using, running)
-    finish_if_done(workflow_runs - running, now, using)
+    after_ended(succeeded, ended, now, using)
 
 
 def _outcome(node_run_id: int, by_state: dict[str, int], using: str) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from django.db.models import Max
 from runs.tenancy.quotas import QuotaExceeded, bounds_of, check_quotas
 from scheduler_core import conf
 from workflows import nesting
-from workflows.engine import finish_if_done, settle, start_ready, start_time
+from workflows.engine import settle, start_time
 from workflows.failures import revive
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
@@ -35,6 +35,7 @@ from workflows.models import (
     WorkflowRun,
     WorkflowRunState,
 )
+from workflows.node_ends import after_ended
 from workflows.services import begin_run
 
 # A child's scheduled_at is its parent node's time, or 1 µs after the latest run of its
@@ -180,16 +181,7 @@ def runs_ended(workflow_run_ids: list[int], now: datetime, using: str) -> None:
         NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.RUNNING).update(
             state=outcome, finished_at=now, error=why)
         (succeeded if outcome == NodeState.SUCCEEDED else ended).append((wr_id, node_id))
-    running: set[int] = set()
-    if succeeded:
-        doomed: set[int] = set()
-        start_ready({r[0] for r in succeeded}, now, using, below={r[1] for r in succeeded},
-                    running=running, doomed=doomed)
-        if doomed:
-            settle(doomed, (), now, using, running)
-    if ended:
-        settle({r[0] for r in ended}, {r[1] for r in ended}, now, using, running)
-    finish_if_done({r[0] for r in succeeded + ended} - running, now, using)
+    after_ended(succeeded, ended, now, using)
 
 
 def runs_revived(workflow_run_ids: list[int], now: datetime, using: str) -> None:
