@@ -8,10 +8,13 @@ Shapes (node names and edges, upstream -> downstream):
   FAN_WIDTH is 998 so the whole graph is 1,000 nodes, our WORKFLOW_MAX_NODES
   (docs/workflows.md, "Validation"); Celery's side is ``chain(root, chord(998, sink))``.
 * ``chain``: CHAIN_LENGTH nodes one after the other.
-* ``map`` (ours only): 1 root whose result is a list of MAP_ITEMS -> 1 node mapped over
-  it (docs/workflows.md, "Mapped nodes": one run per item, made in the root's ack) -> 1
-  sink that reads the items' results; its figures are the ``fan`` shape's, each item
-  taking the place of a parallel node (``n<index>``).
+* ``map``: 1 root whose result is a list of MAP_ITEMS -> 1 node mapped over it
+  (docs/workflows.md, "Mapped nodes": one run per item, made in the root's ack) -> 1
+  sink that reads the items' results; Celery's side is a task that receives the list
+  and replaces itself by ``chord(group(item per element), sink)``. Its figures are the
+  ``fan`` shape's, each item taking the place of a parallel node (``n<index>``).
+  MAP_ITEMS is 1,000 (our default ``OWNER_MAX_MAP_ITEMS``), or BENCH_W7_MAP_ITEMS for a
+  smaller smoke run.
 
 Every node is a no-op that notes when its handler started (Unix seconds); a handoff is
 the time from an upstream's handler start to its downstream's handler start (for a
@@ -22,7 +25,7 @@ import os
 
 FAN_WIDTH = 998
 CHAIN_LENGTH = 100
-MAP_ITEMS = 1000
+MAP_ITEMS = int(os.environ.get("BENCH_W7_MAP_ITEMS", "1000"))
 
 
 def shape(name: str, fan_width: int = FAN_WIDTH,

@@ -1,14 +1,16 @@
 """W7: workflows of no-op nodes, ours beside Celery's canvas (BENCHMARKS.md, "W7").
 
     .venv/bin/python bench/workflows.py [--pairs 3] [--shapes fan,chain] [--only ours,celery]
-    .venv/bin/python bench/workflows.py --pairs 3 --shapes map --only ours \
+    .venv/bin/python bench/workflows.py --pairs 3 --shapes map \
         --out bench/results/workflows-map.json
     .venv/bin/python bench/workflows.py --run ours fan      # one run, one JSON line
 
 Shapes (bench/w7shapes.py): ``fan``, 1 root -> 998 parallel nodes -> 1 sink (1,000 nodes,
 our WORKFLOW_MAX_NODES; Celery: ``chain(root, chord(998, sink))``), and ``chain``, 100
-nodes one after the other, and ``map`` (ours only: Celery's canvas has no fan-out
-sized by a result), 1 root -> 1 node mapped over its list of 1,000 -> 1 sink. Each run
+nodes one after the other, and ``map``, a fan-out sized by a result: 1 root -> 1 node
+mapped over its list of 1,000 -> 1 sink (Celery: ``chain(root, each)``, where ``each``
+receives the list and replaces itself, ``Task.replace``, by a chord of one task per
+item with the sink as its body; BENCH_W7_MAP_ITEMS=20 makes a smoke run). Each run
 starts the system's daemons, waits until they serve, runs a warm-up workflow (a chain
 of 5), then times one workflow of the shape, stops the daemons and prints one JSON line.
 The driver runs them in interleaved pairs (ours first in pairs 1, 3, ...; Celery first
@@ -186,6 +188,8 @@ def summarise(runs: list[dict]) -> dict:
             "handoff_p99_ms": ("handoff", "p99_ms"), "db_p50_ms": ("handoff_db", "p50_ms"),
             "db_p99_ms": ("handoff_db", "p99_ms"),
             "first_fan_out_ms": ("handoff", "first_fan_out_ms"),
+            "fan_out_p50_ms": ("handoff", "fan_out_p50_ms"),
+            "fan_out_p99_ms": ("handoff", "fan_out_p99_ms"),
             "fan_in_ms": ("handoff", "fan_in_ms"), "db_fan_in_ms": ("handoff_db", "fan_in_ms"),
             "db_first_fan_out_ms": ("handoff_db", "first_fan_out_ms")}
     out: dict = {}

@@ -1,15 +1,21 @@
 """W7 for Celery: its canvas at the documented defaults (BENCHMARKS.md, "W7"; the shapes
 and figures are bench/w7shapes.py's).
 
-Run with the celery venv: bench/.venvs/celery/bin/python bench/peers/celery/canvas.py fan|chain
-(bench/workflows.py does, in interleaved pairs with ours). Also the Celery app of the
-worker it starts (``celery -A canvas worker -c 2``): a Celery app with nothing set but
-its broker (Redis db 1) and, because a chord needs one, a result backend, Redis db 2, as
-Celery's docs on chords show; everything else is Celery's default (prefork pool, early
-acknowledgement, prefetch multiplier 4, results kept). ``fan`` is ``chain(root,
+Run with the celery venv: bench/.venvs/celery/bin/python bench/peers/celery/canvas.py
+fan|chain|map (bench/workflows.py does, in interleaved pairs with ours). Also the Celery
+app of the worker it starts (``celery -A canvas worker -c 2``): a Celery app with nothing
+set but its broker (Redis db 1) and, because a chord needs one, a result backend, Redis
+db 2, as Celery's docs on chords show; everything else is Celery's default (prefork pool,
+early acknowledgement, prefetch multiplier 4, results kept). ``fan`` is ``chain(root,
 chord([998 x stamp], sink))``, ``chain`` is ``chain(100 x stamp)``, all immutable
 signatures (``.si()``) with task ids of our choosing, so each node's result (its
 handler's start, Unix seconds) is read from the backend by node name afterwards.
+
+``map``, a fan-out sized by a result, is ``chain(root, each)``: ``root`` returns a list
+of MAP_ITEMS, and ``each`` receives it and replaces itself by ``chord(group(item.s(x)
+for x in items), sink.s())`` (``Task.replace``: "Replace this task, with a new task
+inheriting the task id", Celery's reference for celery.app.task), so the sink gets the
+items' results in item order and its result is the chain's (``each``'s task id).
 """
 
 import os
@@ -21,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # bench/ for common,
 
 import common  # noqa: E402
 import w7shapes  # noqa: E402
-from celery import Celery, chain, chord  # noqa: E402
+from celery import Celery, chain, chord, group  # noqa: E402
 
 PORT = os.environ.get("BENCH_REDIS_PORT", "6379")
 BROKER_DB, BACKEND_DB = 1, 2
@@ -39,14 +45,44 @@ def stamp():
     return time.time()
 
 
+@app.task(name="w7.root")
+def root():
+    """``map``'s root: a list of MAP_ITEMS, each its start (as our bench.stamp's)."""
+    return [time.time()] * w7shapes.MAP_ITEMS
+
+
+@app.task(name="w7.item")
+def item(value):
+    """One mapped item: returns its start."""
+    return time.time()
+
+
+@app.task(name="w7.sink")
+def sink(results):
+    """``map``'s join: its start and the items' results, in item order."""
+    return [time.time(), results]
+
+
+@app.task(bind=True, name="w7.each")
+def each(self, items):
+    """The fan-out sized by ``root``'s list: replaced by a chord over it."""
+    header = group(item.s(x).set(task_id=f"w7-n{i}") for i, x in enumerate(items))
+    return self.replace(chord(header, sink.s()))
+
+
 def canvas(name: str):
-    """(signature, node names in order, edges) of W7 shape ``name``."""
+    """(signature, node names in order, edges, the task id holding the last node's
+    result) of W7 shape ``name``."""
     nodes, edges = w7shapes.shape(name)
+    if name == "map":
+        sig = chain(root.si().set(task_id="w7-root"), each.s().set(task_id="w7-each"))
+        return sig, nodes, edges, "w7-each"
     sig = {n: stamp.si().set(task_id=f"w7-{n}") for n in nodes}
     if name == "fan":
         middle = nodes[1:-1]
-        return chain(sig["root"], chord([sig[m] for m in middle], sig["sink"])), nodes, edges
-    return chain(*[sig[n] for n in nodes]), nodes, edges
+        return (chain(sig["root"], chord([sig[m] for m in middle], sig["sink"])), nodes,
+                edges, f"w7-{nodes[-1]}")
+    return chain(*[sig[n] for n in nodes]), nodes, edges, f"w7-{nodes[-1]}"
 
 
 def wait_ready(proc) -> None:
@@ -59,6 +95,20 @@ def wait_ready(proc) -> None:
         raise RuntimeError(f"the worker was not ready after 90 s; see {LOG}")
 
 
+def node_starts(name: str, nodes: list[str], last_id: str) -> dict[str, float]:
+    """Each node's handler start, from the backend; for ``map`` the root's list holds its
+    start and the sink's result its own and the items' results, checked in item order."""
+    get = lambda task_id: app.AsyncResult(task_id).get(timeout=10)  # noqa: E731
+    if name != "map":
+        return {n: get(f"w7-{n}") for n in nodes}
+    starts = {"root": get("w7-root")[0]}
+    starts.update({n: get(f"w7-{n}") for n in nodes[1:-1]})
+    starts["sink"], results = get(last_id)
+    if results != [starts[n] for n in nodes[1:-1]]:
+        raise RuntimeError("the sink did not get the items' results in item order")
+    return starts
+
+
 def run(name: str) -> dict:
     """One timed canvas of shape ``name`` on a fresh worker; returns the result."""
     from importlib.metadata import version
@@ -69,8 +119,8 @@ def run(name: str) -> dict:
     try:
         wait_ready(worker)
         chain(*[stamp.si() for _ in range(5)]).apply_async().get(timeout=TIMEOUT_S)
-        sig, nodes, edges = canvas(name)
-        last = app.AsyncResult(f"w7-{nodes[-1]}")
+        sig, nodes, edges, last_id = canvas(name)
+        last = app.AsyncResult(last_id)
         cpu_before = w7shapes.group_cpu_s(worker.pid)
         t0 = time.time()
         began = time.perf_counter()
@@ -84,7 +134,7 @@ def run(name: str) -> dict:
         common.stop(worker)
     if not done:
         return {"system": "celery", "shape": name, "failed": f"not done in {TIMEOUT_S} s"}
-    starts = {n: app.AsyncResult(f"w7-{n}").get(timeout=10) for n in nodes}
+    starts = node_starts(name, nodes, last_id)
     return {
         "system": "celery", "shape": name, "nodes": len(nodes), "edges": len(edges),
         "makespan_s": round(starts[nodes[-1]] - t0, 3), "seen_s": round(seen_s, 3),
