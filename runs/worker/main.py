@@ -210,11 +210,15 @@ class Worker(Daemon):
 
     # --- one round --------------------------------------------------------------------
 
+    def ran_out(self) -> bool:
+        """Whether ``max_runs`` runs have finished (acked, here or in the children)."""
+        return self.config.max_runs is not None and self.acks.finished >= self.config.max_runs
+
     def round(self) -> bool:
         self.lease.harvest()
         self.acks.harvest()
         self.books.keep()
-        if self.config.max_runs is not None and self.acks.finished >= self.config.max_runs:
+        if self.ran_out():
             # Counted by this harvest: stop before a wait for nothing, up to WORKER_POLL_S.
             self.stopping = True
             return True
@@ -231,6 +235,6 @@ class Worker(Daemon):
         if (self.config.burst and self.ahead.idle and not self.children.in_flight()
                 and not self.acks.busy() and not len(self.ahead) and not self.lease.busy()):
             self.stopping = True
-        if self.config.max_runs is not None and self.acks.finished >= self.config.max_runs:
+        if self.ran_out():
             self.stopping = True
         return True
