@@ -5,10 +5,12 @@ expiry; the ways in refuse bad values naming the field; /metrics shows the limit
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db import connections, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -170,6 +172,43 @@ def test_a_slot_stays_taken_while_the_database_still_holds_the_lease(broker):
     broker.reap()
     broker.unpark()
     assert len(lease_all(broker)) == 2
+
+
+def test_a_slot_stays_taken_until_the_database_reap_closes_the_attempt(broker):
+    """The database's lease expired, but its reap has not closed the attempt yet (another
+    dispatcher holds the row, or it expired after this pass's own reap): freeing the slot
+    then let a third run of a key of limit 2 start beside two open attempts (the
+    flow-kill chaos scenario)."""
+    if broker.name == "database":
+        pytest.skip("the database broker's slots are its running rows")
+    queue_keyed(broker, 4, payload={"c": "x"}, concurrency_key="payload.c",
+                concurrency_limit=2)
+    held = lease_all(broker, ttl_s=60)
+    assert len(held) == 2
+    for lease in held:
+        broker.client.zadd(broker.keys.leased(lease.queue, lease.shard),
+                           {str(lease.run_id): 0}, xx=True)
+    Run.objects.using(broker.using).filter(pk__in=[x.run_id for x in held]).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1))
+    # Another dispatcher's reap is closing these rows: this one's skips them.
+    with transaction.atomic(using=broker.using):
+        list(Run.objects.using(broker.using).filter(pk__in=[x.run_id for x in held])
+             .select_for_update())
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(_reap_elsewhere, broker).result()
+    broker.unpark()
+    assert lease_all(broker) == []
+
+    broker.reap()
+    broker.unpark()
+    assert len(lease_all(broker)) == 2
+
+
+def _reap_elsewhere(broker) -> None:
+    try:
+        broker.reap()
+    finally:
+        connections.close_all()
 
 
 def test_owners_sharing_a_key_value_share_no_slot_and_no_bucket(broker):

@@ -32,7 +32,7 @@ from runs.brokers.redis.wire import (
     redis_client,
     translate_errors,
 )
-from runs.clock import db_now, to_ms
+from runs.clock import to_ms
 from runs.flow import control as flow
 from runs.models import DELAYED_STATES, Run, RunState
 from runs.tenancy import policy
@@ -378,18 +378,19 @@ class RedisBroker(Broker):
             keys = [self.keys.leased(queue, shard), self.keys.owners(queue, shard),
                     self.keys.running(queue, shard), self.keys.gates(queue, shard)]
             lapsed = [int(i) for i in self._script("reap", keys, [limit, queue, "list"])]
-            # Still running with a live lease in the database (the lapse came first in
-            # Redis): its slot stays taken until the database's reap (lua/reap.lua).
-            lapsed = sorted(set(lapsed) - _live_leases(lapsed, self.using))
+            # Still running in the database: the lapse came first in Redis, or the
+            # database's lease expired but its reap has not closed the attempt yet (a
+            # row another dispatcher holds, or one expired since this pass's reap). The
+            # slot stays taken until the attempt is closed (lua/reap.lua).
+            lapsed = sorted(set(lapsed) - _still_running(lapsed, self.using))
             if lapsed:
                 ids += [int(i) for i in self._script("reap", keys, [limit, queue, "take",
                                                                      *lapsed])]
         return ids
 
 
-def _live_leases(run_ids: list[int], using: str) -> set[int]:
+def _still_running(run_ids: list[int], using: str) -> set[int]:
     if not run_ids:
         return set()
     return set(Run.objects.using(using).filter(
-        pk__in=run_ids, state=RunState.RUNNING, lease_expires_at__gte=db_now(using),
-    ).values_list("pk", flat=True))
+        pk__in=run_ids, state=RunState.RUNNING).values_list("pk", flat=True))
