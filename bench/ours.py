@@ -46,9 +46,13 @@ if "bench" not in DBNAME:
     raise SystemExit(f"BENCH_OURS_DB={DBNAME!r}: benchmark databases contain 'bench'")
 REDIS_DB = 6
 PREFIX = os.environ.get("BENCH_OURS_PREFIX", "bench")
+# BENCH_OURS_BROKER=database: the database broker, no Redis at all (no REDIS_URL), the
+# mode bench/db_broker_pairs.py holds against the PostgreSQL-only peers.
+DATABASE_BROKER = os.environ.get("BENCH_OURS_BROKER", "redis") == "database"
 ENV = {
     "DATABASE_URL": common.pg_url(DBNAME),
-    "REDIS_URL": f"redis://{common.REDIS_HOST}:{common.REDIS_PORT}/{REDIS_DB}",
+    **({"SCHEDULER_BROKER": "database"} if DATABASE_BROKER else {
+        "REDIS_URL": f"redis://{common.REDIS_HOST}:{common.REDIS_PORT}/{REDIS_DB}"}),
     "SCHEDULER_REDIS_PREFIX": PREFIX,
     # DEBUG keeps every SQL query in memory: a daemon would slow down and grow.
     "DEBUG": "false",
@@ -116,6 +120,8 @@ def reset() -> None:
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+    if DATABASE_BROKER:
+        return
     client = redis_client()
     if PREFIX == "bench":
         client.flushdb()
@@ -129,6 +135,17 @@ def emit_result(workload: str, figure, unit: str, details: dict) -> None:
     """The contract's last stdout line."""
     common.emit_json({"workload": workload, "figure": figure, "unit": unit,
                       "details": details})
+
+
+BROKER_NAME = "database broker, no Redis" if DATABASE_BROKER else "Redis broker"
+
+
+def ready_count() -> int:
+    """Runs ready to lease: in Redis' ready sets, or on the database broker the runs rows
+    in state queued."""
+    if DATABASE_BROKER:
+        return scalar("SELECT count(*) FROM runs_run WHERE state = 'queued'")
+    return sum(redis_client().zcard(k) for k in redis_client().scan_iter(f"{PREFIX}:*:ready"))
 
 
 def redis_client():
@@ -367,8 +384,7 @@ def w2(args) -> None:
             raise SystemExit("W2: the dispatcher took no shard within 30 s")
         load_s = create_jobs(n, handler="bench.async_noop" if ASYNC else "noop",
                              run_at=datetime.now(UTC))
-        ready = sum(redis_client().zcard(k)
-                    for k in redis_client().scan_iter(f"{PREFIX}:*:ready"))
+        ready = ready_count()
         cpu_before = daemons.cpu()
         began = time.monotonic()
         daemons.start("worker", *WORKER_ARGS)
@@ -393,7 +409,7 @@ def w2(args) -> None:
                "ready_before_start": ready, "attempts_succeeded": attempts,
                "cpu_us_per_run": cpu_us, "load_1m": os.getloadavg()[0],
                "commands": daemons.describe(), "versions": versions(),
-               "setup": "Redis broker (at-least-once: lease + fenced ack), 2 child "
+               "setup": f"{BROKER_NAME} (at-least-once: lease + fenced ack), 2 child "
                         "processes of one runworker; the clock includes the worker's start"}
     emit_result("W2", round(n / wall, 1), "jobs/s", details)
 
