@@ -295,6 +295,11 @@ def test_the_definition_of_a_sub_workflow_node_is_checked(settings):
         parent_workflow(using, "mine", owner=me)
     assert "is cancelled" in bad.value.errors["nodes[1].workflow"]
     assert Workflow.objects.filter(name="parent").count() == 0  # nothing half-stored
+    # The "mine" that replaced the cancelled one is what the name means (it answered
+    # "the name of more than one workflow").
+    again = child_workflow(using, owner=me, name="mine")
+    parent = parent_workflow(using, "mine", owner=me)
+    assert parent.nodes.get(name="child").subworkflow_id == again.pk
 
     # A chain deeper than WORKFLOW_MAX_DEPTH is refused at creation; no workflow can
     # name itself, since it must exist first.

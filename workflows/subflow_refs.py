@@ -42,8 +42,12 @@ def resolve(nodes: list[dict], owner_id: int | None, using: str) -> dict[str, in
         if ref is None:
             continue
         where = f"nodes[{i}].workflow"
-        matches = list(mine.filter(**{"pk" if isinstance(ref, int) else "name": ref})
-                       .values_list("pk", "status")[:2])
+        named = mine.filter(**{"pk" if isinstance(ref, int) else "name": ref})
+        # A name means the one workflow of that name not cancelled: a cancelled "etl" and
+        # the "etl" that replaced it are no ambiguity (a cancelled one starts nothing).
+        matches = list(named.exclude(status=Workflow.Status.CANCELLED)
+                       .values_list("pk", "status")[:2]) \
+            or list(named.values_list("pk", "status")[:1])
         if not matches:
             errors[where] = f"names no workflow {ref!r} of this workflow's owner: a node " \
                             "starts only its own owner's workflows, which exist already"
