@@ -151,12 +151,12 @@ def verdict(jobs_per_s: float | None, target: float = 10_000) -> str:
 
 def top_block(summary: dict) -> str:
     head = headline(summary)
+    covered = coverage(summary)
     lines = ["## Summary", "",
-             "Medians of interleaved pairs (BENCHMARKS.md, \"Rules\"); in brackets the range "
-             "over the pairs. A ratio is ours against that row, the median of the pairs' own "
-             "ratios: above 1 ours is better, whichever way is better for the workload.", "",
-             "The strongest row is the one ours beats by the least in its own pairs (rows run at "
-             "different N in W2, so their raw figures do not rank them).", "",
+             "Medians of interleaved pairs (\"Rules\"); in brackets the range over the pairs. "
+             "A ratio is ours against that row, the median of the pairs' own ratios: above 1 "
+             "ours is better. The strongest row is the one ours beats by the least in its own "
+             "pairs." + ("" if covered else " Every row was measured in the last run."), "",
              "| workload | ours | strongest peer row | ours / it | strongest peer row with a "
              "durable history | ours / it |", "|---|---|---|---|---|---|"]
     for workload, entry in head.items():
@@ -169,13 +169,15 @@ def top_block(summary: dict) -> str:
     lines += ["", "### Where we lose", ""]
     lines += losses(summary) or ["* No row beat ours at the median of its pairs."]
     lines += ["", "### Targets", ""] + (targets(summary) or ["* Not measured."])
-    lines += ["", "### Measured, carried over, missing", ""] + coverage(summary)
+    if covered:
+        lines += ["", "### Measured, carried over, missing", ""] + covered
     return "\n".join(lines)
 
 
 def coverage(summary: dict) -> list[str]:
     """Per workload: which rows the tables hold from the last run, which are carried over
-    from an earlier one, and which no run under these rules has measured yet."""
+    from an earlier one, and which no run under these rules has measured yet; empty when
+    every row is fresh (the summary then says so in a sentence)."""
     out = []
     for workload in rows.WORKLOADS:
         have, old, missing = [], [], []
@@ -199,8 +201,7 @@ def coverage(summary: dict) -> list[str]:
                  f"not measured under these rules: {', '.join(missing)}" if missing else ""]
         if old or missing:
             out.append(f"* **{workload}**: " + "; ".join(p for p in parts if p) + ".")
-    # every row fresh: one line (the tables' "pairs" column holds the counts)
-    return out or ["* Every row was measured in the last run; none carried over or missing."]
+    return out
 
 
 def table(workload: str, wsum: dict) -> list[str]:
@@ -245,13 +246,12 @@ def table(workload: str, wsum: dict) -> list[str]:
 
 def tables_block(summary: dict, hw: dict, command: str, notes: list[str],
                  plots: list[Path]) -> str:
-    lines = ["## Machine and run", "",
+    lines = ["## Tables", "",
              f"{hw['cpu']}, {hw['cores']} cores, {hw['ram']}; PostgreSQL {hw['postgresql']} "
-             f"(a cluster of the benchmark's own, fsync on, stock settings), Redis "
-             f"{hw['redis']}, Python {hw['python']} ({hw['os']}). The machine was shared with "
-             f"other engineers' test suites: the load column is the 1-minute load average "
-             f"read before and after each run of the cell (2 cores: a load of 2 is a busy "
-             f"machine). Last command: `{command}`.", "", "## Tables", ""]
+             f"(the benchmark's own cluster, fsync on, stock settings), Redis {hw['redis']}, "
+             f"Python {hw['python']} ({hw['os']}); shared with others: the load column is the "
+             f"1-minute load average before and after each run of the cell. Last command: "
+             f"`{command}`.", ""]
     for workload in rows.WORKLOADS:
         if summary.get(workload):
             lines += table(workload, summary[workload])
@@ -272,5 +272,6 @@ def write_md(summary: dict, hw: dict, command: str, notes: list[str], plots: lis
         if begin not in text or end not in text:
             raise SystemExit(f"BENCHMARKS.md lacks the markers {begin} ... {end}")
         head, rest = text.split(begin, 1)
-        text = head + begin + "\n\n" + body + "\n\n" + end + rest.split(end, 1)[1]
+        text = (head + begin + "\n\n" + body.strip() + "\n\n" + end
+                + rest.split(end, 1)[1])
     path.write_text(text)
