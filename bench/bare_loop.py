@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 WORKER_ID = "ceiling"
 
 # The essential writes of a lease (runs/brokers/redis/lua/lease.lua as it was before the
-# speed work of BENCHMARKS.md, "What we changed"):
+# speed work of BENCHMARKS.md, "W2 against the ceiling"):
 # pop the most urgent ready runs and record them as leased, atomically. The isolation
 # policy that script grew since (priority classes, owner and queue limits) is left out.
 LEASE_LUA = """

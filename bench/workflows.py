@@ -1,6 +1,8 @@
-"""W7: workflows of no-op nodes, ours beside Celery's canvas (BENCHMARKS.md, "W7").
+"""W7: workflows of no-op nodes, ours beside Celery's canvas at its defaults and tuned
+(BENCHMARKS.md, "W7").
 
-    .venv/bin/python bench/workflows.py [--pairs 3] [--shapes fan,chain] [--only ours,celery]
+    .venv/bin/python bench/workflows.py [--pairs 3] [--shapes fan,chain]
+        [--only ours,celery,celery-tuned]
     .venv/bin/python bench/workflows.py --pairs 3 --shapes map \
         --out bench/results/workflows-map.json
     .venv/bin/python bench/workflows.py --run ours fan      # one run, one JSON line
@@ -13,9 +15,9 @@ receives the list and replaces itself, ``Task.replace``, by a chord of one task 
 item with the sink as its body; BENCH_W7_MAP_ITEMS=20 makes a smoke run). Each run
 starts the system's daemons, waits until they serve, runs a warm-up workflow (a chain
 of 5), then times one workflow of the shape, stops the daemons and prints one JSON line.
-The driver runs them in interleaved pairs (ours first in pairs 1, 3, ...; Celery first
-in 2, 4, ...), each run in a subprocess with its own interpreter, the 1-minute load
-average read before and after each, and writes bench/results/workflows.json.
+The driver runs them in interleaved rounds (ours, Celery, Celery tuned in rounds 1,
+3, ...; the reverse in 2, 4, ...), each run in a subprocess with its own interpreter, the
+1-minute load average read before and after each, and writes bench/results/workflows.json.
 
 Figures of a run: ``makespan_s``, from just before the start call (our
 ``start_workflow_run``, Celery's ``apply_async``) to the sink's (the chain's last node's)
@@ -29,7 +31,9 @@ was seen (our start call runs in this process and is not counted: ``start_call_s
 Our side: ``runscheduler``, ``rundispatcher`` and ``runworker --concurrency 2`` as
 bench/ours.py starts them (database ``bench_w7``, Redis db 6 under key prefix ``w7``),
 nodes of the ``bench.stamp`` handler (bench/ours.py: returns its start time). Celery's
-side: bench/peers/celery/canvas.py in Celery's virtualenv.
+side: bench/peers/celery/canvas.py in Celery's virtualenv, ``celery`` at its defaults and
+``celery-tuned`` with its documented tuning for many short tasks (canvas.VARIANTS, whose
+comment cites the docs).
 """
 
 import argparse
@@ -162,12 +166,15 @@ def _times(node_runs: dict[str, int]):
 
 
 def one_run(system: str, name: str, log_dir: Path, celery_python: Path | None) -> dict:
-    """One run in a subprocess (ours with this interpreter, Celery with
-    ``celery_python``, its virtualenv's), with the load before and after."""
+    """One run in a subprocess (ours with this interpreter, ``celery`` and
+    ``celery-tuned`` with ``celery_python``, its virtualenv's), with the load before and
+    after."""
     if system == "ours":
         cmd = [sys.executable, str(Path(__file__).resolve()), "--run", "ours", name]
     else:
-        cmd = [str(celery_python), str(BENCH / "peers" / "celery" / "canvas.py"), name]
+        variant = "tuned" if system == "celery-tuned" else "default"
+        cmd = [str(celery_python), str(BENCH / "peers" / "celery" / "canvas.py"), name,
+               "--variant", variant]
     load = os.getloadavg()[0]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     (log_dir / f"{system}-{name}.stderr").write_text(proc.stderr)
@@ -227,7 +234,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="W7: workflows, ours beside Celery's canvas")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--shapes", default="fan,chain")
-    parser.add_argument("--only", default="ours,celery")
+    parser.add_argument("--only", default="ours,celery,celery-tuned")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     systems = args.only.split(",")
@@ -236,7 +243,8 @@ def main() -> None:
     notes: list[str] = []
     # Built (or brought to its pins) before the first pair, as bench/run.py does, so a
     # clean checkout runs this script alone and no install lands inside a timed pair.
-    celery_python = harness.ensure_venv("celery", notes) if "celery" in systems else None
+    celery_python = (harness.ensure_venv("celery", notes)
+                     if any(s.startswith("celery") for s in systems) else None)
     runs = []
     for pair in range(args.pairs):
         order = systems if pair % 2 == 0 else systems[::-1]

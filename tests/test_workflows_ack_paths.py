@@ -15,7 +15,14 @@ or more leased nodes with a random room, sometimes by a worker that does not ser
 queue; a node's failure; a pause or a resume; a node's job cancelled (a case the one
 call leaves to the engine). The draws depend only on what the twin shows, so both twins
 take the same steps while they agree. Continuing runs by id instead of the lease's
-order, or dropping either form of the rule of priority, fails it."""
+order, or dropping either form of the rule of priority, fails it.
+
+A sub-workflow node is played the same way, once with its child succeeding (the nodes
+below it run once each, by their trigger rules) and once with a child's node failing
+(the node fails and the nodes below go on as below any failed node): the one call leaves
+the node's start and the child's end to the engine, and serves the child's other acks.
+Letting the one call start the node or end the child, or the engine not settle the
+nodes below the node's end, fails it."""
 
 import random
 
@@ -29,7 +36,7 @@ from runs.models import Attempt, AttemptOutcome, Run
 from runs.types import Outcome
 from scheduler_core.models import Job
 from workflows import ack_pg, control, rules, services
-from workflows.models import NodeRun, NodeState, WorkflowRun
+from workflows.models import NodeRun, NodeState, WorkflowNode, WorkflowRun
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 SEEDS = range(16)
@@ -184,3 +191,132 @@ def test_the_one_call_and_the_engine_leave_the_same_rows(pg_pair, monkeypatch):
 
     # Both kinds of one-call acks happened: the function's own and those it left.
     assert calls["served"] > 20 and calls["left to the engine"] > 0, calls
+
+
+# --- sub-workflow nodes ----------------------------------------------------------------
+
+# Parent: p_root -> p_sub (runs the child) -> p_after (all_success), p_cleanup (all_done),
+# p_rescue (one_failed); p_root -> p_side. Child: c_root -> c_left, c_right. The one call
+# leaves the sub node's start and the child's end to the engine and serves the rest.
+BELOW_SUB = {"p_after": "all_success", "p_cleanup": "all_done", "p_rescue": "one_failed"}
+
+
+def sub_twin(broker, queue: str):
+    """The sub-workflow scenario's child and parent, made in ``queue``, the parent
+    started; returns its workflow run."""
+    using = broker.using
+
+    def node(name, priority=5, **extra):
+        return {"name": name, "handler": "wf.paths", "payload": {}, "queue": queue,
+                "priority": priority, "max_attempts": 1, **extra}
+
+    child = services.create_workflow(
+        f"child {queue}", [node("c_root"), node("c_left", 9), node("c_right", 0)],
+        [("c_root", "c_left"), ("c_root", "c_right")], using=using)
+    nodes = [node("p_root"), {"name": "p_sub", "workflow": child.pk}, node("p_side", 9),
+             *(node(name, trigger_rule=rule) for name, rule in BELOW_SUB.items())]
+    edges = [("p_root", "p_sub"), ("p_root", "p_side"),
+             *(("p_sub", name) for name in BELOW_SUB)]
+    parent = services.create_workflow(f"parent {queue}", nodes, edges, using=using)
+    return services.start_workflow_run(parent, using=using)
+
+
+def sub_snapshot(broker, workflow_run) -> dict:
+    """snapshot() of the parent and, once started, of its child; the child's id, which
+    the sub node's error names and the twins' differ in, written as ``<child>``."""
+    child_id = (NodeRun.objects.using(broker.using)
+                .filter(workflow_run=workflow_run, child_run_id__isnull=False)
+                .values_list("child_run_id", flat=True).first())
+    parent = snapshot(broker, workflow_run)
+    if child_id is None:
+        return {"parent": parent, "child": None}
+    state, error, run = parent["nodes"]["p_sub"]
+    parent["nodes"]["p_sub"] = (state, error.replace(f"run {child_id} ", "run <child> "), run)
+    return {"parent": parent, "child": snapshot(broker, WorkflowRun(pk=child_id))}
+
+
+def play_sub(broker, doomed: str | None, queue: str) -> tuple[list, WorkflowRun]:
+    """Play the sub-workflow scenario in ``queue`` to its end: lease a few ready runs,
+    ack them with a random room (node ``doomed``, if given, fails instead); returns what
+    each step did with the snapshot after it, and the parent's workflow run."""
+    using = broker.using
+    workflow_run = sub_twin(broker, queue)
+    name_of = dict(WorkflowNode.objects.using(using).filter(job__queue=queue)
+                   .values_list("job_id", "name"))
+    held = {}
+    rng = random.Random(len(queue))
+    trace = []
+
+    def hold(lease):
+        held[name_of[Run.objects.using(using).get(pk=lease.run_id).job_id]] = lease
+
+    for _ in range(STEPS):
+        broker.promote()
+        for lease in broker.lease([queue], rng.randint(1, 3), "w0"):
+            hold(lease)
+        if not held:
+            break
+        names = sorted(rng.sample(sorted(held), 1 if rng.random() < 0.6 else len(held)))
+        if doomed in names:
+            done = broker.complete([Outcome(held.pop(doomed), AttemptOutcome.FAILED,
+                                            error="boom")])
+            step = ("fail", doomed, done)
+        else:
+            offer = Offer("w1", frozenset({queue}), room=rng.randint(0, 2), ttl_s=30.0)
+            accepted = broker.complete(
+                [Outcome(held.pop(n), AttemptOutcome.SUCCEEDED, result={"n": n})
+                 for n in names], offer)
+            for lease, _ in offer.taken:
+                hold(lease)
+            step = ("ack", names, accepted, len(offer.taken), offer.pushed)
+        trace.append((step, sub_snapshot(broker, workflow_run)))
+    return trace, workflow_run
+
+
+@pytest.mark.parametrize("doomed", [None, "c_right"], ids=["child succeeds", "child fails"])
+def test_a_sub_workflow_node_ends_the_same_on_both_paths(pg_pair, monkeypatch, doomed):
+    calls = {"served": 0, "left to the engine": 0}
+    one_call = ack_pg.ack_successes
+
+    def counted(outcomes, using):
+        accepted = one_call(outcomes, using)
+        calls["served" if accepted is not None else "left to the engine"] += 1
+        return accepted
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ack_pg, "ack_successes", counted)
+        by_the_call, workflow_run = play_sub(pg_pair, doomed, "sub-a")
+    with monkeypatch.context() as patch:
+        patch.setattr(ack_pg, "usable", lambda using: False)
+        by_the_engine, _ = play_sub(pg_pair, doomed, "sub-b")
+    for step, (ours, theirs) in enumerate(zip(by_the_call, by_the_engine, strict=True)):
+        assert ours == theirs, f"step {step}"
+
+    end = by_the_call[-1][1]
+    nodes = {name: node[0] for name, node in end["parent"]["nodes"].items()}
+    runs = {name: node[2] for name, node in end["parent"]["nodes"].items()}
+    if doomed is None:
+        assert end["child"]["workflow run"] == ("succeeded", "")
+        assert end["parent"]["workflow run"] == ("succeeded", "")
+        assert nodes == {"p_root": "succeeded", "p_sub": "succeeded", "p_side": "succeeded",
+                         "p_after": "succeeded", "p_cleanup": "succeeded",
+                         "p_rescue": "skipped"}
+    else:
+        assert end["child"]["workflow run"][0] == "failed"
+        assert end["parent"]["workflow run"][0] == "failed"
+        assert nodes == {"p_root": "succeeded", "p_sub": "failed", "p_side": "succeeded",
+                         "p_after": "upstream_failed", "p_cleanup": "succeeded",
+                         "p_rescue": "succeeded"}
+        assert end["parent"]["nodes"]["p_sub"][1].startswith(
+            "its workflow run <child> failed: "), end["parent"]["nodes"]["p_sub"]
+    # The sub node has no run of its own; each node below that ran, ran once.
+    assert runs["p_sub"] is None
+    for name in ("p_after", "p_cleanup", "p_rescue"):
+        made = Run.objects.using(pg_pair.using).filter(
+            job_id=NodeRun.objects.using(pg_pair.using).get(
+                workflow_run=workflow_run, node__name=name).node.job_id).count()
+        assert made == (nodes[name] == "succeeded"), (name, made)
+    # The one call served the child's inner acks and left to the engine the sub node's
+    # start and, when it succeeds, the child's end.
+    assert calls["served"] > 0, calls
+    assert calls["left to the engine"] >= (2 if doomed is None else 1), calls

@@ -2,7 +2,7 @@
 how it hands them to the children, and taking back the runs waiting behind one gone long
 (docs/architecture.md, "runworker").
 
-Batching (BENCHMARKS.md, "What we changed"): each lease is a database transaction plus a
+Batching (BENCHMARKS.md, "W2 against the ceiling"): each lease is a database transaction plus a
 Redis script, so runs that take a fraction of a millisecond are leased ahead. Runs are
 leased ahead only while they are short (so a worker never sits on long runs another
 worker could start).

@@ -66,7 +66,7 @@ class InFlight:
 class Slot:
     """One child process and the runs handed to it, in order: the first is executing,
     the rest wait in the pipe. Handing a child several short runs at once keeps it busy
-    while the worker is in a lease or ack transaction (BENCHMARKS.md, "What we changed");
+    while the worker is in a lease or ack transaction (BENCHMARKS.md, "W2 against the ceiling");
     long runs go one at a time, so a child never sits on runs another worker could start.
     """
 

@@ -1,12 +1,13 @@
-"""W7 for Celery: its canvas at the documented defaults (BENCHMARKS.md, "W7"; the shapes
-and figures are bench/w7shapes.py's).
+"""W7 for Celery: its canvas at the documented defaults and at its tuning for many short
+tasks (BENCHMARKS.md, "W7"; the shapes and figures are bench/w7shapes.py's).
 
 Run with the celery venv: bench/.venvs/celery/bin/python bench/peers/celery/canvas.py
-fan|chain|map (bench/workflows.py does, in interleaved pairs with ours). Also the Celery
-app of the worker it starts (``celery -A canvas worker -c 2``): a Celery app with nothing
-set but its broker (Redis db 1) and, because a chord needs one, a result backend, Redis
-db 2, as Celery's docs on chords show; everything else is Celery's default (prefork pool,
-early acknowledgement, prefetch multiplier 4, results kept). ``fan`` is ``chain(root,
+fan|chain|map [--variant default|tuned] (bench/workflows.py does, in interleaved pairs
+with ours). Also the Celery app of the workers it starts (VARIANTS below): a Celery app
+with nothing set but its broker (Redis db 1) and, because a chord needs one, a result
+backend, Redis db 2, as Celery's docs on chords show; everything else is Celery's
+default (prefork pool, early acknowledgement, prefetch multiplier 4, results kept)
+unless the tuned row's command line sets it. ``fan`` is ``chain(root,
 chord([998 x stamp], sink))``, ``chain`` is ``chain(100 x stamp)``, all immutable
 signatures (``.si()``) with task ids of our choosing, so each node's result (its
 handler's start, Unix seconds) is read from the backend by node name afterwards.
@@ -35,7 +36,34 @@ app = Celery("canvas", broker=f"redis://127.0.0.1:{PORT}/{BROKER_DB}",
              backend=f"redis://127.0.0.1:{PORT}/{BACKEND_DB}")
 LOG = f"/tmp/bench-celery-w7-{os.getpid()}.log"
 CELERY = os.path.join(os.path.dirname(sys.executable), "celery")
-WORKER_CMD = [CELERY, "-A", "canvas", "worker", "-c", "2", "-l", "info"]
+WORKER = [CELERY, "-A", "canvas", "worker"]
+# Two OS processes run the tasks in each row (BENCHMARKS.md, "Rules"), as in W2's rows
+# (bench/peers/celery/bench.py).
+# default: the prefork pool of 2 children, Celery's defaults; "-l info" only to see the
+#   worker's "ready." line (it also logs two lines per task).
+# tuned: the "Optimizing" guide's advice for many short tasks, a high prefetch
+#   multiplier (https://docs.celeryq.dev/en/stable/userguide/optimizing.html#prefetch-limits),
+#   with early acknowledgement kept (task_acks_late off, Celery's default), in two
+#   solo-pool workers, which run tasks in the worker process itself with no pool IPC per
+#   task (https://docs.celeryq.dev/en/stable/internals/reference/celery.concurrency.solo.html),
+#   without the worker-to-worker event traffic and start-up sync two workers would
+#   otherwise have (--without-gossip, --without-mingle, --without-heartbeat:
+#   https://docs.celeryq.dev/en/stable/reference/cli.html#celery-worker), at the default
+#   log level; ready when both answer a ping. The result backend stays Redis: with it a
+#   chord counts its header's results in Redis instead of a chord_unlock task polling
+#   them every second (https://docs.celeryq.dev/en/stable/userguide/canvas.html#chords,
+#   "Important Notes").
+VARIANTS = {
+    "default": [WORKER + ["-c", "2", "-l", "info"]],
+    "tuned": [WORKER + ["-P", "solo", "--prefetch-multiplier", "64", "--without-gossip",
+                        "--without-mingle", "--without-heartbeat", "-n", f"w7-{i}@%h"]
+              for i in (1, 2)],
+}
+SETUP = {
+    "default": "Celery defaults (prefork -c 2, acks early, prefetch multiplier 4)",
+    "tuned": "2 x solo worker, prefetch multiplier 64, acks early, without gossip, "
+             "mingle and heartbeat, default log level",
+}
 TIMEOUT_S = 300
 
 
@@ -85,14 +113,19 @@ def canvas(name: str):
     return chain(*[sig[n] for n in nodes]), nodes, edges, f"w7-{nodes[-1]}"
 
 
-def wait_ready(proc) -> None:
+def wait_ready(procs, variant: str) -> None:
+    """Block until every worker of ``procs`` serves: the default row's logs its
+    "ready." line; the tuned rows', at the default log level, answer a ping."""
     def ready():
-        if proc.poll() is not None:
-            raise RuntimeError(f"celery exited with {proc.returncode}; see {LOG}")
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"celery exited with {proc.returncode}; see {LOG}")
+        if variant == "tuned":
+            return len(app.control.ping(timeout=0.5)) >= len(procs)
         with open(LOG, errors="replace") as fh:
-            return " ready." in fh.read()
+            return fh.read().count(" ready.") >= len(procs)
     if not common.wait_until(ready, 90, 0.1):
-        raise RuntimeError(f"the worker was not ready after 90 s; see {LOG}")
+        raise RuntimeError(f"the workers were not ready after 90 s; see {LOG}")
 
 
 def node_starts(name: str, nodes: list[str], last_id: str) -> dict[str, float]:
@@ -109,19 +142,21 @@ def node_starts(name: str, nodes: list[str], last_id: str) -> dict[str, float]:
     return starts
 
 
-def run(name: str) -> dict:
-    """One timed canvas of shape ``name`` on a fresh worker; returns the result."""
+def run(name: str, variant: str = "default") -> dict:
+    """One timed canvas of shape ``name`` on fresh workers of ``variant`` (VARIANTS);
+    returns the result."""
     from importlib.metadata import version
 
+    system = "celery" if variant == "default" else f"celery-{variant}"
     common.redis_flushdb(BROKER_DB)
     common.redis_flushdb(BACKEND_DB)
-    worker = common.spawn(WORKER_CMD, cwd=HERE, log_path=LOG)
+    workers = [common.spawn(cmd, cwd=HERE, log_path=LOG) for cmd in VARIANTS[variant]]
     try:
-        wait_ready(worker)
+        wait_ready(workers, variant)
         chain(*[stamp.si() for _ in range(5)]).apply_async().get(timeout=TIMEOUT_S)
         sig, nodes, edges, last_id = canvas(name)
         last = app.AsyncResult(last_id)
-        cpu_before = w7shapes.group_cpu_s(worker.pid)
+        cpu_before = [w7shapes.group_cpu_s(w.pid) for w in workers]
         t0 = time.time()
         began = time.perf_counter()
         sig.apply_async()
@@ -129,24 +164,28 @@ def run(name: str) -> dict:
         # As slow a poll as ours (bench/workflows.py): the figures are the nodes' own.
         done = common.wait_until(last.ready, TIMEOUT_S, 0.1)
         seen_s = time.time() - t0
-        cpu = {"worker": round(w7shapes.group_cpu_s(worker.pid) - cpu_before, 2)}
+        cpu = {f"worker{i + 1}": round(w7shapes.group_cpu_s(w.pid) - before, 2)
+               for i, (w, before) in enumerate(zip(workers, cpu_before, strict=True))}
     finally:
-        common.stop(worker)
+        for worker in workers:
+            common.stop(worker)
     if not done:
-        return {"system": "celery", "shape": name, "failed": f"not done in {TIMEOUT_S} s"}
+        return {"system": system, "shape": name, "failed": f"not done in {TIMEOUT_S} s"}
     starts = node_starts(name, nodes, last_id)
     return {
-        "system": "celery", "shape": name, "nodes": len(nodes), "edges": len(edges),
+        "system": system, "shape": name, "nodes": len(nodes), "edges": len(edges),
         "makespan_s": round(starts[nodes[-1]] - t0, 3), "seen_s": round(seen_s, 3),
         "start_call_s": round(start_call_s, 3),
         "handoff": w7shapes.figures(starts, starts, edges, name), "cpu_s": cpu,
-        "commands": {"worker": " ".join(["celery", *WORKER_CMD[1:]])},
+        "commands": {f"worker{i + 1}": " ".join(["celery", *cmd[1:]])
+                     for i, cmd in enumerate(VARIANTS[variant])},
         "versions": {p: version(p) for p in ("celery", "kombu", "redis")},
-        "setup": "Celery defaults (prefork, acks early, prefetch multiplier 4); broker "
-                 f"Redis db {BROKER_DB}, result backend Redis db {BACKEND_DB}",
+        "setup": f"{SETUP[variant]}; broker Redis db {BROKER_DB}, result backend Redis "
+                 f"db {BACKEND_DB}",
     }
 
 
 if __name__ == "__main__":
     common.install_signal_handlers()
-    common.emit_json(run(sys.argv[1]))
+    chosen = sys.argv[sys.argv.index("--variant") + 1] if "--variant" in sys.argv else "default"
+    common.emit_json(run(sys.argv[1], chosen))
