@@ -7,10 +7,13 @@ False and the callers skip every other function here: the cost per run is that c
 
 A run carries the W3C ``traceparent`` of the span that made it (its enqueue span) in
 ``Run.trace_context``; every attempt, lease and ack span of the run is a child of that
-context, so a retry, or another worker, continues the same trace.
+context, so a retry, or another worker, continues the same trace. The runs an ack makes
+(a workflow's next nodes) store the traceparent of that ack's span (releasing), so a
+workflow's nodes are a chain of spans, as its graph is.
 """
 
 import logging
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 
@@ -36,6 +39,9 @@ NOTHING = nullcontext()  # what enqueue() gives while tracing is off
 # Where a leased run that stores no context may find one: callables (run ids, database
 # alias) -> {run id: traceparent}, registered at startup (workflows/tracing.py).
 SOURCES: list = []
+# The ack in progress on this thread, while tracing is on: {run id: traceparent of the
+# span the runs that ack makes continue} (releasing).
+_local = threading.local()
 
 
 # The global tracer provider once found set, and the scheduler's tracer from it (a
@@ -90,6 +96,54 @@ def context_of(traceparent: str | None):
     string, or None) names: the parent of a run's spans. None or an unreadable value give
     an empty Context (the span starts a trace of its own)."""
     return propagate.extract({"traceparent": traceparent} if traceparent else {})
+
+
+def traceparent_of(span) -> str:
+    """The W3C traceparent (str, 55 characters) naming ``span`` (an OpenTelemetry Span)."""
+    c = span.get_span_context()
+    return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
+
+
+def releasing(spans: dict[int, str] | None):
+    """A context manager: inside it, ``spans`` ({run id: a W3C traceparent}, the acked
+    runs' ack spans, or a child's attempt span when it acks its run itself) is what the
+    ack on this thread gives the runs it makes (releasing_now: a workflow's next nodes
+    store the span of the upstream whose ack made them). None or empty: nothing, at no
+    cost."""
+    if not spans:
+        return NOTHING
+    return _releasing(spans)
+
+
+@contextmanager
+def _releasing(spans: dict[int, str]):
+    before = getattr(_local, "releasing", None)
+    _local.releasing = spans
+    try:
+        yield spans
+    finally:
+        _local.releasing = before
+
+
+def releasing_now() -> dict[int, str] | None:
+    """The ack spans of the ack in progress on this thread (releasing), or None: no ack,
+    or tracing off. An attribute read: the ack asks it on every call."""
+    return getattr(_local, "releasing", None)
+
+
+@contextmanager
+def continuing(traceparent: str | None):
+    """Make the span ``traceparent`` (a W3C traceparent) names current inside the block,
+    so current() gives it to the runs made there (a sub-workflow's child runs, made by
+    an ack); None, or tracing off: nothing changes."""
+    if traceparent is None or not on():
+        yield
+        return
+    token = otel_context.attach(context_of(traceparent))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def enqueue(handler: str, jobs: int = 1):
@@ -154,19 +208,35 @@ def leased(tasks: list[dict], worker_id: str, began_ns: int) -> None:
             began_ns).end()
 
 
-def acked(outcomes: list, accepted: list[bool], began_ns: int) -> None:
-    """Record one ack span per outcome of a worker's ack call (``outcomes``: runs.types
-    Outcome, each with the task it ran; ``accepted``: whether each ack applied, a stale
-    lease's is refused), a child of the run's stored context, from ``began_ns`` (int, ns
-    since the epoch) to now. Call only when on()."""
-    for outcome, ok in zip(outcomes, accepted, strict=True):
-        task = outcome.task or outcome.lease.task or {}
-        span = run_span("scheduler.ack", task.get("trace"), {
-            "scheduler.run_id": outcome.lease.run_id,
-            "scheduler.attempt": outcome.lease.attempt,
-            "scheduler.outcome": str(outcome.outcome), "scheduler.accepted": bool(ok),
-            "scheduler.state": outcome.fate or ""}, began_ns)
-        if not ok:
+def begin_acks(outcomes: list) -> list:
+    """Start one ack span per outcome of a worker's ack call (``outcomes``: runs.types
+    Outcome, each with the task it ran), a child of the run's stored context, now: the
+    call's start. Returns them, for ack_spans and acked. Call only when on()."""
+    return [run_span("scheduler.ack", (outcome.task or outcome.lease.task or {}).get("trace"),
+                     {"scheduler.run_id": outcome.lease.run_id,
+                      "scheduler.attempt": outcome.lease.attempt})
+            for outcome in outcomes]
+
+
+def ack_spans(outcomes: list, spans: list) -> dict[int, str]:
+    """{run id: traceparent of its ack span} of ``outcomes`` and their ``spans``
+    (begin_acks'), for releasing."""
+    return {outcome.lease.run_id: traceparent_of(span)
+            for outcome, span in zip(outcomes, spans, strict=True)}
+
+
+def acked(spans: list, outcomes: list, accepted: list[bool] | None, error: str = "") -> None:
+    """End the ack ``spans`` (begin_acks') of ``outcomes``, with what the ack stored:
+    ``accepted`` (whether each ack applied, a stale lease's is refused; None: the call
+    raised ``error``, str), the attempt's outcome and the run's state after it."""
+    for outcome, span, ok in zip(outcomes, spans, accepted or [False] * len(spans),
+                                 strict=True):
+        span.set_attributes({"scheduler.outcome": str(outcome.outcome),
+                             "scheduler.accepted": bool(ok),
+                             "scheduler.state": outcome.fate or ""})
+        if accepted is None:
+            span.set_status(Status(StatusCode.ERROR, f"the ack failed: {error}"[:500]))
+        elif not ok:
             span.set_status(Status(StatusCode.ERROR, "the lease was stale: ack refused"))
         span.end()
 
@@ -180,6 +250,9 @@ def begin_attempt(task: dict) -> tuple:
         "scheduler.run_id": task["run_id"], "scheduler.job_id": task["job_id"],
         "scheduler.attempt": task["attempt"], "scheduler.handler": task["handler"]},
         kind=SpanKind.CONSUMER)
+    # What a workflow's next runs continue when this child acks the run itself
+    # (runs/worker/handoff.py): the attempt, as no ack span is made there.
+    task["span"] = traceparent_of(span)
     token = otel_context.attach(trace.set_span_in_context(span))
     return span, token
 

@@ -170,27 +170,61 @@ def test_a_django_task_enqueued_in_a_span_runs_in_its_trace(broker, recorder, se
     assert attempt["status"]["status_code"] == "OK"
 
 
+def node_runs(using: str, workflow_run) -> dict[str, int]:
+    """{node name: its run's id} of ``workflow_run``'s node runs that have a run."""
+    from workflows.models import NodeRun
+
+    return dict(NodeRun.objects.using(using).filter(
+        workflow_run=workflow_run, run_id__isnull=False).values_list("node__name", "run_id"))
+
+
+def of_run(recorder, run_id: int) -> dict[str, list[dict]]:
+    """{span name: the spans of run ``run_id``} (lease, attempt, ack)."""
+    found: dict[str, list[dict]] = {}
+    for span in recorder.spans():
+        if span["attributes"].get("scheduler.run_id") == run_id:
+            found.setdefault(span["name"], []).append(span)
+    return found
+
+
+def releasing_span(recorder, run_id: int) -> str:
+    """The span id of what run ``run_id``'s ack gives the runs it makes: its ack span,
+    or its attempt's when its child acked it (no ack span then)."""
+    spans = of_run(recorder, run_id)
+    [span] = spans.get("scheduler.ack") or spans["scheduler.attempt"]
+    return span["context"]["span_id"]
+
+
+def parents(recorder, run_id: int) -> set[str]:
+    """The parent span ids of run ``run_id``'s lease, attempt and ack spans."""
+    return {s["parent_id"] for spans in of_run(recorder, run_id).values() for s in spans}
+
+
 @pytest.mark.parametrize("child_acks", [True, False], ids=["child acks", "worker acks"])
-def test_every_node_of_a_workflow_run_is_in_the_trace_of_its_start(
+def test_each_node_continues_the_span_of_the_upstream_whose_ack_made_it(
         broker, recorder, settings, child_acks):
     from workflows import services as workflows
 
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name,
                           "WORKER_CHILD_ACKS": child_acks}
-    nodes = [{"name": f"n{i}", "handler": "noop"} for i in range(4)]
+    nodes = [{"name": f"n{i}", "handler": "noop"} for i in range(5)]
     workflow = workflows.create_workflow(
-        "traced", nodes, [["n0", "n1"], ["n1", "n2"], ["n1", "n3"]], using=broker.using)
+        "traced", nodes, [["n0", "n1"], ["n1", "n2"], ["n1", "n3"], ["n2", "n4"],
+                          ["n3", "n4"]], using=broker.using)
     with request_span() as request:
-        workflows.start_workflow_run(workflow, using=broker.using)
+        workflow_run = workflows.start_workflow_run(workflow, using=broker.using)
     drain(broker)
 
-    attempts = recorder.spans("scheduler.attempt")
-    assert Run.objects.using(broker.using).filter(state=RunState.SUCCEEDED).count() == 4
-    assert len(attempts) == 4
-    assert {s["context"]["trace_id"] for s in attempts} == {
+    assert Run.objects.using(broker.using).filter(state=RunState.SUCCEEDED).count() == 5
+    run = node_runs(broker.using, workflow_run)
+    assert {s["context"]["trace_id"] for s in recorder.spans("scheduler.attempt")} == {
         f"0x{request.get_span_context().trace_id:032x}"}
-    assert {s["parent_id"] for s in attempts} == {
-        f"0x{request.get_span_context().span_id:016x}"}
+    assert parents(recorder, run["n0"]) == {f"0x{request.get_span_context().span_id:016x}"}
+    for node, upstream in [("n1", "n0"), ("n2", "n1"), ("n3", "n1")]:
+        assert parents(recorder, run[node]) == {releasing_span(recorder, run[upstream])}
+    # A join continues the upstream whose ack made it ready: the later of the two.
+    [joined] = parents(recorder, run["n4"])
+    assert joined in {releasing_span(recorder, run["n2"]), releasing_span(recorder, run["n3"])}
 
 
 def test_a_rest_create_stores_the_requests_context(api, recorder):
@@ -245,18 +279,48 @@ def test_a_context_source_that_fails_costs_no_run(broker, recorder, caplog):
     assert attempt["parent_id"] is None  # a trace of its own
 
 
-def test_a_mapped_nodes_item_runs_are_in_the_trace_of_the_start(broker, recorder, settings):
+def test_a_mapped_nodes_items_continue_its_upstream_and_the_node_below_an_item(
+        broker, recorder, settings):
     from workflows import services as workflows
+    from workflows.models import MapItem
 
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
     workflow = workflows.create_workflow("mapped", [
         {"name": "root", "handler": "tracing.items", "payload": {"items": [1, 2, 3]}},
-        {"name": "each", "handler": "noop", "map": "root"}], [], using=broker.using)
-    with request_span() as request:
-        workflows.start_workflow_run(workflow, using=broker.using)
+        {"name": "each", "handler": "noop", "map": "root"},
+        {"name": "after", "handler": "noop"}], [["each", "after"]], using=broker.using)
+    with request_span():
+        workflow_run = workflows.start_workflow_run(workflow, using=broker.using)
     drain(broker)
 
-    attempts = recorder.spans("scheduler.attempt")
-    assert len(attempts) == 4  # the root's, and one per item
-    assert {s["parent_id"] for s in attempts} == {
-        f"0x{request.get_span_context().span_id:016x}"}
+    run = node_runs(broker.using, workflow_run)
+    items = list(MapItem.objects.using(broker.using).filter(
+        node_run__workflow_run=workflow_run).values_list("run_id", flat=True))
+    assert len(recorder.spans("scheduler.attempt")) == 5  # the root's, 3 items', after's
+    for item in items:
+        assert parents(recorder, item) == {releasing_span(recorder, run["root"])}
+    [after] = parents(recorder, run["after"])
+    assert after in {releasing_span(recorder, item) for item in items}
+
+
+def test_a_sub_workflows_child_continues_the_span_of_its_nodes_upstream(
+        broker, recorder, settings):
+    from workflows import services as workflows
+    from workflows.models import NodeRun, WorkflowRun
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
+    child = workflows.create_workflow("inner", [{"name": "c0", "handler": "noop"}],
+                                      using=broker.using)
+    parent = workflows.create_workflow("outer", [
+        {"name": "p0", "handler": "noop"}, {"name": "sub", "workflow": child.pk}],
+        [["p0", "sub"]], using=broker.using)
+    with request_span():
+        workflow_run = workflows.start_workflow_run(parent, using=broker.using)
+    drain(broker)
+
+    inner = WorkflowRun.objects.using(broker.using).get(pk=NodeRun.objects.using(
+        broker.using).get(workflow_run=workflow_run, node__name="sub").child_run_id)
+    assert inner.state == "succeeded"
+    p0 = node_runs(broker.using, workflow_run)["p0"]
+    assert parents(recorder, node_runs(broker.using, inner)["c0"]) == {
+        releasing_span(recorder, p0)}
