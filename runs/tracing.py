@@ -166,6 +166,23 @@ def _enqueue(handler: str, jobs: int):
         yield span
 
 
+def enqueued(handler: str, job_id: int | None = None, own: bool = False) -> str | None:
+    """The traceparent (str) of a new enqueue span of one run of ``handler`` (str), ended
+    at once: a child of the current span (a trigger in a request), or with ``own`` a trace
+    of its own whatever is current (a cron occurrence: docs/tracing.md, "Runs made
+    elsewhere"); ``job_id`` (int), if given, set on it. None while tracing is off."""
+    if not on():
+        return None
+    attributes = {"scheduler.handler": handler, "scheduler.jobs": 1}
+    if job_id is not None:
+        attributes["scheduler.job_id"] = job_id
+    span = tracer().start_span("scheduler.enqueue", kind=SpanKind.PRODUCER,
+                               context=otel_context.Context() if own else None,
+                               attributes=attributes)
+    span.end()
+    return traceparent_of(span)
+
+
 def run_span(name: str, traceparent: str | None, attributes: dict, start_ns: int | None = None,
              kind=None):
     """Start (not as current) span ``name`` (str) of a run whose stored context is

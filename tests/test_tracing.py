@@ -8,6 +8,7 @@ broker/database pair, with the SDK's exporters (tests/spans.py)."""
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from jobs.registry import handler
 from runs.models import PENDING_STATES, Run, RunState
 from runs.outbound.payload import http_payload
 from runs.worker import Worker
-from scheduler_core.exceptions import RetryAfter
+from scheduler_core.exceptions import PermanentFailure, RetryAfter
 from tests import http_server, spans
 from tests.conftest import wait_until
 
@@ -324,3 +325,110 @@ def test_a_sub_workflows_child_continues_the_span_of_its_nodes_upstream(
     p0 = node_runs(broker.using, workflow_run)["p0"]
     assert parents(recorder, node_runs(broker.using, inner)["c0"]) == {
         releasing_span(recorder, p0)}
+
+
+def enqueue_of(recorder, traceparent: str) -> dict:
+    """The enqueue span ``traceparent`` (a run's stored context) names."""
+    [span] = [s for s in recorder.spans("scheduler.enqueue")
+              if s["context"]["span_id"] == spans.span_id(traceparent)]
+    return span
+
+
+def test_a_trigger_stores_an_enqueue_span_of_the_span_current(broker, recorder):
+    job = services.create_job("noop", cron="0 0 1 1 *", using=broker.using)
+    with request_span() as request:
+        run = services.trigger(job.pk, using=broker.using)
+    drain(broker)
+
+    stored = Run.objects.using(broker.using).get(pk=run.pk)
+    assert stored.state == RunState.SUCCEEDED
+    enqueue = enqueue_of(recorder, stored.trace_context)
+    assert enqueue["parent_id"] == f"0x{request.get_span_context().span_id:016x}"
+    assert parents(recorder, run.pk) == {enqueue["context"]["span_id"]}
+
+
+def test_a_rest_trigger_stores_the_requests_context(api, recorder):
+    made = api.post("/api/jobs/", {"handler": "noop", "cron": "0 0 1 1 *"}, format="json")
+    assert made.status_code == 201, made.content
+    with request_span() as request:
+        answer = api.post(f"/api/jobs/{made.json()['id']}/trigger/")
+
+    assert answer.status_code == 201, answer.content
+    enqueue = enqueue_of(recorder, Run.objects.get(pk=answer.json()["id"]).trace_context)
+    assert enqueue["parent_id"] == f"0x{request.get_span_context().span_id:016x}"
+
+
+def test_a_backfills_runs_share_one_enqueue_span_of_the_span_current(broker, recorder):
+    from jobs.schedules.backfill import backfill_job
+    from runs.clock import db_now
+
+    job = services.create_job("noop", cron="0 * * * *", using=broker.using)
+    start = (db_now(broker.using) - timedelta(days=1)).replace(minute=0, second=0,
+                                                               microsecond=0)
+    with request_span() as request:
+        record = backfill_job(job.pk, start, start + timedelta(hours=3), using=broker.using)
+
+    contexts = set(Run.objects.using(broker.using).filter(backfill_id=record.pk)
+                   .values_list("trace_context", flat=True))
+    assert record.made == 3 and len(contexts) == 1
+    enqueue = enqueue_of(recorder, contexts.pop())
+    assert enqueue["parent_id"] == f"0x{request.get_span_context().span_id:016x}"
+
+
+@handler("tracing.refused")
+def refused(ctx, payload):
+    raise PermanentFailure("no")
+
+
+@pytest.mark.parametrize("kind", ["on_success", "on_failure"])
+def test_a_callback_continues_the_trace_of_the_run_that_fired_it(broker, recorder, kind):
+    with request_span() as request:
+        job = services.create_job("noop" if kind == "on_success" else "tracing.refused",
+                                  **{kind: "noop"}, using=broker.using)
+    drain(broker)
+
+    fired = Run.objects.using(broker.using).get(job=job)
+    callback = Run.objects.using(broker.using).get(job__callback_of=fired.pk)
+    assert callback.state == RunState.SUCCEEDED
+    [ack] = of_run(recorder, fired.pk)["scheduler.ack"]  # the ack that made the callback
+    assert spans.span_id(callback.trace_context) == ack["context"]["span_id"]
+    assert parents(recorder, callback.pk) == {ack["context"]["span_id"]}
+    assert ack["context"]["trace_id"] == f"0x{request.get_span_context().trace_id:032x}"
+
+
+def test_each_cron_occurrence_starts_a_trace_of_its_own(broker, recorder):
+    from jobs.models import Job
+    from jobs.schedules.scheduler import Scheduler
+    from runs.clock import db_now
+
+    with request_span() as request:
+        job = services.create_job("noop", cron="* * * * *", misfire_policy="run_all",
+                                  using=broker.using)
+    minute = db_now(broker.using).replace(second=0, microsecond=0)
+    Job.objects.using(broker.using).filter(pk=job.pk).update(
+        next_run_at=minute - timedelta(minutes=2))
+    Scheduler(using=broker.using, partitions=1).tick()
+
+    runs = list(Run.objects.using(broker.using).filter(job=job))
+    assert len(runs) >= 3
+    enqueues = [enqueue_of(recorder, run.trace_context) for run in runs]
+    assert all(s["parent_id"] is None for s in enqueues)  # a trace of its own
+    assert all(s["attributes"]["scheduler.job_id"] == job.pk for s in enqueues)
+    traces = {s["context"]["trace_id"] for s in enqueues}
+    assert len(traces) == len(runs)
+    assert f"0x{request.get_span_context().trace_id:032x}" not in traces
+
+
+def test_a_resumes_catch_up_runs_start_traces_of_their_own(broker, recorder):
+    from tests.test_pause_resume import paused_cron_job
+
+    job, _, _ = paused_cron_job(broker, paused_min=6.5, max_lag_s=150)
+    with request_span() as request:
+        services.resume([job.pk], using=broker.using, catch_up="all")
+
+    runs = list(Run.objects.using(broker.using).filter(job=job, catch_up=True))
+    assert runs
+    enqueues = [enqueue_of(recorder, run.trace_context) for run in runs]
+    assert all(s["parent_id"] is None for s in enqueues)
+    assert f"0x{request.get_span_context().trace_id:032x}" not in {
+        s["context"]["trace_id"] for s in enqueues}
