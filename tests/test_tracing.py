@@ -2,8 +2,10 @@
 of its enqueue span, a child of the span current where it was made; each attempt's span,
 made in the worker's child where the handler runs, is a child of that context, so a
 retry by another worker continues the trace; the http handler sends the attempt's
-traceparent. With tracing off nothing is stored and no span made. On every
-broker/database pair, with the SDK's exporters (tests/spans.py)."""
+traceparent. A workflow's node runs continue the span of the upstream whose ack made
+them; a trigger, a backfill and a callback continue the trace they were made in, a cron
+occurrence starts one of its own. With tracing off nothing is stored and no span made.
+On every broker/database pair, with the SDK's exporters (tests/spans.py)."""
 
 import os
 import subprocess
