@@ -15,6 +15,7 @@ with the key ``callback`` set to what happened to the parent run.
 from datetime import datetime
 
 from jobs.models import Job
+from runs import tracing
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
 from runs.execution import hooks
@@ -60,9 +61,14 @@ def make_callbacks(run_ids: list[int], kind: str, now: datetime, using: str) -> 
         pk__in=run_ids, **{f"job__{kind}__isnull": False}).values_list(
         "pk", "job_id", "state", "result", "error", "job__name", "job__owner_id",
         "job__queue", "job__priority", "job__timeout_s", "job__max_attempts",
-        "job__retry", f"job__{kind}"))
+        "job__retry", f"job__{kind}", "trace_context"))
     if not parents:
         return []
+    # The callback continues its parent run's trace: the span of the ack that ended it,
+    # when a traced worker's ack did, else the parent's own context (docs/tracing.md).
+    acks = tracing.releasing_now() or {}
+    trace_of = {p[0]: acks.get(p[0], p[-1]) for p in parents}
+    parents = [p[:-1] for p in parents]
     made = set(Job.objects.using(using).filter(
         callback_of__in=[p[0] for p in parents], callback_on=kind).values_list(
         "callback_of", flat=True))
@@ -74,7 +80,8 @@ def make_callbacks(run_ids: list[int], kind: str, now: datetime, using: str) -> 
     runs = Run.objects.using(using).bulk_create([
         Run(job_id=job.pk, scheduled_at=now, run_at=now, queue=job.queue,
             shard=shard_of(job.shard_source, shards), priority=job.priority,
-            max_attempts=job.max_attempts) for job in jobs])
+            max_attempts=job.max_attempts, trace_context=trace_of[job.callback_of])
+        for job in jobs])
     get_broker(using).push_after_commit([
         RunRef(run.pk, run.queue, run.shard, run.priority, run.run_at, job.owner_id)
         for run, job in zip(runs, jobs, strict=True)])

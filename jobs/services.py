@@ -18,6 +18,7 @@ from jobs.models import Job
 from jobs.schedules import cron, pausing
 from jobs.spec import CREATE_JOB, CREATE_JOBS, NAMES, translate, unknown_message
 from jobs.validation import job_limits, moment_problem, validate_job
+from runs import tracing
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
 from runs.clock import db_now
@@ -260,8 +261,7 @@ def trigger(job_id: int, using: str = "default", at: datetime | None = None) -> 
         run = Run.objects.using(using).create(
             job=job, scheduled_at=when, run_at=when, queue=job.queue,
             shard=shard_of(job.shard_source, conf.get("SHARDS")), priority=job.priority,
-            max_attempts=job.max_attempts,
-        )
+            max_attempts=job.max_attempts, trace_context=tracing.enqueued(job.handler))
         broker.push_after_commit(
             [RunRef(run.pk, run.queue, run.shard, run.priority, when, job.owner_id)])
     return run

@@ -7,10 +7,13 @@ False and the callers skip every other function here: the cost per run is that c
 
 A run carries the W3C ``traceparent`` of the span that made it (its enqueue span) in
 ``Run.trace_context``; every attempt, lease and ack span of the run is a child of that
-context, so a retry, or another worker, continues the same trace.
+context, so a retry, or another worker, continues the same trace. The runs an ack makes
+(a workflow's next nodes) store the traceparent of that ack's span (releasing), so a
+workflow's nodes are a chain of spans, as its graph is.
 """
 
 import logging
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 
@@ -36,6 +39,17 @@ NOTHING = nullcontext()  # what enqueue() gives while tracing is off
 # Where a leased run that stores no context may find one: callables (run ids, database
 # alias) -> {run id: traceparent}, registered at startup (workflows/tracing.py).
 SOURCES: list = []
+
+
+class _Ack(threading.local):
+    """The ack in progress on this thread, while tracing is on: {run id: traceparent of
+    the span the runs that ack makes continue} (releasing). A class default rather than
+    getattr's: a missing attribute raised and caught inside getattr cost 0.5 µs a call."""
+
+    releasing: dict[int, str] | None = None
+
+
+_local = _Ack()
 
 
 # The global tracer provider once found set, and the scheduler's tracer from it (a
@@ -92,6 +106,54 @@ def context_of(traceparent: str | None):
     return propagate.extract({"traceparent": traceparent} if traceparent else {})
 
 
+def traceparent_of(span) -> str:
+    """The W3C traceparent (str, 55 characters) naming ``span`` (an OpenTelemetry Span)."""
+    c = span.get_span_context()
+    return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
+
+
+def releasing(spans: dict[int, str] | None):
+    """A context manager: inside it, ``spans`` ({run id: a W3C traceparent}, the acked
+    runs' ack spans, or a child's attempt span when it acks its run itself) is what the
+    ack on this thread gives the runs it makes (releasing_now: a workflow's next nodes
+    store the span of the upstream whose ack made them). None or empty: nothing, at no
+    cost."""
+    if not spans:
+        return NOTHING
+    return _releasing(spans)
+
+
+@contextmanager
+def _releasing(spans: dict[int, str]):
+    before = _local.releasing
+    _local.releasing = spans
+    try:
+        yield spans
+    finally:
+        _local.releasing = before
+
+
+def releasing_now() -> dict[int, str] | None:
+    """The ack spans of the ack in progress on this thread (releasing), or None: no ack,
+    or tracing off. An attribute read: the ack asks it on every call."""
+    return _local.releasing
+
+
+@contextmanager
+def continuing(traceparent: str | None):
+    """Make the span ``traceparent`` (a W3C traceparent) names current inside the block,
+    so current() gives it to the runs made there (a sub-workflow's child runs, made by
+    an ack); None, or tracing off: nothing changes."""
+    if traceparent is None or not on():
+        yield
+        return
+    token = otel_context.attach(context_of(traceparent))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def enqueue(handler: str, jobs: int = 1):
     """A context manager: the enqueue span of ``jobs`` jobs (int) of ``handler`` (str;
     "" for a mix) around their insert, a child of the current span (a request's, the
@@ -110,6 +172,23 @@ def _enqueue(handler: str, jobs: int):
     with tracer().start_as_current_span("scheduler.enqueue", kind=SpanKind.PRODUCER,
                                         attributes=attributes) as span:
         yield span
+
+
+def enqueued(handler: str, job_id: int | None = None, own: bool = False) -> str | None:
+    """The traceparent (str) of a new enqueue span of one run of ``handler`` (str), ended
+    at once: a child of the current span (a trigger in a request), or with ``own`` a trace
+    of its own whatever is current (a cron occurrence: docs/tracing.md, "Runs made
+    elsewhere"); ``job_id`` (int), if given, set on it. None while tracing is off."""
+    if not on():
+        return None
+    attributes = {"scheduler.handler": handler, "scheduler.jobs": 1}
+    if job_id is not None:
+        attributes["scheduler.job_id"] = job_id
+    span = tracer().start_span("scheduler.enqueue", kind=SpanKind.PRODUCER,
+                               context=otel_context.Context() if own else None,
+                               attributes=attributes)
+    span.end()
+    return traceparent_of(span)
 
 
 def run_span(name: str, traceparent: str | None, attributes: dict, start_ns: int | None = None,
@@ -154,19 +233,35 @@ def leased(tasks: list[dict], worker_id: str, began_ns: int) -> None:
             began_ns).end()
 
 
-def acked(outcomes: list, accepted: list[bool], began_ns: int) -> None:
-    """Record one ack span per outcome of a worker's ack call (``outcomes``: runs.types
-    Outcome, each with the task it ran; ``accepted``: whether each ack applied, a stale
-    lease's is refused), a child of the run's stored context, from ``began_ns`` (int, ns
-    since the epoch) to now. Call only when on()."""
-    for outcome, ok in zip(outcomes, accepted, strict=True):
-        task = outcome.task or outcome.lease.task or {}
-        span = run_span("scheduler.ack", task.get("trace"), {
-            "scheduler.run_id": outcome.lease.run_id,
-            "scheduler.attempt": outcome.lease.attempt,
-            "scheduler.outcome": str(outcome.outcome), "scheduler.accepted": bool(ok),
-            "scheduler.state": outcome.fate or ""}, began_ns)
-        if not ok:
+def begin_acks(outcomes: list) -> list:
+    """Start one ack span per outcome of a worker's ack call (``outcomes``: runs.types
+    Outcome, each with the task it ran), a child of the run's stored context, now: the
+    call's start. Returns them, for ack_spans and acked. Call only when on()."""
+    return [run_span("scheduler.ack", (outcome.task or outcome.lease.task or {}).get("trace"),
+                     {"scheduler.run_id": outcome.lease.run_id,
+                      "scheduler.attempt": outcome.lease.attempt})
+            for outcome in outcomes]
+
+
+def ack_spans(outcomes: list, spans: list) -> dict[int, str]:
+    """{run id: traceparent of its ack span} of ``outcomes`` and their ``spans``
+    (begin_acks'), for releasing."""
+    return {outcome.lease.run_id: traceparent_of(span)
+            for outcome, span in zip(outcomes, spans, strict=True)}
+
+
+def acked(spans: list, outcomes: list, accepted: list[bool] | None, error: str = "") -> None:
+    """End the ack ``spans`` (begin_acks') of ``outcomes``, with what the ack stored:
+    ``accepted`` (whether each ack applied, a stale lease's is refused; None: the call
+    raised ``error``, str), the attempt's outcome and the run's state after it."""
+    for outcome, span, ok in zip(outcomes, spans, accepted or [False] * len(spans),
+                                 strict=True):
+        span.set_attributes({"scheduler.outcome": str(outcome.outcome),
+                             "scheduler.accepted": bool(ok),
+                             "scheduler.state": outcome.fate or ""})
+        if accepted is None:
+            span.set_status(Status(StatusCode.ERROR, f"the ack failed: {error}"[:500]))
+        elif not ok:
             span.set_status(Status(StatusCode.ERROR, "the lease was stale: ack refused"))
         span.end()
 
@@ -180,6 +275,9 @@ def begin_attempt(task: dict) -> tuple:
         "scheduler.run_id": task["run_id"], "scheduler.job_id": task["job_id"],
         "scheduler.attempt": task["attempt"], "scheduler.handler": task["handler"]},
         kind=SpanKind.CONSUMER)
+    # What a workflow's next runs continue when this child acks the run itself
+    # (runs/worker/handoff.py): the attempt, as no ack span is made there.
+    task["span"] = traceparent_of(span)
     token = otel_context.attach(trace.set_span_in_context(span))
     return span, token
 

@@ -317,10 +317,11 @@ def test_a_paused_workflow_run_whose_last_node_succeeds_in_the_call_stays_paused
 
 
 def test_the_previous_releases_function_stays_beside_the_new_one_for_a_rolling_deploy():
-    """The signature with the priority rule's two arrays and, beside it, the ten-argument
-    one of the releases before (workflows/sql/ack_succeeded_compat.sql): a worker of
-    those, still running mid-deploy, calls it and its acks go on being applied
-    (tests/test_workflows_sql.py calls it)."""
+    """The signature with the trace contexts and, beside it, the twelve-argument one of
+    the releases before them (workflows/sql/ack_succeeded_untraced.sql) and the
+    ten-argument one of those before the priority rule (ack_succeeded_compat.sql): a
+    worker of those, still running mid-deploy, calls its own and its acks go on being
+    applied (tests/test_workflows_sql.py calls them)."""
     connection = connections["default"]
     if connection.vendor != "postgresql":
         pytest.skip("the function is PostgreSQL's")
@@ -328,4 +329,4 @@ def test_the_previous_releases_function_stays_beside_the_new_one_for_a_rolling_d
         cursor.execute("SELECT pg_get_function_identity_arguments(oid) FROM pg_proc "
                        "WHERE proname = 'workflows_ack_succeeded'")
         signatures = sorted(row[0].count(",") + 1 for row in cursor.fetchall())
-    assert signatures == [10, 12]
+    assert signatures == [10, 12, 13]

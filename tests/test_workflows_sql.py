@@ -1,8 +1,8 @@
 """The workflows app's database functions live whole in workflows/sql/ (its __init__ says
 how they are changed): after the migrations, every function of the app in pg_proc is a
 file's, body and settings alike; no migration edits SQL text by string; a changed file
-comes with a migration that applies it again; the ten-argument signature a rolling
-deploy's older workers call still acks."""
+comes with a migration that applies it again; the ten- and twelve-argument signatures
+a rolling deploy's older workers call still ack."""
 
 import ast
 import hashlib
@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # that applies the file again (sql.apply), or databases migrated before keep the old
 # body: add one, then put the new hash here.
 APPLIED = {
-    "ack_succeeded": "2e02a9726357d2defeb74f83586ff7d2cf0b51e36211fd9821a8da1043de3e06",
-    "ack_succeeded_compat": "d12fdbaeb540ffc5c61af7919b79f37a0b034bfcc935792177422a2cbf8ac77d",
+    "ack_succeeded": "ddc756e658530aff38023890ff9cfadea6fdd1a938b4446d390c089e14bd7f51",
+    "ack_succeeded_compat": "33ada0820e363180f335b716ca040eeb3ccf8e99a7fe51097d5b0854070e8f14",
+    "ack_succeeded_untraced": "7d50b3c863823a49f9c38d7ce8f127faf910158e47921cae8e17bc88b091157c",
     "crc32": "90d7ce3349f1e425294989d5dfbbaa406772ef786bc1a3aa50e6a7f6fe1b228c",
 }
 
@@ -97,10 +98,12 @@ def test_no_migration_borrows_another_migrations_text_or_edits_the_apps_sql():
     assert offenders == []
 
 
+@pytest.mark.parametrize("extra", [(), ([], [])], ids=["ten", "twelve"])
 @pytest.mark.django_db(transaction=True)
-def test_the_ten_argument_signature_acks_as_the_one_ack(broker, settings):
-    """A worker of a release before the priority rule calls the ten-argument signature
-    during a rolling deploy: its ack is applied, and the next node continued on it."""
+def test_an_older_signature_acks_as_the_one_ack(broker, settings, extra):
+    """A worker of a release before the priority rule (ten arguments) or before trace
+    contexts (twelve) calls its signature during a rolling deploy: its ack is applied,
+    and the next node continued on it."""
     if broker.using != "default" or broker.name != "database":
         pytest.skip("one pair is enough: the call is the database's")
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name}
@@ -111,9 +114,10 @@ def test_the_ten_argument_signature_acks_as_the_one_ack(broker, settings):
     with connections["default"].cursor() as cursor:
         cursor.execute(
             "SELECT o_kind, o_id FROM workflows_ack_succeeded(%s::bigint[], %s::int[],"
-            " %s::text[], %s, %s::text[], %s, %s, %s::text[], %s, %s) ORDER BY o_kind",
+            " %s::text[], %s, %s::text[], %s, %s, %s::text[], %s, %s"
+            + ", %s::text[], %s::int[]" * (len(extra) // 2) + ") ORDER BY o_kind",
             [[lease.run_id], [lease.attempt], ['{"old": true}'], "old-worker", ["default"],
-             1, 30.0, [], False, 1])
+             1, 30.0, [], False, 1, *extra])
         rows = cursor.fetchall()
 
     b = Run.objects.get(pk=NodeRun.objects.get(workflow_run=workflow_run, node__name="b")

@@ -16,6 +16,7 @@ import logging
 
 from django.db import DatabaseError, connections
 
+from runs import tracing
 from runs.brokers import get_broker
 from runs.clock import from_us
 from runs.execution import continuation
@@ -31,7 +32,7 @@ LEFT_TO_ORM = "WFA01"  # the function's SQLSTATE for a case it leaves to the ORM
 # the ORM path serves, as for a case the function leaves to it.
 BEHIND = "42883"
 SQL = ("SELECT * FROM workflows_ack_succeeded(%s::bigint[], %s::int[], %s::text[], %s,"
-       " %s::text[], %s, %s, %s::text[], %s, %s, %s::text[], %s::int[])")
+       " %s::text[], %s, %s, %s::text[], %s, %s, %s::text[], %s::int[], %s::text[])")
 
 
 def usable(using: str) -> bool:
@@ -68,7 +69,7 @@ def ack_successes(outcomes: list[Outcome], using: str) -> list[bool] | None:
               [] if offer is None else sorted(offer.queues), room,
               conf.get("LEASE_TTL_S") if offer is None else offer.ttl_s,
               sorted(continuation.limited_queues()), bool(conf.get("OWNER_CONCURRENCY")),
-              conf.get("SHARDS"), urgent_queues, urgent_priorities]
+              conf.get("SHARDS"), urgent_queues, urgent_priorities, _traces(outcomes)]
     try:
         with connections[using].cursor() as cursor:
             cursor.execute(SQL, params)
@@ -79,13 +80,13 @@ def ack_successes(outcomes: list[Outcome], using: str) -> list[bool] | None:
         raise
     acked, taken, pushed = set(), [], []
     for kind, run_id, attempt, queue, shard, priority, run_at, owner, expires_us, job_id, \
-            scheduled_us, handler, payload, timeout_s in rows:
+            scheduled_us, handler, payload, timeout_s, trace in rows:
         if kind == "acked":
             acked.add((run_id, attempt))
         elif kind == "leased":
             taken.append((Lease(run_id, attempt, queue, shard, from_us(expires_us), task={
                 "job_id": job_id, "scheduled_at_us": scheduled_us, "handler": handler,
-                "payload": payload, "timeout_s": timeout_s}), owner))
+                "payload": payload, "timeout_s": timeout_s, "trace": trace}), owner))
         elif kind == "pushed":
             pushed.append(RunRef(run_id, queue, shard, priority, run_at, owner))
         else:
@@ -101,3 +102,13 @@ def ack_successes(outcomes: list[Outcome], using: str) -> list[bool] | None:
         if ok:
             o.fate = "succeeded"
     return accepted
+
+
+def _traces(outcomes: list[Outcome]) -> list[str | None] | None:
+    """The traceparent of each outcome's ack span (runs/tracing.py, releasing), which
+    the runs its ack makes store; None, the function's "trace nothing", while no ack
+    span is current (tracing off: no cost)."""
+    spans = tracing.releasing_now()
+    if spans is None:
+        return None
+    return [spans.get(o.lease.run_id) for o in outcomes]

@@ -39,6 +39,7 @@ from runs.types import RunRef
 from scheduler_core import conf
 from scheduler_core.models import Job
 from workflows import fanout, nesting, ready_pg, rules
+from workflows import tracing as workflow_tracing
 from workflows.graph import propagate
 from workflows.models import (
     FINE_NODE_STATES,
@@ -197,17 +198,19 @@ def _make_runs(ready: list[tuple], now: datetime, using: str) -> set[int]:
         planned[(job_id, scheduled_at)] = (node_run_id, owner_id, (
             job_id, scheduled_at, run_at, jitter, queue, shard_of(shard_key or handler, shards),
             priority, max_attempts))
-    # The span current at a start (a request's), which its later runs find at their
-    # lease (workflows/tracing.py); None in an ack.
-    trace = tracing.current()
+    # Each run's trace context (docs/tracing.md, "Workflows"): in an ack, the span of the
+    # upstream whose ack made it; else the span current (a start's: a request's).
+    current = tracing.current()
+    released = workflow_tracing.released([entry[0] for entry in planned.values()], using)
+    traces = [released.get(entry[0], current) for entry in planned.values()]
     if connections[using].vendor == "postgresql":
-        found = _insert_runs_pg([entry[2] for entry in planned.values()], using, trace)
+        found = _insert_runs_pg([entry[2] for entry in planned.values()], using, traces)
     else:
         runs = Run.objects.using(using)
         runs.bulk_create([Run(job_id=v[0], scheduled_at=v[1], run_at=v[2], jitter_s=v[3],
                               queue=v[4], shard=v[5], priority=v[6], max_attempts=v[7],
                               trace_context=trace)
-                          for _, _, v in planned.values()],
+                          for (_, _, v), trace in zip(planned.values(), traces, strict=True)],
                          batch_size=1000, ignore_conflicts=True)
         found = runs.filter(job_id__in={key[0] for key in planned},
                             scheduled_at__in={key[1] for key in planned}).values_list(
@@ -241,9 +244,9 @@ def _continue(refs: list[RunRef], now: datetime, using: str) -> list[RunRef]:
     return rest
 
 
-def _insert_runs_pg(values: list[tuple], using: str, trace: str | None = None) -> list[tuple]:
+def _insert_runs_pg(values: list[tuple], using: str, traces: list) -> list[tuple]:
     """Insert runs of ``values`` ((job id, scheduled_at, run_at, jitter_s, queue, shard,
-    priority, max_attempts), UTC datetimes; ``trace`` their trace context or None) in one
+    priority, max_attempts), UTC datetimes; ``traces`` their trace contexts, str or None) in one
     statement, skipping those whose (job, scheduled_at) exists, and return (id, job id,
     scheduled_at, queue, shard, priority, run_at, state) of the new and the existing ones
     alike. One INSERT ... SELECT from
@@ -255,12 +258,13 @@ def _insert_runs_pg(values: list[tuple], using: str, trace: str | None = None) -
     # rows it inserts: each run comes back once, from one side or the other.
     sql = (
         f"WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[],"
-        " %s::float8[], %s::text[], %s::int[], %s::int[], %s::int[])"
-        " AS v(job_id, scheduled_at, run_at, jitter_s, queue, shard, priority, max_attempts)),"
+        " %s::float8[], %s::text[], %s::int[], %s::int[], %s::int[], %s::text[])"
+        " AS v(job_id, scheduled_at, run_at, jitter_s, queue, shard, priority, max_attempts,"
+        " trace)),"
         f" made AS (INSERT INTO {table} (job_id, scheduled_at, run_at, jitter_s, state, queue,"
         " shard, priority, attempt, max_attempts, worker_id, created_at, error, catch_up,"
         " trace_context) SELECT job_id, scheduled_at, run_at, jitter_s, %s, queue, shard,"
-        " priority, 0, max_attempts, '', %s, '', false, %s FROM v ON CONFLICT DO NOTHING"
+        " priority, 0, max_attempts, '', %s, '', false, trace FROM v ON CONFLICT DO NOTHING"
         " RETURNING id, job_id, scheduled_at, queue, shard, priority, run_at, state)"
         " SELECT * FROM made UNION ALL SELECT r.id, r.job_id, r.scheduled_at, r.queue,"
         f" r.shard, r.priority, r.run_at, r.state FROM {table} AS r JOIN v"
@@ -268,8 +272,8 @@ def _insert_runs_pg(values: list[tuple], using: str, trace: str | None = None) -
     with connections[using].cursor() as cursor:
         cursor.execute(sql, [int_array(columns[0]), list(columns[1]), list(columns[2]),
                              list(columns[3]), list(columns[4]), int_array(columns[5]),
-                             int_array(columns[6]), int_array(columns[7]),
-                             RunState.SCHEDULED, timezone.now(), trace])
+                             int_array(columns[6]), int_array(columns[7]), traces,
+                             RunState.SCHEDULED, timezone.now()])
         return cursor.fetchall()
 
 

@@ -23,12 +23,14 @@ from datetime import datetime, timedelta
 
 from django.db import connections
 
+from runs import tracing
 from runs.brokers.shards import shard_of
 from runs.models import Run, RunState
 from runs.tenancy.quotas import QuotaExceeded, bounds_of, check_quotas
 from runs.types import RunRef
 from scheduler_core import conf
 from workflows.models import MapItem, NodeRun, NodeState
+from workflows.tracing import released
 
 SLOT_ROUNDS = 20  # rounds of finding free scheduled_at instants before giving up
 
@@ -57,6 +59,9 @@ def fan_out(rows: list[tuple], now: datetime, using: str
     RuntimeError when no free scheduled_at instants were found; the caller's savepoint
     or transaction undoes the whole fan-out then (docs/workflows.md, "Mapped nodes")."""
     fanned, ended, refs = set(), set(), []
+    # In an ack, the items continue the span of the upstream whose ack made the node
+    # ready (workflows/tracing.py); elsewhere the span current.
+    traces = released([row[0] for row in rows], using)
     for row in rows:
         node_run_id, owner_id, over = row[0], row[11], row[12]
         node_run = NodeRun.objects.using(using).filter(pk=node_run_id).values_list(
@@ -80,7 +85,8 @@ def fan_out(rows: list[tuple], now: datetime, using: str
             state=NodeState.RUNNING, ready_at=now, items=len(items), error="")
         if not moved:
             continue
-        refs += _make_item_runs(row, node_run_id, items, now, using)
+        with tracing.continuing(traces.get(node_run_id)):
+            refs += _make_item_runs(row, node_run_id, items, now, using)
         fanned.add(node_run[0])
     return fanned, ended, refs
 
@@ -151,17 +157,20 @@ def _insert_runs(job_id: int, base: datetime, count: int, fields: tuple,
 def _insert_free(job_id: int, slots: list[datetime], fields: tuple,
                  using: str) -> list[tuple[datetime, int]]:
     """Insert a run of job ``job_id`` at each instant of ``slots`` no run of the job holds
-    yet; returns (scheduled_at, id) of those inserted."""
+    yet, with the trace context current (tracing.current()); returns (scheduled_at, id)
+    of those inserted."""
     run_at, queue, shard, priority, max_attempts = fields
+    trace = tracing.current()
     if connections[using].vendor == "postgresql":
         sql = (f"INSERT INTO {Run._meta.db_table} (job_id, scheduled_at, run_at, jitter_s,"
                " state, queue, shard, priority, attempt, max_attempts, worker_id, created_at,"
-               " error, catch_up) SELECT %s, s, %s, 0, %s, %s, %s, %s, 0, %s, '', %s, '', false"
+               " error, catch_up, trace_context) SELECT %s, s, %s, 0, %s, %s, %s, %s, 0, %s,"
+               " '', %s, '', false, %s"
                " FROM unnest(%s::timestamptz[]) AS s ON CONFLICT DO NOTHING"
                " RETURNING scheduled_at, id")
         with connections[using].cursor() as cursor:
             cursor.execute(sql, [job_id, run_at, RunState.SCHEDULED, queue, shard, priority,
-                                 max_attempts, run_at, slots])
+                                 max_attempts, run_at, trace, slots])
             return cursor.fetchall()
     # SQLite serialises writers: what is free now is free at the insert.
     runs = Run.objects.using(using)
@@ -169,7 +178,8 @@ def _insert_free(job_id: int, slots: list[datetime], fields: tuple,
                 .values_list("scheduled_at", flat=True))
     free = [at for at in slots if at not in taken]
     runs.bulk_create([Run(job_id=job_id, scheduled_at=at, run_at=run_at, queue=queue,
-                          shard=shard, priority=priority, max_attempts=max_attempts)
+                          shard=shard, priority=priority, max_attempts=max_attempts,
+                          trace_context=trace)
                       for at in free], batch_size=1000)
     return list(runs.filter(job_id=job_id, scheduled_at__in=free)
                 .values_list("scheduled_at", "id"))

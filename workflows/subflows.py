@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Max
 
+from runs import tracing
 from runs.tenancy.quotas import QuotaExceeded, bounds_of, check_quotas
 from scheduler_core import conf
 from workflows import nesting
@@ -37,6 +38,7 @@ from workflows.models import (
 )
 from workflows.node_ends import after_ended
 from workflows.services import begin_run
+from workflows.tracing import released
 
 # A child's scheduled_at is its parent node's time, or 1 µs after the latest run of its
 # workflow within WINDOW of it (UNIQUE (workflow, scheduled_at)); SLOTS tries, each after
@@ -103,6 +105,9 @@ def start_children(rows: list[tuple], now: datetime, using: str,
     the node run ids started or ended, with those the ends started; ``running`` gets the
     workflow runs in which a node now runs."""
     started, failed = [], []
+    # In an ack, a child's first runs continue the span of the upstream whose ack made
+    # its node ready (workflows/tracing.py); elsewhere the span current.
+    traces = released([row[0] for row in rows], using)
     for row in rows:
         node_run_id, owner_id, child_wf_id = row[0], row[11], row[-1]
         node_run = NodeRun.objects.using(using).filter(pk=node_run_id).values_list(
@@ -116,7 +121,8 @@ def start_children(rows: list[tuple], now: datetime, using: str,
             _check(child_wf, owner_id, node_run[0], using)
             # A parent made ahead of its time (LOOKAHEAD_S, jitter) holds its child's
             # roots until then, as it holds a node's run.
-            child = _begin(child_wf, start_time(row, now)[0], now, using)
+            with tracing.continuing(traces.get(node_run_id)):
+                child = _begin(child_wf, start_time(row, now)[0], now, using)
         except ChildRefused as exc:
             NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.PENDING).update(
                 state=NodeState.FAILED, ready_at=now, finished_at=now, error=str(exc))

@@ -34,6 +34,7 @@ from jobs.guards import refuse_managed
 from jobs.models import Backfill, Job, Schedule
 from jobs.schedules import cron
 from jobs.validation import moment_problem
+from runs import tracing
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
 from runs.clock import db_now, seconds
@@ -45,7 +46,8 @@ from scheduler_core.exceptions import InvalidJob, SchedulerError
 CHUNK = 100  # occurrences made per transaction
 ISO_HINT = "an ISO 8601 date-time, e.g. 2026-01-01T00:00:00Z, or a date, e.g. 2026-01-01"
 COLUMNS = ("job_id, scheduled_at, run_at, state, queue, shard, priority, attempt, "
-           "max_attempts, worker_id, created_at, error, jitter_s, catch_up, backfill_id")
+           "max_attempts, worker_id, created_at, error, jitter_s, catch_up, backfill_id, "
+           "trace_context")
 
 
 def parse_moment(value, tz: str, field: str) -> datetime:
@@ -167,13 +169,19 @@ def backfill_job(job_id: int, start, end, *, using: str = "default", requested_b
             job=job, start=start, end=end, total=len(times), requested_by=requested_by)
     if on_planned is not None:
         on_planned(record)
-    return make_in_chunks(record, times, lambda chunk: _make_runs(job_id, record.pk, chunk,
-                                                                  using), on_progress)
+    # One enqueue span for all the backfill's runs, a child of the span current here (a
+    # request's), which every run stores (docs/tracing.md, "Runs made elsewhere").
+    with tracing.enqueue(job.handler):
+        trace = tracing.current()
+        return make_in_chunks(record, times, lambda chunk: _make_runs(
+            job_id, record.pk, chunk, using, trace), on_progress)
 
 
-def _make_runs(job_id: int, backfill_id: int, times: list[datetime], using: str) -> int:
+def _make_runs(job_id: int, backfill_id: int, times: list[datetime], using: str,
+               trace: str | None = None) -> int:
     """One chunk: with the job's row locked (as a trigger and the scheduler lock it),
-    insert its runs at ``times`` unless they exist; push the new ones after commit.
+    insert its runs at ``times`` unless they exist, storing the trace context ``trace``
+    (a W3C traceparent, or None); push the new ones after commit.
     Returns how many were made."""
     broker = get_broker(using)
     with transaction.atomic(using=using):
@@ -195,8 +203,8 @@ def _make_runs(job_id: int, backfill_id: int, times: list[datetime], using: str)
         for when in times:
             params += [job.pk, adapt(when), adapt(when + seconds(jitter)), "scheduled",
                        job.queue, shard, job.priority, 0, job.max_attempts, "", now, "",
-                       jitter, False, backfill_id]
-        values = ",".join(["(" + ",".join(["%s"] * 15) + ")"] * len(times))
+                       jitter, False, backfill_id, trace]
+        values = ",".join(["(" + ",".join(["%s"] * 16) + ")"] * len(times))
         with connection.cursor() as cursor:
             cursor.execute(f"INSERT INTO {Run._meta.db_table} ({COLUMNS}) VALUES {values} "
                            f"ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING id",

@@ -36,6 +36,7 @@ from jobs import tenants
 from jobs.models import Job
 from jobs.schedules import cron, zones
 from jobs.schedules.scheduler import plan_occurrences
+from runs import tracing
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
 from runs.clock import db_now, seconds
@@ -158,13 +159,15 @@ def _cron_times(job: Job, start: datetime, now: datetime):
 def _create_runs(job: Job, times: list[datetime], using: str) -> None:
     """Catch-up runs of ``job`` at ``times`` (scheduled_at), as the scheduler makes them:
     run_at is scheduled_at plus the job's jitter. An existing run at one of the times is
-    kept."""
+    kept. Each starts a trace of its own, as a cron occurrence does (docs/tracing.md)."""
     jitter = cron.jitter_offset(job.pk, job.schedule.jitter_s) if job.schedule else 0.0
     shard = shard_of(job.shard_source, conf.get("SHARDS"))
     Run.objects.using(using).bulk_create(
         [Run(job=job, scheduled_at=t, run_at=t + seconds(jitter), queue=job.queue,
              shard=shard, priority=job.priority, max_attempts=job.max_attempts,
-             jitter_s=jitter, catch_up=True) for t in times],
+             jitter_s=jitter, catch_up=True,
+             trace_context=tracing.enqueued(job.handler, job.pk, own=True))
+         for t in times],
         ignore_conflicts=True)
 
 

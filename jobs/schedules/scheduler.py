@@ -19,6 +19,7 @@ from django.dispatch import Signal
 
 from jobs.models import Job, MisfirePolicy
 from jobs.schedules import cron
+from runs import tracing
 from runs.alerts.models import AlertKind
 from runs.alerts.policy import raise_alerts
 from runs.brokers import get_broker
@@ -218,10 +219,14 @@ class Scheduler(Daemon):
         occurrence older than ``missed_before`` (missed, kept by the misfire policy) is a
         catch-up run (docs/cron.md, "Catch-up runs")."""
         planned = []
+        # Each occurrence starts a trace of its own (docs/tracing.md, "Runs made
+        # elsewhere"): a job's year of runs in one trace would be no use.
+        traced = tracing.on()
         for job, when, shard in rows:
             jitter = cron.jitter_offset(job.pk, job.schedule.jitter_s)
             planned.append((job, when, when + seconds(jitter), shard, jitter,
-                            when < missed_before))
+                            when < missed_before,
+                            tracing.enqueued(job.handler, job.pk, own=True) if traced else None))
         connection = connections[self.using]
         if connection.vendor == "postgresql":
             return self._insert_runs_pg(connection, planned, now)
@@ -229,18 +234,19 @@ class Scheduler(Daemon):
         table = Run._meta.db_table
         ids: list[int] = []
         columns = ("job_id, scheduled_at, run_at, state, queue, shard, priority, attempt, "
-                   "max_attempts, worker_id, created_at, error, jitter_s, catch_up")
+                   "max_attempts, worker_id, created_at, error, jitter_s, catch_up, "
+                   "trace_context")
         created = ops.adapt_datetimefield_value(now)
         with connection.cursor() as cursor:
             for start in range(0, len(planned), INSERT_CHUNK):
                 chunk = planned[start:start + INSERT_CHUNK]
                 params = []
-                for job, when, start_at, shard, jitter, catch_up in chunk:
+                for job, when, start_at, shard, jitter, catch_up, trace in chunk:
                     params += [job.pk, ops.adapt_datetimefield_value(when),
                                ops.adapt_datetimefield_value(start_at), "scheduled",
                                job.queue, shard, job.priority, 0, job.max_attempts, "",
-                               created, "", jitter, catch_up]
-                values = ",".join(["(" + ",".join(["%s"] * 14) + ")"] * len(chunk))
+                               created, "", jitter, catch_up, trace]
+                values = ",".join(["(" + ",".join(["%s"] * 15) + ")"] * len(chunk))
                 cursor.execute(
                     f"INSERT INTO {table} ({columns}) VALUES {values} "
                     f"ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING id",
@@ -260,19 +266,20 @@ class Scheduler(Daemon):
                 chunk = planned[start:start + UNNEST_CHUNK]
                 columns = list(zip(*[
                     (job.pk, when, start_at, job.queue, shard, job.priority,
-                     job.max_attempts, jitter, catch_up)
-                    for job, when, start_at, shard, jitter, catch_up in chunk], strict=True))
+                     job.max_attempts, jitter, catch_up, trace)
+                    for job, when, start_at, shard, jitter, catch_up, trace in chunk],
+                    strict=True))
                 cursor.execute(
                     f"INSERT INTO {Run._meta.db_table} (job_id, scheduled_at, run_at, state, "
                     "queue, shard, priority, attempt, max_attempts, worker_id, created_at, "
-                    "error, jitter_s, catch_up) "
+                    "error, jitter_s, catch_up, trace_context) "
                     "SELECT job_id, scheduled_at, run_at, 'scheduled', queue, shard, "
-                    "priority, 0, max_attempts, '', %s, '', jitter_s, catch_up "
+                    "priority, 0, max_attempts, '', %s, '', jitter_s, catch_up, trace "
                     "FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[], "
                     "%s::text[], %s::int[], %s::int[], %s::int[], %s::float8[], "
-                    "%s::boolean[]) "
+                    "%s::boolean[], %s::text[]) "
                     "AS t(job_id, scheduled_at, run_at, queue, shard, priority, "
-                    "max_attempts, jitter_s, catch_up) "
+                    "max_attempts, jitter_s, catch_up, trace) "
                     "ON CONFLICT (job_id, scheduled_at) DO NOTHING "
                     "RETURNING id, job_id, queue, shard, priority, run_at",
                     [now, *(list(column) for column in columns)],

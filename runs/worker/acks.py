@@ -154,18 +154,29 @@ class Acks:
         (``batches``, keyed by the batch's id) for harvest."""
         batch = self.batches.get(id(outcomes))
         offer = batch.offer if batch is not None else None
-        began_ns = time.time_ns()
+        # The ack spans, begun before the call: the runs it makes (a workflow's next
+        # nodes) store theirs (runs/tracing.py, releasing).
+        spans = tracing.begin_acks(outcomes) if tracing.on() else None
         try:
-            # The broker's bookkeeping (forget, adopt) goes behind this call in the lane:
-            # the continued runs are handed to the children without waiting for it, and
-            # every later ack, theirs included, comes after it (the lane is one thread).
-            accepted = self.broker.complete(outcomes, offer, after=self.lanes.ack.later)
+            with tracing.releasing(spans and tracing.ack_spans(outcomes, spans)):
+                # The broker's bookkeeping (forget, adopt) goes behind this call in the
+                # lane: the continued runs are handed to the children without waiting for
+                # it, and every later ack, theirs included, comes after it (the lane is
+                # one thread).
+                accepted = self.broker.complete(outcomes, offer, after=self.lanes.ack.later)
         except POISON:
             # One outcome the database refuses must not wedge the batch: ack one by one
             # and record a poison outcome as a plain failure.
-            return [self.complete_alone(outcome) for outcome in outcomes]
-        if tracing.on():
-            tracing.acked(outcomes, accepted, began_ns)
+            accepted = [self.complete_alone(outcome) for outcome in outcomes]
+            if spans:
+                tracing.acked(spans, outcomes, accepted)
+            return accepted
+        except BaseException as exc:
+            if spans:
+                tracing.acked(spans, outcomes, None, str(exc))
+            raise
+        if spans:
+            tracing.acked(spans, outcomes, accepted)
         if offer is not None:
             try:
                 leased = leased_of([lease for lease, _ in offer.taken], self.config.using)

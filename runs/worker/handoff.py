@@ -156,7 +156,10 @@ def ack_here(task: dict, done: tuple, seq: int, control, lock, send, quiet) -> d
             raise RuntimeError("the handler left a transaction open")
         from runs.brokers import get_broker
 
-        accepted, books = get_broker(config.using, config.broker).complete_only([outcome], offer)
+        # The runs this ack makes continue the attempt's span (runs/tracing.py).
+        with tracing.releasing(task.get("span") and {run_id: task["span"]}):
+            accepted, books = get_broker(config.using, config.broker).complete_only(
+                [outcome], offer)
     except Exception:  # noqa: BLE001 - whatever it was, the worker acks instead
         connection.close_if_unusable_or_obsolete()
         send(("ack_back", run_id))

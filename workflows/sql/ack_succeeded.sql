@@ -26,6 +26,7 @@
 -- Returned rows, by o_kind: 'acked' (o_id, o_attempt) per run acked; 'leased' per run
 -- continued on p_worker, with its task; 'pushed' per run made ready and left to the
 -- broker; 'error' (o_handler: the SQLSTATE and message) when steps 2 to 7 failed.
+-- o_trace: a leased run's trace context (NULL on the other rows).
 --
 -- Applied whole by a migration (workflows/sql/__init__.py); to change it, edit this file
 -- and add a migration that applies it again.
@@ -37,14 +38,17 @@
 -- p_urgent_queues,
 -- p_urgent_priorities: the broker's most urgent waiting priority per queue (Redis), or
 -- NULL to read the ready runs from the runs table here (the database broker).
+-- p_traces: per run of p_ids, the W3C traceparent of its ack's span (or NULL), which the
+-- runs this ack makes store as their trace context (docs/tracing.md, "Workflows"); NULL
+-- when the caller traces nothing, which costs nothing here.
 CREATE OR REPLACE FUNCTION workflows_ack_succeeded(
     p_ids bigint[], p_attempts int[], p_results text[], p_worker text, p_queues text[],
     p_room int, p_ttl_s float8, p_limited text[], p_owner_limited boolean, p_shards int,
-    p_urgent_queues text[], p_urgent_priorities int[])
+    p_urgent_queues text[], p_urgent_priorities int[], p_traces text[])
 RETURNS TABLE (o_kind text, o_id bigint, o_attempt int, o_queue text, o_shard int,
                o_priority int, o_run_at timestamptz, o_owner bigint, o_expires_us bigint,
                o_job bigint, o_scheduled_us bigint, o_handler text, o_payload text,
-               o_timeout int)
+               o_timeout int, o_trace text)
 LANGUAGE plpgsql VOLATILE
 -- A handoff's few rows: each statement's plan made once per connection, not at every
 -- call (with the runs' tables partitioned, a custom plan per call planned every
@@ -75,6 +79,7 @@ DECLARE
   a_nid bigint[] := '{}'; a_job bigint[] := '{}'; a_sched timestamptz[] := '{}';
   a_run_at timestamptz[] := '{}'; a_queue text[] := '{}'; a_shard int[] := '{}';
   a_prio int[] := '{}'; a_max int[] := '{}';
+  a_trace text[] := '{}';  -- empty: every run made stores no trace context
   -- the runs made and still pending
   f_id bigint[] := '{}'; f_queue text[] := '{}'; f_shard int[] := '{}';
   f_prio int[] := '{}'; f_run_at timestamptz[] := '{}'; f_owner bigint[] := '{}';
@@ -82,7 +87,7 @@ DECLARE
   l_id bigint[] := '{}'; l_attempt int[] := '{}'; l_queue text[] := '{}';
   l_shard int[] := '{}'; l_exp bigint[] := '{}'; l_job bigint[] := '{}';
   l_sched bigint[] := '{}'; l_handler text[] := '{}'; l_payload text[] := '{}';
-  l_timeout int[] := '{}'; l_owner bigint[] := '{}';
+  l_timeout int[] := '{}'; l_owner bigint[] := '{}'; l_trace text[] := '{}';
 BEGIN
   IF cardinality(p_ids) > 8 THEN
     PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);  -- until the return
@@ -106,7 +111,8 @@ BEGIN
   END IF;
   RETURN QUERY SELECT 'acked'::text, x.id, x.attempt, NULL::text, NULL::int, NULL::int,
       NULL::timestamptz, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
-      NULL::text, NULL::text, NULL::int FROM unnest(v_acked, v_acked_at) AS x(id, attempt);
+      NULL::text, NULL::text, NULL::int, NULL::text
+    FROM unnest(v_acked, v_acked_at) AS x(id, attempt);
 
   BEGIN
     -- A mapped node's item, or a mapped node below, is the engine's (workflows/items.py,
@@ -226,20 +232,36 @@ BEGIN
     IF cardinality(a_nid) > 8 THEN
       PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
+    -- Each run made continues the trace of the acked upstream whose ack released it (of
+    -- a join's upstreams acked together, the lowest run id's): engine._make_runs, with
+    -- workflows/tracing.py's released. Only when the caller traces.
+    IF p_traces IS NOT NULL AND cardinality(a_nid) > 0 THEN
+      a_trace := ARRAY(
+        SELECT (SELECT t.trace FROM unnest(p_ids, p_traces) AS t(id, trace)
+                JOIN workflows_noderun AS u ON u.run_id = t.id
+                JOIN workflows_workflowedge AS e ON e.upstream_id = u.node_id
+                WHERE u.workflow_run_id = n.workflow_run_id AND e.downstream_id = n.node_id
+                  AND t.trace IS NOT NULL
+                ORDER BY t.id LIMIT 1)
+        FROM unnest(a_nid) WITH ORDINALITY AS x(nid, i)
+        JOIN workflows_noderun AS n ON n.id = x.nid
+        ORDER BY x.i);
+    END IF;
     IF cardinality(a_nid) > 0 THEN
       -- (5) engine._make_runs: the runs inserted (or found: UNIQUE (job, scheduled_at)) and
       -- their node runs pointed at them; the existing rows are read in the INSERT's own
       -- snapshot, so each run comes once, from one side or the other.
       WITH v AS (
         SELECT * FROM unnest(a_nid, a_job, a_sched, a_run_at, a_queue, a_shard, a_prio,
-                             a_max)
-          AS v(nid, job_id, scheduled_at, run_at, queue, shard, priority, max_attempts)),
+                             a_max, a_trace)
+          AS v(nid, job_id, scheduled_at, run_at, queue, shard, priority, max_attempts,
+               trace)),
       made AS (
         INSERT INTO runs_run (job_id, scheduled_at, run_at, jitter_s, state, queue, shard,
                               priority, attempt, max_attempts, worker_id, created_at, error,
-                              catch_up)
+                              catch_up, trace_context)
         SELECT v.job_id, v.scheduled_at, v.run_at, 0, 'scheduled', v.queue, v.shard,
-               v.priority, 0, v.max_attempts, '', v_now, '', false FROM v
+               v.priority, 0, v.max_attempts, '', v_now, '', false, v.trace FROM v
         ON CONFLICT DO NOTHING
         RETURNING id, job_id, scheduled_at, queue, shard, priority, run_at, state),
       found AS (
@@ -313,7 +335,7 @@ BEGIN
               AND (SELECT status FROM jobs_job WHERE id = runs_run.job_id) = 'active'
             RETURNING runs_run.id, runs_run.attempt, runs_run.queue, runs_run.shard,
                       runs_run.started_at, runs_run.lease_expires_at, runs_run.job_id,
-                      runs_run.scheduled_at),
+                      runs_run.scheduled_at, runs_run.trace_context),
           attempts AS (
             INSERT INTO runs_attempt (run_id, run_scheduled_at, number, worker_id, started_at,
                                       outcome, error)
@@ -321,7 +343,8 @@ BEGIN
           SELECT st.id, st.attempt, st.queue, st.shard,
                  (EXTRACT(EPOCH FROM st.lease_expires_at) * 1000000)::bigint AS exp,
                  st.job_id, (EXTRACT(EPOCH FROM st.scheduled_at) * 1000000)::bigint AS sched,
-                 j.handler, j.payload::text AS payload, j.timeout_s, j.owner_id
+                 j.handler, j.payload::text AS payload, j.timeout_s, j.owner_id,
+                 st.trace_context AS trace
           FROM started AS st
           CROSS JOIN LATERAL (SELECT handler, payload, timeout_s, owner_id FROM jobs_job
                               WHERE id = st.job_id OFFSET 0) AS j
@@ -332,6 +355,7 @@ BEGIN
           l_exp := l_exp || r.exp; l_job := l_job || r.job_id; l_sched := l_sched || r.sched;
           l_handler := l_handler || r.handler::text; l_payload := l_payload || r.payload;
           l_timeout := l_timeout || r.timeout_s; l_owner := l_owner || r.owner_id;
+          l_trace := l_trace || r.trace::text;
         END LOOP;
       END IF;
     END IF;
@@ -365,17 +389,19 @@ BEGIN
   IF v_error IS NOT NULL THEN
     RETURN QUERY SELECT 'error'::text, NULL::bigint, NULL::int, NULL::text, NULL::int,
         NULL::int, NULL::timestamptz, NULL::bigint, NULL::bigint, NULL::bigint,
-        NULL::bigint, v_error, NULL::text, NULL::int;
+        NULL::bigint, v_error, NULL::text, NULL::int, NULL::text;
     RETURN;
   END IF;
   RETURN QUERY SELECT 'leased'::text, x.id, x.attempt, x.queue, x.shard, NULL::int,
-      NULL::timestamptz, x.owner_id, x.exp, x.job_id, x.sched, x.handler, x.payload, x.timeout
+      NULL::timestamptz, x.owner_id, x.exp, x.job_id, x.sched, x.handler, x.payload, x.timeout,
+      x.trace
     FROM unnest(l_id, l_attempt, l_queue, l_shard, l_exp, l_job, l_sched, l_handler,
-                l_payload, l_timeout, l_owner)
-      AS x(id, attempt, queue, shard, exp, job_id, sched, handler, payload, timeout, owner_id);
+                l_payload, l_timeout, l_owner, l_trace)
+      AS x(id, attempt, queue, shard, exp, job_id, sched, handler, payload, timeout, owner_id,
+           trace);
   RETURN QUERY SELECT 'pushed'::text, x.id, NULL::int, x.queue, x.shard, x.priority,
       x.run_at, x.owner_id, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text,
-      NULL::text, NULL::int
+      NULL::text, NULL::int, NULL::text
     FROM unnest(f_id, f_queue, f_shard, f_prio, f_run_at, f_owner)
       AS x(id, queue, shard, priority, run_at, owner_id)
     WHERE NOT (x.id = ANY(l_id));

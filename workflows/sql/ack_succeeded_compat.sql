@@ -2,8 +2,8 @@
 -- priority rule (no p_urgent_queues, p_urgent_priorities), kept so that their workers,
 -- still running during a rolling deploy, go on acking. It is the one ack of
 -- ack_succeeded.sql with no waiting run reported by the broker, as those releases
--- checked none. Applied whole by a migration (workflows/sql/__init__.py), after
--- ack_succeeded.sql, which it calls.
+-- checked none, and no trace context, and it returns the columns they read. Applied whole by a
+-- migration (workflows/sql/__init__.py), after ack_succeeded.sql, which it calls.
 
 CREATE OR REPLACE FUNCTION workflows_ack_succeeded(
     p_ids bigint[], p_attempts int[], p_results text[], p_worker text, p_queues text[],
@@ -13,7 +13,9 @@ RETURNS TABLE (o_kind text, o_id bigint, o_attempt int, o_queue text, o_shard in
                o_job bigint, o_scheduled_us bigint, o_handler text, o_payload text,
                o_timeout int)
 LANGUAGE sql VOLATILE AS $$
-  SELECT * FROM workflows_ack_succeeded(p_ids, p_attempts, p_results, p_worker, p_queues,
-                                        p_room, p_ttl_s, p_limited, p_owner_limited,
-                                        p_shards, '{}'::text[], '{}'::int[])
+  SELECT o_kind, o_id, o_attempt, o_queue, o_shard, o_priority, o_run_at, o_owner,
+         o_expires_us, o_job, o_scheduled_us, o_handler, o_payload, o_timeout
+  FROM workflows_ack_succeeded(p_ids, p_attempts, p_results, p_worker, p_queues, p_room,
+                               p_ttl_s, p_limited, p_owner_limited, p_shards, '{}'::text[],
+                               '{}'::int[], NULL::text[])
 $$;
