@@ -10,7 +10,7 @@ from jobs.api.backfill import JobBackfillViewSet
 from jobs.api.jobs import JobViewSet
 from jobs.api.limits import LimitsView
 from jobs.api.rate_limits import RateLimitsView
-from jobs.api.runs import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
+from runs.api.views import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 from scheduler_core.rest.view_defaults import ApiPolicy
 from scheduler_project.api_docs import DocsView, SchemaView
 from workflows.api import WorkflowRunViewSet, WorkflowViewSet

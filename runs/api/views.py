@@ -4,9 +4,11 @@
 Runs belong to jobs, so an owner sees the runs of their own jobs only; any other run id
 answers 404 on every verb, unless Django's model permissions allow more
 (scheduler_core/rest/permissions.py: view_run to see, change_run to retry or cancel;
-is_staff alone grants nothing). Runs grow
-without bound, so their lists use cursor pagination (stable under inserts, no COUNT).
-Every change goes through runs/services.py, the functions the admin uses too.
+is_staff alone grants nothing). Runs grow without bound, so their lists use cursor
+pagination (stable under inserts, no COUNT). Every change goes through runs/services.py,
+the functions the admin uses too. The views are the runs app's own; what every app's API
+builds on is scheduler_core/rest/ (docs/architecture.md, "Code layout and dependency
+rule").
 """
 
 from django.db import DEFAULT_DB_ALIAS
@@ -19,8 +21,6 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.models import Job
-from jobs.tenants import QuotaExceeded, bounds_of
 from runs import services
 from runs.api import dead_letter
 from runs.api.filters import DeadLetterFilter, LogLineFilter, RunFilter
@@ -32,7 +32,9 @@ from runs.api.serializers import (
 )
 from runs.metrics.stats import queue_stats
 from runs.models import PENDING_STATES, LogLine, Run, RunState
+from runs.tenancy.quotas import QuotaExceeded, bounds_of
 from scheduler_core.exceptions import BrokerUnavailable
+from scheduler_core.models import Job
 from scheduler_core.replicas import ReplicaList
 from scheduler_core.rest.errors import (
     COMMON,
