@@ -125,7 +125,7 @@ class JobPagination(PageNumberPagination):
 class JobViewSet(ApiPolicy, ReplicaList, mixins.CreateModelMixin, mixins.ListModelMixin,
                  mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """/api/jobs/: list, create, retrieve, partial update, cancel (DELETE), pause, resume,
-    trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (jobs/api/runs.py)."""
+    trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (runs/api/views.py)."""
 
     serializer_class = JobSerializer
     pagination_class = JobPagination
