@@ -137,7 +137,7 @@ def wait_partitions() -> None:
 def bench_owner():
     from django.contrib.auth import get_user_model
 
-    from jobs.api.tokens import create_token
+    from scheduler_core.rest.tokens import create_token
 
     owner, _ = get_user_model().objects.get_or_create(username="bench")
     return owner, create_token(owner)

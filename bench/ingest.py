@@ -62,10 +62,10 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from jobs import services  # noqa: E402
-from jobs.api.tokens import create_token  # noqa: E402
 from jobs.models import Job  # noqa: E402
 from runs.models import Run  # noqa: E402
 from scheduler_core import conf  # noqa: E402
+from scheduler_core.rest.tokens import create_token  # noqa: E402
 
 CRONS = [f"{m} * * * *" for m in range(60)]
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo"]

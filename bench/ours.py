@@ -281,7 +281,7 @@ def w1(args) -> None:
     from django.db import connection
 
     from jobs import services
-    from jobs.api.tokens import create_token
+    from scheduler_core.rest.tokens import create_token
 
     n = args.n or (5000 if args.quick else 20_000)
     # One call per job is the slow path (~1-3 ms each): a sample gives its rate.

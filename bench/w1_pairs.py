@@ -112,7 +112,7 @@ def ours_setup():
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from jobs.api.tokens import create_token
+    from scheduler_core.rest.tokens import create_token
 
     owner, _ = get_user_model().objects.get_or_create(username="bench")
     with connection.cursor() as cursor:

@@ -9,7 +9,7 @@ import urllib.request
 from chaos.cluster import free_port
 from chaos.load import create_one_off
 from chaos.session import Scenario, Session, Size
-from jobs.api.tokens import create_token
+from scheduler_core.rest.tokens import create_token
 
 REQUEST_TIMEOUT_S = 10.0
 # How much a daemon's resident memory (with its children, KiB) may grow from its peak in

@@ -8,9 +8,9 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from jobs.api.client_address import DEFAULT_PROXY_NETWORKS, networks
-from jobs.api.throttling import parse_rate
 from scheduler_core import conf
+from scheduler_core.rest.client_address import DEFAULT_PROXY_NETWORKS, networks
+from scheduler_core.rest.throttling import parse_rate
 from scheduler_core.startup import WEB_TAG
 
 

@@ -3,9 +3,9 @@ checkout's project and for a project of your own (docs/own-project.md, "Settings
 Strings only: this module imports nothing of the apps, so settings.py can import it.
 
 The API's views name their own authentication, permission, throttles and parser
-(jobs/api/view_defaults.py), so of ``REST_FRAMEWORK`` they need only what drf-spectacular's
-install asks of every project: its schema class as DEFAULT_SCHEMA_CLASS (without it
-``/api/schema/`` fails, "Incompatible AutoSchema"). ``SPECTACULAR_SETTINGS``: the
+(scheduler_core/rest/view_defaults.py), so of ``REST_FRAMEWORK`` they need only what
+drf-spectacular's install asks of every project: its schema class as DEFAULT_SCHEMA_CLASS (without
+it ``/api/schema/`` fails, "Incompatible AutoSchema"). ``SPECTACULAR_SETTINGS``: the
 schema's title, description and enum names, and the Swagger UI's assets served from the
 installed drf-spectacular-sidecar (the app ``drf_spectacular_sidecar`` in INSTALLED_APPS)
 instead of an unpinned ``@latest`` bundle from a public CDN: /api/docs/ works offline.
@@ -26,7 +26,7 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["jobs.api.throttling.IsAuthenticatedOrThrottled"],
+    "SERVE_PERMISSIONS": ["scheduler_core.rest.throttling.IsAuthenticatedOrThrottled"],
     "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 
-from jobs.api.view_defaults import ApiPolicy
+from scheduler_core.rest.view_defaults import ApiPolicy
 
 LOG_IN_HINT = ("log in at /admin/ (or /api/auth/login/) in this browser first, then open "
                "/api/docs/ again; API clients send an Authorization: Token header")

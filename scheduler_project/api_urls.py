@@ -10,8 +10,8 @@ from jobs.api.backfill import JobBackfillViewSet
 from jobs.api.jobs import JobViewSet
 from jobs.api.limits import LimitsView
 from jobs.api.rate_limits import RateLimitsView
-from jobs.api.runs import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
-from jobs.api.view_defaults import ApiPolicy
+from runs.api.views import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
+from scheduler_core.rest.view_defaults import ApiPolicy
 from scheduler_project.api_docs import DocsView, SchemaView
 from workflows.api import WorkflowRunViewSet, WorkflowViewSet
 from workflows.backfill_api import WorkflowBackfillViewSet

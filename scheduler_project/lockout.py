@@ -19,7 +19,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 
-from jobs.api.client_address import client_ip as _client_ip
+from scheduler_core.rest.client_address import client_ip as _client_ip
 
 
 def username(request: HttpRequest, credentials: dict | None = None) -> str | None:
@@ -36,7 +36,7 @@ def username(request: HttpRequest, credentials: dict | None = None) -> str | Non
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """The client address (jobs/api/client_address.py): REMOTE_ADDR, or, from a peer in
+    """The client address (scheduler_core/rest/client_address.py): REMOTE_ADDR, or, from a peer in
     TRUSTED_PROXY_NETWORKS, the address TRUSTED_PROXY_COUNT proxies put in
     X-Forwarded-For; the anonymous throttle reads the same, so a login lockout and the
     throttle count the same client."""

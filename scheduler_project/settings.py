@@ -24,11 +24,11 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from jobs.api.client_address import DEFAULT_PROXY_NETWORKS
 from scheduler_core import drf_settings
 from scheduler_core.conf import flag
 from scheduler_core.db_urls import parse_database_url
 from scheduler_core.replicas import replica_databases
+from scheduler_core.rest.client_address import DEFAULT_PROXY_NETWORKS
 from scheduler_core.startup import DEV_SECRET_KEY, proxy_ssl_header
 from scheduler_project.logging_config import django_logging
 
@@ -240,15 +240,15 @@ LOGIN_REDIRECT_URL = "/api/"
 # TRUSTED_PROXY_COUNT proxies), so lockouts and throttles count the same client.
 AXES_CLIENT_IP_CALLABLE = "scheduler_project.lockout.client_ip"
 TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
-# X-Forwarded-For is read only from peers in these networks (jobs/api/client_address.py):
+# X-Forwarded-For is read only from peers in these networks (scheduler_core/rest/client_address.py):
 # a client reaching the web server directly could otherwise name itself anew each try.
 TRUSTED_PROXY_NETWORKS = [
     net.strip() for net in os.environ.get("TRUSTED_PROXY_NETWORKS", ",".join(
         DEFAULT_PROXY_NETWORKS)).split(",") if net.strip()]
 
-# API tokens: django-rest-knox keeps a SHA-512 digest, never the token (jobs/api/tokens.py);
-# "Token <key>" as DRF's header had it. Tokens made by createapitoken and loaddemo last
-# until deleted unless asked otherwise.
+# API tokens: django-rest-knox keeps a SHA-512 digest, never the token
+# (scheduler_core/rest/tokens.py); "Token <key>" as DRF's header had it. Tokens made by
+# createapitoken and loaddemo last until deleted unless asked otherwise.
 REST_KNOX = {"AUTH_HEADER_PREFIX": "Token", "TOKEN_TTL": None}
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -302,8 +302,8 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # Form bodies (the admin, the API's login page): Django's own cap, 2.5 MiB, 413 in JSON
-# under /api/. JSON bodies under /api/ are read by jobs/api/parsers.py within the API's caps
-# instead (SCHEDULER_API_MAX_BODY_BYTES, SCHEDULER_API_BULK_MAX_BODY_BYTES; docs/api.md), so
+# under /api/. JSON bodies under /api/ are read by scheduler_core/rest/parsers.py within the API's
+# caps instead (SCHEDULER_API_MAX_BODY_BYTES, SCHEDULER_API_BULK_MAX_BODY_BYTES; docs/api.md), so
 # that a 10,000-job bulk body fits.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
@@ -313,7 +313,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # IDEMPOTENCY_TTL_S), read per request so that they can be changed from the environment or
 # override_settings.
 # The API's views name their own authentication, permission, throttles and parser
-# (jobs/api/view_defaults.py); from here DRF takes drf-spectacular's schema class
+# (scheduler_core/rest/view_defaults.py); from here DRF takes drf-spectacular's schema class
 # (scheduler_core/drf_settings.py, where a project of your own takes it from too) and how
 # many proxies to trust for the client address of the anonymous throttle.
 REST_FRAMEWORK = {**drf_settings.REST_FRAMEWORK, "NUM_PROXIES": TRUSTED_PROXY_COUNT}

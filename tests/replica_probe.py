@@ -16,7 +16,7 @@ import django
 def setup() -> dict:
     from django.contrib.auth.models import Permission, User
 
-    from jobs.api.tokens import create_token
+    from scheduler_core.rest.tokens import create_token
 
     user, _ = User.objects.get_or_create(username="reader", defaults={"is_staff": True})
     user.user_permissions.add(Permission.objects.get(codename="view_run"))

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
-from jobs.api.tokens import create_token
+from scheduler_core.rest.tokens import create_token
 from tests.test_api_helpers import user_with
 
 pytestmark = pytest.mark.django_db

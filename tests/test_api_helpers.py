@@ -10,9 +10,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from jobs import services
-from jobs.api.tokens import create_token
 from jobs.models import Job
 from runs.models import Attempt, AttemptOutcome, LogLine, Run, RunState
+from scheduler_core.rest.tokens import create_token
 
 
 def client_for(user: User) -> APIClient:

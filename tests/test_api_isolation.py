@@ -87,7 +87,8 @@ def test_lists_and_filters_never_show_another_owners_jobs_or_runs(bobs, path):
 
     listed = alice.get(path).json()
     rows = listed["results"] if isinstance(listed, dict) else listed
-    # The job list has no job filter: a 400 naming it (jobs/api/query_params.py), never bob's.
+    # The job list has no job filter: a 400 naming it (scheduler_core/rest/query_params.py), never
+    # bob's.
     by_job = alice.get(path, {"job": bobs["job"].pk}).json()
     by_job_rows = by_job.get("results", []) if isinstance(by_job, dict) else by_job
 

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
-from jobs.api.runs import QueueView
 from jobs.models import Job
+from runs.api.views import QueueView
 
 pytestmark = pytest.mark.django_db
 

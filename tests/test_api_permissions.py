@@ -1,6 +1,6 @@
 """Cross-owner powers in the REST API follow Django's model permissions, as in the admin
-(jobs/api/permissions.py): is_staff alone sees and changes nothing of other owners; view_job and
-view_run let a user read every owner's jobs and runs but not act on them (403);
+(scheduler_core/rest/permissions.py): is_staff alone sees and changes nothing of other owners;
+view_job and view_run let a user read every owner's jobs and runs but not act on them (403);
 change_job / change_run let them act; view/change_ownerpolicy gate /api/limits/ for
 others; a superuser has everything."""
 

@@ -20,8 +20,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from jobs import services
-from jobs.api.tokens import create_token
 from runs.models import Run, RunState
+from scheduler_core.rest.tokens import create_token
 from workflows import services as workflows
 
 EXAMPLES = 15  # per operation and generation mode: bounded, so CI stays fast

@@ -4,9 +4,9 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from jobs.api.tokens import create_token
 from jobs.models import Job, Schedule
 from runs.models import Run
+from scheduler_core.rest.tokens import create_token
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import override_settings
 
-from jobs.api.throttling import parse_rate
 from scheduler_core import conf
+from scheduler_core.rest.throttling import parse_rate
 from tests.test_api_helpers import client_for
 
 pytestmark = pytest.mark.django_db

@@ -1,6 +1,6 @@
-"""API tokens are stored hashed (django-rest-knox; jobs/api/tokens.py): no table row and no
-admin page holds a token, yet it authenticates; DRF's plaintext tokens from before are
-moved into the hashed store by a migration and keep working; wrong tokens are throttled
+"""API tokens are stored hashed (django-rest-knox; scheduler_core/rest/tokens.py): no
+table row and no admin page holds a token, yet it authenticates; DRF's plaintext tokens from before
+are moved into the hashed store by a migration and keep working; wrong tokens are throttled
 like requests with no login (docs/security.md)."""
 
 import importlib
@@ -16,8 +16,8 @@ from django.db import connection
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
-from jobs.api.throttling import parse_rate
 from scheduler_core import conf
+from scheduler_core.rest.throttling import parse_rate
 
 pytestmark = pytest.mark.django_db
 
@@ -144,7 +144,7 @@ def test_wrong_tokens_are_throttled_like_requests_without_a_login():
 
 
 def test_a_token_sent_as_bearer_is_a_401_that_names_the_scheme_to_use():
-    from jobs.api.tokens import create_token
+    from scheduler_core.rest.tokens import create_token
 
     key = create_token(User.objects.create_user("bearer"))
     api = APIClient()

@@ -5,7 +5,7 @@ fresh clone's `scripts/demo` runs. A test whose behaviour is PostgreSQL's own ca
 ``@pytest.mark.postgresql_only(reason)`` and is skipped there, saying why.
 
 GET /api/runs/ and /api/dead-letter/ answered 500 on SQLite for an owner of 2 to 100
-jobs (jobs/api/owner_lists.py): the suite had never run them there.
+jobs (scheduler_core/rest/owner_lists.py): the suite had never run them there.
 """
 
 import os

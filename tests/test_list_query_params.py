@@ -1,6 +1,6 @@
 """A list endpoint answers a query parameter it does not know with a 400 naming it, the
 likely intended one and the ones it takes: DRF and django-filter dropped it silently,
-so a misspelt filter answered the unfiltered list (jobs/api/query_params.py)."""
+so a misspelt filter answered the unfiltered list (scheduler_core/rest/query_params.py)."""
 
 import pytest
 

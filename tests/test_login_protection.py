@@ -15,8 +15,8 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
-from jobs.api.throttling import parse_rate
 from scheduler_core import conf
+from scheduler_core.rest.throttling import parse_rate
 
 pytestmark = pytest.mark.django_db
 STRONG = "correct horse battery staple"
@@ -159,7 +159,7 @@ def test_a_rotating_x_forwarded_for_sent_straight_to_the_web_server_changes_noth
 def test_behind_a_trusted_proxy_the_address_it_wrote_is_the_client(alice, settings):
     """The entry TRUSTED_PROXY_COUNT from the right is the router's; what a client puts
     before it is its own invention, and an entry that is no address is ignored."""
-    from jobs.api.client_address import client_ip
+    from scheduler_core.rest.client_address import client_ip
 
     settings.TRUSTED_PROXY_COUNT = 1
 
@@ -188,7 +188,7 @@ def test_a_username_longer_than_axes_column_is_a_failed_login_not_a_500(path):
 
 def test_an_ipv6_scope_id_in_x_forwarded_for_is_dropped(settings):
     """``fe80::1%<300 characters>`` from a trusted peer reached axes' address column whole."""
-    from jobs.api.client_address import client_ip
+    from scheduler_core.rest.client_address import client_ip
 
     settings.TRUSTED_PROXY_COUNT = 1
     forwarded = "fe80::1%" + "x" * 300
@@ -205,7 +205,7 @@ def test_an_ipv6_scope_id_in_x_forwarded_for_is_dropped(settings):
 def test_a_negative_proxy_count_reads_no_x_forwarded_for(settings, forwarded):
     """TRUSTED_PROXY_COUNT=-1 raised IndexError on one entry and, on two, picked the one
     the client wrote (scheduler.E010 refuses the setting; client_ip must not crash)."""
-    from jobs.api.client_address import client_ip
+    from scheduler_core.rest.client_address import client_ip
 
     settings.TRUSTED_PROXY_COUNT = -1
     request = Client().request(REMOTE_ADDR=ROUTER, HTTP_X_FORWARDED_FOR=forwarded).wsgi_request

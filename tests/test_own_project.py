@@ -69,7 +69,7 @@ from django.test import Client
 from django.test.utils import setup_test_environment
 
 from jobs import services
-from jobs.api.tokens import create_token
+from scheduler_core.rest.tokens import create_token
 from runs.models import Run
 from workflows import services as workflows
 
@@ -142,7 +142,7 @@ def test_a_project_of_the_docs_settings_and_urls_serves_every_admin_page_and_the
     said = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     anonymous = {k: v for k, v in said.items() if k.startswith("anonymous ")}
     # Every endpoint wants a login though the project's REST_FRAMEWORK leaves DRF's
-    # AllowAny default in place (jobs/api/view_defaults.py).
+    # AllowAny default in place (scheduler_core/rest/view_defaults.py).
     assert anonymous == {k: "401" for k in anonymous} and len(anonymous) == 15, anonymous
     assert said.pop("unknown api path") == "404 application/json"
     statuses = {k: v for k, v in said.items() if k not in anonymous}

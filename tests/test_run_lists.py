@@ -1,6 +1,6 @@
 """The run lists at scale (docs/api.md, "Lists at scale"; docs/admin.md, "Counts at
-scale"): an owner of few jobs pages job by job (jobs/api/owner_lists.py) and gets exactly the
-pages, order and cursors of the plain query, never another owner's runs; the admin's
+scale"): an owner of few jobs pages job by job (scheduler_core/rest/owner_lists.py) and gets exactly
+the pages, order and cursors of the plain query, never another owner's runs; the admin's
 history lists count by the planner's estimate or up to a cap, not every row."""
 
 from datetime import timedelta
@@ -9,9 +9,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs.api import owner_lists
 from runs.admin import paginator as admin_paginator
 from runs.models import Run, RunState
+from scheduler_core.rest import owner_lists
 from tests.test_api_helpers import client_for, recurring, user_with
 
 pytestmark = pytest.mark.django_db

@@ -89,7 +89,7 @@ def test_w009_considers_the_union_of_the_trusted_networks(networks):
 
 
 def test_w009_spares_the_defaults_and_narrow_networks():
-    from jobs.api.client_address import DEFAULT_PROXY_NETWORKS
+    from scheduler_core.rest.client_address import DEFAULT_PROXY_NETWORKS
 
     assert ids(TRUSTED_PROXY_COUNT=1, TRUSTED_PROXY_NETWORKS=list(DEFAULT_PROXY_NETWORKS)) == []
     assert ids(TRUSTED_PROXY_COUNT=1, TRUSTED_PROXY_NETWORKS=["203.0.113.0/24"]) == []

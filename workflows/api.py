@@ -2,8 +2,8 @@
 pause, resume, trigger; a workflow's runs at /api/workflows/{id}/runs/) and
 /api/workflow-runs/ (list, get with every node, cancel, pause, resume).
 
-Owner isolation is the jobs' (jobs/api/permissions.py): an owner sees and acts on their own
-workflows and their runs only, and any other owner's id answers 404 on every verb, like
+Owner isolation is the jobs' (scheduler_core/rest/permissions.py): an owner sees and acts on their
+own workflows and their runs only, and any other owner's id answers 404 on every verb, like
 an id that does not exist, unless Django's model permissions allow more
 (``workflows.view_workflow`` / ``view_workflowrun`` to see, ``change_workflow`` /
 ``change_workflowrun`` to act); ``is_staff`` grants nothing. The same login, throttles
@@ -21,25 +21,24 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from jobs.api.idempotency import idempotent
-from jobs.api.jobs import (
-    COMMON,
-    FIELD_ERRORS,
-    IDEMPOTENCY,
-    LISTED,
-    Conflict,
-    DetailSerializer,
-    JobPagination,
-    QuotaRefused,
-)
-from jobs.api.permissions import OwnerOrModelPermission, may_view_all
-from jobs.api.query_params import KnownParameters
-from jobs.api.runs import CheckedCursor
+from jobs.api.jobs import IDEMPOTENCY, JobPagination
 from jobs.api.serializers import api_errors
-from jobs.api.throttling import IsAuthenticatedOrThrottled
-from jobs.api.view_defaults import ApiPolicy
 from jobs.tenants import QuotaExceeded
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from scheduler_core.replicas import ReplicaList
+from scheduler_core.rest.errors import (
+    COMMON,
+    FIELD_ERRORS,
+    LISTED,
+    Conflict,
+    DetailSerializer,
+    QuotaRefused,
+)
+from scheduler_core.rest.owner_lists import CheckedCursor
+from scheduler_core.rest.permissions import OwnerOrModelPermission, may_view_all
+from scheduler_core.rest.query_params import KnownParameters
+from scheduler_core.rest.throttling import IsAuthenticatedOrThrottled
+from scheduler_core.rest.view_defaults import ApiPolicy
 from workflows import control, services
 from workflows.models import Workflow, WorkflowRun, WorkflowRunState
 from workflows.serializers import (
@@ -64,9 +63,9 @@ def owner_of(obj) -> int | None:
 
 
 class WorkflowOwnerOrModelPermission(OwnerOrModelPermission):
-    """jobs.api.permissions.OwnerOrModelPermission for workflows and their runs: reading passes
-    (the queryset hides what the user may not view); acting on another owner's workflow
-    or workflow run needs the change permission of its model (403 naming it)."""
+    """scheduler_core.rest.permissions.OwnerOrModelPermission for workflows and their
+    runs: reading passes (the queryset hides what the user may not view); acting on another owner's
+    workflow or workflow run needs the change permission of its model (403 naming it)."""
 
     owner = staticmethod(owner_of)
 

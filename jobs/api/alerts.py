@@ -16,14 +16,14 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.api.jobs import COMMON, FIELD_ERRORS
-from jobs.api.permissions import may_change_all
-from jobs.api.strict_input import StrictInput
-from jobs.api.view_defaults import ApiPolicy
 from jobs.models import Job
 from runs.alerts.models import AlertPolicy, new_secret
 from runs.alerts.policy import FIELDS, merge
 from runs.outbound.payload import url_problem
+from scheduler_core.rest.errors import COMMON, FIELD_ERRORS
+from scheduler_core.rest.permissions import may_change_all
+from scheduler_core.rest.strict_input import StrictInput
+from scheduler_core.rest.view_defaults import ApiPolicy
 
 
 def _switch(help_text: str) -> serializers.BooleanField:

@@ -1,9 +1,9 @@
 """POST /api/jobs/{id}/backfill/ (docs/api.md, "Backfill"): a run for each past
 occurrence of a cron job in ``[start, end)`` that has none (jobs/schedules/backfill.py). The
-view is the job viewset's, so owner isolation is exactly a trigger's (jobs/api/permissions.py):
-another owner's job answers 404, or 403 naming ``jobs.change_job`` to one who may see
-it. The body's and answer's shapes are shared with POST /api/workflows/{id}/backfill/
-(workflows/backfill_api.py).
+view is the job viewset's, so owner isolation is exactly a trigger's
+(scheduler_core/rest/permissions.py): another owner's job answers 404, or 403 naming
+``jobs.change_job`` to one who may see it. The body's and answer's shapes are shared with POST
+/api/workflows/{id}/backfill/ (workflows/backfill_api.py).
 """
 
 from drf_spectacular.utils import OpenApiExample, extend_schema
@@ -11,11 +11,18 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from jobs.api.jobs import COMMON, FIELD_ERRORS, Conflict, DetailSerializer, JobViewSet, QuotaRefused
+from jobs.api.jobs import JobViewSet
 from jobs.api.serializers import StrictFieldsMixin, api_errors
 from jobs.schedules.backfill import backfill_job
 from jobs.tenants import QuotaExceeded
 from scheduler_core.exceptions import InvalidJob, SchedulerError
+from scheduler_core.rest.errors import (
+    COMMON,
+    FIELD_ERRORS,
+    Conflict,
+    DetailSerializer,
+    QuotaRefused,
+)
 
 MOMENT_HELP = ("ISO 8601 date-time or date; without a UTC offset it is read in the "
                "schedule's timezone")

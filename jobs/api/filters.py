@@ -1,9 +1,7 @@
-"""Query filters of GET /api/jobs/ (django-filter); ordering is StrictOrderingFilter on
-JOB_ORDERING (and RUN_ORDERING for the run lists)."""
+"""Query filters of GET /api/jobs/ (django-filter); ordering is StrictOrderingFilter
+(scheduler_core/rest/ordering.py) on JOB_ORDERING."""
 
 import django_filters as filters
-from rest_framework.exceptions import ValidationError
-from rest_framework.filters import OrderingFilter
 
 from jobs import node_job_lists
 from jobs.lifecycle import SHOWN_STATUSES
@@ -57,23 +55,3 @@ class JobFilter(filters.FilterSet):
     class Meta:
         model = Job
         fields = ["status", "handler", "queue", "recurring", "name"]
-
-
-class StrictOrderingFilter(OrderingFilter):
-    """DRF's OrderingFilter, except that an ``ordering`` naming a field the list does not
-    sort by is a 400 listing the allowed ones: DRF drops it silently, and the client reads
-    the default order as the one asked for."""
-
-    def get_ordering(self, request, queryset, view):
-        given = request.query_params.get(self.ordering_param)
-        if given:
-            allowed = [name for name, _ in self.get_valid_fields(queryset, view,
-                                                                 {"request": request})]
-            bad = [term.strip() for term in given.split(",")
-                   if term.strip().removeprefix("-") not in allowed]
-            if bad:
-                listed = ", ".join(allowed)
-                raise ValidationError({self.ordering_param: [
-                    f"cannot sort by {bad[0]!r}; give one or more of {listed}, each "
-                    "optionally prefixed with '-' for descending, separated by commas"]})
-        return super().get_ordering(request, queryset, view)

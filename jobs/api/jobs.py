@@ -2,9 +2,10 @@
 
 An owner sees and acts on their own jobs only: any other owner's job answers 404 on every
 verb, exactly like a job that does not exist, unless Django's model permissions allow more
-(jobs/api/permissions.py: view_job to see, change_job to act; is_staff alone grants nothing). Every
-write goes through jobs/services.py, the same functions the Python API and the admin use;
-a write to a workflow node's job is refused there, 409 naming the workflow (jobs/guards.py).
+(scheduler_core/rest/permissions.py: view_job to see, change_job to act; is_staff alone
+grants nothing). Every write goes through jobs/services.py, the same functions the Python API and
+the admin use; a write to a workflow node's job is refused there, 409 naming the workflow
+(jobs/guards.py).
 """
 
 import logging
@@ -16,7 +17,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
     OpenApiParameter,
-    OpenApiResponse,
     extend_schema,
     extend_schema_view,
 )
@@ -33,12 +33,10 @@ from jobs.api.bulk_serializers import (
     BulkJobsSerializer,
     FastItemParser,
 )
-from jobs.api.filters import JOB_ORDERING, JobFilter, StrictOrderingFilter
+from jobs.api.filters import JOB_ORDERING, JobFilter
 from jobs.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from jobs.api.idempotency import idempotent
 from jobs.api.old_names import deprecation_headers
-from jobs.api.permissions import OwnerOrModelPermission, may_view_all
-from jobs.api.query_params import KnownParameters
 from jobs.api.serializers import (
     CreatedJobSerializer,
     JobCreateSerializer,
@@ -48,8 +46,6 @@ from jobs.api.serializers import (
     api_errors,
     to_spec,
 )
-from jobs.api.throttling import IsAuthenticatedOrThrottled
-from jobs.api.view_defaults import ApiPolicy
 from jobs.guards import ManagedJob
 from jobs.lifecycle import with_shown_status
 from jobs.models import Job
@@ -60,16 +56,21 @@ from runs.brokers import get_broker
 from scheduler_core import conf
 from scheduler_core.exceptions import BrokerUnavailable, InvalidJob, SchedulerError
 from scheduler_core.replicas import ReplicaList
+from scheduler_core.rest.errors import (
+    COMMON,
+    FIELD_ERRORS,
+    LISTED,
+    Conflict,
+    DetailSerializer,
+    QuotaRefused,
+)
+from scheduler_core.rest.ordering import StrictOrderingFilter
+from scheduler_core.rest.permissions import OwnerOrModelPermission, may_view_all
+from scheduler_core.rest.query_params import KnownParameters
+from scheduler_core.rest.throttling import IsAuthenticatedOrThrottled
+from scheduler_core.rest.view_defaults import ApiPolicy
 
 log = logging.getLogger("scheduler.health")
-
-
-class Conflict(APIException):
-    """The request is valid but the job or run is in a state that forbids it."""
-
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The request conflicts with the current state of the resource."
-    default_code = "conflict"
 
 
 class ResumeSerializer(StrictFieldsMixin, serializers.Serializer):
@@ -83,30 +84,6 @@ class ResumeSerializer(StrictFieldsMixin, serializers.Serializer):
                   "all (each), both within the schedule's max_lag_s")
 
 
-class QuotaRefused(APIException):
-    """Storing the request would take the owner over a quota (jobs or pending runs):
-    403, with ``limit`` (the policy field) and ``value`` (the quota in force) beside
-    ``detail`` (docs/isolation.md, "Tenant bounds")."""
-
-    status_code = status.HTTP_403_FORBIDDEN
-    default_code = "quota_exceeded"
-
-    def __init__(self, exc: QuotaExceeded):
-        super().__init__(str(exc))
-        self.detail = {"detail": str(exc), "limit": exc.limit, "value": exc.value}
-
-
-class DetailSerializer(serializers.Serializer):
-    """An error other than a field error: 401, 403, 404, 409, 413, 415, 422, 429."""
-
-    detail = serializers.CharField()
-
-
-FIELD_ERRORS = OpenApiResponse(
-    OpenApiTypes.OBJECT, description="field name -> list of reasons; nothing was stored")
-COMMON = {401: DetailSerializer, 403: DetailSerializer, 404: DetailSerializer,
-          429: DetailSerializer}
-LISTED = {400: FIELD_ERRORS, **COMMON}  # a bad filter value is a 400 naming the filter
 IDEMPOTENCY = OpenApiParameter(
     IDEMPOTENCY_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
     description="retrying a POST with the same key returns the first response (with "
@@ -148,7 +125,7 @@ class JobPagination(PageNumberPagination):
 class JobViewSet(ApiPolicy, ReplicaList, mixins.CreateModelMixin, mixins.ListModelMixin,
                  mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """/api/jobs/: list, create, retrieve, partial update, cancel (DELETE), pause, resume,
-    trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (jobs/api/runs.py)."""
+    trigger, bulk. A run list per job is at /api/jobs/{id}/runs/ (runs/api/views.py)."""
 
     serializer_class = JobSerializer
     pagination_class = JobPagination
@@ -181,7 +158,7 @@ class JobViewSet(ApiPolicy, ReplicaList, mixins.CreateModelMixin, mixins.ListMod
 
     @property
     def max_body_setting(self) -> str:
-        """The body-size tunable jobs/api/parsers.py applies to this request."""
+        """The body-size tunable scheduler_core/rest/parsers.py applies to this request."""
         return "API_BULK_MAX_BODY_BYTES" if self.action == "bulk" else "API_MAX_BODY_BYTES"
 
     def create(self, request, *args, **kwargs):

@@ -13,8 +13,8 @@ import json
 from django.conf import settings
 from django.http import JsonResponse
 
-from jobs.api.parsers import content_length
 from scheduler_core import conf
+from scheduler_core.rest.parsers import content_length
 
 PREFIX = "/api/"
 JSON_TYPES = ("application/json", "application/problem+json")
@@ -32,8 +32,8 @@ DETAILS = {
 def body_cap(request) -> int:
     """The most bytes a request body under /api/ may have before any view sees it: the
     bulk endpoint's JSON cap (API_BULK_MAX_BODY_BYTES, the largest of the API's caps;
-    jobs/api/parsers.py applies each endpoint's own), or for a form body (only the login page
-    takes one) Django's DATA_UPLOAD_MAX_MEMORY_SIZE."""
+    scheduler_core/rest/parsers.py applies each endpoint's own), or for a form body (only
+    the login page takes one) Django's DATA_UPLOAD_MAX_MEMORY_SIZE."""
     content_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
     if content_type in FORM_TYPES:
         return settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0

@@ -5,7 +5,7 @@ jobs.view_ownerpolicy permission); PUT, with the jobs.change_ownerpolicy permiss
 any of an owner's ``max_running``, ``max_pending``, ``max_jobs``, ``highest_priority``,
 ``max_timeout_s``, ``max_attempts`` (null: the settings default), ``queues`` and
 ``default_queue`` (blank: "default"); a field left out keeps its value. An owner cannot
-raise their own limits. is_staff alone grants nothing (jobs/api/permissions.py).
+raise their own limits. is_staff alone grants nothing (scheduler_core/rest/permissions.py).
 """
 
 from django.contrib.auth import get_user_model
@@ -16,13 +16,13 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.api.jobs import COMMON, FIELD_ERRORS
-from jobs.api.permissions import may_change_all, may_view_all, perm
-from jobs.api.view_defaults import ApiPolicy
 from jobs.models import QUEUE_RE, Job, OwnerPolicy
 from jobs.tenants import POLICY_FIELDS, bounds_from, pending_load, set_owner_policy
 from runs.models import Run, RunState
 from scheduler_core.exceptions import SchedulerError
+from scheduler_core.rest.errors import COMMON, FIELD_ERRORS
+from scheduler_core.rest.permissions import may_change_all, may_view_all, perm
+from scheduler_core.rest.view_defaults import ApiPolicy
 
 
 def _bound(field: str, meaning: str) -> serializers.IntegerField:

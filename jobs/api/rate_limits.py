@@ -5,7 +5,7 @@ GET lists them (any user of the API); PUT sets one (``{"scope": "handler"|"key",
 "rate", "burst"}``) with the runs.change_ratelimit permission (and runs.add_ratelimit for
 a new one); DELETE
 ``?scope=&name=`` removes one with runs.delete_ratelimit. A bad value is a 400 naming
-its field. is_staff alone grants nothing (jobs/api/permissions.py).
+its field. is_staff alone grants nothing (scheduler_core/rest/permissions.py).
 """
 
 from drf_spectacular.types import OpenApiTypes
@@ -15,13 +15,13 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.api.jobs import COMMON, FIELD_ERRORS
-from jobs.api.permissions import perm
-from jobs.api.strict_input import StrictInput
-from jobs.api.view_defaults import ApiPolicy
 from runs.flow import rate_limits as flow_limits
 from runs.flow.models import RateLimit
 from scheduler_core.exceptions import InvalidJob
+from scheduler_core.rest.errors import COMMON, FIELD_ERRORS
+from scheduler_core.rest.permissions import perm
+from scheduler_core.rest.strict_input import StrictInput
+from scheduler_core.rest.view_defaults import ApiPolicy
 
 
 class RateLimitSerializer(StrictInput, serializers.Serializer):

@@ -26,6 +26,7 @@ from runs.outbound.redact import shown_payload
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, UnknownHandler
 from scheduler_core.registry import creatable_handler_names
+from scheduler_core.rest.strict_fields import StrictFields
 
 UNIQUE_FIELDS = ("unique_key", "unique_period_s", "unique_states")
 
@@ -74,9 +75,10 @@ class AwareDateTimeField(serializers.DateTimeField):
             self.fail("range")
 
 
-class StrictFieldsMixin:
+class StrictFieldsMixin(StrictFields):
     """Refuse fields the serializer does not declare (``unknown field``), reported together
-    with the other field errors. ``read_only_names`` are fields of the job that exist but
+    with the other field errors (scheduler_core/rest/strict_fields.py), naming the job
+    field probably meant. ``read_only_names`` are fields of the job that exist but
     cannot be set here; they get a clearer reason."""
 
     read_only_names: tuple[str, ...] = ()
@@ -87,21 +89,6 @@ class StrictFieldsMixin:
         if name in self.read_only_names:
             return "cannot be changed; create a new job instead"
         return spec.unknown_message(name, set(self.fields) - set(spec.DEPRECATED))
-
-    def to_internal_value(self, data):
-        extra = {}
-        if isinstance(data, dict):
-            extra = {name: [self.unknown_reason(name)] for name in data
-                     if name not in self.fields}
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            if extra and isinstance(exc.detail, dict):
-                raise serializers.ValidationError({**exc.detail, **extra}) from exc
-            raise
-        if extra:
-            raise serializers.ValidationError(extra)
-        return value
 
 
 class ShownStatusField(serializers.ChoiceField):

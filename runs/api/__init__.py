@@ -1,2 +1,3 @@
-"""The runs REST API's parts that belong to runs (docs/api.md): serializers, query
-filters and the dead letter's bulk requeue and discard. The views are jobs/api/runs.py."""
+"""The runs REST API (docs/api.md, "Runs"; /api/queues/ too): the views (views.py),
+serializers, query filters and the dead letter's bulk requeue and discard, built on
+scheduler_core/rest/."""

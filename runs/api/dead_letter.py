@@ -1,5 +1,5 @@
 """Requeue or discard the dead letter in bulk, by filter: ``POST /api/dead-letter/requeue/``
-and ``/discard/`` (the views: jobs/api/runs.py) and ``manage.py deadletter`` (docs/api.md,
+and ``/discard/`` (the views: runs/api/views.py) and ``manage.py deadletter`` (docs/api.md,
 "Dead letter"). What requeue and discard do to a run is runs/services.py's, the admin's
 actions' rule; this only picks the runs and applies it in batches."""
 

@@ -1,5 +1,5 @@
 """``manage.py createapitoken USER [--rotate] [--expires-in SECONDS]``: make a REST API
-token for USER and print it, once (jobs/api/tokens.py).
+token for USER and print it, once (scheduler_core/rest/tokens.py).
 
 A thin command on django-rest-knox's own API (``AuthToken.objects.create``): DRF's
 ``drf_create_token`` works on DRF's plaintext tokens, which this project no longer keeps
@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from knox.models import AuthToken
 
-from jobs.api.tokens import create_token
+from scheduler_core.rest.tokens import create_token
 
 
 class Command(BaseCommand):

@@ -15,7 +15,6 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.api.tokens import create_token
 from jobs.models import Job
 from jobs.schedules import cron, crontab_files
 from jobs.services import InvalidJobs, create_job, create_jobs
@@ -23,6 +22,7 @@ from runs.clock import db_now
 from runs.models import PENDING_STATES, Run, RunState
 from scheduler_core import conf
 from scheduler_core.progress import progress
+from scheduler_core.rest.tokens import create_token
 from scheduler_core.text import one_line
 
 DEMO_CRONTAB = Path(__file__).resolve().parents[2] / "demo.crontab"

@@ -8,16 +8,20 @@ viewset's owner permission, a list's ordering filter)."""
 
 from rest_framework.authentication import SessionAuthentication
 
-from jobs.api.parsers import CappedJSONParser
-from jobs.api.throttling import AnonymousRateThrottle, IsAuthenticatedOrThrottled, OwnerRateThrottle
-from jobs.api.tokens import TokenAuthentication
+from scheduler_core.rest.parsers import CappedJSONParser
+from scheduler_core.rest.throttling import (
+    AnonymousRateThrottle,
+    IsAuthenticatedOrThrottled,
+    OwnerRateThrottle,
+)
+from scheduler_core.rest.tokens import TokenAuthentication
 
 
 class ApiPolicy:
     """A mixin, first among a view's bases: the scheduler API's authentication (API tokens,
-    jobs/api/tokens.py, and sessions), permission (logged in: jobs/api/throttling.py), throttles
-    (per owner and per client address: docs/api.md, "Throttling"), parser (JSON
-    capped at API_MAX_BODY_BYTES: docs/api.md); the views that filter name django-filter
+    tokens.py, and sessions), permission (logged in: throttling.py), throttles (per owner
+    and per client address: docs/api.md, "Throttling"), parser (JSON capped at
+    API_MAX_BODY_BYTES: docs/api.md); the views that filter name django-filter
     themselves. The OpenAPI schema class cannot be set here: drf-spectacular takes the one of an
     ``@extend_schema`` on a method from DEFAULT_SCHEMA_CLASS (scheduler_core/drf_settings.py)."""
 

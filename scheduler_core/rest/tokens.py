@@ -14,7 +14,7 @@ from knox.auth import TokenAuthentication as KnoxTokenAuthentication
 from knox.models import AuthToken
 from rest_framework.exceptions import AuthenticationFailed
 
-from jobs.api.throttling import throttle_anonymous
+from scheduler_core.rest.throttling import throttle_anonymous
 
 
 def create_token(user, expires_in: timedelta | None = None) -> str:
@@ -49,4 +49,4 @@ class TokenScheme(KnoxTokenScheme):
     <token>``): drf-spectacular's knox extension, registered for our subclass, which it
     does not match on its own (``manage.py check --deploy`` warned W001 per view)."""
 
-    target_class = "jobs.api.tokens.TokenAuthentication"
+    target_class = "scheduler_core.rest.tokens.TokenAuthentication"

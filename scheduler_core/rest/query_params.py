@@ -1,6 +1,6 @@
 """A list endpoint refuses a query parameter it does not know: DRF and django-filter drop
 one silently, so ``?state=dead`` (for ``status``) or ``?page_sise=10`` answered the whole
-unfiltered list as if it were the one asked for (docs/api.md, "Lists")."""
+unfiltered list as if it were the one asked for (docs/api.md, "Conventions")."""
 
 import difflib
 

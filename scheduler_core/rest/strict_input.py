@@ -1,6 +1,6 @@
 """Serializers that refuse what they do not take, for the endpoints whose fields are not
-a job's (the alert policies, the rate limits); the job serializers name the field meant
-instead (jobs/api/serializers.py, StrictFieldsMixin)."""
+a job's (the alert policies, the rate limits); the others name the field meant instead
+(strict_fields.py, and jobs/api/serializers.py's StrictFieldsMixin for a job's)."""
 
 from rest_framework import serializers
 
@@ -30,3 +30,4 @@ class StrictInput:
         if refused:
             raise serializers.ValidationError(refused)
         return value
+

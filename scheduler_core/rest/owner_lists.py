@@ -10,9 +10,12 @@ instead: each job's first rows in the list's order (its run_job_scheduled_at ind
 rows each), merged here, and the list then restricted to the ids that can make the page.
 The rows, their order and the cursors are those of the plain query (the same DRF cursor
 logic runs on the restricted set, which holds every row the page can contain).
+CheckedCursor, the cursor of every run and workflow run list, builds on it.
 """
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connections
+from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination, _reverse_ordering
 
 from scheduler_core.models import Job
@@ -87,3 +90,15 @@ class OwnerScopedCursor(CursorPagination):
         if job_ids is not None and self.get_page_size(request):
             queryset = restrict_to_page(self, queryset, request, view, job_ids)
         return super().paginate_queryset(queryset, request, view)
+
+
+class CheckedCursor(OwnerScopedCursor):
+    """Cursor pagination that answers 404 "Invalid cursor" for a cursor whose position is
+    not a value of the ordering field (a forged or corrupted cursor), not a 500; an owner
+    of few jobs pages job by job (OwnerScopedCursor)."""
+
+    def paginate_queryset(self, queryset, request, view=None):
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except (DjangoValidationError, ValueError, TypeError, OverflowError) as exc:
+            raise NotFound(self.invalid_cursor_message) from exc

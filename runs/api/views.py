@@ -2,13 +2,15 @@
 (/api/jobs/{id}/runs/), /api/dead-letter/ and /api/queues/.
 
 Runs belong to jobs, so an owner sees the runs of their own jobs only; any other run id
-answers 404 on every verb, unless Django's model permissions allow more (jobs/api/permissions.py:
-view_run to see, change_run to retry or cancel; is_staff alone grants nothing). Runs grow
-without bound, so their lists use cursor pagination (stable under inserts, no COUNT).
-Every change goes through runs/services.py, the functions the admin uses too.
+answers 404 on every verb, unless Django's model permissions allow more
+(scheduler_core/rest/permissions.py: view_run to see, change_run to retry or cancel;
+is_staff alone grants nothing). Runs grow without bound, so their lists use cursor
+pagination (stable under inserts, no COUNT). Every change goes through runs/services.py,
+the functions the admin uses too. The views are the runs app's own; what every app's API
+builds on is scheduler_core/rest/ (docs/architecture.md, "Code layout and dependency
+rule").
 """
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DEFAULT_DB_ALIAS
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
@@ -19,16 +21,6 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.api.filters import StrictOrderingFilter
-from jobs.api.jobs import COMMON, FIELD_ERRORS, LISTED, Conflict, DetailSerializer, QuotaRefused
-from jobs.api.owner_lists import OwnerScopedCursor, owner_job_ids
-from jobs.api.permissions import OwnerOrModelPermission, may_change_all, may_view_all
-from jobs.api.query_params import KnownParameters
-from jobs.api.serializers import StrictFieldsMixin
-from jobs.api.throttling import IsAuthenticatedOrThrottled
-from jobs.api.view_defaults import ApiPolicy
-from jobs.models import Job
-from jobs.tenants import QuotaExceeded, bounds_of
 from runs import services
 from runs.api import dead_letter
 from runs.api.filters import DeadLetterFilter, LogLineFilter, RunFilter
@@ -40,22 +32,27 @@ from runs.api.serializers import (
 )
 from runs.metrics.stats import queue_stats
 from runs.models import PENDING_STATES, LogLine, Run, RunState
+from runs.tenancy.quotas import QuotaExceeded, bounds_of
 from scheduler_core.exceptions import BrokerUnavailable
+from scheduler_core.models import Job
 from scheduler_core.replicas import ReplicaList
+from scheduler_core.rest.errors import (
+    COMMON,
+    FIELD_ERRORS,
+    LISTED,
+    Conflict,
+    DetailSerializer,
+    QuotaRefused,
+)
+from scheduler_core.rest.ordering import StrictOrderingFilter
+from scheduler_core.rest.owner_lists import CheckedCursor, owner_job_ids
+from scheduler_core.rest.permissions import OwnerOrModelPermission, may_change_all, may_view_all
+from scheduler_core.rest.query_params import KnownParameters
+from scheduler_core.rest.strict_fields import StrictFields
+from scheduler_core.rest.throttling import IsAuthenticatedOrThrottled
+from scheduler_core.rest.view_defaults import ApiPolicy
 
 RUN_ORDERING = ("scheduled_at", "created_at", "id")
-
-
-class CheckedCursor(OwnerScopedCursor):
-    """Cursor pagination that answers 404 "Invalid cursor" for a cursor whose position is
-    not a value of the ordering field (a forged or corrupted cursor), not a 500; an owner
-    of few jobs pages job by job (jobs/api/owner_lists.py)."""
-
-    def paginate_queryset(self, queryset, request, view=None):
-        try:
-            return super().paginate_queryset(queryset, request, view)
-        except (DjangoValidationError, ValueError, TypeError, OverflowError) as exc:
-            raise NotFound(self.invalid_cursor_message) from exc
 
 
 class RunCursor(CheckedCursor):
@@ -94,7 +91,7 @@ def visible_runs(request):
 
 def owner_jobs(view) -> list[int] | None:
     """For a list of one owner's runs (no view_run permission, not one job's list): the
-    owner's job ids if at most OWNER_JOBS_MAX (jobs/api/owner_lists.py), else None."""
+    owner's job ids if at most OWNER_JOBS_MAX (scheduler_core/rest/owner_lists.py), else None."""
     if "job_pk" in view.kwargs or may_view_all(view.request.user, Run):
         return None
     return owner_job_ids(view.request.user)
@@ -138,7 +135,7 @@ class RunViewSet(ApiPolicy, ReplicaList, mixins.ListModelMixin, mixins.RetrieveM
         return runs
 
     def owner_job_ids(self) -> list[int] | None:
-        """The jobs the listed runs all belong to, when few (jobs/api/owner_lists.py)."""
+        """The jobs the listed runs all belong to, when few (scheduler_core/rest/owner_lists.py)."""
         return owner_jobs(self)
 
     @extend_schema(summary="Requeue a dead (or cancelled) run now with a fresh attempt budget",
@@ -198,7 +195,7 @@ class LogLineViewSet(ApiPolicy, ReplicaList, mixins.ListModelMixin, viewsets.Gen
         return LogLine.objects.filter(attempt__run=run).select_related("attempt")
 
 
-class DeadLetterBulkSerializer(StrictFieldsMixin, serializers.Serializer):
+class DeadLetterBulkSerializer(StrictFields, serializers.Serializer):
     """POST /api/dead-letter/requeue/ and /discard/: which dead runs (every field
     optional; none given: the whole dead letter you may change), and whether only to
     count them."""
@@ -250,7 +247,7 @@ class DeadLetterViewSet(ApiPolicy, ReplicaList, mixins.ListModelMixin, mixins.Re
                 .prefetch_related("attempts"))
 
     def owner_job_ids(self) -> list[int] | None:
-        """The jobs the listed runs all belong to, when few (jobs/api/owner_lists.py)."""
+        """The jobs the listed runs all belong to, when few (scheduler_core/rest/owner_lists.py)."""
         return owner_jobs(self)
 
     @extend_schema(summary="Requeue the dead runs a filter picks, with a fresh attempt budget",

@@ -20,8 +20,8 @@ from rest_framework.exceptions import Throttled
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.throttling import AnonRateThrottle, BaseThrottle
 
-from jobs.api.client_address import client_ip
 from scheduler_core import conf
+from scheduler_core.rest.client_address import client_ip
 
 log = logging.getLogger("scheduler.api")
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -84,7 +84,7 @@ def _count(key: str, period: int) -> int:
 class AnonymousRateThrottle(AnonRateThrottle):
     """DRF's AnonRateThrottle at API_ANON_THROTTLE_RATE per client address (REMOTE_ADDR,
     or X-Forwarded-For behind TRUSTED_PROXY_COUNT proxies, read only from a peer in
-    TRUSTED_PROXY_NETWORKS: jobs/api/client_address.py); authenticated requests pass. The
+    TRUSTED_PROXY_NETWORKS: scheduler_core/rest/client_address.py); authenticated requests pass. The
     rate is read per request, like the owner throttle's, and a cache outage lets requests
     through (logged)."""
 
