@@ -249,6 +249,8 @@ WRONG_TYPES = [
     ("expires_at", NAIVE_2030, datetime.fromisoformat(NAIVE_2030)),
     ("expires_at", "2020-01-01T00:00:00Z", datetime(2020, 1, 1, tzinfo=UTC)),
 ]
+# A run_at in the past means now: an expires_at after it but past is past all the same.
+PAST_RUN_AT = {"run_at": datetime(2019, 1, 1, tzinfo=UTC)}
 TYPE_IDS = [f"{field}={rest!r}" for field, rest, _ in WRONG_TYPES]
 
 
@@ -290,6 +292,20 @@ def test_every_way_in_refuses_a_wrongly_typed_value_naming_the_field(
         errors = python_refusal(door, field, python_value)
 
     assert field in errors, errors
+    assert (Job.objects.count(), Run.objects.count()) == (0, 0)
+
+
+@pytest.mark.parametrize("door", ["REST", "REST bulk", "create_job", "create_jobs"])
+def test_every_way_in_refuses_an_expires_at_past_after_a_past_run_at(api, door):
+    at = datetime(2020, 1, 1, tzinfo=UTC)
+    if door.startswith("REST"):
+        errors = rest_refusal(api, door, "expires_at", at.isoformat(),
+                              run_at=PAST_RUN_AT["run_at"].isoformat())
+    else:
+        errors = python_refusal(door, "expires_at", at, **PAST_RUN_AT)
+
+    reason = errors["expires_at"]
+    assert "after the run's time" in (reason[0] if isinstance(reason, list) else reason)
     assert (Job.objects.count(), Run.objects.count()) == (0, 0)
 
 
