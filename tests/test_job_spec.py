@@ -345,3 +345,17 @@ def test_a_workflow_node_over_rest_refuses_a_wrongly_typed_value_as_create_job_d
     assert answer.json()[f"nodes[0].{field}"] == [
         python_refusal("create_job", field, value)[field]]
     assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("field, value", [("priority", "5"), ("max_attempts", 3.0),
+                                          ("name", 123), ("max_retries", "3")])
+def test_a_rest_patch_refuses_a_wrongly_typed_value_as_update_job_does(api, alice, field,
+                                                                      value):
+    job = services.create_job("noop", {}, cron="@daily", owner=alice)
+
+    answer = api.patch(f"/api/jobs/{job.pk}/", {field: value}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert field in answer.json(), answer.json()
+    job.refresh_from_db()
+    assert (job.priority, job.max_attempts, job.name) == (5, 4, "noop")
