@@ -70,13 +70,13 @@ def problems(spec: dict, clean: dict) -> dict[str, str]:
     limit = spec.get("concurrency_limit")
     if limit is None:
         clean["concurrency_limit"] = 1
+    elif isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        errors["concurrency_limit"] = f"must be an integer from 1 to {MAX_LIMIT}"
     elif not spec.get("concurrency_key") and limit != 1:  # the default, as validation fills
         # it in (a cleaned spec validates again); another needs a key, as unique_period_s
         # needs a unique_key
         errors["concurrency_limit"] = "needs a concurrency_key: it limits the runs of one " \
                                       "key value"
-    elif isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        errors["concurrency_limit"] = f"must be an integer from 1 to {MAX_LIMIT}"
     return errors
 
 

@@ -12,14 +12,15 @@ from runs.tenancy.quotas import MAX_INT
 
 
 def _due(spec: dict) -> datetime:
-    """When the one-off run of ``spec`` falls due: its run_at, else now plus delay_s
-    (this process's clock: a bound for a check, not a time to store)."""
-    run_at = spec.get("run_at")
+    """When the one-off run of ``spec`` falls due: its run_at, now if that is past (a
+    past run_at means now), else now plus delay_s (this process's clock: a bound for a
+    check, not a time to store)."""
+    run_at, now = spec.get("run_at"), timezone.now()
     if isinstance(run_at, datetime) and run_at.utcoffset() is not None:
-        return run_at
+        return max(run_at, now)
     delay = spec.get("delay_s")
     delay = delay if type(delay) in (int, float) and delay >= 0 else 0
-    return timezone.now() + timedelta(seconds=min(delay, MAX_INT))
+    return now + timedelta(seconds=min(delay, MAX_INT))
 
 
 def problems(spec: dict, clean: dict, moment_problem) -> dict[str, str]:

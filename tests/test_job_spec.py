@@ -5,6 +5,7 @@ and docs/api.md's table is the spec's."""
 import dataclasses
 import inspect
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,132 @@ def test_update_job_names_an_unknown_change_with_the_field_meant():
 
     assert caught.value.errors == {"queue": "cannot be changed",
                                    "schedule": "unknown field (did you mean 'cron'?)"}
+
+
+# --- every way in refuses the same wrongly typed values ----------------------------------
+
+NAIVE_2030 = "2030-01-01T00:00:00"
+# (field, the value over REST as JSON, the value in Python): a JSON integer field takes a
+# JSON integer only, a number int or float but not bool or text, a text field text, a
+# datetime an offset; an expires_at already past would only ever expire its run.
+WRONG_TYPES = [
+    ("priority", "5", "5"),
+    ("max_attempts", "3", "3"),
+    ("timeout_s", 1.0, 1.0),
+    ("expires_in_s", "60", "60"),
+    ("name", 123, 123),
+    ("delay_s", True, True),
+    ("delay_s", "1e3", "1e3"),
+    ("expires_at", NAIVE_2030, datetime.fromisoformat(NAIVE_2030)),
+    ("expires_at", "2020-01-01T00:00:00Z", datetime(2020, 1, 1, tzinfo=UTC)),
+]
+# A run_at in the past means now: an expires_at after it but past is past all the same.
+PAST_RUN_AT = {"run_at": datetime(2019, 1, 1, tzinfo=UTC)}
+TYPE_IDS = [f"{field}={rest!r}" for field, rest, _ in WRONG_TYPES]
+
+
+def python_refusal(door: str, field: str, value, **more) -> dict:
+    """The field errors the Python way in ``door`` gives for ``field`` set to ``value``
+    (and the fields ``more``)."""
+    if door == "create_job":
+        with pytest.raises(services.InvalidJob) as caught:
+            services.create_job("noop", {}, **{field: value}, **more)
+        return caught.value.errors
+    with pytest.raises(services.InvalidJobs) as caught:
+        services.create_jobs([{"handler": "noop"}, {"handler": "noop", field: value, **more}])
+    assert list(caught.value.item_errors) == [1]
+    return caught.value.item_errors[1]
+
+
+def rest_refusal(api, door: str, field: str, value, **more) -> dict:
+    """The field errors of the 400 the REST way in ``door`` answers for ``field`` (and
+    the fields ``more``)."""
+    item = {"handler": "noop", field: value, **more}
+    if door == "REST":
+        answer = api.post("/api/jobs/", item, format="json")
+        assert answer.status_code == 400, answer.content
+        return answer.json()
+    answer = api.post("/api/jobs/bulk/", {"jobs": [{"handler": "noop"}, item]}, format="json")
+    assert answer.status_code == 400, answer.content
+    [refused] = answer.json()["errors"]
+    assert refused["index"] == 1
+    return refused["errors"]
+
+
+@pytest.mark.parametrize("door", ["REST", "REST bulk", "create_job", "create_jobs"])
+@pytest.mark.parametrize("field, rest_value, python_value", WRONG_TYPES, ids=TYPE_IDS)
+def test_every_way_in_refuses_a_wrongly_typed_value_naming_the_field(
+        api, door, field, rest_value, python_value):
+    if door.startswith("REST"):
+        errors = rest_refusal(api, door, field, rest_value)
+    else:
+        errors = python_refusal(door, field, python_value)
+
+    assert field in errors, errors
+    assert (Job.objects.count(), Run.objects.count()) == (0, 0)
+
+
+@pytest.mark.parametrize("door", ["REST", "REST bulk", "create_job", "create_jobs"])
+def test_every_way_in_refuses_an_expires_at_past_after_a_past_run_at(api, door):
+    at = datetime(2020, 1, 1, tzinfo=UTC)
+    if door.startswith("REST"):
+        errors = rest_refusal(api, door, "expires_at", at.isoformat(),
+                              run_at=PAST_RUN_AT["run_at"].isoformat())
+    else:
+        errors = python_refusal(door, "expires_at", at, **PAST_RUN_AT)
+
+    reason = errors["expires_at"]
+    assert "after the run's time" in (reason[0] if isinstance(reason, list) else reason)
+    assert (Job.objects.count(), Run.objects.count()) == (0, 0)
+
+
+@pytest.mark.parametrize("field, rest_value, python_value",
+                         [w for w in WRONG_TYPES if w[0] != "expires_at"],
+                         ids=[i for i, w in zip(TYPE_IDS, WRONG_TYPES, strict=True)
+                              if w[0] != "expires_at"])
+def test_rest_words_a_wrongly_typed_value_as_the_python_api_does(
+        api, field, rest_value, python_value):
+    reason = python_refusal("create_job", field, python_value)[field]
+
+    assert rest_refusal(api, "REST", field, rest_value)[field] == [reason]
+    assert rest_refusal(api, "REST bulk", field, rest_value)[field] == [reason]
+
+
+def test_rest_names_a_wrongly_typed_value_beside_the_other_bad_fields(api):
+    """A value handed on to validation is refused in the same 400 as a field the
+    serializer refuses itself, all at once (docs/api.md, "Errors")."""
+    answer = api.post("/api/jobs/", {"handler": "noop", "cron": "61 * * * *",
+                                     "priority": "5", "max_retries": "3"}, format="json")
+
+    assert answer.status_code == 400
+    assert set(answer.json()) == {"cron", "priority", "max_retries"}, answer.json()
+    assert answer.json()["priority"] == ["must be an integer"]
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("field, value", [("priority", "5"), ("max_attempts", "3"),
+                                          ("timeout_s", 1.0), ("expires_in_s", "60")])
+def test_a_workflow_node_over_rest_refuses_a_wrongly_typed_value_as_create_job_does(
+        api, field, value):
+    """A node's job fields go, as sent, to the validation create_jobs runs."""
+    answer = api.post("/api/workflows/", {"name": "w", "nodes": [
+        {"name": "a", "handler": "noop", field: value}]}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert answer.json()[f"nodes[0].{field}"] == [
+        python_refusal("create_job", field, value)[field]]
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("field, value", [("priority", "5"), ("max_attempts", 3.0),
+                                          ("name", 123), ("max_retries", "3")])
+def test_a_rest_patch_refuses_a_wrongly_typed_value_as_update_job_does(api, alice, field,
+                                                                      value):
+    job = services.create_job("noop", {}, cron="@daily", owner=alice)
+
+    answer = api.patch(f"/api/jobs/{job.pk}/", {field: value}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert field in answer.json(), answer.json()
+    job.refresh_from_db()
+    assert (job.priority, job.max_attempts, job.name) == (5, 4, "noop")

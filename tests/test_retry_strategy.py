@@ -148,6 +148,7 @@ def test_delays_per_kind_over_attempts():
     ({"kind": "random"}, "kind: give one of fixed, linear, exponential"),
     ({"base_s": -1}, "base_s: give a number of seconds from 0 to 31536000"),
     ({"base_s": True}, "base_s: give a number"),
+    ({"jitter_s": -0.0}, "jitter_s: give a number of seconds from 0 to 86400"),
     ({"base_s": 10, "cap_s": 5}, "cap_s: must be at least base_s"),
     ({"retry_on": "ValueError"}, "retry_on: give a list"),
     ({"never_retry_on": ["not a class"]}, "never_retry_on: 'not a class' is not a class"),

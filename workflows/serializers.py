@@ -10,13 +10,8 @@ workflow (the graph, each node's job fields, the owner's bounds) are the service
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from jobs.api.serializers import (
-    AwareDateTimeField,
-    NextRunField,
-    PayloadField,
-    StrictFieldsMixin,
-    TextField,
-)
+from jobs.api.json_fields import AwareDateTimeField, TextField
+from jobs.api.serializers import NextRunField, PayloadField, StrictFieldsMixin
 from workflows.models import RUN_KEY_MAX, NodeState, Workflow, WorkflowRun, WorkflowRunState
 from workflows.validation import NAME_MAX
 

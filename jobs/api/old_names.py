@@ -23,8 +23,9 @@ class DeprecatedNamesMixin:
         for old in ("schedule", "max_retries"):
             if old in attrs:
                 value = attrs.pop(old)
+                # Not an int: handed on as given, for validation to refuse.
                 attrs[spec.DEPRECATED[old].new] = (value + 1 if old == "max_retries"
-                                                   and value is not None else value)
+                                                   and type(value) is int else value)
                 self.deprecated_used = {*getattr(self, "deprecated_used", ()), old}
         return attrs
 

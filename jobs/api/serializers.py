@@ -9,11 +9,19 @@ the service layer.
 """
 
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from jobs import node_job_lists, spec
 from jobs.api.flow_serializers import FLOW_FIELDS, FlowFieldsMixin
+from jobs.api.json_fields import (
+    AwareDateTimeField,
+    HandedOnErrors,
+    HandedOnInteger,
+    HandedOnNumber,
+    HandedOnRegex,
+    HandedOnText,
+    TextField,
+)
 from jobs.api.old_names import DeprecatedNamesMixin
 from jobs.ingest.unique import ALL_STATES, KEY_MAX
 from jobs.lifecycle import SHOWN_STATUSES, shown_status
@@ -30,7 +38,6 @@ from scheduler_core.rest.strict_fields import StrictFields
 
 UNIQUE_FIELDS = ("unique_key", "unique_period_s", "unique_states")
 
-NAIVE = "give an ISO 8601 datetime with a UTC offset, e.g. 2026-01-01T09:00:00+01:00"
 MAX_INT = 2_147_483_647  # PostgreSQL integer
 
 
@@ -38,41 +45,6 @@ def iana_zones() -> frozenset[str]:
     """The IANA timezone names a schedule may use: those the installed tz database knows,
     less those that mean a different zone on each host (jobs/schedules/zones.py)."""
     return known_zones()
-
-
-class TextField(serializers.CharField):
-    """A CharField that also refuses lone UTF-16 surrogates, which JSON escapes can carry
-    but PostgreSQL cannot store (DRF already refuses NUL characters)."""
-
-    default_error_messages = {"surrogate": "must be valid Unicode text (no lone surrogates)"}
-
-    def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            self.fail("surrogate")
-        return value
-
-
-class AwareDateTimeField(serializers.DateTimeField):
-    """ISO 8601 with a UTC offset; a naive datetime is refused rather than guessed, and so
-    is one whose UTC equivalent falls outside years 1-9999."""
-
-    default_error_messages = {"naive": NAIVE, "range": "is outside the years 1-9999 in UTC"}
-
-    def to_internal_value(self, value):
-        if isinstance(value, str):
-            try:
-                parsed = parse_datetime(value.strip())
-            except ValueError:
-                parsed = None
-            if parsed is not None and parsed.tzinfo is None:
-                self.fail("naive")
-        try:
-            return super().to_internal_value(value)
-        except OverflowError:
-            self.fail("range")
 
 
 class StrictFieldsMixin(StrictFields):
@@ -212,15 +184,15 @@ def _check_timezone(value):
     return value
 
 
-class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, FlowFieldsMixin,
-                          serializers.Serializer):
+class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, HandedOnErrors,
+                          FlowFieldsMixin, serializers.Serializer):
     """POST /api/jobs/ (and each item of /api/jobs/bulk/): at most one of ``run_at`` or
     ``delay_s`` (one-off) or ``cron`` (a cron expression, recurring); none of them
     means a one-off job that runs now (docs/api.md, "Create"). Giving two is
     refused by jobs/validation.py, naming both fields."""
 
-    name = TextField(max_length=200, required=False,
-                     help_text="free text; defaults to the handler name")
+    name = HandedOnText(max_length=200, required=False,
+                        help_text="free text; defaults to the handler name")
     handler = serializers.ChoiceField(
         choices=[], help_text="a registered handler name",
         # The Python API's words, registration hint included (UnknownHandler).
@@ -232,7 +204,7 @@ class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, FlowFieldsMix
     run_at = AwareDateTimeField(
         required=False, allow_null=True, default=None,
         help_text="one-off: ISO 8601 with a UTC offset; a past time means now")
-    delay_s = serializers.FloatField(
+    delay_s = HandedOnNumber(
         required=False, allow_null=True, default=None, min_value=0,
         max_value=MAX_DELAY_S,
         help_text="one-off: seconds from now; give at most one of run_at, delay_s or "
@@ -250,39 +222,39 @@ class JobCreateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, FlowFieldsMix
         choices=MisfirePolicy.choices, required=False, allow_null=True, default=None,
         help_text="what to do with occurrences missed while the scheduler was down "
                   "(default run_once)")
-    max_lag_s = serializers.IntegerField(
+    max_lag_s = HandedOnInteger(
         required=False, allow_null=True, default=None, min_value=0, max_value=MAX_INT,
         help_text="missed occurrences older than this many seconds are dropped")
-    jitter_s = serializers.IntegerField(
+    jitter_s = HandedOnInteger(
         required=False, allow_null=True, default=None, min_value=0, max_value=MAX_JITTER_S,
         help_text="spread each occurrence's run over this many seconds after it "
                   "(cron jobs; default 0)")
-    queue = serializers.RegexField(
+    queue = HandedOnRegex(
         QUEUE_RE, max_length=64, required=False, default=None,
         help_text='default: the owner\'s default queue (tenant queues), else "default"',
         error_messages={"invalid": "1-64 characters of letters, digits, '_', '.', '-'"})
-    shard_key = serializers.CharField(
+    shard_key = TextField(
         max_length=200, required=False, allow_blank=True, default="",
         help_text="runs go to shard crc32(shard_key or handler) % SHARDS of the queue")
-    priority = serializers.IntegerField(
+    priority = HandedOnInteger(
         required=False, default=None, min_value=0, max_value=9,
         help_text="0 most urgent, 9 least; default 5, or the owner's highest_priority when "
                   "that is less urgent")
-    timeout_s = serializers.IntegerField(
+    timeout_s = HandedOnInteger(
         required=False, allow_null=True, default=None, min_value=1,
         help_text="seconds one attempt may run (at most MAX_TIMEOUT_S)")
-    max_attempts = serializers.IntegerField(
+    max_attempts = HandedOnInteger(
         required=False, allow_null=True, default=None, min_value=1,
         help_text="attempts before the dead letter, the first try included (at most "
                   "MAX_RETRIES + 1)")
-    max_retries = serializers.IntegerField(
+    max_retries = HandedOnInteger(
         required=False, allow_null=True, min_value=0,
         help_text="deprecated: use max_attempts (max_retries + 1)")
-    unique_key = TextField(
+    unique_key = HandedOnText(
         max_length=KEY_MAX, required=False, allow_null=True, default=None,
         help_text="while an earlier job of yours with this key counts, answer it (200, "
                   "conflict true) instead of creating another (docs/api.md, Unique jobs)")
-    unique_period_s = serializers.IntegerField(
+    unique_period_s = HandedOnInteger(
         required=False, allow_null=True, default=None, min_value=1, max_value=MAX_INT,
         help_text="the key counts this many seconds after the job's creation (default: "
                   "no end)")
@@ -335,7 +307,8 @@ class CreatedJobSerializer(JobSerializer):
         read_only_fields = fields
 
 
-class JobUpdateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.Serializer):
+class JobUpdateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, HandedOnErrors,
+                          serializers.Serializer):
     """PATCH /api/jobs/{id}/: any subset of these fields. A one-off job takes ``run_at``
     (only while its run has not started); a recurring job takes ``cron``,
     ``timezone``, ``misfire_policy``, ``max_lag_s`` and ``jitter_s``. ``priority``,
@@ -345,7 +318,7 @@ class JobUpdateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.S
     read_only_names = ("id", "owner", "handler", "queue", "status", "next_run_at",
                        "created_at", "updated_at")
 
-    name = TextField(max_length=200, required=False)
+    name = HandedOnText(max_length=200, required=False)
     payload = serializers.JSONField(required=False)
     run_at = AwareDateTimeField(required=False)
     cron = TextField(max_length=200, required=False, validators=[_check_cron])
@@ -354,12 +327,12 @@ class JobUpdateSerializer(DeprecatedNamesMixin, StrictFieldsMixin, serializers.S
     timezone = TextField(max_length=64, required=False, trim_whitespace=False,
                          validators=[_check_timezone])
     misfire_policy = serializers.ChoiceField(choices=MisfirePolicy.choices, required=False)
-    max_lag_s = serializers.IntegerField(required=False, min_value=0, max_value=MAX_INT)
-    jitter_s = serializers.IntegerField(required=False, min_value=0, max_value=MAX_JITTER_S)
-    priority = serializers.IntegerField(required=False, min_value=0, max_value=9)
-    timeout_s = serializers.IntegerField(required=False, min_value=1)
-    max_attempts = serializers.IntegerField(required=False, min_value=1)
-    max_retries = serializers.IntegerField(required=False, min_value=0,
+    max_lag_s = HandedOnInteger(required=False, min_value=0, max_value=MAX_INT)
+    jitter_s = HandedOnInteger(required=False, min_value=0, max_value=MAX_JITTER_S)
+    priority = HandedOnInteger(required=False, min_value=0, max_value=9)
+    timeout_s = HandedOnInteger(required=False, min_value=1)
+    max_attempts = HandedOnInteger(required=False, min_value=1)
+    max_retries = HandedOnInteger(required=False, min_value=0,
                                            help_text="deprecated: use max_attempts")
 
     def __init__(self, *args, **kwargs):

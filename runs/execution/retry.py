@@ -51,7 +51,7 @@ def clean(value) -> dict | None:
         if key in value:
             number = value[key]
             if type(number) not in (int, float) or not math.isfinite(number) \
-                    or not 0 <= number <= top:
+                    or not 0 <= number <= top or math.copysign(1, number) < 0:  # -0.0: a sign slip
                 raise ValueError(f"{key}: give a number of seconds from 0 to {top}")
             out[key] = float(number)
     if out.get("cap_s", math.inf) < out.get("base_s", 0):
