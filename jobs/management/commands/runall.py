@@ -9,8 +9,10 @@ stopped; runall exits with honcho's status. What runall adds (docs/architecture.
 5 s, and a second Ctrl-C passed on as a second SIGTERM, the daemons' "force".
 """
 
+import errno
 import shlex
 import signal
+import socket
 import sys
 
 import honcho.manager
@@ -80,6 +82,24 @@ def commands(*, web: bool, bind: str, workers: int, concurrency: int, queues: st
     return found
 
 
+def address_taken(bind: str) -> bool:
+    """Whether another process listens on ``bind`` ("host:port", "[v6]:port"; a "unix:"
+    path or anything else is not checked: False). Bound as gunicorn binds (SO_REUSEADDR),
+    so a closed connection's TIME_WAIT does not count as taken."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit() or host.startswith("unix"):
+        return False
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
 class Command(BaseCommand):
     help = "Run scheduler, dispatcher and workers (and --web) as one process tree."
 
@@ -103,6 +123,11 @@ class Command(BaseCommand):
             raise CommandError("--workers and --concurrency must be at least 1")
         # Before any child starts: one message instead of each child failing in a loop.
         refuse_insecure_start("runall", web=web)
+        if web and address_taken(bind):
+            # gunicorn's own "Address already in use" scrolls by among the daemons' lines,
+            # and then every process stops.
+            raise CommandError(f"{bind} is in use by another process: give runall "
+                               f"--bind HOST:PORT (scripts/demo: BIND=HOST:PORT)")
         # honcho kills what still runs this long after the first stop; its default, 5 s,
         # would cut a worker's grace for in-flight runs short.
         honcho.manager.KILL_WAIT = conf.get("WORKER_GRACE_S") + STOP_MARGIN_S
