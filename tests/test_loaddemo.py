@@ -100,22 +100,24 @@ def test_loaddemo_twice_lists_the_loaded_demo_and_again_loads_a_copy():
     first, _ = loaddemo()
     count = len(parse_file(DEMO_CRONTAB).entries) + 4
 
+    # A job the demo user made itself is theirs, not the demo's: the line says whose.
+    services.create_job("noop", {}, run_at=db_now(), owner=Job.objects.first().owner)
     second, err = loaddemo()
     assert err == ""
-    assert "already loaded" in second
+    assert f"already loaded (its user has {count + 1} jobs)" in second
     # Its one-off jobs may have finished long ago: the hints point at their history,
     # not at something to watch happen.
     assert "Watch" not in second
-    assert "`python manage.py loaddemo --again` loads another copy" in second
+    assert "`manage.py loaddemo --again` loads another copy" in second
     flaky = Job.objects.get(handler="flaky")
     assert f"once at {flaky.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} (UTC)" in second
     assert "The flaky job's attempts, retried after 1, 2 and 4 s:" in second
-    assert Job.objects.count() == count
+    assert Job.objects.count() == count + 1
 
     third, _ = loaddemo(again=True)
     assert f"Created {count} jobs" in third
     assert get_user_model().objects.filter(username="demo").count() == 1
-    assert Job.objects.count() == 2 * count
+    assert Job.objects.count() == 2 * count + 1
     # A new token each time (the last one cannot be shown again); earlier ones still work.
     tokens = [printed_token(out, "demo") for out in (first, second, third)]
     assert len(set(tokens)) == 3

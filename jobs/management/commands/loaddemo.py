@@ -105,8 +105,10 @@ class Command(BaseCommand):
                 demo = list(Job.objects.filter(owner=user).select_related("schedule")
                             .order_by("pk"))
                 self.table(demo)
-                self.stdout.write(f"The demo is already loaded ({len(demo)} jobs); "
-                                  "`python manage.py loaddemo --again` loads another copy.")
+                # "manage.py" bare: the python that runs it is the checkout's .venv in the
+                # demo, another in a project of one's own (a bare python3 may be too old).
+                self.stdout.write(f"The demo is already loaded (its user has {len(demo)} jobs); "
+                                  "`manage.py loaddemo --again` loads another copy.")
                 self.instructions(user, token, api, demo)
                 return
         paths = [Path(p) for p in crontabs] or [DEMO_CRONTAB]
