@@ -26,15 +26,13 @@ from runs.clock import from_us
 from runs.context import RunContext
 from runs.execution.retry import exception_names, refusal, stored
 from runs.worker import handoff
+from runs.worker.results import result_problem
 from runs.worker.wire import message_sender, quiet_sender
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
 
 log = logging.getLogger("scheduler.worker")
 PR_SET_PDEATHSIG = 1
 HEARTBEAT_MIN_INTERVAL_S = 1.0
-# Ints up to this many bits have fewer digits than json.dumps will write (Python's default
-# limit on int -> str conversion is 4,300 digits, about 14,280 bits).
-INT_BITS_MAX = 14_000
 # A run still going after this many seconds sends its log lines to the worker as they come
 # (in a thread of the child, at most this often): a run that never returns keeps the lines
 # it logged until this long before its end. Shorter runs send theirs with their outcome.
@@ -284,26 +282,6 @@ def retry_asked(exc: BaseException) -> float | bool | tuple[str, ...] | None:
     if isinstance(exc, PermanentFailure):
         return False
     return exception_names(exc)
-
-
-def result_problem(result) -> str | None:
-    """Why ``result`` cannot be stored as the run's JSON result, or None: it must be
-    strict JSON (no NaN or Infinity) that PostgreSQL's jsonb accepts (no NUL character,
-    no lone surrogate)."""
-    if result is None or result is True or result is False or (
-            type(result) is int and result.bit_length() < INT_BITS_MAX):
-        return None  # most handlers' results: nothing to check (a no-op run's main cost)
-    try:
-        text = json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        return f"is not JSON-serialisable: {exc}"
-    if "\\u0000" in text:
-        return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
-    try:
-        json.dumps(result, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"is not valid Unicode: {exc}"
-    return None
 
 
 def take_task(task: dict, control, lock) -> bool:
