@@ -219,7 +219,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         # django.tasks gives their traceback back to the code that enqueued them.
         if is_internal(task["handler"]):
             error = traceback.format_exc()
-        log_failure(task, exc, error, retry)
+        log_failure(task, exc, error, retry, cancelled=isinstance(exc, RunCancelled))
     if ok:
         problem = result_problem(result)
         if problem:
@@ -228,14 +228,17 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
             began, time.monotonic(), retry)
 
 
-def log_failure(task: dict, exc: BaseException, error: str, retry) -> None:
+def log_failure(task: dict, exc: BaseException, error: str, retry,
+                cancelled: bool = False) -> None:
     """Log a handler's failure for the operators (docs/deploy.md, "Logs"): an attempt the
     retry gives up on at ERROR with its traceback, one that will be retried at WARNING on
     one line. Unknown (a task without the job's max_attempts) is logged as WARNING with
-    the traceback, so a last attempt's traceback is never lost."""
-    final = gives_up(task, exc, retry)
-    level = logging.ERROR if final else logging.WARNING
-    what = "failed for good" if final else "failed; it will be retried"
+    the traceback, so a last attempt's traceback is never lost. ``cancelled``: the
+    worker stopped the handler (its run was cancelled), which is no failure: INFO."""
+    final = False if cancelled else gives_up(task, exc, retry)
+    level = logging.INFO if cancelled else logging.ERROR if final else logging.WARNING
+    what = "was cancelled; its handler stopped" if cancelled else \
+        "failed for good" if final else "failed; it will be retried"
     log.log(level, "run %s (handler %s, attempt %s) %s: %s", task["run_id"], task["handler"],
             task["attempt"], what, error, exc_info=final is not False,
             extra={"run_id": task["run_id"], "attempt": task["attempt"]})

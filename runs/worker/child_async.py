@@ -103,7 +103,9 @@ class AsyncRunner:
                 error, retry = child.error_text(exc), child.retry_asked(exc)
                 if is_internal(task["handler"]):
                     error = traceback.format_exc()
-                child.log_failure(task, exc, error, retry)
+                # Cancelling: the worker asked (readable); a timeout's is told above.
+                child.log_failure(task, exc, error, retry, cancelled=isinstance(
+                    exc, asyncio.CancelledError) and asyncio.current_task().cancelling() > 0)
         if ok and (problem := result_problem(result)):
             ok, result, error = False, None, f"the handler's result {problem}"
         finished = time.monotonic()
