@@ -4,6 +4,8 @@ child_async.py), so the run fails saying what is wrong with its result."""
 
 import json
 
+from scheduler_core.json_text import has_nul
+
 # Ints up to this many bits have fewer digits than json.dumps will write (Python's default
 # limit on int -> str conversion is 4,300 digits, about 14,280 bits).
 INT_BITS_MAX = 14_000
@@ -20,7 +22,7 @@ def result_problem(result) -> str | None:
         text = json.dumps(result, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         return f"is not JSON-serialisable: {exc}"
-    if "\\u0000" in text:
+    if has_nul(text):
         return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
     try:
         json.dumps(result, ensure_ascii=False).encode("utf-8")
