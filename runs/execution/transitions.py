@@ -340,15 +340,17 @@ def cancelled_under(leases: list[Lease], using: str,
     by primary key). No attempt of theirs has started since (a requeued run's next lease
     takes a new attempt number), so no other worker holds them. ``then`` (optional) is
     called with those leases in a transaction that holds their rows locked (FOR UPDATE),
-    so none of them is requeued, nor leased again, before it returns."""
+    so none of them is requeued, nor leased again, before it returns; read first without
+    a transaction, as most refused acks are of lapsed leases, none cancelled."""
     wanted = {(lease.run_id, lease.attempt) for lease in leases}
     rows = (Run.objects.using(using)
             .filter(pk__in=[key[0] for key in wanted], state=RunState.CANCELLED))
-    if then is None:
-        return {row[0] for row in rows.values_list("pk", "attempt") if tuple(row) in wanted}
+    gone = {row[0] for row in rows.values_list("pk", "attempt") if tuple(row) in wanted}
+    if then is None or not gone:
+        return gone
     with transaction.atomic(using=using):
-        rows = rows.order_by("pk").select_for_update().values_list("pk", "attempt")
-        gone = {row[0] for row in rows if tuple(row) in wanted}
+        rows = rows.filter(pk__in=gone).order_by("pk").select_for_update()
+        gone = {row[0] for row in rows.values_list("pk", "attempt") if tuple(row) in wanted}
         if gone:
             then([lease for lease in leases if lease.run_id in gone])
     return gone
