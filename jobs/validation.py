@@ -16,6 +16,7 @@ from runs.outbound import payload as http_payload
 from runs.tenancy.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
+from scheduler_core.json_text import has_nul
 from scheduler_core.registry import get_handler
 from scheduler_core.text import line_problem
 
@@ -252,8 +253,8 @@ def payload_json(payload, cap: int | None = None) -> tuple[str | None, str | Non
     cap = conf.get("MAX_PAYLOAD_BYTES") if cap is None else cap
     if size > cap:
         return None, f"is {size} bytes of JSON, more than the cap of {cap}"
-    # json.dumps always escapes NUL, so the cheap substring test finds every candidate.
-    if "\\u0000" in text and _has_nul(payload):
+    # On the text: a walk of a payload nested some 600 deep hit Python's recursion limit.
+    if has_nul(text):
         return None, "must not contain NUL characters (\\u0000)"
     return text, None
 
@@ -261,13 +262,3 @@ def payload_json(payload, cap: int | None = None) -> tuple[str | None, str | Non
 def payload_problem(payload, cap: int | None = None) -> str | None:
     """Why ``payload`` cannot be stored, or None (the rules of ``payload_json``)."""
     return payload_json(payload, cap)[1]
-
-
-def _has_nul(value) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.models import Job
+from runs import services as run_services
 from runs.flow import control as flow
 from runs.flow import rate_limits as flow_limits
 from runs.models import Run
@@ -202,6 +203,58 @@ def test_a_slot_stays_taken_until_the_database_reap_closes_the_attempt(broker):
     broker.reap()
     broker.unpark()
     assert len(lease_all(broker)) == 2
+
+
+@pytest.mark.parametrize("limit", ["queue", "owner", "key"])
+def test_a_run_cancelled_while_running_frees_its_slot_at_its_ack(settings, broker, limit):
+    """A run cancelled while running gave its slot (queue, owner or concurrency key) back
+    only when its broker-side lease lapsed (LEASE_TTL_S): its worker's ack is refused,
+    and a refused ack's slots were left to the reaper. A tenant cancelling its runs as
+    they start kept the others' runs waiting (docs/isolation.md, "Concurrency limits")."""
+    from django.contrib.auth.models import User
+
+    settings.SCHEDULER = {"OWNER_CONCURRENCY": 2 if limit == "owner" else 0,
+                          "QUEUE_CONCURRENCY": "default=2" if limit == "queue" else ""}
+    tenant = User.objects.db_manager(broker.using).create_user("tenant")
+    keys = {"concurrency_key": "payload.c", "concurrency_limit": 2} if limit == "key" else {}
+    queue_keyed(broker, 4, payload={"c": "x"}, owner=tenant, **keys)
+    held = lease_all(broker, ttl_s=60)
+    assert len(held) == 2
+    assert lease_all(broker) == []
+    assert run_services.cancel([x.run_id for x in held], using=broker.using) == 2
+    # The worker stops the handlers and sends their outcomes: refused, as the runs are
+    # cancelled, yet the slots are theirs alone.
+    assert broker.complete([Outcome(x, "cancelled") for x in held]) == [False, False]
+    broker.unpark()
+    assert len(lease_all(broker)) == 2
+
+
+def test_a_late_ack_of_a_cancelled_attempt_frees_no_slot_of_a_later_one(settings, broker):
+    """A cancelled run requeued and leased again holds its slot under the new attempt,
+    cancelled in turn or not: only that attempt's own ack frees it, once its handler has
+    stopped, never the older attempt's ack coming late."""
+    settings.SCHEDULER = {"OWNER_CONCURRENCY": 0}
+    keys = {"payload": {"c": "x"}, "concurrency_key": "payload.c", "concurrency_limit": 1}
+    [run_id] = queue_keyed(broker, 1, **keys)
+    [first] = lease_all(broker, ttl_s=60)
+    assert run_services.cancel([run_id], using=broker.using) == 1
+    assert run_services.requeue([run_id], using=broker.using) == 1
+    broker._push_ids([run_id])
+    broker.promote()
+    [again] = lease_all(broker, ttl_s=60)
+    assert (again.run_id, again.attempt) == (run_id, first.attempt + 1)
+    queue_keyed(broker, 1, **keys)
+    assert broker.complete([Outcome(first, "cancelled")]) == [False]
+    broker.unpark()
+    assert lease_all(broker) == []
+    assert run_services.cancel([run_id], using=broker.using) == 1
+    assert broker.complete([Outcome(first, "cancelled")]) == [False]
+    if broker.name != "database":  # whose slots are its running rows: the cancel's
+        broker.unpark()
+        assert lease_all(broker) == []  # the second attempt's handler may still run
+    assert broker.complete([Outcome(again, "cancelled")]) == [False]
+    broker.unpark()
+    assert len(lease_all(broker)) == 1
 
 
 def _reap_elsewhere(broker) -> None:

@@ -181,9 +181,12 @@ def test_sync_and_async_runs_share_a_worker(pair):
     assert {state for state, _ in results(broker, naps + stamps)} == {"succeeded"}
 
 
-def test_a_cancelled_async_run_stops_and_its_neighbours_go_on(pair, settings):
+def test_a_cancelled_async_run_stops_and_its_neighbours_go_on(pair, settings, capfd):
     broker = pair
     settings.SCHEDULER = {**settings.SCHEDULER, "CANCEL_CHECK_S": 0.2}
+    # The children's lines to the operators, to fd 2, where capfd reads them.
+    stderr = logging.StreamHandler(os.fdopen(os.dup(2), "w", buffering=1))
+    logging.getLogger("scheduler.worker").addHandler(stderr)
     [victim] = make_runs(broker.using, 1, handler="async.log_then_sleep", payload={"s": 60})
     others = make_runs(broker.using, 3, handler="async.nap", payload={"s": 1.5})
     push(broker, [victim, *others])
@@ -200,9 +203,15 @@ def test_a_cancelled_async_run_stops_and_its_neighbours_go_on(pair, settings):
         Worker(["default"], concurrency=1, using=broker.using, burst=True).serve()
     finally:
         timer.join()
+        logging.getLogger("scheduler.worker").removeHandler(stderr)
+        stderr.stream.close()
 
     attempt = Attempt.objects.using(broker.using).get(run_id=victim.pk)
     assert attempt.outcome == AttemptOutcome.CANCELLED
+    # Told as what it is, not as a failure that will be retried.
+    said = capfd.readouterr().err
+    assert f"run {victim.pk} (handler async.log_then_sleep, attempt 1) was cancelled" in said
+    assert "will be retried" not in said
     assert list(attempt.log_lines.values_list("message", flat=True)) == [
         f"run {victim.pk} going to sleep"]
     assert {state for state, _ in results(broker, others)} == {"succeeded"}

@@ -5,6 +5,7 @@ import pytest
 
 from jobs import services
 from runs import services as run_services
+from runs.brokers import get_broker
 from runs.models import Attempt, LogLine, Run
 from tests.conftest import daemon_env, flush_redis, start_daemon, stop, wait_until
 
@@ -71,5 +72,30 @@ def test_a_handler_that_ignores_the_cancel_is_killed_after_the_grace(env, tmp_pa
         attempt = Attempt.objects.get(run=run)
         assert attempt.outcome == "cancelled" and attempt.finished_at is not None
         assert not LogLine.objects.filter(attempt=attempt, message="slept to the end").exists()
+    finally:
+        stop(dispatcher, worker)
+
+
+def test_a_cancelled_runs_slot_is_free_once_its_handler_has_stopped(env, tmp_path):
+    """The worker's ack of a cancelled run is refused; on Redis the run's slot (here the
+    queue's one) was then left to the lease reaper, LEASE_TTL_S later (docs/isolation.md,
+    "Concurrency limits"). Nor is the cancelled handler a failure to be retried."""
+    env = {**env, "SCHEDULER_QUEUE_CONCURRENCY": "default=1"}
+    dispatcher = start_daemon(["rundispatcher"], env, tmp_path / "dispatcher.log")
+    worker = start_daemon(["runworker", "--concurrency", "2"], env, tmp_path / "worker.log")
+    try:
+        job = services.create_job("sleep", {"seconds": 30}, delay_s=0, timeout_s=60)
+        run = _cancel_when_running(job)
+        wait_until(lambda: f"run {run.pk} cancelled (" in (tmp_path / "worker.log").read_text(),
+                   timeout=30, message="the worker's report of the cancelled attempt")
+        broker = get_broker("default", name=env["SCHEDULER_BROKER"])
+        assert [d.leased for d in broker.depth() if d.queue == "default"] in ([], [0])
+        after = services.create_job("noop", {}, delay_s=0)
+        wait_until(lambda: Run.objects.filter(job=after, state="succeeded").exists(),
+                   timeout=30, message="the run queued behind the cancelled one")
+        log = (tmp_path / "worker.log").read_text()
+        assert f"run {run.pk} (handler sleep, attempt 1) was cancelled; its handler " \
+            "stopped" in log
+        assert "will be retried" not in log
     finally:
         stop(dispatcher, worker)

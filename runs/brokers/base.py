@@ -28,7 +28,7 @@ from contextlib import nullcontext
 from django.db import DatabaseError, transaction
 
 from runs.execution import completion, continuation, transitions
-from runs.models import PENDING_STATES, Run, RunState
+from runs.models import PENDING_STATES, Run
 from runs.tenancy import policy
 from runs.types import Books, Lease, Outcome, QueueDepth, RunRef, Slot
 from scheduler_core import conf
@@ -183,13 +183,8 @@ class Broker(ABC):
 
     def cancelled(self, leases: list[Lease]) -> set[int]:
         """The ids of the runs of ``leases`` cancelled while held under that lease: their
-        worker stops the handler (docs/architecture.md, "Cancelling a running run"). One
-        read by primary key, on both brokers: the database holds the cancel."""
-        wanted = {(lease.run_id, lease.attempt) for lease in leases}
-        rows = Run.objects.using(self.using).filter(
-            pk__in=[key[0] for key in wanted], state=RunState.CANCELLED,
-        ).values_list("pk", "attempt")
-        return {row[0] for row in rows if tuple(row) in wanted}
+        worker stops the handler (docs/architecture.md, "Cancelling a running run")."""
+        return transitions.cancelled_under(leases, self.using)
 
     def lease(self, queues: list[str], n: int, worker_id: str,
               ttl_s: float | None = None, weights: dict[str, int] | None = None) -> list[Lease]:
@@ -299,8 +294,13 @@ class Broker(ABC):
         with continuation.offering(offer):
             accepted, retried = completion.complete(outcomes, self.using)
         # A refused ack's run may be leased to another worker by now: its broker-side
-        # lease (and the limit counters) are that worker's; a lapsed one is reaped.
+        # lease (and the limit counters) are that worker's; a lapsed one is reaped. Not
+        # one cancelled under it: none else holds it (docs/isolation.md, "Concurrency limits").
         finished = [_slot(o.lease) for o, ok in zip(outcomes, accepted, strict=True) if ok]
+        refused = [o.lease for o, ok in zip(outcomes, accepted, strict=True) if not ok]
+        if refused and not self.claims_in_database:  # the database's slots are its rows
+            transitions.cancelled_under(refused, self.using, then=lambda gone: (
+                self._after_commit(self._forget, [_slot(lease) for lease in gone])))
         taken = list(offer.taken) if offer is not None else []
         ttl_s = offer.ttl_s if offer is not None else 0.0
         return accepted, Books(finished, taken, ttl_s, list(retried))

@@ -9,7 +9,7 @@ The ack, complete(), is runs/execution/completion.py; it uses the fencing helper
 """
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from django.db import connections, transaction
@@ -332,6 +332,28 @@ def held_runs(leases: list[Lease], using: str, *fields: str) -> dict[tuple[int, 
             .filter(pk__in=[key[0] for key in wanted], state=RunState.RUNNING)
             .select_for_update().values_list("id", "attempt", *fields))
     return {(row[0], row[1]): row[2:] for row in rows if (row[0], row[1]) in wanted}
+
+
+def cancelled_under(leases: list[Lease], using: str,
+                    then: Callable[[list[Lease]], None] | None = None) -> set[int]:
+    """The ids of the runs of ``leases`` cancelled while held under that lease (one read
+    by primary key). No attempt of theirs has started since (a requeued run's next lease
+    takes a new attempt number), so no other worker holds them. ``then`` (optional) is
+    called with those leases in a transaction that holds their rows locked (FOR UPDATE),
+    so none of them is requeued, nor leased again, before it returns; read first without
+    a transaction, as most refused acks are of lapsed leases, none cancelled."""
+    wanted = {(lease.run_id, lease.attempt) for lease in leases}
+    rows = (Run.objects.using(using)
+            .filter(pk__in=[key[0] for key in wanted], state=RunState.CANCELLED))
+    gone = {row[0] for row in rows.values_list("pk", "attempt") if tuple(row) in wanted}
+    if then is None or not gone:
+        return gone
+    with transaction.atomic(using=using):
+        rows = rows.filter(pk__in=gone).order_by("pk").select_for_update()
+        gone = {row[0] for row in rows.values_list("pk", "attempt") if tuple(row) in wanted}
+        if gone:
+            then([lease for lease in leases if lease.run_id in gone])
+    return gone
 
 
 def expire_leases(limit: int, using: str, shards: list[int] | None = None) -> list[int]:

@@ -7,6 +7,7 @@ each in its module:
   (InFlight);
 - child.py: what runs in a child process (handlers, log capture);
 - child_async.py: a child's event loop, which runs the async handlers' runs;
+- results.py: whether a handler's result can be stored;
 - wire.py: what crosses the pipe between the worker and a child, and its framing;
 - ahead.py: the runs leased ahead (Ahead, one Leased each);
 - lease_ahead.py: leasing, handing out and taking back (LeaseAhead);

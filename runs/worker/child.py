@@ -26,15 +26,13 @@ from runs.clock import from_us
 from runs.context import RunContext
 from runs.execution.retry import exception_names, refusal, stored
 from runs.worker import handoff
+from runs.worker.results import result_problem
 from runs.worker.wire import message_sender, quiet_sender
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
 
 log = logging.getLogger("scheduler.worker")
 PR_SET_PDEATHSIG = 1
 HEARTBEAT_MIN_INTERVAL_S = 1.0
-# Ints up to this many bits have fewer digits than json.dumps will write (Python's default
-# limit on int -> str conversion is 4,300 digits, about 14,280 bits).
-INT_BITS_MAX = 14_000
 # A run still going after this many seconds sends its log lines to the worker as they come
 # (in a thread of the child, at most this often): a run that never returns keeps the lines
 # it logged until this long before its end. Shorter runs send theirs with their outcome.
@@ -221,7 +219,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         # django.tasks gives their traceback back to the code that enqueued them.
         if is_internal(task["handler"]):
             error = traceback.format_exc()
-        log_failure(task, exc, error, retry)
+        log_failure(task, exc, error, retry, cancelled=isinstance(exc, RunCancelled))
     if ok:
         problem = result_problem(result)
         if problem:
@@ -230,14 +228,17 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
             began, time.monotonic(), retry)
 
 
-def log_failure(task: dict, exc: BaseException, error: str, retry) -> None:
+def log_failure(task: dict, exc: BaseException, error: str, retry,
+                cancelled: bool = False) -> None:
     """Log a handler's failure for the operators (docs/deploy.md, "Logs"): an attempt the
     retry gives up on at ERROR with its traceback, one that will be retried at WARNING on
     one line. Unknown (a task without the job's max_attempts) is logged as WARNING with
-    the traceback, so a last attempt's traceback is never lost."""
-    final = gives_up(task, exc, retry)
-    level = logging.ERROR if final else logging.WARNING
-    what = "failed for good" if final else "failed; it will be retried"
+    the traceback, so a last attempt's traceback is never lost. ``cancelled``: the
+    worker stopped the handler (its run was cancelled), which is no failure: INFO."""
+    final = False if cancelled else gives_up(task, exc, retry)
+    level = logging.INFO if cancelled else logging.ERROR if final else logging.WARNING
+    what = "was cancelled; its handler stopped" if cancelled else \
+        "failed for good" if final else "failed; it will be retried"
     log.log(level, "run %s (handler %s, attempt %s) %s: %s", task["run_id"], task["handler"],
             task["attempt"], what, error, exc_info=final is not False,
             extra={"run_id": task["run_id"], "attempt": task["attempt"]})
@@ -284,26 +285,6 @@ def retry_asked(exc: BaseException) -> float | bool | tuple[str, ...] | None:
     if isinstance(exc, PermanentFailure):
         return False
     return exception_names(exc)
-
-
-def result_problem(result) -> str | None:
-    """Why ``result`` cannot be stored as the run's JSON result, or None: it must be
-    strict JSON (no NaN or Infinity) that PostgreSQL's jsonb accepts (no NUL character,
-    no lone surrogate)."""
-    if result is None or result is True or result is False or (
-            type(result) is int and result.bit_length() < INT_BITS_MAX):
-        return None  # most handlers' results: nothing to check (a no-op run's main cost)
-    try:
-        text = json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        return f"is not JSON-serialisable: {exc}"
-    if "\\u0000" in text:
-        return "contains a NUL character (\\u0000), which PostgreSQL cannot store"
-    try:
-        json.dumps(result, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"is not valid Unicode: {exc}"
-    return None
 
 
 def take_task(task: dict, control, lock) -> bool:

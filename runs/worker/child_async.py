@@ -27,6 +27,7 @@ from runs import tracing
 from runs.clock import from_us
 from runs.context import RunContext
 from runs.worker import child, wire
+from runs.worker.results import result_problem
 
 
 class AsyncRunner:
@@ -102,8 +103,10 @@ class AsyncRunner:
                 error, retry = child.error_text(exc), child.retry_asked(exc)
                 if is_internal(task["handler"]):
                     error = traceback.format_exc()
-                child.log_failure(task, exc, error, retry)
-        if ok and (problem := child.result_problem(result)):
+                # Cancelling: the worker asked (readable); a timeout's is told above.
+                child.log_failure(task, exc, error, retry, cancelled=isinstance(
+                    exc, asyncio.CancelledError) and asyncio.current_task().cancelling() > 0)
+        if ok and (problem := result_problem(result)):
             ok, result, error = False, None, f"the handler's result {problem}"
         finished = time.monotonic()
         if span is not None:
