@@ -108,3 +108,17 @@ def test_enqueue_on_every_pair_returns_the_runs_id_and_creation(pair):
 
     run = Run.objects.using(pair.using).get()
     assert (result.id, result.enqueued_at) == (str(run.pk), run.created_at)
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+@pytest.mark.parametrize("ready_if_due", [False, True])
+def test_the_statement_is_short_enough_for_psycopg_to_cache_its_parsing(delayed, ready_if_due):
+    # Above this many parameters psycopg parses the statement again on every call
+    # (psycopg/_queries.py), which cost a database-broker enqueue a fifth of its CPU.
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH, MAX_CACHED_STATEMENT_PARAMS
+
+    from jobs.ingest import one_off
+
+    sql, _, _ = one_off._statement(connections["default"], delayed, ready_if_due)
+    assert sql.count("%s") <= MAX_CACHED_STATEMENT_PARAMS
+    assert len(sql) <= MAX_CACHED_STATEMENT_LENGTH
