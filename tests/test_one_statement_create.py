@@ -122,3 +122,31 @@ def test_the_statement_is_short_enough_for_psycopg_to_cache_its_parsing(delayed,
     sql, _, _ = one_off._statement(connections["default"], delayed, ready_if_due)
     assert sql.count("%s") <= MAX_CACHED_STATEMENT_PARAMS
     assert len(sql) <= MAX_CACHED_STATEMENT_LENGTH
+
+
+def test_a_job_made_positionally_equals_djangos_own():
+    """one_off.new, the create's model constructor, gives what Model(**values) gives."""
+    from jobs.ingest import one_off
+
+    values = {"name": "n", "handler": "noop", "queue": "q", "priority": 3, "owner_id": None}
+    ours, django = one_off.new(Job, values), Job(**values)
+    for field in Job._meta.concrete_fields:
+        if field.attname in ("created_at", "updated_at"):
+            continue  # stamped at save
+        assert getattr(ours, field.attname) == getattr(django, field.attname), field.name
+    assert ours._state.adding and ours.pk is None
+
+
+def test_each_create_stores_its_own_values(pair):
+    """The prepared parameters kept per value (one_off._prepared) never leak between
+    creates: each job and run holds what its create asked for."""
+    asked = [("a", 1, "default", 10), ("b", 7, "mail", 20), ("a", 7, "default", 10)]
+    made = [services.create_job("noop", using=pair.using, name=name, priority=priority,
+                                queue=queue, timeout_s=timeout_s)
+            for name, priority, queue, timeout_s in asked]
+    stored = Job.objects.using(pair.using).in_bulk([job.pk for job in made])
+    assert [(stored[job.pk].name, stored[job.pk].priority, stored[job.pk].queue,
+             stored[job.pk].timeout_s) for job in made] == asked
+    runs = Run.objects.using(pair.using).filter(job__in=[job.pk for job in made])
+    assert sorted((run.priority, run.queue) for run in runs) == sorted(
+        (priority, queue) for _, priority, queue, _ in asked)
