@@ -150,3 +150,11 @@ def test_each_create_stores_its_own_values(pair):
     runs = Run.objects.using(pair.using).filter(job__in=[job.pk for job in made])
     assert sorted((run.priority, run.queue) for run in runs) == sorted(
         (priority, queue) for _, priority, queue, _ in asked)
+
+
+def test_the_payload_is_stored_as_validation_serialised_it(pair):
+    """The statement sends validation's JSON text of the payload (no second encoding):
+    what is read back is the payload given, non-ASCII text and nesting included."""
+    payload = {"text": "héllo 🌍 \u2028", "n": [1, 2.5, None, True], "d": {"k": {"é": []}}}
+    job = services.create_job("noop", payload, using=pair.using)
+    assert Job.objects.using(pair.using).get(pk=job.pk).payload == payload

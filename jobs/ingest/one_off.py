@@ -10,6 +10,7 @@ the database clock itself, and outside a transaction that statement is its own c
 import re
 
 from django.db import connections, transaction
+from psycopg.types.json import Jsonb
 
 from jobs.models import Job
 from runs import tracing
@@ -66,7 +67,8 @@ def create_one(spec: dict, owner, bounds: Bounds | None, using: str) -> Job:
         run.trace_context = tracing.current()
         # Where the runs table is the working set, a due run is stored ready and a later
         # one waits for the dispatcher's promote: nothing to push (runs/brokers/database.py).
-        insert_job_with_run(job, run, using, delay_s, ready_if_due=broker.ready_when_stored)
+        insert_job_with_run(job, run, using, delay_s, ready_if_due=broker.ready_when_stored,
+                            payload_json=spec.get("payload_json"))
     if not broker.ready_when_stored:
         broker.push_after_commit([RunRef(
             run.pk, run.queue, run.shard, run.priority, run.run_at, job.owner_id,
@@ -85,6 +87,7 @@ DELAY = "delay"
 # is the same for every call, and building it cost about a sixth of an enqueue's CPU.
 _STATEMENTS: dict[tuple[str, bool, bool], tuple[str, list]] = {}
 JOB, RUN = "job", "run"
+PAYLOAD = Job._meta.get_field("payload")
 # model -> (attname, its field's get_default) of each concrete field, in order: new's plan.
 _FIELDS: dict[type, list] = {}
 # The values whose prepared form is kept per statement and parameter (_prepared): plain
@@ -108,13 +111,16 @@ def new(model: type, values: dict):
 
 
 def insert_job_with_run(job: Job, run: Run, using: str = "default",
-                        delay_s: float | None = None, ready_if_due: bool = False) -> None:
+                        delay_s: float | None = None, ready_if_due: bool = False,
+                        payload_json: str | None = None) -> None:
     """Insert unsaved ``job`` and its unsaved ``run`` in one statement on PostgreSQL: a
     data-modifying WITH, the job's INSERT, then the run's given the job's id. With
     ``delay_s`` (seconds) the job's run_at is the database clock plus that, read in the
     statement (docs/architecture.md, "One clock"); otherwise ``job.run_at`` (aware). With
     ``ready_if_due`` a run due when the statement runs is stored ``queued`` (the database
-    broker's ready set) and its queue notified. Sets both primary keys, ``run.job_id``,
+    broker's ready set) and its queue notified. ``payload_json`` is the job's payload
+    as JSON text when validation made it (jobs/validation.py, payload_json): sent as it
+    is, not serialised again. Sets both primary keys, ``run.job_id``,
     both rows' run_at (the run's scheduled_at too) and the run's state, and marks both
     saved on ``using``."""
     connection = connections[using]
@@ -129,6 +135,8 @@ def insert_job_with_run(job: Job, run: Run, using: str = "default",
     params = [float(delay_s) if field is DELAY
               else _prepared(field, field.pre_save(job if owner is JOB else run, True),
                              connection, kept)
+              if field is not PAYLOAD or payload_json is None
+              else Jsonb(job.payload, dumps=lambda _: payload_json)
               for owner, field, kept in sources]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
