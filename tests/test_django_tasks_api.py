@@ -37,6 +37,8 @@ def test_the_backend_claims_every_capability():
     ([math.nan], {}, ValueError),
     ([], {"when": math.inf}, ValueError),
     ([{1: "int key"}], {}, ValueError),
+    ([{"a": [{"b": {None: 1}}]}], {}, ValueError),
+    ([], {"k": [[{2.5: "float key"}]]}, ValueError),
     ([b"\xff"], {}, ValueError),
 ])
 def test_arguments_json_cannot_round_trip_fail_at_enqueue_and_nothing_is_stored(
