@@ -11,6 +11,7 @@ docs/api.md's copy of it.
 """
 
 import difflib
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -130,6 +131,7 @@ FIELDS = (
 NAMES = tuple(f.name for f in FIELDS)
 
 
+@functools.cache
 def names_of(door: str) -> frozenset[str]:
     """The field names way in ``door`` (one of the constants above) takes."""
     return frozenset(f.name for f in FIELDS if door in f.doors)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from django.contrib.auth import get_user_model
+from django.core.signals import setting_changed
 from django.db import transaction
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
@@ -29,6 +30,32 @@ from scheduler_core.exceptions import InvalidJob
 from scheduler_tasks import periodic, results
 
 HANDLER = results.HANDLER
+# Most task objects whose Plan one backend keeps: a module-level task is one object, but
+# each ``.using()`` makes another; past this many the plans are dropped and made again.
+PLANS_MAX = 256
+# Bumped by every settings change (override_settings in tests): a plan made before one
+# is made again, its checks read the settings anew.
+_generation = [0]
+
+
+def _settings_changed(**kwargs) -> None:
+    _generation[0] += 1
+
+
+setting_changed.connect(_settings_changed)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What an enqueue of one task object needs besides its arguments, worked out once:
+    the task passed validate_task; ``options`` are its create_job options (job_options)
+    and ``extra`` the payload's fields of the task alone (results.differences).
+    ``task`` is held so that its id, the plan's key, is not reused while it is kept."""
+
+    task: Task
+    generation: int
+    options: dict
+    extra: dict
 
 
 def scheduler_priority(priority: int) -> int:
@@ -135,6 +162,7 @@ class SchedulerBackend(BaseTaskBackend):
         if unknown:
             raise InvalidTask(f"Unknown OPTIONS for backend {alias!r}: {sorted(unknown)}")
         self.using = self.options.get("DATABASE", "default")
+        self._plans: dict[int, Plan] = {}  # id(task) -> its Plan
         self.owner_name = self.options.get("OWNER")
         _positive_int("OPTIONS MAX_ATTEMPTS", self.options.get("MAX_ATTEMPTS"))
         _positive_int("OPTIONS TIMEOUT_S", self.options.get("TIMEOUT_S"))
@@ -185,24 +213,45 @@ class SchedulerBackend(BaseTaskBackend):
                             *CALLBACK_FIELDS)},
         }
 
+    def plan(self, task) -> Plan:
+        """The Plan of ``task``: validate_task (raising InvalidTask as it does), the job
+        options and the payload's task fields, kept per task object until a settings
+        change, so that enqueueing the same task again costs none of them (Django's
+        Task already validated it when made, and the backend checks again at each
+        enqueue as Django's own backends do). A periodic task is checked every time:
+        its check declares it (scheduler_tasks/periodic.py)."""
+        plan = self._plans.get(id(task))
+        if plan is not None and plan.task is task and plan.generation == _generation[0]:
+            return plan
+        generation = _generation[0]
+        self.validate_task(task)
+        plan = Plan(task, generation, self.job_options(task), results.differences(task))
+        if getattr(task, "cron", None) is None:
+            if len(self._plans) >= PLANS_MAX:
+                self._plans.clear()
+            self._plans[id(task)] = plan
+        return plan
+
     def enqueue(self, task, args, kwargs):
         """Store a run of ``task`` with ``args`` and ``kwargs`` (JSON round-trippable, as
         Django requires: Django's TypeError or ValueError otherwise, nothing stored);
         returns its READY TaskResult. Raises InvalidTask for an invalid task or a job the
         scheduler refuses (owner limits, caps), naming the field."""
-        self.validate_task(task)
+        plan = self.plan(task)
         result = TaskResult(
             task=task, id="", status=TaskResultStatus.READY, enqueued_at=None,
             started_at=None, last_attempted_at=None, finished_at=None, args=args,
             kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
         check_round_trip(result.args, result.kwargs)
-        payload = results.payload_of(task, result.args, result.kwargs)
+        # results.payload_of, its task's part from the plan
+        payload = {"task": task.module_path, "args": result.args, "kwargs": result.kwargs,
+                   **plan.extra}
         when = ({"run_at": task.run_after} if task.run_after is not None
                 else {"delay_s": 0})  # delay 0: now on the database's clock
         try:
             job = services.create_job(HANDLER, payload, owner=self.owner(), using=self.using,
-                                      **when, **self.job_options(task))
+                                      **when, **plan.options)
         except InvalidJob as exc:
             raise InvalidTask(f"The scheduler refused the task: {exc}") from exc
         # The one-statement create returns its run (jobs/ingest/one_off.py); the bulk path

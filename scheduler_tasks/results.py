@@ -62,20 +62,27 @@ def payload_of(task: Task, args: list, kwargs: dict) -> dict:
     differ from the module-level task's (``task`` must be one, or a ``.using()`` copy of
     one); raises InvalidTask when the task is not the module-level Task its path names,
     which the worker would refuse."""
-    payload = {"task": task.module_path, "args": args, "kwargs": kwargs}
+    return {"task": task.module_path, "args": args, "kwargs": kwargs, **differences(task)}
+
+
+def differences(task: Task) -> dict:
+    """The part of payload_of that depends on ``task`` alone: its ``priority``,
+    ``queue_name`` and ``run_after`` (ISO 8601) where they differ from the module-level
+    task's. Raises InvalidTask as payload_of does."""
     # Only what differs from the module-level task: the worker reads the payload of
     # every run, so a no-op task's run costs its size (BENCHMARKS.md, "django.tasks").
     try:
         declared = load_task(task.module_path)
     except (ImportError, NotATask) as exc:
         raise InvalidTask(f"A worker could not run this task: {exc}") from None
+    extra = {}
     if task.priority != declared.priority:
-        payload["priority"] = task.priority
+        extra["priority"] = task.priority
     if task.queue_name != declared.queue_name:
-        payload["queue_name"] = task.queue_name
+        extra["queue_name"] = task.queue_name
     if task.run_after is not None:
-        payload["run_after"] = task.run_after.isoformat()
-    return payload
+        extra["run_after"] = task.run_after.isoformat()
+    return extra
 
 
 def load_task(path: str) -> Task:

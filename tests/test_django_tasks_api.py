@@ -37,6 +37,8 @@ def test_the_backend_claims_every_capability():
     ([math.nan], {}, ValueError),
     ([], {"when": math.inf}, ValueError),
     ([{1: "int key"}], {}, ValueError),
+    ([{"a": [{"b": {None: 1}}]}], {}, ValueError),
+    ([], {"k": [[{2.5: "float key"}]]}, ValueError),
     ([b"\xff"], {}, ValueError),
 ])
 def test_arguments_json_cannot_round_trip_fail_at_enqueue_and_nothing_is_stored(
@@ -267,3 +269,17 @@ def test_enqueue_logs_the_enqueued_task_as_djangos_suite_expects(caplog):
 
     lines = [r.getMessage() for r in caplog.records if r.name == "django.tasks"]
     assert len(lines) == 1 and "enqueued" in lines[0] and result.id in lines[0]
+
+
+def test_a_task_enqueued_before_is_checked_again_after_a_settings_change(settings):
+    """The backend keeps what it worked out of a task object (SchedulerBackend.plan):
+    a callback payload a new cap refuses is still refused, nothing stored."""
+    import dataclasses
+
+    noisy = dataclasses.replace(t.noop, on_success={"handler": "noop",
+                                                    "payload": {"text": "x" * 300}})
+    noisy.enqueue()
+    settings.SCHEDULER = {**settings.SCHEDULER, "MAX_PAYLOAD_BYTES": 100}
+    with pytest.raises(InvalidTask, match="on_success"):
+        noisy.enqueue()
+    assert Job.objects.count() == 1

@@ -108,3 +108,53 @@ def test_enqueue_on_every_pair_returns_the_runs_id_and_creation(pair):
 
     run = Run.objects.using(pair.using).get()
     assert (result.id, result.enqueued_at) == (str(run.pk), run.created_at)
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+@pytest.mark.parametrize("ready_if_due", [False, True])
+def test_the_statement_is_short_enough_for_psycopg_to_cache_its_parsing(delayed, ready_if_due):
+    # Above this many parameters psycopg parses the statement again on every call
+    # (psycopg/_queries.py), which cost a database-broker enqueue a fifth of its CPU.
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH, MAX_CACHED_STATEMENT_PARAMS
+
+    from jobs.ingest import one_off
+
+    sql, _, _ = one_off._statement(connections["default"], delayed, ready_if_due)
+    assert sql.count("%s") <= MAX_CACHED_STATEMENT_PARAMS
+    assert len(sql) <= MAX_CACHED_STATEMENT_LENGTH
+
+
+def test_a_job_made_positionally_equals_djangos_own():
+    """one_off.new, the create's model constructor, gives what Model(**values) gives."""
+    from jobs.ingest import one_off
+
+    values = {"name": "n", "handler": "noop", "queue": "q", "priority": 3, "owner_id": None}
+    ours, django = one_off.new(Job, values), Job(**values)
+    for field in Job._meta.concrete_fields:
+        if field.attname in ("created_at", "updated_at"):
+            continue  # stamped at save
+        assert getattr(ours, field.attname) == getattr(django, field.attname), field.name
+    assert ours._state.adding and ours.pk is None
+
+
+def test_each_create_stores_its_own_values(pair):
+    """The prepared parameters kept per value (one_off._prepared) never leak between
+    creates: each job and run holds what its create asked for."""
+    asked = [("a", 1, "default", 10), ("b", 7, "mail", 20), ("a", 7, "default", 10)]
+    made = [services.create_job("noop", using=pair.using, name=name, priority=priority,
+                                queue=queue, timeout_s=timeout_s)
+            for name, priority, queue, timeout_s in asked]
+    stored = Job.objects.using(pair.using).in_bulk([job.pk for job in made])
+    assert [(stored[job.pk].name, stored[job.pk].priority, stored[job.pk].queue,
+             stored[job.pk].timeout_s) for job in made] == asked
+    runs = Run.objects.using(pair.using).filter(job__in=[job.pk for job in made])
+    assert sorted((run.priority, run.queue) for run in runs) == sorted(
+        (priority, queue) for _, priority, queue, _ in asked)
+
+
+def test_the_payload_is_stored_as_validation_serialised_it(pair):
+    """The statement sends validation's JSON text of the payload (no second encoding):
+    what is read back is the payload given, non-ASCII text and nesting included."""
+    payload = {"text": "héllo 🌍 \u2028", "n": [1, 2.5, None, True], "d": {"k": {"é": []}}}
+    job = services.create_job("noop", payload, using=pair.using)
+    assert Job.objects.using(pair.using).get(pk=job.pk).payload == payload

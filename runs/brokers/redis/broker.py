@@ -116,7 +116,7 @@ class RedisBroker(Broker):
         gates = flow.gates_of(runs, self.using)
         pipe = self._pipe()
         for (queue, shard), refs in by_shard.items():
-            pipe.pipe.sadd(self.keys.queues, f"{queue}:{shard}")
+            pipe.command("SADD", self.keys.queues, f"{queue}:{shard}")
             keys = [*self.keys.shard_keys(queue, shard), self.keys.owners(queue, shard),
                     self.keys.running(queue, shard), self.keys.parked(queue, shard),
                     self.keys.parkedrun(queue, shard), self.keys.gates(queue, shard)]

@@ -71,31 +71,61 @@ class Pipe:
     commands, through ``pipe``). ``execute`` returns the replies in order; a call answered
     NOSCRIPT is run again by EVAL, which also caches the script on that node, so each
     script runs once per call. (SCRIPT LOAD went to every master of a cluster: with one
-    of them down, no node lacking a script could be given it.)"""
+    of them down, no node lacking a script could be given it.)
+
+    The calls of ``script`` and ``hint`` are held here, and on a single Redis sent by
+    ``exchange`` on a connection of the client's pool: redis-py's pipeline object, made
+    only once ``pipe`` is asked for (and then carrying them), cost a push twice the CPU
+    of its wire work (docs/performance.md, "The cost of an enqueue")."""
 
     def __init__(self, client: redis.Redis | RedisCluster, scripts: dict[str, str]):
         self.client = client
         self.scripts = scripts  # name -> Lua source
-        self.pipe = client.pipeline(transaction=False)
+        self._pipe = None
+        self.held: list[tuple] = []  # commands queued while there is no redis-py pipeline
         self.calls: dict[int, tuple[str, list, list]] = {}  # reply index -> call
         self.hints: set[int] = set()  # reply indexes whose errors are not raised
 
+    @property
+    def pipe(self):
+        """redis-py's pipeline, for commands queued by its methods (whose options shape
+        their replies): made at the first use, with the commands held so far."""
+        if self._pipe is None:
+            self._pipe = self.client.pipeline(transaction=False)
+            for command in self.held:
+                self._pipe.execute_command(*command)
+        return self._pipe
+
+    def _queue(self, command: tuple) -> int:
+        """Queue ``command``; returns the index of its reply."""
+        if self._pipe is None:
+            self.held.append(command)
+            return len(self.held) - 1
+        self._pipe.execute_command(*command)
+        return len(self._pipe) - 1
+
     def script(self, name: str, keys: list, args: list) -> None:
         """Queue script ``name`` with ``keys`` (one slot on a cluster) and ``args``."""
-        self.calls[len(self.pipe)] = (name, keys, args)
-        self.pipe.execute_command("EVALSHA", script_sha(self.scripts[name]), len(keys),
-                                  *keys, *args)
+        index = self._queue(("EVALSHA", script_sha(self.scripts[name]), len(keys), *keys,
+                             *args))
+        self.calls[index] = (name, keys, args)
+
+    def command(self, *command) -> None:
+        """Queue ``command`` (e.g. "SADD", key, member); its reply is redis-py's."""
+        self._queue(command)
 
     def hint(self, *command) -> None:
         """Queue ``command`` (e.g. "LPUSH", key, value), a hint whose refusal is logged,
         never raised: the calls beside it stand without it (wake.py)."""
-        self.hints.add(len(self.pipe))
-        self.pipe.execute_command(*command)
+        self.hints.add(self._queue(command))
 
     def execute(self) -> list:
         """Send everything queued; raises the first error other than NOSCRIPT, or one of
         a hint's (then logged)."""
-        replies = self.pipe.execute(raise_on_error=False)
+        if self._pipe is None and isinstance(self.client, redis.Redis):
+            replies = exchange(self.client, self.held)
+        else:
+            replies = self.pipe.execute(raise_on_error=False)
         for index, reply in enumerate(replies):
             if isinstance(reply, redis.exceptions.NoScriptError) and index in self.calls:
                 name, keys, args = self.calls[index]
@@ -106,6 +136,39 @@ class Pipe:
                     raise reply
                 log.debug("a hint was refused (%s); the calls beside it stand", reply)
         return replies
+
+
+def exchange(client: redis.Redis, commands: list[tuple]) -> list:
+    """Send ``commands`` (tuples of a command's name and arguments, no options) to
+    ``client``'s server in one write on a connection of its pool; returns their replies
+    in order, each through the client's response callback as redis-py's pipeline gives
+    it, an error reply as its ResponseError. A connection error is retried as the
+    pipeline retries it (the connection's Retry, reconnecting), then raised."""
+    if not commands:
+        return []
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        return connection.retry.call_with_retry(
+            lambda: _exchange_on(connection, client.response_callbacks, commands),
+            lambda error: connection.disconnect())
+    finally:
+        pool.release(connection)
+
+
+def _exchange_on(connection, callbacks, commands: list[tuple]) -> list:
+    connection.send_packed_command(connection.pack_commands(commands))
+    replies = []
+    for command in commands:  # every reply is read, so the connection stays in step
+        try:
+            reply = connection.read_response()
+        except redis.ResponseError as exc:
+            reply = exc
+        else:
+            if command[0] in callbacks:
+                reply = callbacks[command[0]](reply)
+        replies.append(reply)
+    return replies
 
 
 class Wire:
