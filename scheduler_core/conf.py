@@ -180,7 +180,9 @@ DEFAULTS: dict[str, Tunable] = {
     "ALERT_WEBHOOK_ATTEMPTS": Tunable(5, int, "attempts of a webhook delivery run"),
     "ALERT_WEBHOOK_QUEUE": Tunable("default", str, "queue of the webhook delivery runs"),
     # Workflows: jobs that wait for other jobs (docs/workflows.md).
-    "WORKFLOW_MAX_NODES": Tunable(1000, int, "most nodes one workflow may have"),
+    "WORKFLOW_MAX_NODES": Tunable(
+        1000, int, "most nodes one workflow may have, and most it may expand to through "
+        "its sub-workflows (docs/workflows.md, \"Sub-workflows\")"),
     "WORKFLOW_MAX_EDGES": Tunable(5000, int, "most edges one workflow may have"),
     "WORKFLOW_MAX_DEPTH": Tunable(
         5, int, "most levels of sub-workflows below a workflow run (docs/workflows.md, "

@@ -49,20 +49,19 @@ def backfill_workflow(workflow_id: int, start, end, *, using: str = "default",
     if workflow.status != Workflow.Status.ACTIVE:
         raise SchedulerError(f"workflow {workflow_id} is {workflow.status}; only active "
                              f"workflows can be backfilled")
-    with transaction.atomic(using=using):
+
+    def create() -> WorkflowBackfill:
         # The workflow row before the owner's quota lock, in _start_runs' order: the
         # other order deadlocked concurrent backfills.
         list(Workflow.objects.using(using).select_for_update(of=("self",)).filter(
             pk=workflow_id).values_list("pk", flat=True))
         _admit(workflow, times, using)
-        record = WorkflowBackfill.objects.using(using).create(
+        return WorkflowBackfill.objects.using(using).create(
             workflow=workflow, start=start, end=end, total=len(times),
             requested_by=requested_by)
-    if on_planned is not None:
-        on_planned(record)
-    return make_in_chunks(record, times, lambda chunk: _start_runs(workflow_id, record.pk,
-                                                                   chunk, using),
-                          on_progress)
+
+    return make_in_chunks(create, times, lambda pk, chunk: _start_runs(
+        workflow_id, pk, chunk, using), using, on_progress, on_planned)
 
 
 def _admit(workflow: Workflow, times: list[datetime], using: str) -> None:

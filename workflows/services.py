@@ -64,7 +64,8 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
     rule, docs/security.md); a node may never name the ``django_task`` handler. Raises
     InvalidWorkflow naming every bad field (a cycle is named node by node; an ``owner``
     that is no user; a sub-workflow node's ``workflow`` that names no workflow of the
-    owner, a cancelled one or one too deep, workflows/subflow_refs.py),
+    owner, a cancelled one, one too deep or one that takes the workflow's expanded node
+    count over WORKFLOW_MAX_NODES, workflows/subflow_refs.py),
     runs.tenancy.quotas.QuotaExceeded; nothing is stored then. A node with ``workflow``
     starts a run of that workflow (docs/workflows.md, "Sub-workflows").
     """

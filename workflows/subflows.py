@@ -4,9 +4,9 @@ child ends: ``succeeded``, ``failed`` or ``cancelled``, its downstream nodes the
 by their trigger rules. The engine reaches these steps through workflows/nesting.py.
 
 Exactly once: the caller holds the pending node run's row lock (engine.start_ready); the
-child is started in that transaction and the node run moves ``pending -> running`` with
-its ``child_run_id`` by a conditional UPDATE, UNIQUE (child_run_id) and the child's
-UNIQUE (workflow, scheduled_at) holding whatever happens. The child's end is told to the
+child is started in that transaction and the node run, read pending under that lock,
+moves ``pending -> running`` with its ``child_run_id``, UNIQUE (child_run_id) and the
+child's UNIQUE (workflow, scheduled_at) holding whatever happens. The child's end is told to the
 parent in the transaction that ends the child (engine.finish_if_done, a cancel), so a
 parent node never waits on a child that ended; the reconcile repairs one anyway.
 
@@ -17,14 +17,14 @@ run, workflows/control.py). A cancel of a parent cancels its children after its 
 commit, each in a transaction of its own.
 """
 
+from collections import Counter
 from datetime import datetime, timedelta
 
 from django.db.models import Max
 
 from runs import tracing
-from runs.tenancy.quotas import QuotaExceeded, bounds_of, check_quotas
-from scheduler_core import conf
 from workflows import nesting
+from workflows import subflow_starts as starts
 from workflows.engine import settle, start_time
 from workflows.failures import revive
 from workflows.models import (
@@ -32,7 +32,6 @@ from workflows.models import (
     NodeRun,
     NodeState,
     Workflow,
-    WorkflowNode,
     WorkflowRun,
     WorkflowRunState,
 )
@@ -40,59 +39,12 @@ from workflows.node_ends import after_ended
 from workflows.services import begin_run
 from workflows.tracing import released
 
-# A child's scheduled_at is its parent node's time, or 1 µs after the latest run of its
-# workflow within WINDOW of it (UNIQUE (workflow, scheduled_at)); SLOTS tries, each after
-# another start took the instant, before the node fails.
-WINDOW = timedelta(seconds=1)
+# A child started alone (start_children's fallback) takes its parent node's time, or 1 µs
+# after the latest run of its workflow within WINDOW of it (UNIQUE (workflow,
+# scheduled_at)); SLOTS tries, each after another start took the instant, before the
+# node fails.
 SLOTS = 50
 ERROR_MAX = 500  # characters of a child's error its parent node repeats
-
-
-class ChildRefused(Exception):
-    """A sub-workflow node's child cannot start: ``str()`` says why (the node's error)."""
-
-
-def depth_of(workflow_run_id: int, using: str) -> int:
-    """How many parents workflow run ``workflow_run_id`` (an int) has, an int (0: started
-    on its own), following each child's parent node run; stops past WORKFLOW_MAX_DEPTH
-    (docs/workflows.md, "Sub-workflows"). Raises only what the database raises."""
-    depth, current = 0, workflow_run_id
-    while depth <= conf.get("WORKFLOW_MAX_DEPTH"):
-        parent = (NodeRun.objects.using(using).filter(child_run_id=current)
-                  .values_list("workflow_run_id", flat=True).first())
-        if parent is None:
-            return depth
-        depth, current = depth + 1, parent
-    return depth
-
-
-def _check(child_wf: Workflow | None, owner_id: int | None, parent_wr: int,
-           using: str) -> None:
-    """Raise ChildRefused unless a sub-workflow node of ``owner_id`` (a user id or None)
-    in workflow run ``parent_wr`` may start ``child_wf``: it exists, is the same owner's,
-    is active, the nesting stays within WORKFLOW_MAX_DEPTH and its nodes fit the owner's
-    ``max_pending`` (the start counted the node itself as one)."""
-    if child_wf is None:
-        raise ChildRefused("its workflow no longer exists; nothing was started")
-    name = f"workflow {child_wf.pk} ({child_wf.name!r})"
-    if child_wf.owner_id != owner_id:
-        raise ChildRefused(f"{name} is another owner's: a node starts only its own "
-                           "owner's workflows; nothing was started")
-    if child_wf.status != Workflow.Status.ACTIVE:
-        raise ChildRefused(f"{name} is {child_wf.status}: it starts no run; nothing was "
-                           "started")
-    limit = conf.get("WORKFLOW_MAX_DEPTH")
-    if depth_of(parent_wr, using) + 1 > limit:
-        raise ChildRefused(f"starting {name} would nest workflow runs more than "
-                           f"WORKFLOW_MAX_DEPTH ({limit}) deep; nothing was started")
-    nodes = WorkflowNode.objects.using(using).filter(workflow=child_wf).count()
-    bounds = bounds_of(owner_id, using)
-    if bounds is not None and nodes > 1:
-        try:
-            check_quotas(bounds, 0, nodes - 1, using)
-        except QuotaExceeded as exc:
-            raise ChildRefused(f"the {nodes} nodes of {name} would take the owner over "
-                               f"max_pending: {exc}; nothing was started") from None
 
 
 def start_children(rows: list[tuple], now: datetime, using: str,
@@ -103,62 +55,93 @@ def start_children(rows: list[tuple], now: datetime, using: str,
     transaction. A refused child (ChildRefused: another owner's, not active, too deep,
     over max_pending, no free start time) fails its node with nothing started. Returns
     the node run ids started or ended, with those the ends started; ``running`` gets the
-    workflow runs in which a node now runs."""
-    started, failed = [], []
+    workflow runs in which a node now runs.
+
+    All of ``rows`` start together, in a fixed number of queries (subflow_starts.py);
+    near the owner's max_pending, or when a start time was taken meanwhile, one at a
+    time instead, each child counted before the next."""
+    ids = [row[0] for row in rows]
+    node_runs = {pk: (wr, node) for pk, wr, node in NodeRun.objects.using(using).filter(
+        pk__in=ids, state=NodeState.PENDING).values_list("pk", "workflow_run_id", "node_id")}
+    rows = [row for row in rows if row[0] in node_runs]
+    # Locked as a start locks them, so a pause_workflow that returned is read here.
+    workflows = {wf.pk: wf for wf in Workflow.objects.using(using).select_for_update()
+                 .filter(pk__in={row[-1] for row in rows}).order_by("pk")}
+    depth = starts.depths({wr for wr, _ in node_runs.values()}, using)
+    nodes = starts.node_counts(workflows, using)
+    admitted, failed = [], {}
+    for row in rows:
+        try:
+            starts.check(workflows.get(row[-1]), row[11], depth[node_runs[row[0]][0]])
+            admitted.append(row)
+        except starts.ChildRefused as exc:
+            failed[row[0]] = str(exc)
     # In an ack, a child's first runs continue the span of the upstream whose ack made
     # its node ready (workflows/tracing.py); elsewhere the span current.
-    traces = released([row[0] for row in rows], using)
-    for row in rows:
-        node_run_id, owner_id, child_wf_id = row[0], row[11], row[-1]
-        node_run = NodeRun.objects.using(using).filter(pk=node_run_id).values_list(
-            "workflow_run_id", "state", "node_id").first()
-        if node_run is None or node_run[1] != NodeState.PENDING:
+    traces = released([row[0] for row in admitted], using)
+    children: dict[int, int] = {}
+    new_pending = Counter()  # owner id: node runs to come (each node counted itself)
+    for row in admitted:
+        new_pending[row[11]] += max(nodes.get(row[-1], 0) - 1, 0)
+    if starts.all_fit(new_pending, using):
+        by_trace: dict = {}
+        for row in admitted:
+            by_trace.setdefault(traces.get(row[0]), []).append(row)
+        for trace, group in by_trace.items():
+            with tracing.continuing(trace):
+                begun = starts.begin_many([(row[0], workflows[row[-1]],
+                                            start_time(row, now)[0]) for row in group],
+                                          now, using)
+            children.update(begun or {})
+    for row in admitted:
+        if row[0] in children:
             continue
-        # Locked as a start locks it, so a pause_workflow that returned is read here.
-        child_wf = (Workflow.objects.using(using).select_for_update()
-                    .filter(pk=child_wf_id).first())
         try:
-            _check(child_wf, owner_id, node_run[0], using)
-            # A parent made ahead of its time (LOOKAHEAD_S, jitter) holds its child's
-            # roots until then, as it holds a node's run.
-            with tracing.continuing(traces.get(node_run_id)):
-                child = _begin(child_wf, start_time(row, now)[0], now, using)
-        except ChildRefused as exc:
-            NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.PENDING).update(
-                state=NodeState.FAILED, ready_at=now, finished_at=now, error=str(exc))
-            failed.append(node_run)
-            continue
+            starts.check_pending(workflows[row[-1]], row[11], nodes.get(row[-1], 0), using)
+            with tracing.continuing(traces.get(row[0])):
+                children[row[0]] = _begin(row[0], workflows[row[-1]],
+                                          start_time(row, now)[0], now, using)
+        except starts.ChildRefused as exc:
+            failed[row[0]] = str(exc)
+    if running is not None:
+        running.update(node_runs[pk][0] for pk in children)
+    for node_run_id, why in failed.items():
         NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.PENDING).update(
-            state=NodeState.RUNNING, child_run_id=child.pk, ready_at=now, error="")
-        started.append(node_run_id)
-        if running is not None:
-            running.add(node_run[0])
-        if WorkflowRun.objects.using(using).filter(pk=child.pk).exclude(
-                state__in=LIVE_WORKFLOW_STATES).exists():
-            runs_ended([child.pk], now, using)  # it ended at its start (no node could run)
+            state=NodeState.FAILED, ready_at=now, finished_at=now, error=why)
+    started = list(children)
     if failed:
-        started += settle({f[0] for f in failed}, {f[2] for f in failed}, now, using, running)
+        started += settle({node_runs[pk][0] for pk in failed},
+                          {node_runs[pk][1] for pk in failed}, now, using, running)
     return started
 
 
-def _begin(child_wf: Workflow, at: datetime, now: datetime, using: str) -> WorkflowRun:
-    """A new run of ``child_wf`` started by a parent, at ``at`` or just after the latest
-    run of the workflow within WINDOW from ``at`` (1 µs later); ``now`` the database's
-    time. Raises ChildRefused when WINDOW holds no free instant after SLOTS tries (other
+def _begin(node_run_id: int, child_wf: Workflow, at: datetime, now: datetime,
+           using: str) -> int:
+    """Start a run of ``child_wf`` for node run ``node_run_id`` alone, at ``at`` or just
+    after the latest run of the workflow within WINDOW from ``at`` (1 µs later), and
+    point the node run at it; returns the child's id. ``now``: the database's time.
+    Raises ChildRefused when WINDOW holds no free instant after SLOTS tries (other
     starts taking the same instants): a parent with hundreds of children of one
     workflow at one instant once tried them 1 µs apart and failed its whole ack."""
     runs = WorkflowRun.objects.using(using).filter(
-        workflow=child_wf, scheduled_at__gte=at, scheduled_at__lt=at + WINDOW)
+        workflow=child_wf, scheduled_at__gte=at, scheduled_at__lt=at + starts.WINDOW)
     for _ in range(SLOTS):
         last = runs.aggregate(last=Max("scheduled_at"))["last"]
         slot = at if last is None else last + timedelta(microseconds=1)
-        if slot >= at + WINDOW:
+        if slot >= at + starts.WINDOW:
             break
         child = begin_run(child_wf, slot, WorkflowRun.StartedBy.PARENT, None, now, using)
         if child is not None:
-            return child
-    raise ChildRefused(f"no free start time within {WINDOW.total_seconds():g} s of "
-                       f"{at.isoformat()} for a run of workflow {child_wf.pk}")
+            NodeRun.objects.using(using).filter(pk=node_run_id, state=NodeState.PENDING) \
+                .update(state=NodeState.RUNNING, child_run_id=child.pk, ready_at=now,
+                        error="")
+            if WorkflowRun.objects.using(using).filter(pk=child.pk).exclude(
+                    state__in=LIVE_WORKFLOW_STATES).exists():
+                runs_ended([child.pk], now, using)  # it ended at its start: no node ran
+            return child.pk
+    raise starts.ChildRefused(f"no free start time within "
+                              f"{starts.WINDOW.total_seconds():g} s of {at.isoformat()} "
+                              f"for a run of workflow {child_wf.pk}")
 
 
 def runs_ended(workflow_run_ids: list[int], now: datetime, using: str) -> None:

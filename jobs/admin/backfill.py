@@ -12,6 +12,7 @@ from django.contrib.admin.options import ActionLocation
 from django.db.models import QuerySet
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from jobs.admin.job_admin import JobAdmin
@@ -119,10 +120,22 @@ class BackfillAdminBase(ReadOnlyAdmin):
 
     @admin.display(description="progress")
     def progress(self, record):
-        done = record.made + record.skipped
-        if record.error:
+        # This process's clock, not a query per row: skew is small beside STOPPED_AFTER.
+        return self.progress_text(record, timezone.now())
+
+    @staticmethod
+    def progress_text(record, now) -> str:
+        """``record``'s progress in words at ``now`` (an aware datetime), by its state
+        (backfill_models.BackfillBase.state)."""
+        done, state = record.made + record.skipped, record.state(now)
+        if state == "failed":
             return f"stopped at {done} of {record.total}: {record.error}"
-        return f"{done} of {record.total}" + (" (done)" if record.done_at else " (making)")
+        if state == "stopped":
+            return (f"stopped at {done} of {record.total}: its process ended before it "
+                    "finished (no progress since "
+                    f"{(record.progress_at or record.created_at):%Y-%m-%d %H:%M} UTC); "
+                    "run it again to make the rest")
+        return f"{done} of {record.total}" + (" (done)" if state == "done" else " (making)")
 
 
 @admin.register(Backfill)

@@ -17,8 +17,10 @@ The rules:
   a run already (the scheduler's, an earlier backfill's) is skipped and counted as such.
 * Each run is a normal run (retries, dead letter, history) whose ``backfill_id`` names
   the Backfill row that made it; jitter applies as to the scheduler's runs.
-* Made CHUNK occurrences per transaction, the counts on the Backfill row committed with
-  each, so the admin shows the progress of a backfill being made.
+* Made CHUNK occurrences per transaction, the counts and ``progress_at`` on the Backfill
+  row committed with each, so the admin shows the progress of a backfill being made; the
+  row itself is made in the first chunk's transaction, and one whose process died shows
+  "stopped" (backfill_models.BackfillBase.state).
 """
 
 from collections.abc import Callable
@@ -27,6 +29,7 @@ from zoneinfo import ZoneInfo
 
 from django.db import connections, transaction
 from django.db.models import F
+from django.db.models.functions import Now
 from django.utils import dateparse, timezone
 
 from jobs import tenants
@@ -107,28 +110,41 @@ def plan(schedule: Schedule, start, end, now: datetime) -> tuple[datetime, datet
     return start, end, found
 
 
-def make_in_chunks(record, times: list[datetime], make: Callable[[list[datetime]], int],
-                   on_progress: Callable[[int], None] | None = None):
-    """Make ``times`` CHUNK at a time with ``make(chunk) -> runs made`` (each call its own
-    transaction), adding made and skipped to ``record`` (a Backfill or WorkflowBackfill,
-    saved) as each chunk commits and calling ``on_progress(occurrences done)``. An error
-    is written to ``record.error`` and raised; ``done_at`` is set when all were made.
-    Returns ``record``, refreshed."""
-    model = type(record)
-    rows = model.objects.using(record._state.db).filter(pk=record.pk)
+def make_in_chunks(create: Callable[[], object], times: list[datetime],
+                   make: Callable[[int, list[datetime]], int], using: str,
+                   on_progress: Callable[[int], None] | None = None,
+                   on_planned: Callable[[object], None] | None = None):
+    """Make ``times`` CHUNK at a time with ``make(record id, chunk) -> runs made``, each
+    chunk in one transaction with its counts and ``progress_at`` on the record (a
+    Backfill or WorkflowBackfill) that ``create()`` makes inside the first chunk's: a
+    process killed before a chunk committed leaves no row that looks in progress for
+    ever, and one killed later a row whose ``state`` turns "stopped". Calls
+    ``on_planned(record)`` once the first chunk committed and ``on_progress(occurrences
+    done)`` after each. An error after the first chunk is written to ``record.error``
+    and raised; ``done_at`` is set when all were made. Returns ``record``, refreshed."""
+    stored = None
     try:
-        for begin in range(0, len(times), CHUNK):
+        for begin in range(0, max(len(times), 1), CHUNK):
             chunk = times[begin:begin + CHUNK]
-            made = make(chunk)
-            rows.update(made=F("made") + made, skipped=F("skipped") + len(chunk) - made)
-            if on_progress is not None:
+            with transaction.atomic(using=using):
+                record = stored or create()
+                made = make(record.pk, chunk) if chunk else 0
+                type(record).objects.using(using).filter(pk=record.pk).update(
+                    made=F("made") + made, skipped=F("skipped") + len(chunk) - made,
+                    progress_at=Now())
+            if stored is None and on_planned is not None:
+                on_planned(record)
+            stored = record
+            if on_progress is not None and chunk:
                 on_progress(len(chunk))
     except Exception as exc:
-        rows.update(error=str(exc)[:2000])
+        if stored is not None:
+            type(stored).objects.using(using).filter(pk=stored.pk).update(
+                error=str(exc)[:2000])
         raise
-    rows.update(done_at=db_now(record._state.db))
-    record.refresh_from_db()
-    return record
+    type(stored).objects.using(using).filter(pk=stored.pk).update(done_at=db_now(using))
+    stored.refresh_from_db()
+    return stored
 
 
 def backfill_job(job_id: int, start, end, *, using: str = "default", requested_by=None,
@@ -138,7 +154,8 @@ def backfill_job(job_id: int, start, end, *, using: str = "default", requested_b
     none (rules: the module's docstring; docs/cron.md, "Backfill"). ``start``/``end``:
     ISO 8601 text, dates or datetimes (naive: the job's timezone). ``requested_by``: the
     user asking (None from the command). ``on_planned(backfill)`` is called once the
-    Backfill row exists (its ``total`` known), ``on_progress(n)`` as each chunk commits.
+    Backfill row exists (its ``total`` known; made with the first chunk),
+    ``on_progress(n)`` as each chunk commits.
 
     Returns the Backfill (``total``, ``made``, ``skipped``). Raises Job.DoesNotExist;
     InvalidJob naming ``start`` or ``end`` (see ``plan``); SchedulerError when the job is
@@ -155,7 +172,8 @@ def backfill_job(job_id: int, start, end, *, using: str = "default", requested_b
     if job.status != Job.Status.ACTIVE:
         raise SchedulerError(f"job {job_id} is {job.status}; only active jobs can be "
                              f"backfilled")
-    with transaction.atomic(using=using):
+
+    def create() -> Backfill:
         # The job row before the owner's quota lock, in the order _make_runs and
         # services.trigger take them: the other order deadlocked concurrent backfills.
         list(Job.objects.using(using).select_for_update(of=("self",)).filter(pk=job_id)
@@ -165,16 +183,15 @@ def backfill_job(job_id: int, start, end, *, using: str = "default", requested_b
         bounds = tenants.bounds_of(job.owner_id, using)
         if bounds is not None:
             tenants.check_quotas(bounds, 0, new, using)
-        record = Backfill.objects.using(using).create(
+        return Backfill.objects.using(using).create(
             job=job, start=start, end=end, total=len(times), requested_by=requested_by)
-    if on_planned is not None:
-        on_planned(record)
+
     # One enqueue span for all the backfill's runs, a child of the span current here (a
     # request's), which every run stores (docs/tracing.md, "Runs made elsewhere").
     with tracing.enqueue(job.handler):
         trace = tracing.current()
-        return make_in_chunks(record, times, lambda chunk: _make_runs(
-            job_id, record.pk, chunk, using, trace), on_progress)
+        return make_in_chunks(create, times, lambda pk, chunk: _make_runs(
+            job_id, pk, chunk, using, trace), using, on_progress, on_planned)
 
 
 def _make_runs(job_id: int, backfill_id: int, times: list[datetime], using: str,

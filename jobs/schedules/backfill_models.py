@@ -7,17 +7,26 @@ finished is counted from the runs themselves (jobs/schedules/backfill.py, ``fini
 The abstract base is shared with workflows/backfill.py's ``WorkflowBackfill``.
 """
 
+from datetime import datetime, timedelta
+
 from django.conf import settings
 from django.db import models
 
 from scheduler_core.models import Job
+
+# A backfill not done, without an error and without progress for this long is shown
+# stopped: its process died (a request past gunicorn's timeout, a crash) between chunks
+# or in one. A chunk (jobs/schedules/backfill.py, CHUNK) takes seconds; a live backfill
+# shown stopped only means a rerun, which makes nothing twice.
+STOPPED_AFTER = timedelta(minutes=5)
 
 
 class BackfillBase(models.Model):
     """What every backfill records. ``start`` (inclusive) and ``end`` (exclusive) are the
     asked range, aware UTC; ``requested_by`` the user who asked (None from the command);
     ``done_at`` when the last occurrence was made (None while it is being made, or when
-    it stopped early: ``error`` then says why)."""
+    it stopped early: ``error`` then says why); ``progress_at`` when its last chunk
+    committed (its heartbeat: the row is made with the first chunk, see ``state``)."""
 
     start = models.DateTimeField()
     end = models.DateTimeField()
@@ -30,9 +39,21 @@ class BackfillBase(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     done_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    progress_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         abstract = True
+
+    def state(self, now: datetime) -> str:
+        """"done", "failed" (``error`` says why), "making", or "stopped": not done, no
+        error and no chunk committed for STOPPED_AFTER before ``now`` (an aware
+        datetime), its process gone; running it again makes only what is missing."""
+        if self.done_at is not None:
+            return "done"
+        if self.error:
+            return "failed"
+        last = self.progress_at or self.created_at
+        return "making" if now - last < STOPPED_AFTER else "stopped"
 
 
 class Backfill(BackfillBase):
