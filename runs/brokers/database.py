@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from django.db import connections, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, F, Min, Q
 
 from runs.brokers import db_flow, pg_listen
 from runs.brokers.base import Broker
@@ -47,6 +47,10 @@ class DatabaseBroker(Broker):
         super().__init__(using)
         self._stride: dict[str, policy.Stride] = {}
         self._listener: pg_listen.Listener | None = None
+        # When (time.monotonic()) the earliest delayed run next_due_s found falls due:
+        # the first claim from then promotes it itself (_claim), rather than wait for the
+        # dispatcher's next round, as the Redis lease script promotes its shard's.
+        self._due_at: float | None = None
 
     def push(self, runs: list[RunRef]) -> None:
         """Nothing to copy: the rows are the working set. Due runs are promoted at once so
@@ -64,14 +68,16 @@ class DatabaseBroker(Broker):
         return self._promote(limit, shards)
 
     def _promote(self, limit: int | None = None, shards: list[int] | None = None,
-                 announce: set[str] = frozenset()) -> int:
+                 announce: set[str] = frozenset(), queues: list[str] | None = None) -> int:
         """``promote``, waking idle workers of the queues of the runs moved and of
         ``announce`` (queues of runs already ready) with one NOTIFY per queue, sent at the
-        transaction's commit."""
+        transaction's commit; ``queues``: only runs of those (None: all)."""
         limit = limit or conf.get("PROMOTE_BATCH")
         runs = Run.objects.using(self.using)
         due = in_shards(runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using)),
                         shards)
+        if queues is not None:
+            due = due.filter(queue__in=queues)
         with transaction.atomic(using=self.using):
             rows = list(
                 due.order_by("run_at")
@@ -119,7 +125,26 @@ class DatabaseBroker(Broker):
                 found[queue] = head
         return found
 
+    def next_due_s(self, queues: list[str]) -> float | None:
+        """As Broker.next_due_s: the earliest delayed run of ``queues`` in the runs table,
+        against the database's clock (two queries, only when a lease found nothing). The
+        claim made once that time has come promotes it (_claim)."""
+        first = (Run.objects.using(self.using)
+                 .filter(state__in=DELAYED_STATES, queue__in=queues)
+                 .aggregate(first=Min("run_at"))["first"])
+        if first is None:
+            self._due_at = None
+            return None
+        due_in = max((first - db_now(self.using)).total_seconds(), 0.0)
+        self._due_at = time.monotonic() + due_in
+        return due_in
+
     def _claim(self, queues: list[str], n: int) -> list[Slot]:
+        if self._due_at is not None and time.monotonic() >= self._due_at:
+            # A worker that slept to its next run's time starts it now: the dispatcher
+            # promotes only every DISPATCH_INTERVAL_S, which was W3's lag (p50 64 ms).
+            self._due_at = None
+            self._promote(n, queues=queues)
         claimed: list[Slot] = []
         for queue in queues:
             if len(claimed) >= n:
