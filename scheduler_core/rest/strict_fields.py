@@ -20,11 +20,13 @@ class StrictFields:
         close = difflib.get_close_matches(str(name), sorted(self.fields), n=1, cutoff=0.6)
         return f"unknown field (did you mean {close[0]!r}?)" if close else "unknown field"
 
+    def refusals(self, data: dict) -> dict[str, list[str]]:
+        """{field name: [reason]} for each field of the body ``data`` refused beside DRF's
+        own checks: here those the serializer does not declare."""
+        return {name: [self.unknown_reason(name)] for name in data if name not in self.fields}
+
     def to_internal_value(self, data):
-        extra = {}
-        if isinstance(data, dict):
-            extra = {name: [self.unknown_reason(name)] for name in data
-                     if name not in self.fields}
+        extra = self.refusals(data) if isinstance(data, dict) else {}
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
