@@ -152,18 +152,26 @@ def test_concurrency_slots_come_back_when_a_lease_expires(broker):
     assert {x.run_id for x in again} <= set(ids)
 
 
-def test_a_slot_stays_taken_while_the_database_still_holds_the_lease(broker):
-    """Redis stamps a claim's expiry before the database starts the run, so it can lapse
-    first: the reaper must not free the slot while the run's attempt is still open."""
+def two_slots_lapsed_in_redis(broker) -> list:
+    """Four runs of a key of limit 2, two of them leased for 60 s, whose claims' expiry
+    has passed in Redis (not in the database); returns the two leases. Skips the
+    database broker, whose slots are its running rows."""
     if broker.name == "database":
         pytest.skip("the database broker's slots are its running rows")
     queue_keyed(broker, 4, payload={"c": "x"}, concurrency_key="payload.c",
                 concurrency_limit=2)
     held = lease_all(broker, ttl_s=60)
     assert len(held) == 2
-    for lease in held:  # Redis' expiry passed, the database's has not
+    for lease in held:
         broker.client.zadd(broker.keys.leased(lease.queue, lease.shard),
                            {str(lease.run_id): 0}, xx=True)
+    return held
+
+
+def test_a_slot_stays_taken_while_the_database_still_holds_the_lease(broker):
+    """Redis stamps a claim's expiry before the database starts the run, so it can lapse
+    first: the reaper must not free the slot while the run's attempt is still open."""
+    held = two_slots_lapsed_in_redis(broker)
     broker.reap()
     broker.unpark()
     assert lease_all(broker) == []
@@ -180,15 +188,7 @@ def test_a_slot_stays_taken_until_the_database_reap_closes_the_attempt(broker):
     dispatcher holds the row, or it expired after this pass's own reap): freeing the slot
     then let a third run of a key of limit 2 start beside two open attempts (the
     flow-kill chaos scenario)."""
-    if broker.name == "database":
-        pytest.skip("the database broker's slots are its running rows")
-    queue_keyed(broker, 4, payload={"c": "x"}, concurrency_key="payload.c",
-                concurrency_limit=2)
-    held = lease_all(broker, ttl_s=60)
-    assert len(held) == 2
-    for lease in held:
-        broker.client.zadd(broker.keys.leased(lease.queue, lease.shard),
-                           {str(lease.run_id): 0}, xx=True)
+    held = two_slots_lapsed_in_redis(broker)
     Run.objects.using(broker.using).filter(pk__in=[x.run_id for x in held]).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1))
     # Another dispatcher's reap is closing these rows: this one's skips them.
