@@ -16,6 +16,7 @@ everything in flight immediately.
 
 import os
 import socket
+import time
 import uuid
 
 from django.db import connections
@@ -214,6 +215,17 @@ class Worker(Daemon):
         """Whether ``max_runs`` runs have finished (acked, here or in the children)."""
         return self.config.max_runs is not None and self.acks.finished >= self.config.max_runs
 
+    def wait_s(self) -> float:
+        """Seconds this round waits for a child's message or a lane's answer: none once
+        stopping with neither in flight (or until a failed ack may be sent again). Such a
+        round (an ack's answer woke the one before) has nothing left that would wake it,
+        and waited out a whole WORKER_POLL_S before the loop could end."""
+        if (self.stopping and not self.children.in_flight() and not self.lease.busy()
+                and not self.acks.acking):
+            return max(0.0, self.acks.paused_until - time.monotonic()) \
+                if self.acks.outcomes else 0.0
+        return self.supervisor.wait_timeout()
+
     def round(self) -> bool:
         self.lease.harvest()
         self.acks.harvest()
@@ -226,7 +238,7 @@ class Worker(Daemon):
             self.lease.release_ahead()
         self.lease.lease_more()
         self.child_acks.allow()
-        self.supervisor.collect(self.supervisor.wait_timeout())
+        self.supervisor.collect(self.wait_s())
         self.cancels.check()
         self.supervisor.enforce_deadlines()
         self.lease.take_back_stalled()
