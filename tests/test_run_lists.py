@@ -10,8 +10,8 @@ from django.db import connection
 from django.utils import timezone
 
 from runs.admin import paginator as admin_paginator
+from runs.api import views as run_views
 from runs.models import Run, RunState
-from scheduler_core.rest import owner_lists
 from tests.test_api_helpers import client_for, recurring, user_with
 
 pytestmark = pytest.mark.django_db
@@ -85,8 +85,8 @@ def test_an_owner_paging_by_scheduled_at_ties_gets_each_run_once_in_order(histor
 
 def test_an_owner_past_the_job_limit_gets_the_plain_query(history, alice, monkeypatch):
     expected = walk(client_for(alice), {})
-    monkeypatch.setattr(owner_lists, "OWNER_JOBS_MAX", 2)
-    assert owner_lists.owner_job_ids(alice) is None
+    monkeypatch.setattr(run_views, "OWNER_JOBS_MAX", 2)
+    assert run_views.owner_job_ids(alice) is None
     assert walk(client_for(alice), {}) == expected
 
 

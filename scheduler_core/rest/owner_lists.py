@@ -5,9 +5,10 @@ Runs carry no owner column: an owner's list joins its jobs. Ordered newest first
 planner's cheapest-looking plan walks the run_scheduled index (scheduled_at, id) of every
 owner and keeps the owner's rows; it reckons each job has the average number of runs, so
 for an owner of a few jobs among another owner's 10 M runs it reads millions of rows to
-fill a page. For an owner of at most OWNER_JOBS_MAX jobs the page is found per job
-instead: each job's first rows in the list's order (its run_job_scheduled_at index, a few
-rows each), merged here, and the list then restricted to the ids that can make the page.
+fill a page. For an owner of few jobs (runs/api/views.py, OWNER_JOBS_MAX) the page is
+found per job instead: each job's first rows in the list's order (its run_job_scheduled_at
+index, a few rows each), merged here, and the list then restricted to the ids that can
+make the page.
 The rows, their order and the cursors are those of the plain query (the same DRF cursor
 logic runs on the restricted set, which holds every row the page can contain).
 CheckedCursor, the cursor of every run and workflow run list, builds on it.
@@ -17,19 +18,6 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connections
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination, _reverse_ordering
-
-from scheduler_core.models import Job
-
-# Above this many jobs the per-job merge costs more than the walk it avoids (one index
-# descent per job and partition); such an owner's runs are a large share anyway.
-OWNER_JOBS_MAX = 100
-
-
-def owner_job_ids(user) -> list[int] | None:
-    """The ids of ``user``'s jobs if there are at most OWNER_JOBS_MAX, else None."""
-    ids = list(Job.objects.filter(owner=user).order_by().values_list("pk", flat=True)
-               [:OWNER_JOBS_MAX + 1])
-    return ids if len(ids) <= OWNER_JOBS_MAX else None
 
 
 def _sorted(rows: list[tuple], ordering: tuple[str, ...]) -> list[tuple]:
@@ -70,7 +58,7 @@ def restrict_to_page(paginator: CursorPagination, queryset, request, view,
         found = list(first.union(*others, all=True) if others else first)
     else:
         # SQLite refuses LIMIT inside a UNION's members (a 500 on the embedded default):
-        # one indexed query per job, at most OWNER_JOBS_MAX of them, merged below.
+        # one indexed query per job, a few of them (OWNER_JOBS_MAX), merged below.
         found = [row for branch in branches for row in branch]
     rows = _sorted(found, order)
     if len(rows) > wanted:
