@@ -8,7 +8,7 @@ def load_cron_jobs(cursor, upto: int, due: int) -> None:
     row crosses the wire), then ANALYZE. Jobs 1..``due`` are ``* * * * *`` with next_run_at
     the current minute (due now); the rest ``0 0 1 1 *`` with next_run_at next New Year
     (active, never due). Every NOT NULL column without a database default is given, as
-    Django's model defaults would (scheduler_core/models.py).
+    Django's model defaults would (jobs/models/job.py).
 
     ``cursor``: a PostgreSQL DB-API cursor (Django's or psycopg's). Does nothing when the
     table already holds ``upto`` jobs. Raises the driver's IntegrityError if a column the

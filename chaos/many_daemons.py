@@ -17,10 +17,10 @@ from pathlib import Path
 from chaos.load import with_db_retry
 from chaos.redis_cluster import RedisCluster
 from chaos.session import Scenario, Session, Size
+from jobs.models import LeaseTenure
 from runs.clock import db_now
 from runs.daemons import ownership
 from runs.models import Attempt, AttemptOutcome
-from scheduler_core.models import LeaseTenure
 
 GROUPS = {"jobs.schedulerpartition": "partition", "runs.shardlease": "shard"}
 LEASE_TTL_S = 5  # partitions' (CHAOS_TUNABLES) and shards' (tunables below)

@@ -5,6 +5,7 @@ cancel runs, discard dead letters."""
 from django.db import transaction
 from django.db.models import F, Q
 
+from jobs.models import Job
 from runs.brokers import get_broker
 from runs.clock import db_now
 from runs.execution import hooks
@@ -12,7 +13,6 @@ from runs.execution.transitions import run_refs
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.tenancy.limits import owner_limits
 from runs.tenancy.quotas import fit_pending
-from scheduler_core.models import Job
 
 REQUEUEABLE = (RunState.DEAD, RunState.CANCELLED)
 

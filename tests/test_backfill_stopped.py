@@ -78,7 +78,7 @@ def test_a_backfill_killed_in_its_first_chunk_leaves_no_row(broker, monkeypatch,
 @pytest.mark.parametrize("kind", TARGETS)
 def test_a_backfill_killed_part_way_shows_stopped_and_a_rerun_finishes_it(
         broker, monkeypatch, kind):
-    from jobs.schedules.backfill_models import STOPPED_AFTER  # here: the other test runs without it
+    from jobs.models.backfill import STOPPED_AFTER  # here: the other test runs without it
 
     make_target, backfill, module, maker, model, made = TARGETS[kind]
     using = broker.using

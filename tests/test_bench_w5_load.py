@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from scheduler_core.models import Job
+from jobs.models import Job
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import w5_load  # noqa: E402

@@ -298,7 +298,7 @@ def test_a_valid_cron_longer_than_its_column_is_a_value_error_not_a_database_err
     """Every minute and hour listed is valid cron(5) and 237 characters: the REST job
     serializer refused it, but a workflow's schedule and the Python API reached the
     200-character column and failed with a DataError (a 500 over REST)."""
-    from scheduler_core.models import Schedule
+    from jobs.models import Schedule
 
     every = (",".join(str(m) for m in range(60)) + " "
              + ",".join(str(h) for h in range(24)) + " * * *")

@@ -29,12 +29,12 @@ import random
 import pytest
 from django.contrib.auth.models import User
 
+from jobs.models import Job
 from jobs.registry import handler
 from jobs.tenants import set_owner_policy
 from runs.execution.continuation import Offer
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.types import Outcome
-from scheduler_core.models import Job
 from workflows import ack_pg, control, rules, services
 from workflows.models import NodeRun, NodeState, WorkflowNode, WorkflowRun
 

@@ -110,7 +110,7 @@ def test_a_wide_fan_outs_root_ack_probes_the_owner_policies_once_per_run_made(br
         pytest.skip("the one-call ack is PostgreSQL's")
     from django.contrib.auth.models import User
 
-    from scheduler_core.models import OwnerPolicy
+    from jobs.models import OwnerPolicy
 
     # No owner-wide limit: an owner's runs may be continued (docs/isolation.md).
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": broker.name,

@@ -27,6 +27,7 @@ from django.db import connections
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from jobs.models import Job
 from jobs.schedules import cron
 from runs import tracing
 from runs.brokers import get_broker
@@ -37,7 +38,6 @@ from runs.execution.transitions import int_array
 from runs.models import PENDING_STATES, Run, RunState
 from runs.types import RunRef
 from scheduler_core import conf
-from scheduler_core.models import Job
 from workflows import fanout, nesting, ready_pg, rules
 from workflows import tracing as workflow_tracing
 from workflows.graph import propagate

@@ -17,8 +17,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from jobs.schedules.backfill_models import BackfillBase
-from scheduler_core.models import Job, Schedule
+from jobs.models import Job, Schedule
+from jobs.models.backfill import BackfillBase
 
 NAME_MAX = 200
 RUN_KEY_MAX = 200

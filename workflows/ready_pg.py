@@ -10,8 +10,8 @@ from contextlib import contextmanager
 
 from django.db import connections
 
+from jobs.models import Job, Schedule
 from runs.execution.transitions import int_array
-from scheduler_core.models import Job, Schedule
 from workflows import rules
 from workflows.models import (
     NodeRun,

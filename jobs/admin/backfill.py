@@ -126,7 +126,7 @@ class BackfillAdminBase(ReadOnlyAdmin):
     @staticmethod
     def progress_text(record, now) -> str:
         """``record``'s progress in words at ``now`` (an aware datetime), by its state
-        (backfill_models.BackfillBase.state)."""
+        (jobs/models/backfill.py, BackfillBase.state)."""
         done, state = record.made + record.skipped, record.state(now)
         if state == "failed":
             return f"stopped at {done} of {record.total}: {record.error}"

@@ -20,7 +20,7 @@ The rules:
 * Made CHUNK occurrences per transaction, the counts and ``progress_at`` on the Backfill
   row committed with each, so the admin shows the progress of a backfill being made; the
   row itself is made in the first chunk's transaction, and one whose process died shows
-  "stopped" (backfill_models.BackfillBase.state).
+  "stopped" (jobs/models/backfill.py, BackfillBase.state).
 """
 
 from collections.abc import Callable

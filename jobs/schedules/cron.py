@@ -52,7 +52,7 @@ NAMES = (None, None, None, MONTHS, DAYS)
 # years never matches.
 SEARCH_YEARS = 400
 MAX_JITTER_S = 86_400
-# The stored form's longest: scheduler_core/models.py, Schedule.cron (max_length).
+# The stored form's longest: jobs/models/job.py, Schedule.cron (max_length).
 MAX_TEXT = 200
 ONE_MINUTE = timedelta(minutes=1)
 

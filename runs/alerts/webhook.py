@@ -16,6 +16,7 @@ import hmac
 import json
 import time
 
+from jobs.models import Job
 from runs.alerts.policy import WEBHOOK_HANDLER, WEBHOOK_JOB_PREFIX
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
@@ -23,7 +24,6 @@ from runs.models import Run
 from runs.outbound.payload import http_payload
 from runs.types import RunRef
 from scheduler_core import conf
-from scheduler_core.models import Job
 
 SIGNATURE_HEADER = "X-Scheduler-Signature"
 TIMESTAMP_HEADER = "X-Scheduler-Timestamp"

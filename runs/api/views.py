@@ -21,6 +21,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from jobs.models import Job
 from runs import services
 from runs.api import dead_letter
 from runs.api.filters import DeadLetterFilter, LogLineFilter, RunFilter
@@ -34,7 +35,6 @@ from runs.metrics.stats import queue_stats
 from runs.models import PENDING_STATES, LogLine, Run, RunState
 from runs.tenancy.quotas import QuotaExceeded, bounds_of
 from scheduler_core.exceptions import BrokerUnavailable
-from scheduler_core.models import Job
 from scheduler_core.replicas import ReplicaList
 from scheduler_core.rest.errors import (
     COMMON,

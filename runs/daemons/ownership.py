@@ -22,7 +22,7 @@ from datetime import datetime
 
 from django.db.models import F
 
-from scheduler_core.models import LeaseChangeCount, LeaseTenure
+from jobs.models import LeaseChangeCount, LeaseTenure
 
 log = logging.getLogger("scheduler.ownership")
 

@@ -14,9 +14,9 @@ import math
 from django.db import transaction
 from django.db.models import Q
 
+from jobs.models import LeaseMember, SchedulerPartition
 from runs.clock import db_now, seconds
 from runs.daemons import ownership
-from scheduler_core.models import LeaseMember, SchedulerPartition
 
 
 class PartitionLeases:

@@ -27,11 +27,11 @@ from django.db.models import Aggregate, Count, DurationField, F, Q
 from django.db.models.functions import TruncMinute
 from django.urls import reverse
 
+from jobs.models import SchedulerPartition
 from runs.clock import db_now
 from runs.daemons import ownership
 from runs.metrics.stats import live_workers, percentile, queue_stats
 from runs.models import LAG_FROM, Run, RunState
-from scheduler_core.models import SchedulerPartition
 
 WINDOW_MINUTES = 60
 OWNERSHIP_ROWS = 30  # newest partition and shard tenures the dashboard lists

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from django.db import connections, transaction
 from django.db.models import Q
 
+from jobs.models import Job
 from runs.clock import seconds
 from runs.execution import hooks, outcomes
 from runs.models import PENDING_STATES, Run, RunState
-from scheduler_core.models import Job
 
 
 def deadline_sql(run_table: str) -> str:

@@ -15,6 +15,7 @@ from datetime import datetime
 from django.db import connections, transaction
 from django.db.models import F, Q
 
+from jobs.models import Job
 from runs.alerts.policy import alert_dead
 from runs.clock import db_now, from_us, seconds
 from runs.execution import expiry, hooks, retry
@@ -28,7 +29,6 @@ from runs.models import (
 )
 from runs.types import Lease, RunRef
 from scheduler_core import conf
-from scheduler_core.models import Job
 
 LOG_MESSAGE_MAX = 10_000
 ERROR_MAX = 100_000

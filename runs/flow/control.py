@@ -13,8 +13,8 @@ import time
 
 from django.db.models import Q
 
+from jobs.models import Job
 from runs.flow.models import RateLimit
-from scheduler_core.models import Job
 
 TEMPLATE_RE = re.compile(r"^(handler|name|payload(\.[A-Za-z0-9_-]{1,64}){1,8})$")
 TEMPLATE_HINT = "a template: handler, name or payload.<field>[.<field>...]"

@@ -23,6 +23,7 @@ from django.db import connections, transaction
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
+from jobs.models import IdempotencyKey, Job
 from runs.clock import db_now, seconds
 from runs.execution import hooks
 from runs.execution.transitions import in_shards
@@ -30,7 +31,6 @@ from runs.history import named_leases as leases
 from runs.history import time_partitions as history_partitions
 from runs.models import AlertPolicy, Attempt, LogLine, Run, RunState
 from scheduler_core import conf
-from scheduler_core.models import IdempotencyKey, Job
 
 log = logging.getLogger("scheduler.retention")
 PRUNABLE_STATES = (RunState.SUCCEEDED, RunState.CANCELLED)

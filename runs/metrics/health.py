@@ -16,13 +16,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from jobs.models import SchedulerPartition
 from runs.clock import db_now
 from runs.daemons import isolation
 from runs.execution.outcomes import counts
 from runs.metrics import stats
 from runs.models import TERMINAL_STATES, Run, RunState, ShardLease
 from scheduler_core import conf
-from scheduler_core.models import SchedulerPartition
 
 # Upper bounds (seconds) of the start-lag buckets: invariant 4 says about a second, so
 # the fine buckets sit below it (docs/architecture.md, "Invariants").

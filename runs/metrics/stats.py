@@ -23,6 +23,7 @@ from django.db import connections
 from django.db.models import Count, Min, Q
 from django.db.models.functions import Greatest
 
+from jobs.models import Job
 from runs.brokers import get_broker
 from runs.brokers.base import Broker
 from runs.clock import db_now
@@ -34,7 +35,6 @@ from runs.models import (
     WorkerProcess,
 )
 from scheduler_core import conf
-from scheduler_core.models import Job
 
 WINDOW_S = 60
 """Seconds of history behind throughput and lag."""

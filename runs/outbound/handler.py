@@ -16,13 +16,13 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
+from jobs.models import Job
 from runs import tracing
 from runs.outbound import client, guard, secrets
 from runs.outbound.payload import SECRET_HEADERS, check_stored, opened, value_problem
 from runs.outbound.redact import scrub
 from scheduler_core import conf
 from scheduler_core.exceptions import PermanentFailure, RetryAfter
-from scheduler_core.models import Job
 
 # httpx logs every request at INFO ("HTTP Request: ..."), which a worker's child stores on
 # the attempt: the handler logs its own line, so one is enough. httpcore's DEBUG lines

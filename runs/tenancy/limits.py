@@ -3,7 +3,7 @@
 jobs.tenants.set_owner_policy, which syncs them to the broker at once; dispatchers also
 re-sync them at every reconcile, which repairs a lost Redis."""
 
-from scheduler_core.models import OwnerPolicy
+from jobs.models import OwnerPolicy
 
 
 def owner_limits(using: str = "default") -> dict[int, int]:

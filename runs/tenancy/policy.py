@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
 
+from jobs.models import QUEUE_RE
 from scheduler_core import conf
-from scheduler_core.models import QUEUE_RE
 
 PRIORITY_SPAN = 1 << 42
 """Ready score of a run: ``priority * PRIORITY_SPAN + run_at_ms`` (runs/brokers/redis/lua)."""

@@ -3,19 +3,19 @@ Bounds (its OwnerPolicy, or the settings defaults) and the checks of the two quo
 ``max_jobs`` and ``max_pending``. They live in the engine because the engine's own
 operations that add pending runs (runs/services.py's requeue: a retry, a dead letter
 requeued from the API, the admin or ``manage.py deadletter``) must keep to
-``max_pending`` too, and runs never imports jobs (docs/architecture.md, "Code layout");
-jobs/tenants.py re-exports them beside the rest of the tenant rules."""
+``max_pending`` too, and runs imports nothing of jobs but its models (docs/architecture.md,
+"Code layout"); jobs/tenants.py re-exports them beside the rest of the tenant rules."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import connections
 
+from jobs.models import Job, OwnerPolicy
 from runs.execution import hooks
 from runs.models import PENDING_STATES, Run
 from scheduler_core import conf
 from scheduler_core.exceptions import SchedulerError
-from scheduler_core.models import Job, OwnerPolicy
 
 SHARED_QUEUE = "default"
 MAX_INT = 2**31 - 1  # PositiveIntegerField's range

@@ -4,7 +4,7 @@ progress the admin shows while it is made: ``total`` occurrences in the range, `
 new runs, ``skipped`` occurrences that already had one. How many of the made runs have
 finished is counted from the runs themselves (jobs/schedules/backfill.py, ``finished_count``).
 
-The abstract base is shared with workflows/backfill.py's ``WorkflowBackfill``.
+The abstract base is shared with workflows/models.py's ``WorkflowBackfill``.
 """
 
 from datetime import datetime, timedelta
@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import models
 
-from scheduler_core.models import Job
+from jobs.models.job import Job
 
 # A backfill not done, without an error and without progress for this long is shown
 # stopped: its process died (a request past gunicorn's timeout, a crash) between chunks
