@@ -1,7 +1,8 @@
 """The code layout rules of docs/architecture.md ("Code layout and dependency rule"),
-checked over the source with the stdlib's ast: each layer imports only the layers below
-it, no import cycle between the layers, no circle between files, and no module of the
-apps over 400 lines.
+checked over the source with the stdlib's ast: each layer imports only the layers the
+section's table says it may, no import cycle between the layers, no circle between files,
+and no module of the apps over 400 lines. The layers are read from that table, and its
+picture must draw the same order, so the doc and the check cannot drift apart.
 
 Every import counts, at module level or inside a function (an import deferred into a
 function still makes the two files depend on each other). ``from a.b import c`` is an
@@ -13,31 +14,68 @@ is left out.
 """
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("scheduler_core", "jobs", "runs", "scheduler_tasks", "workflows",
-            "scheduler_project", "chaos", "bench")
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+SECTION = "## Code layout and dependency rule"
 SIZE_CHECKED = ("scheduler_core", "jobs", "runs", "scheduler_tasks", "workflows",
                 "scheduler_project")
 MAX_LINES = 400
-# The one direction between the layers (docs/architecture.md): each may import only those
-# listed after it. A layer is a package or a subtree of one (jobs.models, the jobs app's
-# models, sits below runs; the rest of jobs above it); chaos and bench sit on top.
-LAYERS = {
-    "scheduler_core": set(),
-    "jobs.models": {"scheduler_core"},
-    "runs": {"scheduler_core", "jobs.models"},
-    "jobs": {"scheduler_core", "jobs.models", "runs"},
-    "scheduler_tasks": {"scheduler_core", "jobs.models", "runs", "jobs"},
-    "workflows": {"scheduler_core", "jobs.models", "runs", "jobs", "scheduler_tasks"},
-    "scheduler_project": {"scheduler_core", "jobs.models", "runs", "jobs", "scheduler_tasks",
-                          "workflows"},
-    "chaos": {"scheduler_core", "jobs.models", "runs", "jobs", "scheduler_tasks", "workflows",
-              "scheduler_project"},
-    "bench": {"scheduler_core", "jobs.models", "runs", "jobs", "scheduler_tasks", "workflows",
-              "scheduler_project", "chaos"},
-}
+
+
+def layout_section() -> str:
+    """The text of docs/architecture.md's SECTION, up to the next heading."""
+    text = ARCHITECTURE.read_text()
+    assert SECTION in text, f"docs/architecture.md has no {SECTION!r}"
+    body = text.split(SECTION, 1)[1]
+    return re.split(r"^#{2,3} ", body, maxsplit=1, flags=re.MULTILINE)[0]
+
+
+def layer_table(section: str) -> dict[str, set[str]]:
+    """Layer -> the layers it may import, from the section's "layer | holds | may import"
+    table: a backticked name per layer, "nothing of ours" or backticked names after."""
+    lines = section.splitlines()
+    head = next(i for i, line in enumerate(lines)
+                if re.fullmatch(r"\|\s*layer\s*\|\s*holds\s*\|\s*may import\s*\|", line))
+    layers = {}
+    for line in lines[head + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        assert len(cells) == 3 and re.fullmatch(r"`[\w.]+`", cells[0]), line
+        layers[cells[0].strip("`")] = set(re.findall(r"`([\w.]+)`", cells[2]))
+        assert layers[cells[0].strip("`")] or cells[2] == "nothing of ours", line
+    return layers
+
+
+def picture_edges(section: str) -> set[tuple[str, str]]:
+    """The arrows of the section's mermaid flowchart, as (layer, layer) pairs: a node is
+    ``id`` or ``id["label"]``, its layer the label if given, else the id."""
+    block = re.search(r"```mermaid\n(.*?)```", section, re.DOTALL)
+    assert block, "the section has no mermaid picture"
+    node = re.compile(r'\s*(\w+)(?:\["([^"]+)"\])?\s*')
+    labels, pairs = {}, []
+    for line in block.group(1).splitlines():
+        if "-->" not in line:
+            continue
+        ends = []
+        for side in line.split("-->"):
+            match = node.fullmatch(side)
+            assert match, f"cannot read {line!r}"
+            if match.group(2):
+                labels[match.group(1)] = match.group(2)
+            ends.append(match.group(1))
+        pairs.append(tuple(ends))
+    return {(labels.get(a, a), labels.get(b, b)) for a, b in pairs}
+
+
+# The one direction between the layers: each may import only those its row lists. A
+# layer is a package or a subtree of one (jobs.models sits below runs, the rest of jobs
+# above it).
+LAYERS = layer_table(layout_section())
+PACKAGES = sorted({layer.split(".")[0] for layer in LAYERS})
 
 
 def source_files() -> dict[str, Path]:
@@ -146,6 +184,17 @@ def package_of(module: str) -> str:
     return module.split(".")[0]
 
 
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every node a path of ``edges`` leads to from ``start``, ``start`` left out."""
+    seen, todo = set(), list(edges.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo += edges.get(node, ())
+    return seen
+
+
 def layer_of(module: str) -> str:
     """The layer of ``module``: the longest key of LAYERS that is ``module`` or a parent
     of it (whole dotted components: jobs.models_extra is not in jobs.models)."""
@@ -156,6 +205,27 @@ def layer_of(module: str) -> str:
 
 def test_no_circle_between_files():
     assert cycles(import_graph()) == []
+
+
+def test_the_table_names_packages_and_subtrees_that_exist():
+    modules = source_files()
+    assert [layer for layer in LAYERS
+            if not any(m == layer or m.startswith(f"{layer}.") for m in modules)] == []
+    assert sorted({name for names in LAYERS.values() for name in names} - set(LAYERS)) == []
+
+
+def test_the_table_orders_the_layers_without_a_cycle():
+    assert cycles(LAYERS) == []
+
+
+def test_the_picture_draws_the_table():
+    # An arrow is "imports"; a layer may import whatever its arrows lead to.
+    edges: dict[str, set[str]] = {}
+    for source, target in picture_edges(layout_section()):
+        edges.setdefault(source, set()).add(target)
+    drawn = {layer for pair in edges.items() for layer in (pair[0], *pair[1])}
+    assert drawn == set(LAYERS)
+    assert {layer: reachable(edges, layer) for layer in LAYERS} == LAYERS
 
 
 def test_layers_import_only_downwards():
@@ -202,3 +272,19 @@ def test_a_module_is_in_the_longest_layer_that_holds_it():
     assert layer_of("jobs.models.job") == "jobs.models"
     assert layer_of("jobs.services") == "jobs"
     assert layer_of("jobs.models_extra") == "jobs"  # whole components, not characters
+
+
+def test_the_doc_is_read_as_written():
+    section = """
+| layer | holds | may import |
+|---|---|---|
+| `low` | a | nothing of ours |
+| `low.sub` | b | `low` |
+
+```mermaid
+flowchart TD
+    low_sub["low.sub"] --> low
+```
+"""
+    assert layer_table(section) == {"low": set(), "low.sub": {"low"}}
+    assert picture_edges(section) == {("low.sub", "low")}
