@@ -103,7 +103,8 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                          "node__job_id", "node__job__queue", "node__job__priority",
                          "node__job__max_attempts", "node__job__shard_key",
                          "node__job__handler", "node__job__owner_id", "node__map_over_id",
-                         "node__subworkflow_id", "node__job__status"))
+                         "node__subworkflow_id", "node__job__status")
+            .order_by("id"))  # the runs' order, as ready_pg.ready_rows says why
     _doomed(locked, ready, doomed)
     return _start(ready, now, using, running)
 

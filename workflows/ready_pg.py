@@ -92,7 +92,11 @@ def ready_rows(locked: list[int], using: str) -> list[tuple]:
         f" LEFT JOIN {t['s']} AS s ON s.id = w.schedule_id"
         f" JOIN {t['wn']} AS wn ON wn.id = n.node_id JOIN {t['j']} AS j ON j.id = wn.job_id"
         " WHERE n.id = ANY(%s::bigint[]) AND n.state = %s AND wr.state = %s AND "
-        + rules.ready_sql("n", "wn", t["n"], t["e"]))
+        + rules.ready_sql("n", "wn", t["n"], t["e"])
+        # The runs are made in this order, so their ids follow it, and a lease breaks a
+        # tie of priority and run_at by id: without it the order was the plan's, which
+        # the statistics an earlier load left can change, not the one call's (n.id).
+        + " ORDER BY n.id")
     with connections[using].cursor() as cursor:
         cursor.execute(sql, [int_array(locked), NodeState.PENDING, WorkflowRunState.RUNNING])
         return cursor.fetchall()
