@@ -92,7 +92,8 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     queue = spec.get("queue")
     if queue is not None and (not isinstance(queue, str) or not QUEUE_RE.match(queue)):
         errors["queue"] = "1-64 characters of letters, digits, '_', '.', '-'"
-    shard_key = spec.get("shard_key") or ""
+    shard_key = spec.get("shard_key")
+    shard_key = "" if shard_key is None else shard_key  # 0 is a wrong type, not "none"
     if (not isinstance(shard_key, str) or len(shard_key) > 200 or "\x00" in shard_key
             or not utf8(shard_key)):
         errors["shard_key"] = "must be text of at most 200 characters"
@@ -117,6 +118,9 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
             errors["run_at"] = "must carry a UTC offset (naive datetimes are ambiguous)"
         elif problem := moment_problem(run_at):
             errors["run_at"] = problem
+    # A one-off job's schedule fields mean nothing, but a wrong one is refused at every
+    # door (REST's types refused a wrongly typed one; the Python API ignored it).
+    tz, policy, max_lag = schedule_fields(spec, errors)
     if has_cron:
         try:
             if not isinstance(spec["cron"], str):
@@ -124,19 +128,9 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
             clean["cron"] = cron.normalize(spec["cron"])
         except ValueError as exc:
             errors["cron"] = str(exc)
-        tz = spec.get("timezone") or "UTC"
-        if problem := zones.zone_problem(tz):
-            errors["timezone"] = problem
-        else:
+        if "timezone" not in errors:
             clean["timezone"] = tz
-        policy = spec.get("misfire_policy") or MisfirePolicy.RUN_ONCE
-        if policy not in MisfirePolicy.values:
-            errors["misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"
         clean["misfire_policy"] = policy
-        max_lag = spec.get("max_lag_s", conf.get("MAX_LAG_S"))
-        if isinstance(max_lag, bool) or not isinstance(max_lag, int) \
-                or not 0 <= max_lag <= MAX_INT:  # the column's range: no DataError later
-            errors["max_lag_s"] = f"must be an integer from 0 to {MAX_INT} (seconds)"
         clean["max_lag_s"] = max_lag
         jitter = spec.get("jitter_s") or 0
         if isinstance(jitter, bool) or not isinstance(jitter, int) \
@@ -183,6 +177,23 @@ def _when_problems(spec: dict) -> dict[str, str]:
 
 
 GAP_OCCURRENCES = 100  # the occurrences whose gaps bound jitter: a DST change shows up
+
+
+def schedule_fields(spec: dict, errors: dict) -> tuple:
+    """(timezone, misfire_policy, max_lag_s) of ``spec`` with their defaults (UTC,
+    run_once, MAX_LAG_S seconds); a wrong one is put in ``errors`` by its field's name."""
+    tz = spec.get("timezone")
+    tz = "UTC" if tz is None or tz == "" else tz
+    if problem := zones.zone_problem(tz):
+        errors["timezone"] = problem
+    policy = spec.get("misfire_policy") or MisfirePolicy.RUN_ONCE
+    if policy not in MisfirePolicy.values:
+        errors["misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"
+    max_lag = spec.get("max_lag_s", conf.get("MAX_LAG_S"))
+    if isinstance(max_lag, bool) or not isinstance(max_lag, int) \
+            or not 0 <= max_lag <= MAX_INT:  # the column's range: no DataError later
+        errors["max_lag_s"] = f"must be an integer from 0 to {MAX_INT} (seconds)"
+    return tz, policy, max_lag
 
 
 def jitter_problem(expression: str, tz: str, jitter_s: int,

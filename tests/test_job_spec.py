@@ -249,6 +249,14 @@ WRONG_TYPES = [
     ("expires_at", NAIVE_2030, datetime.fromisoformat(NAIVE_2030)),
     ("expires_at", "2020-01-01T00:00:00Z", datetime(2020, 1, 1, tzinfo=UTC)),
 ]
+# Refused at every door, in REST's words or the Python API's: a one-off job's schedule
+# fields mean nothing, yet a wrong one is refused; a shard_key 0 is no "none".
+WRONG_ELSEWHERE = [
+    ("max_lag_s", "60", "60"),
+    ("timezone", "Not/AZone", "Not/AZone"),
+    ("misfire_policy", "bogus", "bogus"),
+    ("shard_key", 0, 0),
+]
 # A run_at in the past means now: an expires_at after it but past is past all the same.
 PAST_RUN_AT = {"run_at": datetime(2019, 1, 1, tzinfo=UTC)}
 TYPE_IDS = [f"{field}={rest!r}" for field, rest, _ in WRONG_TYPES]
@@ -283,7 +291,8 @@ def rest_refusal(api, door: str, field: str, value, **more) -> dict:
 
 
 @pytest.mark.parametrize("door", ["REST", "REST bulk", "create_job", "create_jobs"])
-@pytest.mark.parametrize("field, rest_value, python_value", WRONG_TYPES, ids=TYPE_IDS)
+@pytest.mark.parametrize("field, rest_value, python_value", WRONG_TYPES + WRONG_ELSEWHERE,
+                         ids=TYPE_IDS + [f"{f}={r!r}" for f, r, _ in WRONG_ELSEWHERE])
 def test_every_way_in_refuses_a_wrongly_typed_value_naming_the_field(
         api, door, field, rest_value, python_value):
     if door.startswith("REST"):
