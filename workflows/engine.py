@@ -98,8 +98,7 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
                                                 workflow_run__state=WorkflowRunState.RUNNING)
             .filter(rules.ready_q())
             .values_list("id", "workflow_run__workflow_id", "workflow_run__scheduled_at",
-                         "workflow_run__started_by",
-                         "workflow_run__workflow__schedule__jitter_s",
+                         "workflow_run__started_by", "workflow_run__workflow__schedule__jitter_s",
                          "node__job_id", "node__job__queue", "node__job__priority",
                          "node__job__max_attempts", "node__job__shard_key",
                          "node__job__handler", "node__job__owner_id", "node__map_over_id",
