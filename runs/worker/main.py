@@ -216,19 +216,25 @@ class Worker(Daemon):
         return self.config.max_runs is not None and self.acks.finished >= self.config.max_runs
 
     def wait_s(self) -> float:
-        """Seconds this round waits for a child's message or a lane's answer: none once
-        stopping with neither in flight (or until a failed ack may be sent again). Such a
+        """Seconds this round waits for a child's message or a lane's answer: never past
+        the moment outcomes held here may be acked (no ack in flight will wake the loop:
+        a failed ack's pause), and none once stopping with nothing in flight. Such a
         round (an ack's answer woke the one before) has nothing left that would wake it,
-        and waited out a whole WORKER_POLL_S before the loop could end."""
+        and waited out a whole WORKER_POLL_S."""
+        if self.acks.outcomes and not self.acks.acking:
+            return min(self.supervisor.wait_timeout(),
+                       max(0.0, self.acks.paused_until - time.monotonic()))
         if (self.stopping and not self.children.in_flight() and not self.lease.busy()
                 and not self.acks.acking):
-            return max(0.0, self.acks.paused_until - time.monotonic()) \
-                if self.acks.outcomes else 0.0
+            return 0.0
         return self.supervisor.wait_timeout()
 
     def round(self) -> bool:
         self.lease.harvest()
         self.acks.harvest()
+        # Outcomes held for the ack just harvested go now: this round may wait up to
+        # WORKER_POLL_S for a child or a lease, and the ack's answer was its only wake-up.
+        self.acks.flush()
         self.books.keep()
         if self.ran_out():
             # Counted by this harvest: stop before a wait for nothing, up to WORKER_POLL_S.
