@@ -110,8 +110,16 @@ class LeaseAhead:
         return bool(self.leasing)
 
     def sleeping_until(self) -> float | None:
-        """time.monotonic() of the next lease while idle with none in flight, else None."""
-        return None if self.leasing else self.ahead.sleeping_until()
+        """time.monotonic() of the next lease while none is in flight: the idle wake-up,
+        and never before a failed lease's pause ends (an idle worker's wake-up has passed
+        by then: waiting for it, the loop spun for the whole pause, each pause of an
+        outage); None: now, or a lease is in flight."""
+        if self.leasing:
+            return None
+        wake_at = self.ahead.sleeping_until()
+        if self.paused_until > time.monotonic():
+            return self.paused_until if wake_at is None else max(wake_at, self.paused_until)
+        return wake_at
 
     def prefetch(self) -> int:
         """Runs to lease beyond the free slots: none until runs are known to be short,
