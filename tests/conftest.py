@@ -272,6 +272,27 @@ def pytest_configure(config):
                    "as tests/test_embedded_default.py runs the API tests")
 
 
+# The files run on the Redis Cluster pair in the quick phase: the broker's own suites,
+# which prove each broker operation on it. Elsewhere the cluster pair reaches the broker
+# only through those operations, so its instances run with the slow tests
+# (docs/testing.md, "What is slow"): the quick phase is CPU-bound on 2 cores.
+CLUSTER_QUICK = frozenset({"test_broker_contract.py", "test_isolation.py",
+                           "test_broker_fifo.py", "test_due_leases.py",
+                           "test_redis_push.py"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark slow the cluster pair's instances outside CLUSTER_QUICK (before ``-m``
+    selects)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if (callspec is not None
+                and callspec.params.get("broker") == "redis_cluster-postgresql"
+                and item.path.name not in CLUSTER_QUICK):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_runtest_setup(item):
     marker = item.get_closest_marker("postgresql_only")
     if marker is not None and connections["default"].vendor != "postgresql":
