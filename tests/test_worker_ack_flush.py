@@ -10,16 +10,14 @@ from django.db import connection, transaction
 from jobs.registry import handler
 from jobs.services import create_job
 from runs.models import Run
-from runs.worker import Worker
+from tests.test_pg_listen import POLL_S, serve_while
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-POLL_S = 30.0
 
 
 @handler("ackflush.nap")
 def nap(ctx, payload):
-    time.sleep(1.5)
+    time.sleep(2.5)
 
 
 @handler("ackflush.noop")
@@ -34,12 +32,12 @@ def wait_for(predicate, within_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def hold_row_lock(run_id: int, locked: threading.Event, hold_s: float) -> None:
+def hold_row_lock(run_id: int, locked: threading.Event, hold_s: float, seen: list) -> None:
     """In a thread of its own: lock run ``run_id``'s row for ``hold_s`` seconds, so its
-    ack waits on it."""
+    ack waits on it; its state when locked goes to ``seen``."""
     try:
         with transaction.atomic():
-            Run.objects.select_for_update().get(pk=run_id)
+            seen.append(Run.objects.select_for_update().get(pk=run_id).state)
             locked.set()
             time.sleep(hold_s)
     finally:
@@ -51,38 +49,23 @@ def test_an_outcome_collected_behind_a_slow_ack_is_acked_once_that_ack_commits(s
     outcome is held for the ack in flight. That ack committed and woke the worker's loop,
     which then slept (a whole WORKER_POLL_S with an idle lease waiting for work) before
     sending the held outcome: the run stayed unacked, and outside a test unheartbeated,
-    its lease free to lapse. The bound is the poll's third, not a speed."""
+    its lease free to lapse. serve_while bounds the wait at a quarter poll."""
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": "database",
                           "WORKER_POLL_S": POLL_S}
-    worker = Worker(["default"], concurrency=1)
-    failed = []
-    made = {}
+    seen = []
 
     def steps():
-        try:
-            first = create_job("ackflush.nap").runs.get().pk
-            wait_for(lambda: Run.objects.get(pk=first).state == "running", 10,
-                     "the first run did not start")
-            locked = threading.Event()
-            locker = threading.Thread(target=hold_row_lock, args=(first, locked, 3.0))
-            locker.start()
-            locked.wait(5)
-            second = create_job("ackflush.noop").runs.get().pk
-            made.update(first=first, second=second)
-            locker.join()
-            wait_for(lambda: Run.objects.filter(pk__in=[first, second],
-                                                state="succeeded").count() == 2,
-                     POLL_S / 3, "an outcome held behind the slow ack was not acked")
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            failed.append(exc)
-        finally:
-            worker.request_stop()
-            connection.close()
+        first = create_job("ackflush.nap").runs.get().pk
+        wait_for(lambda: Run.objects.get(pk=first).state == "running", 10,
+                 "the first run did not start")
+        locked = threading.Event()
+        locker = threading.Thread(target=hold_row_lock, args=(first, locked, 4.0, seen))
+        locker.start()
+        locked.wait(5)
+        create_job("ackflush.noop")
+        locker.join()
 
-    thread = threading.Thread(target=steps)
-    thread.start()
-    worker.serve()
-    thread.join()
+    serve_while(steps, runs=2)
 
-    assert not failed, failed
-    assert Run.objects.get(pk=made["second"]).state == "succeeded"
+    assert seen == ["running"], "the first run's ack came before the lock: no race"
+    assert Run.objects.filter(state="succeeded").count() == 2
