@@ -38,5 +38,7 @@ def test_a_bulk_commit_checks_runs_against_jobs_by_primary_key_after_a_stale_pla
             cursor.execute("SET auto_explain.log_min_duration = -1")
     checks = [p for p in plans if 'FROM ONLY "public"."jobs_job"' in p]
     assert len(checks) >= 2000
-    assert not [p for p in checks if "Seq Scan" in p]
-    assert all("Index Scan using jobs_job_pkey" in p for p in checks)
+    # By the key, as an index scan or (when PostgreSQL estimates so) a bitmap scan of it;
+    # never a scan of the whole table.
+    odd = [p for p in checks if "Seq Scan" in p or "jobs_job_pkey" not in p]
+    assert not odd, odd[0]
