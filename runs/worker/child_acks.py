@@ -32,6 +32,7 @@ class BookKeeper:
         self.lanes = lanes
         self.owed: list[Books] = []
         self.call: Future | None = None
+        self.wake_at_end = False  # the call in flight wakes the worker when it ends
 
     def owe(self, books: Books) -> None:
         self.owed.append(books)
@@ -42,7 +43,14 @@ class BookKeeper:
         if not self.owed:
             return
         if not force and self.call is not None and not self.call.done():
+            # The call was made not to wake the worker; what is owed now must go when it
+            # ends, not at the loop's next wake-up for something else (up to
+            # WORKER_POLL_S, the finished runs counted against their limits meanwhile).
+            if not self.wake_at_end:
+                self.wake_at_end = True
+                self.call.add_done_callback(lambda _: self.lanes.wake())
             return
+        self.wake_at_end = False
         owed, self.owed = self.owed, []
         self.call = self.lanes.ack.submit(self.broker.keep_books, merge_books(owed),
                                           wake=False)
