@@ -66,7 +66,7 @@ EDGES = [
     ("i", "j1"), ("i", "j2"), ("j1", "k"), ("j2", "k"),
     ("a", "side"), ("side", "k"),
 ]
-# Trigger rules (workflows/rules.py) on five more nodes: "first_h" starts at the first of
+# Trigger rules (workflows/execution/rules.py) on five more nodes: "first_h" starts at the first of
 # h1..h4's successes, "alarm" waits for a failure that never comes and is skipped with
 # the node below it, "tidy" and "guard" run once all their upstreams are done.
 EDGES += [

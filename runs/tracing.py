@@ -37,7 +37,7 @@ log = logging.getLogger("scheduler.tracing")
 TRACER_NAME = "django-job-scheduler"
 NOTHING = nullcontext()  # what enqueue() gives while tracing is off
 # Where a leased run that stores no context may find one: callables (run ids, database
-# alias) -> {run id: traceparent}, registered at startup (workflows/tracing.py).
+# alias) -> {run id: traceparent}, registered at startup (workflows/execution/tracing.py).
 SOURCES: list = []
 
 

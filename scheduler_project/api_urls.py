@@ -13,8 +13,8 @@ from jobs.api.rate_limits import RateLimitsView
 from runs.api.views import DeadLetterViewSet, LogLineViewSet, QueueView, RunViewSet
 from scheduler_core.rest.view_defaults import ApiPolicy
 from scheduler_project.api_docs import DocsView, SchemaView
-from workflows.api import WorkflowRunViewSet, WorkflowViewSet
-from workflows.backfill_api import WorkflowBackfillViewSet
+from workflows.api.backfill import WorkflowBackfillViewSet
+from workflows.api.views import WorkflowRunViewSet, WorkflowViewSet
 
 
 class Router(DefaultRouter):

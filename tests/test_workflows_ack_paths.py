@@ -1,4 +1,4 @@
-"""The ack of workflow nodes' successes is written twice on purpose: workflows/engine.py
+"""The ack of workflow nodes' successes is written twice on purpose: workflows/execution/engine.py
 is the rule book (SQLite, acks inside a transaction, starts, resumes, the reconcile, and
 every case the one call leaves to it), and workflows/sql/ack_succeeded.sql replays its
 common case in one round trip on PostgreSQL (the .sql file's header says why). Here the
@@ -35,7 +35,8 @@ from jobs.tenants import set_owner_policy
 from runs.execution.continuation import Offer
 from runs.models import Attempt, AttemptOutcome, Run
 from runs.types import Outcome
-from workflows import ack_pg, control, rules, services
+from workflows import control, services
+from workflows.execution import ack_pg, rules
 from workflows.models import NodeRun, NodeState, WorkflowNode, WorkflowRun
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])

@@ -13,7 +13,7 @@ from django.utils import timezone
 from runs.models import Run, RunState
 from tests.test_api_helpers import user_with
 from workflows import services
-from workflows.graph_svg import layers, positions
+from workflows.admin.graph_svg import layers, positions
 from workflows.models import MapItem, NodeRun, NodeState, Workflow, WorkflowRun
 
 pytestmark = pytest.mark.django_db

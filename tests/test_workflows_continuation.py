@@ -314,7 +314,7 @@ def test_an_acks_queries_do_not_grow_with_its_fan_out(pair, settings, monkeypatc
     # (runs/execution/continuation.py).
     from django.contrib.auth.models import User
 
-    from workflows import ack_pg
+    from workflows.execution import ack_pg
 
     broker = pair
     if broker.using != "default":
@@ -441,7 +441,7 @@ def test_an_ack_continues_the_most_urgent_of_the_runs_it_makes_first(pair, setti
                                                                     monkeypatch, path):
     """root -> lo (priority 9, made first, the lower id) and hi (priority 0), room 1: the
     lease's order takes hi, and so must the continuation (it took the lowest id)."""
-    from workflows import ack_pg
+    from workflows.execution import ack_pg
 
     broker = pair
     settings.SCHEDULER = {**settings.SCHEDULER, "PRIORITY_CLASSES": ""}

@@ -1,4 +1,4 @@
-"""A failed node run says why its run failed (workflows/failures.py, why_failed): the
+"""A failed node run says why its run failed (workflows/execution/failures.py, why_failed): the
 last line of the run's error after "its run went to the dead letter", so the workflow
 run's page and API show the cause without a request to the run (a new user's report:
 the cause was one request further on)."""
@@ -8,7 +8,7 @@ import pytest
 from jobs.registry import handler
 from runs.worker import Worker
 from workflows import services
-from workflows.failures import CAUSE_MAX, why_failed
+from workflows.execution.failures import CAUSE_MAX, why_failed
 from workflows.models import NodeRun
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])

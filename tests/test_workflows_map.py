@@ -17,9 +17,10 @@ from runs.models import Run
 from runs.worker import Worker
 from tests.conftest import wait_until
 from tests.test_workflows_engine import drain, states, work
-from workflows import control, engine, reconcile, services
+from workflows import control, reconcile, services
+from workflows.execution import engine
+from workflows.execution.quota import revived_by_requeue
 from workflows.models import MapItem, NodeRun, WorkflowNode
-from workflows.quota import revived_by_requeue
 from workflows.validation import InvalidWorkflow, validate_workflow
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])

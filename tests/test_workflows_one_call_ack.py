@@ -1,4 +1,4 @@
-"""The ack of workflow nodes' successes as one call on PostgreSQL (workflows/ack_pg.py,
+"""The ack of workflow nodes' successes as one call on PostgreSQL (workflows/execution/ack_pg.py,
 workflows/sql/ack_succeeded.sql; docs/workflows.md, "Latency"), on every
 broker/database pair: one round trip where the call serves, the same rows as the ORM
 path everywhere; pause and resume exact against a call held open before its commit; an

@@ -9,7 +9,8 @@ import pytest
 from django.db import connections, transaction
 
 from jobs.registry import handler
-from workflows import ready_pg, services
+from workflows import services
+from workflows.execution import ready_pg
 from workflows.models import NodeRun
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql_only(

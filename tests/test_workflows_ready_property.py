@@ -1,5 +1,5 @@
 """Property: on PostgreSQL the engine's readiness reads written out as SQL
-(workflows/ready_pg.py, the handoff path of engine.start_ready, taken when ``below`` is
+(workflows/execution/ready_pg.py, the handoff path of engine.start_ready, taken when ``below`` is
 given) decide what the ORM path (engine.start_ready with ``node_ids``, which reconcile,
 resume and SQLite take) decides, and both what the rules say (docs/workflows.md, "The
 rules", "Failure" and "Trigger rules"): of the pending node runs below the acked nodes,
@@ -21,8 +21,9 @@ from django.utils import timezone
 
 from jobs.models import Job
 from jobs.registry import handler
-from workflows import rules, services
-from workflows.engine import downstream_of, start_ready
+from workflows import services
+from workflows.execution import rules
+from workflows.execution.engine import downstream_of, start_ready
 from workflows.models import NodeRun, NodeState, WorkflowRun, WorkflowRunState
 
 pytestmark = pytest.mark.django_db

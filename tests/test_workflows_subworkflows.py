@@ -23,7 +23,8 @@ from runs.tenancy.quotas import QuotaExceeded
 from tests.conftest import wait_until
 from tests.test_api_helpers import client_for
 from tests.test_workflows_engine import drain, states, work
-from workflows import control, engine, reconcile, services
+from workflows import control, reconcile, services
+from workflows.execution import engine
 from workflows.history import prune_workflow_runs
 from workflows.models import NodeRun, Workflow, WorkflowRun
 from workflows.validation import InvalidWorkflow

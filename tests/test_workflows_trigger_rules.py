@@ -1,4 +1,4 @@
-"""Trigger rules (docs/workflows.md, "Trigger rules"; workflows/rules.py) on every
+"""Trigger rules (docs/workflows.md, "Trigger rules"; workflows/execution/rules.py) on every
 broker/database pair: each rule's run and its marks, with burst workers running real
 children; ``one_success`` and ``one_failed`` starting while other upstreams still run
 (leases held by the test, as a worker holds them); a requeue of the failure that
@@ -17,7 +17,8 @@ from runs import services as run_services
 from runs.models import AttemptOutcome, Run
 from runs.types import Outcome
 from tests.test_workflows_engine import drain, node, states, work
-from workflows import rules, services
+from workflows import services
+from workflows.execution import rules
 from workflows.models import NodeRun, NodeState, WorkflowRun
 from workflows.validation import InvalidWorkflow
 
@@ -265,7 +266,7 @@ def test_the_one_call_leaves_a_one_failed_node_to_the_engine_only_once_it_may_fa
         pair, monkeypatch):
     # While an upstream can still fail, a one_failed node below an acked success waits
     # and the one call serves the ack; the last success rules it out: the engine marks.
-    from workflows import ack_pg
+    from workflows.execution import ack_pg
 
     if pair.using != "default":
         pytest.skip("the one-call ack is PostgreSQL's")

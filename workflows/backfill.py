@@ -18,6 +18,7 @@ from jobs import tenants
 from jobs.schedules.backfill import make_in_chunks, plan
 from runs.clock import db_now
 from scheduler_core.exceptions import SchedulerError
+from workflows.execution.quota import unmade_node_runs
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
     Workflow,
@@ -25,7 +26,6 @@ from workflows.models import (
     WorkflowNode,
     WorkflowRun,
 )
-from workflows.quota import unmade_node_runs
 from workflows.services import begin_run
 
 

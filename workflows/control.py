@@ -16,8 +16,8 @@ from runs import services as run_services
 from runs.clock import db_now
 from runs.models import PENDING_STATES, Run
 from scheduler_core.exceptions import InvalidJob
-from workflows import nesting
-from workflows.engine import finish_if_done, start_ready
+from workflows.execution import nesting
+from workflows.execution.engine import finish_if_done, start_ready
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
     MapItem,
@@ -105,7 +105,7 @@ def cancel_workflow_run(workflow_run, using: str = "default") -> bool:
         except _LockAgain:
             continue
         # Its children after its own commit, each on its own: a child's rows are locked
-        # before its parent's (workflows/subflows.py), never the other way.
+        # before its parent's (workflows/execution/subflows.py), never the other way.
         for child in _children(wr_id, using):
             cancel_workflow_run(child, using)
         return cancelled
@@ -131,7 +131,7 @@ def _cancel(wr_id: int, using: str, last: bool) -> bool:
         run_ids = _lock_live_runs(wr_id, using)
         # A running sub-workflow node has no run: its node run stands for it, locked
         # before the pending ones, as its child's ending ack locks it before the nodes
-        # below it (workflows/subflows.py).
+        # below it (workflows/execution/subflows.py).
         subs = _lock_running_subs(wr_id, using)
         _lock_pending(wr_id, using)
         # A resume or a reconcile that held these pending rows before us may have

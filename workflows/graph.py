@@ -1,11 +1,11 @@
 """Walks down a workflow's graph (docs/workflows.md, "Failure" and "Trigger rules"): the
 pending nodes whose trigger rule can no longer hold will not run. They become
-``upstream_failed`` when a failure decided it, else ``skipped`` (workflows/rules.py)."""
+``upstream_failed`` when a failure decided it, else ``skipped`` (workflows/execution/rules.py)."""
 
 from datetime import datetime
 from graphlib import TopologicalSorter
 
-from workflows import rules
+from workflows.execution import rules
 from workflows.models import NodeRun, NodeState, WorkflowEdge
 
 # A node run in one of these states failed by its own run.

@@ -7,7 +7,7 @@ from workflows.validation import SUBWORKFLOW_HANDLER
 
 @handler(SUBWORKFLOW_HANDLER, internal=True)
 def subworkflow(ctx, payload):
-    """Never run: a sub-workflow node's job has no runs (workflows/subflows.py). Raises
+    """Never run: a sub-workflow node's job has no runs (workflows/execution/subflows.py). Raises
     RuntimeError (a run made by hand goes to the dead letter, saying so)."""
     raise RuntimeError("this is a sub-workflow node's job: its node starts a workflow run "
                        "and its job never runs")

@@ -62,7 +62,7 @@ class Workflow(models.Model):
 
 class WorkflowNode(models.Model):
     """One node: ``name`` (unique in its workflow), the job whose runs it makes and its
-    ``trigger_rule`` (workflows/rules.py). What
+    ``trigger_rule`` (workflows/execution/rules.py). What
     the node runs (handler, payload, queue, priority, timeout_s, max_attempts) is that
     job's, shown here as properties; a django.tasks node's job has the ``django_task``
     handler with the task's path in its payload (``task``)."""
@@ -70,7 +70,7 @@ class WorkflowNode(models.Model):
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="nodes")
     name = models.CharField(max_length=NAME_MAX)
     job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="workflow_node")
-    # When the node runs, by its upstreams' states: workflows/rules.py (which checks it;
+    # When the node runs, by its upstreams' states: workflows/execution/rules.py (which checks it;
     # no choices here, so a new rule needs no migration).
     trigger_rule = models.CharField(max_length=16, default="all_success")
     # A mapped node (docs/workflows.md, "Mapped nodes"): run once per item of this

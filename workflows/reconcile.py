@@ -14,7 +14,7 @@ hooks would have done:
 * the runs still live of a cancelled workflow run are cancelled (one made by a resume in
   the instant of a cancel that raced three times, workflows/control.py);
 * a sub-workflow node whose child ended takes its end, and a live child of a cancelled
-  workflow run is cancelled (workflows/subflows.py).
+  workflow run is cancelled (workflows/execution/subflows.py).
 
 Runs whose push to the broker was lost are the dispatcher's reconcile's (the runs table
 is the truth, docs/architecture.md, "Invariants" 2).
@@ -28,10 +28,11 @@ from django.db.models import F
 from runs import services as run_services
 from runs.clock import db_now
 from runs.models import TERMINAL_STATES, Run, RunState
-from workflows import control, rules, subflows
-from workflows.engine import finish_if_done, nodes_succeeded, start_ready
-from workflows.failures import BLOCKING, nodes_failed, propagate
-from workflows.items import items_finished
+from workflows import control
+from workflows.execution import rules, subflows
+from workflows.execution.engine import finish_if_done, nodes_succeeded, start_ready
+from workflows.execution.failures import BLOCKING, nodes_failed, propagate
+from workflows.execution.items import items_finished
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
     MapItem,
@@ -104,7 +105,7 @@ def _reconcile_runs(batch: list[int], counts: dict[str, int], using: str) -> Non
 def _cancel_orphans(partitions, total: int, using: str) -> int:
     """Cancel the live child workflow runs (of the workflows in ``partitions``) whose
     parent workflow run was cancelled: a cancel cancels them after its own commit, and
-    a crash between the two left them (workflows/subflows.py). Returns how many."""
+    a crash between the two left them (workflows/execution/subflows.py). Returns how many."""
     parents = NodeRun.objects.using(using).filter(
         workflow_run__state=WorkflowRunState.CANCELLED, child_run_id__isnull=False)
     orphans = in_partitions(WorkflowRun.objects.using(using).filter(
@@ -150,7 +151,7 @@ def _reconcile_batch(batch: list[int], counts: dict[str, int], using: str) -> No
         items_finished(list(gone), NodeState.FAILED, now, using)
     counts["finished"] += len(ended) + len(gone)
     counts["started"] += len(start_ready(batch, now, using))
-    # Where a pending node's rule may no longer hold (workflows/rules.py): below a
+    # Where a pending node's rule may no longer hold (workflows/execution/rules.py): below a
     # failure or a skip, or a rule a success can make fail. What a mark makes ready
     # starts.
     pending = NodeRun.objects.using(using).filter(workflow_run_id__in=batch,

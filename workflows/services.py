@@ -25,7 +25,9 @@ from runs.models import Attempt, Run
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob, SchedulerError
 from scheduler_core.text import line_problem
-from workflows.engine import finish_if_done, start_ready
+from workflows.execution.engine import finish_if_done, start_ready
+from workflows.execution.quota import unmade_node_runs
+from workflows.execution.subflow_refs import resolve as resolve_subworkflows
 from workflows.models import (
     RUN_KEY_MAX,
     MapItem,
@@ -36,8 +38,6 @@ from workflows.models import (
     WorkflowNode,
     WorkflowRun,
 )
-from workflows.quota import unmade_node_runs
-from workflows.subflow_refs import resolve as resolve_subworkflows
 from workflows.validation import InvalidWorkflow, validate_workflow
 
 __all__ = ["InvalidWorkflow", "create_workflow", "get_workflow", "get_workflow_run",
@@ -65,7 +65,7 @@ def create_workflow(name: str, nodes: list[dict], edges: list | tuple = (), *, o
     InvalidWorkflow naming every bad field (a cycle is named node by node; an ``owner``
     that is no user; a sub-workflow node's ``workflow`` that names no workflow of the
     owner, a cancelled one, one too deep or one that takes the workflow's expanded node
-    count over WORKFLOW_MAX_NODES, workflows/subflow_refs.py),
+    count over WORKFLOW_MAX_NODES, workflows/execution/subflow_refs.py),
     runs.tenancy.quotas.QuotaExceeded; nothing is stored then. A node with ``workflow``
     starts a run of that workflow (docs/workflows.md, "Sub-workflows").
     """

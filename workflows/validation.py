@@ -25,13 +25,13 @@ from scheduler_core.text import line_problem
 from scheduler_tasks.exceptions import NotATask
 from scheduler_tasks.results import HANDLER as TASK_HANDLER
 from scheduler_tasks.results import load_task
-from workflows import rules
+from workflows.execution import rules
 
 NODE_KEYS = frozenset({"name", "handler", "task", "payload", "args", "kwargs", "queue",
                        "priority", "timeout_s", "max_attempts", "retry", "expires_in_s",
                        "rate_key", "concurrency_key", "concurrency_limit", "trigger_rule",
                        "map", "workflow"})
-# The handler of a sub-workflow node's job, which never has a run (workflows/subflows.py).
+# The handler of a sub-workflow node's job, which never has a run (workflows/execution/subflows.py).
 SUBWORKFLOW_HANDLER = "workflows.subworkflow"
 # What a node's job takes as a plain job does (expires_in_s counts from when the node's
 # run is made, its scheduled_at: an absolute expires_at has no place in a template).
@@ -111,7 +111,7 @@ def _node_spec(node: dict, errors: dict, where: str, allow_tasks: bool = True) -
 def _subworkflow_spec(node: dict, spec: dict, errors: dict, where: str) -> dict:
     """A sub-workflow node's job spec (docs/workflows.md, "Sub-workflows"): ``workflow``
     is a workflow's id (int) or name (text), resolved against the owner's workflows at
-    creation (workflows/subflow_refs.py); the node takes none of handler, task, payload,
+    creation (workflows/execution/subflow_refs.py); the node takes none of handler, task, payload,
     args, kwargs or map."""
     ref = node["workflow"]
     if isinstance(ref, bool) or not isinstance(ref, int | str) or (
@@ -181,7 +181,8 @@ def validate_workflow(name, nodes, edges, schedule=None, *, bounds=None,
     ``nodes`` is a list of dicts ``{name, handler | task, payload (handler nodes), args and
     kwargs (task nodes), queue, priority, timeout_s, max_attempts, trigger_rule, map}``
     (``map``: the name of an upstream node whose result list this node runs over)
-    (``trigger_rule``: one of workflows/rules.py's RULES, default all_success); ``edges`` a list of
+    (``trigger_rule``: one of workflows/execution/rules.py's RULES, default
+    all_success); ``edges`` a list of
     ``[upstream, downstream]`` pairs or ``{"from": upstream, "to": downstream}`` dicts;
     ``schedule`` None, a cron expression, or a dict ``{cron, timezone, misfire_policy,
     max_lag_s, jitter_s}`` (docs/cron.md). ``bounds`` (jobs/tenants.py Bounds) are the

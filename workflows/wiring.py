@@ -3,7 +3,7 @@ the run listener (runs/execution/hooks.py), the jobs and runs the history retent
 node's job; the runs of a workflow run that can still start a node), ``ctx.upstream``,
 the scheduler's tick (cron workflow runs and the reconcile), the jobs' write guard on the
 nodes' jobs (jobs/guards.py) and the workflows' families on /metrics
-(workflows/metrics.py), and the trace context of its runs (workflows/tracing.py)."""
+(workflows/metrics.py), and the trace context of its runs (workflows/execution/tracing.py)."""
 
 from jobs import guards
 from jobs.schedules.scheduler import scheduler_tick
@@ -11,13 +11,13 @@ from runs import tracing
 from runs.execution import hooks
 from runs.metrics.endpoint import registry
 from workflows.context import ctx_map_item, ctx_upstream
-from workflows.listener import LISTENER
+from workflows.execution.listener import LISTENER
+from workflows.execution.node_job_guard import describe_node_jobs
+from workflows.execution.subflows import register as register_subflows
+from workflows.execution.tracing import contexts
 from workflows.metrics import COLLECTOR
 from workflows.models import MapItem, NodeRun, WorkflowNode, WorkflowRun
-from workflows.node_job_guard import describe_node_jobs
-from workflows.subflows import register as register_subflows
 from workflows.ticks import on_scheduler_tick
-from workflows.tracing import contexts
 
 # The runs of the nodes of a workflow run that may still start a node, whose results a
 # downstream node reads (docs/workflows.md, "Results"): running or paused, a child of
@@ -44,7 +44,7 @@ KEPT_ITEM_RUNS = (
 
 
 def connect() -> None:
-    register_subflows()  # the engine's sub-workflow steps (workflows/nesting.py)
+    register_subflows()  # the engine's sub-workflow steps (workflows/execution/nesting.py)
     hooks.register(LISTENER)
     hooks.keep_jobs(WorkflowNode._meta.db_table, "job_id")
     guards.manage(describe_node_jobs)  # the jobs' API refuses writes to a node's job

@@ -1,5 +1,5 @@
 """The admin's backfill (docs/admin.md, "Backfill"): the action on the job list (and its
-workflow twin, workflows/backfill_admin.py) asks for a range on a page of its own, then
+workflow twin, workflows/admin/backfill.py) asks for a range on a page of its own, then
 backfills each selected cron job through jobs/schedules/backfill.py; the Backfill list shows every
 backfill with its progress (occurrences, runs made, skipped, finished).
 """

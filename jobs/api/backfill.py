@@ -3,7 +3,7 @@ occurrence of a cron job in ``[start, end)`` that has none (jobs/schedules/backf
 view is the job viewset's, so owner isolation is exactly a trigger's
 (scheduler_core/rest/permissions.py): another owner's job answers 404, or 403 naming
 ``jobs.change_job`` to one who may see it. The body's and answer's shapes are shared with POST
-/api/workflows/{id}/backfill/ (workflows/backfill_api.py).
+/api/workflows/{id}/backfill/ (workflows/api/backfill.py).
 """
 
 from drf_spectacular.utils import OpenApiExample, extend_schema

@@ -10,7 +10,7 @@ database call and the next handler, in one process; the worker hears of it after
 fact and does the broker's bookkeeping (Books) in its ack lane, off the hop.
 
 When: a run known to be a workflow node's (the task's ``watched``), that succeeded with
-no log lines, on PostgreSQL (the one-call ack, workflows/ack_pg.py), when the child has
+no log lines, on PostgreSQL (the one-call ack, workflows/execution/ack_pg.py), when the child has
 nothing else handed to it and its worker allows it. The worker allows it
 (``control[ALLOWED]``) while it holds no run leased ahead, is not stopping and has no
 ``max_runs``; a child may take it only if no task was handed to it after the one it ran

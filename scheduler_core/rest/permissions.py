@@ -6,7 +6,7 @@ model permissions, the rules the admin applies: ``view`` (or ``change``, which t
 takes to include view) to see them, ``change`` to act on them (PATCH, cancel, pause,
 resume, trigger, retry). ``is_staff`` grants nothing here; a superuser has every
 permission. Rows the user may not view are filtered out of the queryset (each view's
-``get_queryset``: jobs/api/jobs.py, runs/api/views.py, workflows/api.py), so they answer
+``get_queryset``: jobs/api/jobs.py, runs/api/views.py, workflows/api/views.py), so they answer
 404 like a missing id; rows they may view but not change answer 403 naming the
 permission.
 """

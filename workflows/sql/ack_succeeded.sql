@@ -1,7 +1,7 @@
 -- workflows_ack_succeeded: the ack of workflow nodes' successes in one call on
--- PostgreSQL (workflows/ack_pg.py calls it; docs/workflows.md, "Latency").
+-- PostgreSQL (workflows/execution/ack_pg.py calls it; docs/workflows.md, "Latency").
 --
--- Why the ack exists twice. workflows/engine.py (nodes_succeeded) is the rule book: it
+-- Why the ack exists twice. workflows/execution/engine.py (nodes_succeeded) is the rule book: it
 -- serves SQLite, an ack inside a caller's transaction, starts, resumes and the reconcile,
 -- and every case this function leaves to it. This function replays the common case of
 -- that Python path, statement for statement, in one round trip, which is what keeps a
@@ -115,12 +115,12 @@ BEGIN
     FROM unnest(v_acked, v_acked_at) AS x(id, attempt);
 
   BEGIN
-    -- A mapped node's item, or a mapped node below, is the engine's (workflows/items.py,
-    -- workflows/fanout.py; docs/workflows.md, "Mapped nodes").
+    -- A mapped node's item, or a mapped node below, is the engine's (workflows/execution/items.py,
+    -- workflows/execution/fanout.py; docs/workflows.md, "Mapped nodes").
     IF EXISTS (SELECT 1 FROM workflows_mapitem WHERE run_id = ANY(v_acked)) THEN
       RAISE EXCEPTION 'a mapped node''s item run' USING ERRCODE = 'WFA01';
     END IF;
-    -- (2) workflows/engine.py nodes_succeeded: the node runs succeed ...
+    -- (2) workflows/execution/engine.py nodes_succeeded: the node runs succeed ...
     WITH s AS (
       UPDATE workflows_noderun SET state = 'succeeded', finished_at = v_now, error = ''
       WHERE run_id = ANY(v_acked) AND state = 'running'
@@ -139,7 +139,7 @@ BEGIN
                WHERE m.id = ANY(v_down) AND m.map_over_id IS NOT NULL) THEN
       RAISE EXCEPTION 'a mapped node below' USING ERRCODE = 'WFA01';
     END IF;
-    -- A sub-workflow node below starts a workflow run (workflows/subflows.py).
+    -- A sub-workflow node below starts a workflow run (workflows/execution/subflows.py).
     IF EXISTS (SELECT 1 FROM workflows_workflownode AS m
                WHERE m.id = ANY(v_down) AND m.subworkflow_id IS NOT NULL) THEN
       RAISE EXCEPTION 'a sub-workflow node below' USING ERRCODE = 'WFA01';
@@ -174,7 +174,7 @@ BEGIN
         JOIN workflows_workflownode AS wn ON wn.id = n.node_id
         JOIN jobs_job AS j ON j.id = wn.job_id
         WHERE n.id = ANY(v_locked) AND n.state = 'pending' AND wr.state = 'running'
-          -- the node's trigger rule holds (workflows/rules.py, ready_sql: the same; a
+          -- the node's trigger rule holds (workflows/execution/rules.py, ready_sql: the same; a
           -- candidate here has an upstream, so one_* need no case without one)
           AND CASE wn.trigger_rule
             WHEN 'all_success' THEN NOT EXISTS (
@@ -234,7 +234,7 @@ BEGIN
     END IF;
     -- Each run made continues the trace of the acked upstream whose ack released it (of
     -- a join's upstreams acked together, the lowest run id's): engine._make_runs, with
-    -- workflows/tracing.py's released. Only when the caller traces.
+    -- workflows/execution/tracing.py's released. Only when the caller traces.
     IF p_traces IS NOT NULL AND cardinality(a_nid) > 0 THEN
       a_trace := ARRAY(
         SELECT (SELECT t.trace FROM unnest(p_ids, p_traces) AS t(id, trace)
@@ -371,7 +371,7 @@ BEGIN
                  WHERE workflow_run_id = r.id AND state NOT IN ('succeeded', 'skipped')) THEN
         RAISE EXCEPTION 'workflow run % ends failed', r.id USING ERRCODE = 'WFA01';
       END IF;
-      -- A child workflow run's end ends its parent's node (workflows/subflows.py).
+      -- A child workflow run's end ends its parent's node (workflows/execution/subflows.py).
       IF EXISTS (SELECT 1 FROM workflows_noderun WHERE child_run_id = r.id) THEN
         RAISE EXCEPTION 'workflow run % is a child', r.id USING ERRCODE = 'WFA01';
       END IF;

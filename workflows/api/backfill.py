@@ -6,7 +6,7 @@ trigger's: another owner's workflow answers 404, or 403 naming
 """
 
 from jobs.api.backfill import backfill_schema, run_backfill
-from workflows.api import WorkflowViewSet
+from workflows.api.views import WorkflowViewSet
 from workflows.backfill import backfill_workflow
 
 

@@ -3,7 +3,7 @@ function workflows_ack_succeeded, in autocommit, so the call is its own transact
 its commit (docs/workflows.md, "Latency"; BENCHMARKS.md, "Workflows (W7)").
 
 What the function does, step by step, why the same ack is also written in
-workflows/engine.py, and the test that holds the two equal: the header of
+workflows/execution/engine.py, and the test that holds the two equal: the header of
 workflows/sql/ack_succeeded.sql. Here: the call's arguments (the worker's offer,
 runs/execution/continuation.py) and its rows turned into the offer's leases and the broker's
 pushes. When the function leaves a batch to the engine (SQLSTATE WFA01) or the database

@@ -6,12 +6,12 @@ import json
 
 from runs.execution import continuation, hooks
 from scheduler_core import conf
-from workflows import ack_pg
-from workflows.engine import nodes_succeeded
-from workflows.failures import nodes_failed, nodes_requeued
-from workflows.items import item_runs, items_finished, items_requeued
+from workflows.execution import ack_pg
+from workflows.execution.engine import nodes_succeeded
+from workflows.execution.failures import nodes_failed, nodes_requeued
+from workflows.execution.items import item_runs, items_finished, items_requeued
+from workflows.execution.quota import revived_by_requeue, unmade_node_runs
 from workflows.models import MapItem, NodeRun, NodeState
-from workflows.quota import revived_by_requeue, unmade_node_runs
 
 
 def result_size_problem(result, cap: int | None = None) -> str | None:
@@ -53,7 +53,7 @@ class WorkflowListener(hooks.RunListener):
         return result_size_problem(result)
 
     def ack_successes(self, outcomes: list, using: str) -> list[bool] | None:
-        # One round trip on PostgreSQL (workflows/ack_pg.py); elsewhere the general path.
+        # One round trip on PostgreSQL (workflows/execution/ack_pg.py); elsewhere the general path.
         if not ack_pg.usable(using):
             return None
         return ack_pg.ack_successes(outcomes, using)
@@ -70,7 +70,7 @@ class WorkflowListener(hooks.RunListener):
             raise
 
     def _changed(self, event: str, run_ids: list[int], now, using: str) -> None:
-        # A mapped node's items (workflows/items.py) after the plain nodes.
+        # A mapped node's items (workflows/execution/items.py) after the plain nodes.
         if event == hooks.SUCCEEDED:
             nodes_succeeded(run_ids, now, using)
             items_finished(run_ids, NodeState.SUCCEEDED, now, using)

@@ -29,8 +29,8 @@ from runs.models import Run, RunState
 from runs.tenancy.quotas import QuotaExceeded, bounds_of, check_quotas
 from runs.types import RunRef
 from scheduler_core import conf
+from workflows.execution.tracing import released
 from workflows.models import MapItem, NodeRun, NodeState
-from workflows.tracing import released
 
 SLOT_ROUNDS = 20  # rounds of finding free scheduled_at instants before giving up
 
@@ -60,7 +60,7 @@ def fan_out(rows: list[tuple], now: datetime, using: str
     or transaction undoes the whole fan-out then (docs/workflows.md, "Mapped nodes")."""
     fanned, ended, refs = set(), set(), []
     # In an ack, the items continue the span of the upstream whose ack made the node
-    # ready (workflows/tracing.py); elsewhere the span current.
+    # ready (workflows/execution/tracing.py); elsewhere the span current.
     traces = released([row[0] for row in rows], using)
     for row in rows:
         node_run_id, owner_id, over = row[0], row[11], row[12]

@@ -17,9 +17,9 @@ from datetime import datetime
 from django.db.models import Count
 
 from runs.models import Run
-from workflows.failures import WHY, revive, why_failed
+from workflows.execution.failures import WHY, revive, why_failed
+from workflows.execution.node_ends import after_ended
 from workflows.models import MapItem, NodeRun, NodeState, WorkflowRunState
-from workflows.node_ends import after_ended
 
 DONE = (NodeState.SUCCEEDED, NodeState.FAILED, NodeState.CANCELLED)
 

@@ -1,7 +1,7 @@
 """The trace context of a workflow's runs (docs/tracing.md, "Workflows").
 
 The runs a workflow run starts with (its nodes without upstreams) store the context
-current at its start (workflows/engine.py, _make_runs): a request's span, say. The runs
+current at its start (workflows/execution/engine.py, _make_runs): a request's span, say. The runs
 an ack makes (the nodes below the acked ones, a mapped node's items, a sub-workflow's
 child runs) store the traceparent of the span of the upstream whose ack made them
 (released: the worker's ack span, or the attempt's when the child acks itself), so the

@@ -13,8 +13,8 @@ from datetime import datetime
 from django.db.models import Case, Value, When
 
 from runs.models import Run
-from workflows import nesting
-from workflows.engine import finish_if_done, node_runs_of, settle
+from workflows.execution import nesting
+from workflows.execution.engine import finish_if_done, node_runs_of, settle
 from workflows.graph import BLOCKING, propagate
 from workflows.models import NodeRun, NodeState, WorkflowRun, WorkflowRunState
 
@@ -68,7 +68,7 @@ def why_failed(run_error: str) -> str:
 def revived_node_runs(run_ids: list[int], using: str) -> list[tuple[int, int, int]]:
     """(node run id, workflow run id, run id) of the failed or cancelled node runs whose
     run is one of ``run_ids`` and whose workflow run is not cancelled: the node runs a
-    requeue of those runs revives (nodes_requeued; workflows/quota.py counts them)."""
+    requeue of those runs revives (nodes_requeued; workflows/execution/quota.py counts them)."""
     return list(NodeRun.objects.using(using)
                 .filter(run_id__in=run_ids, state__in=BLOCKING)
                 .exclude(workflow_run__state=WorkflowRunState.CANCELLED)
@@ -91,7 +91,7 @@ def nodes_requeued(run_ids: list[int], now: datetime, using: str) -> None:
 def revive(rows: list[tuple[int, int]], now: datetime, using: str) -> None:
     """Bring the failed or cancelled node runs ``rows`` ((node run id, workflow run id),
     of workflow runs not cancelled) back to running: nodes_requeued's body, also a
-    mapped node's whose item was requeued (workflows/items.py)."""
+    mapped node's whose item was requeued (workflows/execution/items.py)."""
     revived = {r[1] for r in rows}
     NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows]).update(
         state=NodeState.RUNNING, finished_at=None, error="")

@@ -1,5 +1,5 @@
 """The admin's workflow backfill (docs/admin.md, "Backfill"): the workflow list's action
-(the jobs' range page and rules, jobs/admin/backfill.py; workflows/admin.py lists it) and
+(the jobs' range page and rules, jobs/admin/backfill.py; workflow_admin.py lists it) and
 the list of workflow backfills with their progress (registered on import)."""
 
 from django.contrib import admin

@@ -1,7 +1,7 @@
 """Sub-workflow nodes (docs/workflows.md, "Sub-workflows"): a node with ``"workflow"``
 starts a run of that workflow (its child) once its trigger rule holds, and ends as the
 child ends: ``succeeded``, ``failed`` or ``cancelled``, its downstream nodes then going on
-by their trigger rules. The engine reaches these steps through workflows/nesting.py.
+by their trigger rules. The engine reaches these steps through workflows/execution/nesting.py.
 
 Exactly once: the caller holds the pending node run's row lock (engine.start_ready); the
 child is started in that transaction and the node run, read pending under that lock,
@@ -23,10 +23,12 @@ from datetime import datetime, timedelta
 from django.db.models import Max
 
 from runs import tracing
-from workflows import nesting
-from workflows import subflow_starts as starts
-from workflows.engine import settle, start_time
-from workflows.failures import revive
+from workflows.execution import nesting
+from workflows.execution import subflow_starts as starts
+from workflows.execution.engine import settle, start_time
+from workflows.execution.failures import revive
+from workflows.execution.node_ends import after_ended
+from workflows.execution.tracing import released
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
     NodeRun,
@@ -35,9 +37,7 @@ from workflows.models import (
     WorkflowRun,
     WorkflowRunState,
 )
-from workflows.node_ends import after_ended
 from workflows.services import begin_run
-from workflows.tracing import released
 
 # A child started alone (start_children's fallback) takes its parent node's time, or 1 µs
 # after the latest run of its workflow within WINDOW of it (UNIQUE (workflow,
@@ -77,7 +77,7 @@ def start_children(rows: list[tuple], now: datetime, using: str,
         except starts.ChildRefused as exc:
             failed[row[0]] = str(exc)
     # In an ack, a child's first runs continue the span of the upstream whose ack made
-    # its node ready (workflows/tracing.py); elsewhere the span current.
+    # its node ready (workflows/execution/tracing.py); elsewhere the span current.
     traces = released([row[0] for row in admitted], using)
     children: dict[int, int] = {}
     new_pending = Counter()  # owner id: node runs to come (each node counted itself)
@@ -203,6 +203,6 @@ def reconcile(workflow_run_ids: list[int], now: datetime, using: str) -> int:
 
 
 def register() -> None:
-    """Hand the engine these steps through workflows/nesting.py; workflows/wiring.py
+    """Hand the engine these steps through workflows/execution/nesting.py; workflows/wiring.py
     calls it when Django starts."""
     nesting.register(start=start_children, ended=runs_ended, revived=runs_revived)

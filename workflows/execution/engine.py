@@ -1,6 +1,6 @@
 """The workflow engine's forward steps (docs/workflows.md, "The rules"): a node becomes a
 run once its trigger rule holds over its upstream node runs in the same workflow run
-(workflows/rules.py; by default: every one succeeded), exactly once, a node whose rule
+(workflows/execution/rules.py; by default: every one succeeded), exactly once, a node whose rule
 can no longer hold is marked (workflows/graph.py), and a workflow run ends once none of
 its nodes can progress.
 
@@ -38,8 +38,8 @@ from runs.execution.transitions import int_array
 from runs.models import PENDING_STATES, Run, RunState
 from runs.types import RunRef
 from scheduler_core import conf
-from workflows import fanout, nesting, ready_pg, rules
-from workflows import tracing as workflow_tracing
+from workflows.execution import fanout, nesting, ready_pg, rules
+from workflows.execution import tracing as workflow_tracing
 from workflows.graph import propagate
 from workflows.models import (
     FINE_NODE_STATES,
@@ -74,7 +74,7 @@ def start_ready(workflow_run_ids, now: datetime, using: str,
     # pending rows first (control.py), so one of the two waits for the other's commit
     # and pause is exact (docs/workflows.md, "Cancel and pause").
     if below is not None and connections[using].vendor == "postgresql":
-        # A handoff's reads as plain SQL (workflows/ready_pg.py).
+        # A handoff's reads as plain SQL (workflows/execution/ready_pg.py).
         locked = ready_pg.lock_below(workflow_run_ids, below, using)
         with ready_pg.by_index(len(locked), using):
             ready = ready_pg.ready_rows([r[0] for r in locked], using) if locked else []
@@ -134,7 +134,7 @@ def settle(workflow_run_ids, changed, now: datetime, using: str,
 
 def _start(ready: list[tuple], now: datetime, using: str, running: set | None) -> list[int]:
     """start_ready's end: runs for the ``ready`` rows (see start_ready's read), a mapped
-    node's fan-out (workflows/fanout.py), a sub-workflow node's child (nesting.py), or
+    node's fan-out (workflows/execution/fanout.py), a sub-workflow node's child (nesting.py), or
     their cancellation when their job was cancelled; returns the node run ids started
     (also those the cancellation's settle started)."""
     # A node whose job was cancelled (through the jobs' API) can never run: its runs would

@@ -1,5 +1,5 @@
 """Starting the children of many sub-workflow nodes at once (docs/workflows.md,
-"Sub-workflows"): the checks, start times and inserts of workflows/subflows.py's
+"Sub-workflows"): the checks, start times and inserts of workflows/execution/subflows.py's
 start_children, batched, so that its cost does not grow with the number of children.
 
 One child at a time cost 16 queries and 50-100 ms (a max_pending check over the owner's
@@ -19,7 +19,7 @@ from django.db.models import Count, Max
 
 from runs.tenancy.quotas import QuotaExceeded, bounds_of, check_quotas
 from scheduler_core import conf
-from workflows.engine import finish_if_done, start_ready
+from workflows.execution.engine import finish_if_done, start_ready
 from workflows.models import (
     NodeRun,
     NodeState,

@@ -1,5 +1,5 @@
 """The workflows in the admin (docs/admin.md, "Workflows"): workflows and workflow runs,
-read-only, each page with its graph drawn (workflows/graph_svg.py: inline SVG, nodes
+read-only, each page with its graph drawn (workflows/admin/graph_svg.py: inline SVG, nodes
 coloured by state, edges as arrows, each node linked to its run's page).
 
 As for runs (runs/admin/run_admin.py), nothing is edited through a form: actions call the service
@@ -29,9 +29,10 @@ from runs.admin.helpers import (
 from runs.execution import hooks
 from runs.models import Run
 from scheduler_core.exceptions import InvalidJob, SchedulerError
-from workflows import control, rules, services
-from workflows.backfill_admin import backfill_workflows
-from workflows.graph_svg import Node, draw
+from workflows import control, services
+from workflows.admin.backfill import backfill_workflows
+from workflows.admin.graph_svg import Node, draw
+from workflows.execution import rules
 from workflows.models import NodeRun, NodeState, Workflow, WorkflowEdge, WorkflowRun
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]

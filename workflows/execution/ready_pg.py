@@ -1,5 +1,5 @@
 """The engine's two reads of a handoff as plain SQL on PostgreSQL: the candidates below
-acked nodes locked, then which of them are ready (workflows/engine.py, start_ready). They
+acked nodes locked, then which of them are ready (workflows/execution/engine.py, start_ready). They
 are what the ORM builds (same tables, joins, lock and order), written out because Django
 spent 2-6 ms of a chain's 20 ms handoff compiling them on a loaded machine (BENCHMARKS.md,
 "Workflows (W7)"). Two statements still, not one: the readiness read must see what a
@@ -12,7 +12,7 @@ from django.db import connections
 
 from jobs.models import Job, Schedule
 from runs.execution.transitions import int_array
-from workflows import rules
+from workflows.execution import rules
 from workflows.models import (
     NodeRun,
     NodeState,
@@ -77,7 +77,7 @@ def lock_below(workflow_run_ids, upstream_node_ids, using: str) -> list[tuple[in
 def ready_rows(locked: list[int], using: str) -> list[tuple]:
     """Of the locked node runs ``locked``, those still pending, of a running workflow
     run, whose trigger rule holds over their upstream node runs (same workflow run;
-    workflows/rules.py, ready_sql), as
+    workflows/execution/rules.py, ready_sql), as
     start_ready's rows: (node run id, workflow id, scheduled_at, started_by, schedule
     jitter_s or None, job id, queue, priority, max_attempts, shard_key, handler, owner
     id, mapped-over node id or None, sub-workflow id or None, job status). A statement

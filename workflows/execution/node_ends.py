@@ -6,7 +6,7 @@ nothing left to do ends."""
 
 from datetime import datetime
 
-from workflows.engine import finish_if_done, settle, start_ready
+from workflows.execution.engine import finish_if_done, settle, start_ready
 
 
 def after_ended(succeeded: list[tuple[int, int]], ended: list[tuple[int, int]],

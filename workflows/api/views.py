@@ -40,8 +40,7 @@ from scheduler_core.rest.query_params import KnownParameters
 from scheduler_core.rest.throttling import IsAuthenticatedOrThrottled
 from scheduler_core.rest.view_defaults import ApiPolicy
 from workflows import control, services
-from workflows.models import Workflow, WorkflowRun, WorkflowRunState
-from workflows.serializers import (
+from workflows.api.serializers import (
     StartSerializer,
     WorkflowCreateSerializer,
     WorkflowRunDetailSerializer,
@@ -49,6 +48,7 @@ from workflows.serializers import (
     WorkflowSerializer,
     WorkflowSummarySerializer,
 )
+from workflows.models import Workflow, WorkflowRun, WorkflowRunState
 
 EXAMPLE = {"name": "nightly etl", "schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
            "nodes": [{"name": "extract", "handler": "echo", "payload": {"table": "sales"}},

@@ -7,7 +7,7 @@ again, so every path that makes nodes pending again must count them as a start d
 from django.db import models
 
 from scheduler_core import conf
-from workflows.failures import BLOCKING, revived_node_runs
+from workflows.execution.failures import BLOCKING, revived_node_runs
 from workflows.models import (
     LIVE_WORKFLOW_STATES,
     MapItem,

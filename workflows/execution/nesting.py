@@ -1,7 +1,7 @@
 """Where the engine hands sub-workflow nodes over (docs/workflows.md, "Sub-workflows").
 
-The engine (workflows/engine.py) cannot import workflows/subflows.py, which starts a
-child workflow run with the engine's own steps: an import cycle. So subflows registers
+The engine (engine.py) cannot import subflows.py (both in workflows/execution/), which
+starts a child workflow run with the engine's own steps: an import cycle. So subflows registers
 its three steps here (subflows.register, which workflows/wiring.py calls when Django
 starts), and the engine calls them through this module. Until then, a workflow with a
 sub-workflow node cannot have been started, so the defaults do nothing.
