@@ -321,7 +321,8 @@ def base_parser(description):
     import argparse
 
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5", "W6"])
+    # "enqueue": one django.tasks .enqueue()'s latency (bench/enqueue_pairs.py).
+    parser.add_argument("workload", choices=["W1", "W2", "W3", "W4", "W5", "W6", "enqueue"])
     parser.add_argument("--n", type=int, default=None)
     parser.add_argument("--rate", type=float, default=116.0)
     parser.add_argument("--duration", type=float, default=None)

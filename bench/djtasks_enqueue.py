@@ -36,6 +36,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 import common  # noqa: E402
+import enqueue_timing  # noqa: E402
 
 DBNAME = "bench_djtasks_enqueue"
 SQLITE = "/tmp/bench-djtasks-enqueue.sqlite3"
@@ -107,7 +108,7 @@ def measure(pair: str, n: int, profile: bool = False) -> dict:
     from django.test.utils import CaptureQueriesContext
 
     call_command("migrate", verbosity=0)
-    for i in range(20):  # warm: imports, the broker's scripts, the connection
+    for i in range(enqueue_timing.WARM):  # imports, the broker's scripts, the connection
         noop.enqueue(i)
     out = {"pair": pair, "n": n, "load_1m": round(os.getloadavg()[0], 2)}
     if profile:
@@ -117,16 +118,7 @@ def measure(pair: str, n: int, profile: bool = False) -> dict:
             with transaction.atomic() if inside else contextlib.nullcontext():
                 noop.enqueue(-1)
         out[f"{label}_statements"] = [q["sql"].split()[0] for q in queries]
-        wall, cpu = time.perf_counter(), time.process_time()
-        for i in range(n):
-            if inside:
-                with transaction.atomic():
-                    noop.enqueue(i)
-            else:
-                noop.enqueue(i)
-        out[f"{label}_wall_ms"] = round((time.perf_counter() - wall) / n * 1000, 2)
-        out[f"{label}_cpu_ms"] = round((time.process_time() - cpu) / n * 1000, 2)
-    return out
+    return {**out, **enqueue_timing.time_enqueues(noop.enqueue, n)}
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
-"""W1 and W2 through django.tasks for a peer backend (bench/peers/djtasksdb,
-bench/peers/vtasks, bench/peers/vtasksvk), run inside the peer's own virtualenv.
+"""W1, W2 and one ``.enqueue()``'s latency through django.tasks for a peer backend
+(bench/peers/djtasksdb, bench/peers/vtasks, bench/peers/vtasksvk), run inside the peer's
+own virtualenv.
 
 W2: recreate the peer's database, migrate, enqueue N no-op tasks (bench/bench_tasks.py) one
 ``.enqueue()`` each (or the backend's bulk call where it has one; not timed in the
 figure), launch the row's worker processes and time from that launch until ``left()``
 says no task is left (BENCHMARKS.md, "Rules"). W1: N ``.enqueue()`` calls, then N through
 the backend's bulk call where it has one (``enqueue_many``), each from an empty store.
+enqueue: N single calls outside and N inside a transaction (bench/enqueue_timing.py).
 Prints the contract's JSON line (bench/run.py).
 """
 
@@ -133,6 +135,21 @@ def w2(peer: Peer, args) -> dict:
             "details": details}
 
 
+def latency(peer: Peer, args) -> dict:
+    """One ``.enqueue()`` at a time, outside and inside a transaction, timed as ours is
+    (bench/enqueue_timing.py); figure: wall ms per call outside a transaction."""
+    import enqueue_timing
+
+    n = args.n or (300 if args.quick else 1000)
+    _prepare(peer)
+    from bench_tasks import noop
+
+    timed = enqueue_timing.time_enqueues(noop.enqueue, n)
+    return {"workload": "enqueue", "figure": timed["outside_wall_ms"], "unit": "ms",
+            "details": {"n": n, **timed, "load_1m": round(os.getloadavg()[0], 2),
+                        "versions": peer.versions}}
+
+
 def run(peer: Peer) -> None:
     """Parse the contract's arguments and run W1 or W2 for ``peer``; other workloads are
     reported unsupported (these peers are measured on ingest and drain)."""
@@ -141,12 +158,12 @@ def run(peer: Peer) -> None:
     parser.add_argument("--log-dir", default=f"/tmp/bench-{peer.name}-logs")
     args = parser.parse_args()
     common.install_signal_handlers()
-    if args.workload not in ("W1", "W2"):
+    if args.workload not in ("W1", "W2", "enqueue"):
         common.emit_json({"workload": args.workload, "unsupported":
-                          "measured on W1 and W2 through django.tasks only"})
+                          "measured on W1, W2 and enqueue through django.tasks only"})
         return
     try:
-        result = (w1 if args.workload == "W1" else w2)(peer, args)
+        result = {"W1": w1, "W2": w2, "enqueue": latency}[args.workload](peer, args)
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         result = {"workload": args.workload, "figure": None, "failed": repr(exc)}
     finally:
