@@ -148,6 +148,8 @@ TEMPLATES = [
 # DATABASE_POOLER's values: "" connects to PostgreSQL itself, "pgbouncer" through PgBouncer
 # in transaction pooling mode.
 DATABASE_POOLERS = ("", "pgbouncer")
+# Executions of a statement on a session before psycopg prepares it (its default).
+PREPARE_THRESHOLD = 5
 
 
 def database_config(url: str, pooler: str | None = None) -> dict:
@@ -163,7 +165,8 @@ def database_config(url: str, pooler: str | None = None) -> dict:
     ``pooler`` (str, one of DATABASE_POOLERS; None: the DATABASE_POOLER environment
     variable) "pgbouncer": PostgreSQL is reached through PgBouncer in transaction pooling
     mode, where each transaction may run on another server session. No server-side
-    cursors and no prepared statements (neither outlives its session), and no ``options``
+    cursors and no prepared statements (neither outlives its session; a direct connection
+    prepares the statements of server-binding cursors: PREPARE_THRESHOLD), and no ``options``
     startup parameter (PgBouncer refuses the connection): the idle-in-transaction limit is
     PgBouncer's ``idle_transaction_timeout`` instead. Raises ImproperlyConfigured naming
     DATABASE_POOLER for any other value. Ignored for SQLite.
@@ -196,6 +199,11 @@ def database_config(url: str, pooler: str | None = None) -> dict:
         idle_ms = int(os.environ.get("DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "60000"))
         config.setdefault("OPTIONS", {})["options"] = (
             f"-c idle_in_transaction_session_timeout={idle_ms}")
+        # psycopg's own default, which Django turns off: a statement sent through a
+        # server-binding cursor five times on a session is prepared there. Only the
+        # one-off create asks for one (jobs/ingest/one_off.py): planning its statement
+        # anew cost each enqueue about a third of its time (docs/performance.md).
+        config["OPTIONS"]["prepare_threshold"] = PREPARE_THRESHOLD
     return config
 
 

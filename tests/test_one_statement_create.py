@@ -3,6 +3,8 @@ job and its run, outside a transaction its own commit; on the database broker a 
 is stored ready, with nothing to push (BENCHMARKS.md, "django.tasks"). On every
 broker/database pair."""
 
+import os
+
 import pytest
 from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
@@ -11,6 +13,7 @@ from jobs import services
 from jobs.models import Job
 from runs.flow import control as flow
 from runs.models import Run, RunState
+from scheduler_project.settings import PREPARE_THRESHOLD
 from tests import djtasks_tasks as t
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
@@ -67,8 +70,11 @@ def test_enqueue_is_one_statement_outside_a_transaction_and_inside_one(pair):
     with CaptureQueriesContext(connections[pair.using]) as queries:
         with transaction.atomic(using=pair.using):
             t.noop.enqueue(2)
-    # The caller's BEGIN and COMMIT around the one statement: no savepoint.
-    assert [q["sql"].split()[0] for q in queries] == ["BEGIN", "WITH", "COMMIT"]
+    # The caller's BEGIN and COMMIT around the one statement: no savepoint. (A statement
+    # bound on the server is logged as psycopg shows it: QUERY = 'WITH ...'.)
+    assert len(queries) == 3
+    assert [q["sql"].split()[0] for q in queries][::2] == ["BEGIN", "COMMIT"]
+    assert "WITH j AS (INSERT" in queries[1]["sql"]
     assert waiting(pair) == 2
 
 
@@ -158,3 +164,38 @@ def test_the_payload_is_stored_as_validation_serialised_it(pair):
     payload = {"text": "héllo 🌍 \u2028", "n": [1, 2.5, None, True], "d": {"k": {"é": []}}}
     job = services.create_job("noop", payload, using=pair.using)
     assert Job.objects.using(pair.using).get(pk=job.pk).payload == payload
+
+
+def prepared_creates(connection) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements "
+                       "WHERE statement LIKE 'WITH j AS (INSERT INTO %%'")
+        return cursor.fetchone()[0]
+
+
+def test_a_direct_session_prepares_the_create_and_a_pooled_one_never_does(pair):
+    """Planned once per session, not per call (docs/performance.md, "The cost of an
+    enqueue"); never through PgBouncer in transaction mode, whose configuration turns
+    psycopg's preparing off (scheduler_project/settings.py), as a project's own
+    DATABASES does unless it sets prepare_threshold."""
+    if not on_postgresql(pair):
+        pytest.skip("SQLite takes the bulk path (jobs/ingest/bulk.py)")
+    if os.environ.get("DATABASE_POOLER") == "pgbouncer":
+        pytest.skip("this lane's sessions go through PgBouncer: nothing is prepared")
+    connection = connections[pair.using]
+    connection.close()  # a session of its own: nothing prepared yet
+    connection.ensure_connection()
+    assert connection.connection.prepare_threshold == PREPARE_THRESHOLD
+    for i in range(PREPARE_THRESHOLD + 1):
+        t.noop.enqueue(i)
+    assert prepared_creates(connection) == 1
+    made = Job.objects.using(pair.using).order_by("pk").last()
+    assert made.payload["args"] == [PREPARE_THRESHOLD]
+
+    connection.close()
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = None  # as DATABASE_POOLER=pgbouncer sets it
+    for i in range(10):
+        t.noop.enqueue(i)
+    assert prepared_creates(connection) == 0
+    assert Run.objects.using(pair.using).count() == 10 + PREPARE_THRESHOLD + 1
