@@ -16,7 +16,8 @@ call. Servers: BENCH_PG_PORT / BENCH_REDIS_PORT (bench/common.py).
 
 Per row and figure: the medians over the pairs and, as BENCHMARKS.md's tables give it,
 ``ours / row``, the median of the pairs' own ratios (peer's milliseconds over ours: above 1
-ours is faster). Writes bench/results/enqueue-pairs.json and prints a table.
+ours is faster). Writes bench/results/enqueue-pairs.json and prints a table. ``--floor``
+prints instead what any durable enqueue pays here with no framework (floor()).
 """
 
 import argparse
@@ -25,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -75,12 +77,49 @@ def summary(pairs: list[dict]) -> dict:
     return out
 
 
+def floor(n: int) -> dict:
+    """What any durable enqueue pays on this machine, with no framework: wall and CPU ms
+    per call of a bare psycopg INSERT of one small row outside a transaction (a round
+    trip and a commit), and of one redis-py LPUSH (a round trip)."""
+    import psycopg
+    import redis
+
+    out = {}
+    with psycopg.connect(common.pg_url("bench_djtasks_enqueue"), autocommit=True) as pg:
+        # A logged table: a temporary one skips the WAL, and so the commit's flush.
+        pg.execute("DROP TABLE IF EXISTS bench_floor_rows")
+        pg.execute("CREATE TABLE bench_floor_rows (id bigserial PRIMARY KEY, payload jsonb)")
+        out["postgresql_insert"] = _per_call(
+            lambda: pg.execute("INSERT INTO bench_floor_rows (payload) VALUES (%s::jsonb)",
+                               ['{"args": [1]}']), n)
+        pg.execute("DROP TABLE bench_floor_rows")
+    client = redis.Redis.from_url(common.redis_url(7))
+    out["redis_lpush"] = _per_call(lambda: client.lpush("bench:floor", "x"), n)
+    client.delete("bench:floor")
+    return out
+
+
+def _per_call(call, n: int) -> dict:
+    for _ in range(20):
+        call()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(n):
+        call()
+    return {"wall_ms": round((time.perf_counter() - wall) / n * 1000, 3),
+            "cpu_ms": round((time.process_time() - cpu) / n * 1000, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--floor", action="store_true",
+                        help="only the bare round trips any durable enqueue pays (floor)")
     args = parser.parse_args()
+    if args.floor:
+        print(json.dumps({"floor": floor(args.n)}))
+        return
     rows = args.rows.split(",")
     notes: list[str] = []
     pythons = {row: harness.ensure_venv(row, notes) for row in rows}
