@@ -14,7 +14,7 @@ per batch of B runs (default: what one lease call of our worker takes, see --bat
    expiry (runs/brokers/redis/lua/lease.lua's core, without its isolation policy).
 2. PostgreSQL, start (one transaction): ``UPDATE runs_run SET state='running', attempt =
    attempt + 1, worker_id, lease_expires_at, started_at WHERE id = ANY(ids) AND state IN
-   (pending) RETURNING id, attempt`` (transitions.start_attempts's fenced UPDATE), then
+   (pending) RETURNING id, attempt`` (runs/execution/leases.py's fenced UPDATE), then
    the attempt rows by COPY (one per run, outcome 'running').
 3. The no-op handler: nothing (no process hop: that is framework cost).
 4. PostgreSQL, ack (one transaction): ``UPDATE runs_run SET state='succeeded',

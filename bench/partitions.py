@@ -15,7 +15,7 @@ bench-big; a second tenant, bench-small, owns 10 jobs of 20 runs each (over the 
 one dead per job): the tenant whose list must stay fast beside the big one's 10 M.
 
 Timed, each R times (median; every write inside a transaction rolled back): the lease of
-100 queued runs (transitions.start_attempts, the Redis broker's database half), the
+100 queued runs (runs/execution/leases.py, start_attempts: the Redis broker's database half), the
 success ack of those 100 (completion.complete), the database broker's lease (its SELECT
 FOR UPDATE SKIP LOCKED + start), the API's run list (first page; the next page by
 its cursor; state=dead; job=<id>; queue and state; one run by id; its logs; the runs of
@@ -211,18 +211,19 @@ def hot_queries() -> dict:
     from django.test import Client
 
     from runs.brokers.database import DatabaseBroker
-    from runs.execution import completion, transitions
+    from runs.execution import completion
+    from runs.execution.leases import start_attempts
     from runs.models import Run, RunState
     from runs.types import Outcome
 
     results: dict = {}
     queued = list(Run.objects.filter(state=RunState.QUEUED).order_by("id")
                   .values_list("pk", flat=True)[:100])
-    measure("lease_100", lambda: transitions.start_attempts(queued, "bench", 60, "default"),
+    measure("lease_100", lambda: start_attempts(queued, "bench", 60, "default"),
             results)
 
     def lease_and_ack():
-        leases = transitions.start_attempts(queued, "bench", 60, "default")
+        leases = start_attempts(queued, "bench", 60, "default")
         began = time.perf_counter()
         completion.complete([Outcome(lease=le, outcome="succeeded") for le in leases],
                             "default")

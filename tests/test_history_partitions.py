@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, connections, transaction
 
 from jobs.models import Job, Schedule
 from runs.clock import db_now
-from runs.execution.transitions import start_attempts
+from runs.execution.leases import start_attempts
 from runs.history import retention
 from runs.history import time_partitions as hp
 from runs.models import Attempt, LogLine, Run

@@ -9,7 +9,7 @@ from django.db import connections, transaction
 
 from jobs import services as job_services
 from runs import services as run_services
-from runs.execution import transitions
+from runs.execution.leases import start_attempts
 from runs.models import Attempt, Run, RunState
 from tests.conftest import make_runs
 
@@ -46,8 +46,8 @@ def test_a_worker_waiting_on_a_lock_cannot_start_a_run_another_worker_just_start
     [r] = make_runs("default", 1)
     Run.objects.filter(pk=r.pk).update(state=RunState.QUEUED)
 
-    results = race(lambda: transitions.start_attempts([r.pk], "worker-A", 30, "default"),
-                   lambda: transitions.start_attempts([r.pk], "worker-B", 30, "default"))
+    results = race(lambda: start_attempts([r.pk], "worker-A", 30, "default"),
+                   lambda: start_attempts([r.pk], "worker-B", 30, "default"))
 
     assert [le.attempt for le in results["first"]] == [1]
     assert results["second"] == []
@@ -60,7 +60,7 @@ def test_a_run_cancelled_while_a_worker_waits_is_not_started():
     Run.objects.filter(pk=r.pk).update(state=RunState.QUEUED)
 
     results = race(lambda: run_services.cancel([r.pk]),
-                   lambda: transitions.start_attempts([r.pk], "worker-B", 30, "default"))
+                   lambda: start_attempts([r.pk], "worker-B", 30, "default"))
 
     assert results == {"first": 1, "second": []}
     assert Run.objects.get(pk=r.pk).state == RunState.CANCELLED

@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from jobs.registry import handler
 from runs.brokers import get_broker
 from runs.clock import from_us, to_us
-from runs.execution import transitions
+from runs.execution.leases import start_statement
 from runs.execution.transitions import run_refs
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease, Outcome
@@ -91,7 +91,7 @@ def test_the_lease_plan_walks_the_ids_when_statistics_call_pending_runs_rare(red
         cursor.execute("ANALYZE runs_run")
         cursor.execute("ANALYZE jobs_job")
     burst = make_runs("default", 3000)
-    sql, params = transitions.start_statement([r.pk for r in burst[:128]], "w1", 60)
+    sql, params = start_statement([r.pk for r in burst[:128]], "w1", 60)
 
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")

@@ -18,7 +18,7 @@ from runs.worker import Worker
 from tests.conftest import wait_until
 from tests.test_workflows_engine import drain, states, work
 from workflows import control, reconcile, services
-from workflows.execution import engine
+from workflows.execution import ack, engine
 from workflows.execution.quota import revived_by_requeue
 from workflows.models import MapItem, NodeRun, WorkflowNode
 from workflows.validation import InvalidWorkflow, validate_workflow
@@ -184,7 +184,7 @@ def test_a_repeated_fan_out_makes_no_run_twice(pair):
     # the same node run made pending again by hand: the unique keys refuse its items.
     with transaction.atomic(using=pair.using):
         now = db_now(pair.using)
-        engine.nodes_succeeded([root_run], now, pair.using)
+        ack.nodes_succeeded([root_run], now, pair.using)
         assert engine.start_ready({wr.pk}, now, pair.using) == []
         NodeRun.objects.using(pair.using).filter(pk=mapped.pk).update(state="pending")
         with pytest.raises(IntegrityError), transaction.atomic(using=pair.using):

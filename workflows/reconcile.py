@@ -30,7 +30,8 @@ from runs.clock import db_now
 from runs.models import TERMINAL_STATES, Run, RunState
 from workflows import control
 from workflows.execution import rules, subflows
-from workflows.execution.engine import finish_if_done, nodes_succeeded, start_ready
+from workflows.execution.ack import nodes_succeeded
+from workflows.execution.engine import finish_if_done, start_ready
 from workflows.execution.failures import BLOCKING, nodes_failed, propagate
 from workflows.execution.items import items_finished
 from workflows.models import (

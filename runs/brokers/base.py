@@ -1,10 +1,9 @@
 """The broker contract (docs/architecture.md, "Brokers" and "Conventions in the code").
 
 A broker is the working set of runs that are due or leased. PostgreSQL (or SQLite) stays
-the source of truth: every state change is a fenced UPDATE in runs/execution/transitions.py, and the
-broker can always be rebuilt from the runs table (``reconcile``). Concrete brokers only
-implement the working-set verbs marked abstract below; leasing, heartbeats, acks, retries,
-dead-lettering and reaping are shared here so both brokers give the same guarantees:
+the source of truth: each state change a fenced UPDATE (runs/execution/), the broker can
+be rebuilt from the runs table (``reconcile``). Concrete brokers implement the verbs marked
+abstract below; leasing, heartbeats, acks, retries, dead letters and reaping are shared:
 
 - ``push`` is idempotent; a run whose ``run_at`` has passed goes straight to ready.
 - ``promote`` moves due runs to ready atomically; racing dispatchers never move one twice.
@@ -28,6 +27,7 @@ from contextlib import nullcontext
 from django.db import DatabaseError, transaction
 
 from runs.execution import completion, continuation, transitions
+from runs.execution import leases as run_leases
 from runs.models import PENDING_STATES, Run
 from runs.tenancy import policy
 from runs.types import Books, Lease, Outcome, QueueDepth, RunRef, Slot
@@ -205,7 +205,7 @@ class Broker(ABC):
             else:
                 claimed = self._claim(queues, n)
             try:
-                leases = transitions.start_attempts(
+                leases = run_leases.start_attempts(
                     [slot[0] for slot in claimed], worker_id, ttl_s, self.using
                 )
             except Exception:
@@ -228,7 +228,7 @@ class Broker(ABC):
         start_attempts is one statement (PostgreSQL), since BEGIN and COMMIT cost two of a
         lease's four round trips (BENCHMARKS.md); a claim made in Redis is never part of a
         database transaction anyway (a claim whose start fails is pushed back by reap)."""
-        if not self.claims_in_database and transitions.one_statement(self.using):
+        if not self.claims_in_database and run_leases.one_statement(self.using):
             return nullcontext()
         return transaction.atomic(using=self.using)
 
@@ -259,7 +259,7 @@ class Broker(ABC):
         """Extend ``leases`` by ``ttl_s`` seconds from now; returns the leases still held,
         with their new expiry. A lease not returned was lost and must not be acked."""
         ttl_s = ttl_s or conf.get("LEASE_TTL_S")
-        held = transitions.extend_leases(leases, ttl_s, self.using)
+        held = run_leases.extend_leases(leases, ttl_s, self.using)
         self._after_commit(self._extend, held, ttl_s)
         return held
 

@@ -12,15 +12,8 @@ from django.db import connections, transaction
 
 from runs.clock import db_now
 from runs.execution import hooks
-from runs.execution.transitions import (
-    LOG_MESSAGE_MAX,
-    fail_runs,
-    held_runs,
-    int_array,
-    lease_match,
-    one_statement,
-    storable,
-)
+from runs.execution.leases import held_runs, int_array, lease_match, one_statement
+from runs.execution.transitions import LOG_MESSAGE_MAX, fail_runs, storable
 from runs.models import Attempt, AttemptOutcome, LogLine, Run, RunState
 from runs.types import Outcome
 

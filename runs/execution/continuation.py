@@ -5,13 +5,13 @@ A chain's handoff was the ack's transaction, a push to the broker, the worker's 
 second transaction) and the child's start. When the ack of a workflow node makes its
 downstream run, and the acking worker serves its queue, the engine starts that run's
 first attempt in the ack's transaction with the lease's own statement
-(transitions.start_attempts: the run ``running`` under the worker, the Attempt row, the
-lease expiry LEASE_TTL_S ahead), and the worker hands it to the child the ack has just
-freed, without a push or a lease. Everything a lease guarantees holds because it *is* a
-lease: the database row is the authority, the worker heartbeats it, a SIGKILLed worker's
-lease expires and the reaper retries the run, a stopping worker releases it. The broker
-records it as leased after the commit (Broker.adopt), as a lease would have, so its
-counters and its own reap stay consistent.
+(runs/execution/leases.py, start_attempts: the run ``running`` under the worker, the
+Attempt row, the lease expiry LEASE_TTL_S ahead), and the worker hands it to the child
+the ack has just freed, without a push or a lease. Everything a lease guarantees holds
+because it *is* a lease: the database row is the authority, the worker heartbeats it, a
+SIGKILLed worker's lease expires and the reaper retries the run, a stopping worker
+releases it. The broker records it as leased after the commit (Broker.adopt), as a lease
+would have, so its counters and its own reap stay consistent.
 
 What a continuation may not do is skip a rule the broker's lease applies: a run of a
 queue with a concurrency or rate limit, or of an owner with a concurrency limit, is never
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from runs.execution import transitions
+from runs.execution.leases import start_attempts
 from runs.flow import control as flow
 from runs.tenancy import policy
 from runs.tenancy.limits import owner_limits
@@ -189,7 +189,7 @@ def take(runs: list[tuple[int, int | None]], using: str) -> set[int]:
         return set()
     runs = runs[:offer.room - len(offer.taken)]
     owners = dict(runs)
-    leases = transitions.start_attempts([r[0] for r in runs], offer.worker_id, offer.ttl_s,
+    leases = start_attempts([r[0] for r in runs], offer.worker_id, offer.ttl_s,
                                         using)
     offer.taken += [(lease, owners[lease.run_id]) for lease in leases]
     return {lease.run_id for lease in leases}

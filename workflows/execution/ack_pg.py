@@ -20,7 +20,7 @@ from runs import tracing
 from runs.brokers import get_broker
 from runs.clock import from_us
 from runs.execution import continuation
-from runs.execution.transitions import int_array
+from runs.execution.leases import int_array
 from runs.flow import control as flow
 from runs.types import Lease, Outcome, RunRef
 from scheduler_core import conf

@@ -16,9 +16,7 @@ transaction (the ack's, a start's, a reconcile's); runs reach the broker after c
 
 Lock order, everywhere: runs, then node runs, then the workflow run.
 
-nodes_succeeded's common case is also written in SQL, as one round trip on PostgreSQL
-(workflows/sql/ack_succeeded.sql, whose header says why): a change of these rules is a
-change there too, and tests/test_workflows_ack_paths.py compares the two.
+A node run's success comes in through ack.py, its failure through failures.py.
 """
 
 from datetime import datetime
@@ -34,7 +32,7 @@ from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
 from runs.clock import seconds
 from runs.execution import continuation
-from runs.execution.transitions import int_array
+from runs.execution.leases import int_array
 from runs.models import PENDING_STATES, Run, RunState
 from runs.types import RunRef
 from scheduler_core import conf
@@ -308,46 +306,6 @@ def downstream_of(node_ids, using: str) -> QuerySet:
     trip of its own, one fewer on every handoff (BENCHMARKS.md, "Workflows (W7)")."""
     return (WorkflowEdge.objects.using(using).filter(upstream_id__in=list(node_ids))
             .values("downstream_id"))
-
-
-def nodes_succeeded(run_ids: list[int], now: datetime, using: str) -> None:
-    """The runs ``run_ids`` succeeded (inside their ack's transaction): their node runs
-    succeed, the nodes downstream of them that are now ready get their runs, and each
-    workflow run concerned ends if nothing is left to run."""
-    rows = _succeed_node_runs(run_ids, now, using)
-    if not rows:
-        return
-    workflow_runs = {r[1] for r in rows}
-    running: set[int] = set()
-    doomed: set[int] = set()
-    start_ready(workflow_runs, now, using, below={r[2] for r in rows}, running=running,
-                doomed=doomed)
-    if doomed:  # an all_failed or one_failed node below may no longer hold
-        settle(doomed, (), now, using, running)
-    # A workflow run in which a node has just started is not done: one statement fewer
-    # on each of a chain's handoffs (BENCHMARKS.md, "Workflows (W7)").
-    finish_if_done(workflow_runs - running, now, using)
-
-
-def _succeed_node_runs(run_ids: list[int], now: datetime, using: str) -> list[tuple]:
-    """Move the running node runs of ``run_ids`` to succeeded; returns (node run id,
-    workflow run id, node id) of those moved. One UPDATE ... RETURNING on PostgreSQL (a
-    chain's every handoff pays this step, BENCHMARKS.md "Workflows (W7)"), a read and an
-    update elsewhere."""
-    if connections[using].vendor == "postgresql":
-        with connections[using].cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {NodeRun._meta.db_table} SET state = %s, finished_at = %s, "
-                "error = '' WHERE run_id = ANY(%s::bigint[]) AND state = %s "
-                "RETURNING id, workflow_run_id, node_id",
-                [NodeState.SUCCEEDED, now, int_array(run_ids), NodeState.RUNNING])
-            return cursor.fetchall()
-    rows = node_runs_of(run_ids, [NodeState.RUNNING], using)
-    if rows:
-        NodeRun.objects.using(using).filter(pk__in=[r[0] for r in rows],
-                                            state=NodeState.RUNNING).update(
-            state=NodeState.SUCCEEDED, finished_at=now, error="")
-    return rows
 
 
 def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:

@@ -7,7 +7,7 @@ import json
 from runs.execution import continuation, hooks
 from scheduler_core import conf
 from workflows.execution import ack_pg
-from workflows.execution.engine import nodes_succeeded
+from workflows.execution.ack import nodes_succeeded
 from workflows.execution.failures import nodes_failed, nodes_requeued
 from workflows.execution.items import item_runs, items_finished, items_requeued
 from workflows.execution.quota import revived_by_requeue, unmade_node_runs

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from django.db import connections
 
 from jobs.models import Job, Schedule
-from runs.execution.transitions import int_array
+from runs.execution.leases import int_array
 from workflows.execution import rules
 from workflows.models import (
     NodeRun,

@@ -42,7 +42,7 @@ ALL_OF = {ALL_SUCCESS: (NodeState.SUCCEEDED,), ALL_FAILED: FAILED_STATES, ALL_DO
           NONE_FAILED: (NodeState.SUCCEEDED, NodeState.SKIPPED)}
 # ... or when one is (no more wait: the others may still be running)
 ANY_OF = {ONE_SUCCESS: (NodeState.SUCCEEDED,), ONE_FAILED: FAILED_STATES}
-# Rules an upstream's success can make dead: an ack checks these (engine.nodes_succeeded).
+# Rules an upstream's success can make dead: an ack checks these (ack.py, nodes_succeeded).
 KILLED_BY_SUCCESS = (ALL_FAILED, ONE_FAILED)
 
 READY = "ready"

@@ -1,6 +1,6 @@
-# The one-call ack's comments name the modules of workflows/execution/ where they now
-# live (workflows/sql/ack_succeeded.sql), applied again whole: the body PostgreSQL keeps
-# holds the comments too.
+# The one-call ack's comments name the modules where they now live (workflows/execution/,
+# runs/execution/leases.py; workflows/sql/ack_succeeded.sql), applied again whole: the
+# body PostgreSQL keeps holds the comments too.
 
 from django.db import migrations
 

@@ -1,7 +1,7 @@
 -- workflows_ack_succeeded: the ack of workflow nodes' successes in one call on
 -- PostgreSQL (workflows/execution/ack_pg.py calls it; docs/workflows.md, "Latency").
 --
--- Why the ack exists twice. workflows/execution/engine.py (nodes_succeeded) is the rule book: it
+-- Why the ack exists twice. workflows/execution/ack.py (nodes_succeeded) is the rule book: it
 -- serves SQLite, an ack inside a caller's transaction, starts, resumes and the reconcile,
 -- and every case this function leaves to it. This function replays the common case of
 -- that Python path, statement for statement, in one round trip, which is what keeps a
@@ -120,7 +120,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM workflows_mapitem WHERE run_id = ANY(v_acked)) THEN
       RAISE EXCEPTION 'a mapped node''s item run' USING ERRCODE = 'WFA01';
     END IF;
-    -- (2) workflows/execution/engine.py nodes_succeeded: the node runs succeed ...
+    -- (2) workflows/execution/ack.py nodes_succeeded: the node runs succeed ...
     WITH s AS (
       UPDATE workflows_noderun SET state = 'succeeded', finished_at = v_now, error = ''
       WHERE run_id = ANY(v_acked) AND state = 'running'
@@ -291,7 +291,7 @@ BEGIN
       -- (6) runs/execution/continuation.py: of the runs made ready, those the acking
       -- worker offered to run at once (due now, a queue it serves, no limit a lease would apply, none
       -- behind a more urgent one: continuation.choose), up to its room, in the lease's
-      -- order, leased to it by the lease's own statement (transitions.start_statement).
+      -- order, leased to it by the lease's own statement (leases.start_statement).
       v_take := ARRAY(
         WITH made AS (
           SELECT * FROM unnest(f_id, f_queue, f_run_at, f_owner, f_prio)
