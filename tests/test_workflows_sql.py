@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # that applies the file again (sql.apply), or databases migrated before keep the old
 # body: add one, then put the new hash here.
 APPLIED = {
-    "ack_succeeded": "f1f6ddb76fe9ec12bc6091a3b24024745fe8ce8e284d6fd202bd05533a836d64",
+    "ack_succeeded": "e19cb893d71fc544a662641756f72ebede6c4aae20c176b010dd96f0b23ab9ab",
     "ack_succeeded_compat": "33ada0820e363180f335b716ca040eeb3ccf8e99a7fe51097d5b0854070e8f14",
     "ack_succeeded_untraced": "7d50b3c863823a49f9c38d7ce8f127faf910158e47921cae8e17bc88b091157c",
     "crc32": "90d7ce3349f1e425294989d5dfbbaa406772ef786bc1a3aa50e6a7f6fe1b228c",

@@ -318,6 +318,12 @@ def finish_if_done(workflow_run_ids, now: datetime, using: str) -> list[int]:
     ids = set(workflow_run_ids)
     if not ids:
         return []
+    if connections[using].in_atomic_block:
+        # Held before its nodes are read (last in the lock order): of two acks of its last
+        # two nodes at once, each saw the other's node running, uncommitted, and neither
+        # ended it. Now the second waits, then reads the first's commit.
+        list(WorkflowRun.objects.using(using).filter(pk__in=sorted(ids)).order_by("pk")
+             .select_for_update().values_list("pk", flat=True))
     live_nodes = set(NodeRun.objects.using(using).filter(
         workflow_run_id__in=list(ids), state__in=[NodeState.PENDING, NodeState.RUNNING])
         .values_list("workflow_run_id", flat=True).distinct())

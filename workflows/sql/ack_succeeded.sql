@@ -363,6 +363,9 @@ BEGIN
     -- paused one is left paused (its resume decides its outcome).
     FOR r IN SELECT w.id FROM unnest(v_wruns) AS w(id)
              WHERE NOT (w.id = ANY(v_running)) ORDER BY w.id LOOP
+      -- Held before its nodes are read (engine.finish_if_done says why): a concurrent ack
+      -- of its other last node commits first, and the reads below see it.
+      PERFORM 1 FROM workflows_workflowrun WHERE id = r.id FOR UPDATE;
       CONTINUE WHEN EXISTS (SELECT 1 FROM workflows_noderun
                             WHERE workflow_run_id = r.id AND state IN ('pending', 'running'));
       CONTINUE WHEN NOT EXISTS (SELECT 1 FROM workflows_workflowrun
