@@ -69,8 +69,25 @@ def drain(broker, workflow_run, until=("succeeded", "failed", "cancelled")):
         work(broker)
         return WorkflowRun.objects.using(broker.using).get(pk=workflow_run.pk).state in until
 
-    wait_until(done, timeout=60, interval=0.05, message=f"workflow run to be {until}")
+    try:
+        wait_until(done, timeout=60, interval=0.05, message=f"workflow run to be {until}")
+    except pytest.fail.Exception as exc:
+        pytest.fail(f"{exc}; where it stands: {where(broker, workflow_run)}")
     return services.get_workflow_run(workflow_run.pk, using=broker.using)
+
+
+def where(broker, workflow_run) -> dict:
+    """A stuck workflow run's state, its node runs' and their runs' (state, attempt,
+    worker, lease expiry) and what the broker holds: what a timeout reports."""
+    node_runs = NodeRun.objects.using(broker.using).filter(workflow_run=workflow_run)
+    run_ids = [r for r in node_runs.values_list("run_id", flat=True) if r]
+    runs = {r[0]: r[1:] for r in Run.objects.using(broker.using).filter(pk__in=run_ids)
+            .values_list("pk", "state", "attempt", "worker_id", "lease_expires_at")}
+    return {"workflow_run": WorkflowRun.objects.using(broker.using)
+            .get(pk=workflow_run.pk).state,
+            "nodes": [(n.node.name, n.state, n.run_id, runs.get(n.run_id))
+                      for n in node_runs.select_related("node")],
+            "broker": [(d.queue, d.ready, d.delayed, d.leased) for d in broker.depth()]}
 
 
 def states(view) -> dict[str, str]:
