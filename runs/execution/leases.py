@@ -30,10 +30,12 @@ def lease_match(leases: Iterable[Lease], run_field: str = "pk",
         match |= Q(**{run_field: lease.run_id, number_field: lease.attempt})
     return match
 
+
 def one_statement(using: str) -> bool:
     """Whether start_attempts and a success-only complete are each one statement on
     ``using`` (PostgreSQL), atomic without a transaction of their own."""
     return connections[using].vendor == "postgresql"
+
 
 def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> list[Lease]:
     """Lease the pending runs among ``ids`` to ``worker_id`` for ``ttl_s`` seconds.
@@ -77,6 +79,7 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
     )
     return leases
 
+
 def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
                        using: str) -> list[Lease]:
     """start_attempts in one round trip: the same fenced UPDATE, the Attempt rows inserted
@@ -108,6 +111,7 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
                     "trace": r[12]})
         for r in rows
     ]
+
 
 def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, list]:
     """The SQL and parameters of _start_attempts_pg (PostgreSQL)."""
@@ -145,11 +149,13 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
                  [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,
                  AttemptOutcome.RUNNING]
 
+
 def int_array(values: list[int]) -> str:
     """``values`` as a PostgreSQL array literal, for a ``%s::bigint[]`` parameter: psycopg
     adapts a list element by element in Python, a cost paid per run on every lease and
     ack (BENCHMARKS.md)."""
     return "{" + ",".join(str(int(v)) for v in values) + "}"
+
 
 def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:
     """Push the expiry of every lease still held to now + ``ttl_s``; return those leases
@@ -168,6 +174,7 @@ def extend_leases(leases: list[Lease], ttl_s: float, using: str) -> list[Lease]:
         for le in leases
         if (le.run_id, le.attempt) in held
     ]
+
 
 def held_runs(leases: list[Lease], using: str, *fields: str) -> dict[tuple[int, int], tuple]:
     """The ``leases`` whose run is still running under that attempt, locked FOR UPDATE
