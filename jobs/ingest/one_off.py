@@ -10,7 +10,6 @@ the database clock itself, and outside a transaction that statement is its own c
 import re
 
 from django.db import connections, transaction
-from django.db.backends.postgresql.base import ServerBindingCursor
 from psycopg.types.json import Jsonb
 
 from jobs.models import Job
@@ -21,7 +20,7 @@ from runs.flow import control as flow
 from runs.models import Run, RunState
 from runs.tenancy.quotas import SHARED_QUEUE, Bounds
 from runs.types import RunRef
-from scheduler_core import conf
+from scheduler_core import conf, prepared
 
 
 def applies(cleaned: list[dict], bounds: Bounds | None, using: str) -> bool:
@@ -139,29 +138,12 @@ def insert_job_with_run(job: Job, run: Run, using: str = "default",
               if field is not PAYLOAD or payload_json is None
               else Jsonb(job.payload, dumps=lambda _: payload_json)
               for owner, field, kept in sources]
-    with _cursor(connection) as cursor:
+    with prepared.cursor(connection) as cursor:
         cursor.execute(sql, params)
         run.pk, job.pk, job.run_at, run.state = cursor.fetchone()[:4]
     run.job_id, run.scheduled_at, run.run_at = job.pk, job.run_at, job.run_at
     for obj in (job, run):
         obj._state.adding, obj._state.db = False, using
-
-
-def _cursor(connection):
-    """A cursor of ``connection`` (PostgreSQL) for the statement: binding its parameters
-    on the server when the session may prepare statements (psycopg's prepare_threshold
-    set: a direct connection, scheduler_project/settings.py), so that it is planned once
-    per session rather than on every call; Django's own client-binding cursor otherwise
-    (PgBouncer in transaction mode: a prepared statement does not outlive a transaction's
-    session). Planning cost an enqueue on the database broker about a third of its wall
-    time (docs/performance.md, "The cost of an enqueue")."""
-    connection.ensure_connection()
-    raw = connection.connection
-    if getattr(raw, "prepare_threshold", None) is None:
-        return connection.cursor()
-    # Django's wrapping of a cursor it made (thread check, DEBUG's query log): there is
-    # no public way to wrap one of another class.
-    return connection._prepare_cursor(ServerBindingCursor(raw))
 
 
 def _prepared(field, value, connection, kept: dict):
@@ -174,10 +156,10 @@ def _prepared(field, value, connection, kept: dict):
     try:
         return kept[kind, value]
     except KeyError:
-        prepared = field.get_db_prep_save(value, connection)
+        db_value = field.get_db_prep_save(value, connection)
         if len(kept) < PREPARED_MAX:
-            kept[kind, value] = prepared
-        return prepared
+            kept[kind, value] = db_value
+        return db_value
 
 
 def _statement(connection, delayed: bool, ready_if_due: bool) -> tuple[str, list, list]:

@@ -19,6 +19,7 @@ from runs.clock import db_now, from_us, seconds
 from runs.execution import expiry
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease
+from scheduler_core import prepared
 
 
 def lease_match(leases: Iterable[Lease], run_field: str = "pk",
@@ -93,7 +94,7 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     job's status is re-checked after a wait on a row lock (EvalPlanQual), so a run of a job
     paused meanwhile is not started."""
     sql, params = start_statement(ids, worker_id, ttl_s)
-    with connections[using].cursor() as cursor:
+    with prepared.cursor(connections[using]) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     if len(rows) < len(ids):  # rare: only then can a run have been refused as expired
