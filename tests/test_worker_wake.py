@@ -131,17 +131,21 @@ def test_a_run_due_within_a_blocked_wait_leaves_a_token_and_one_due_later_none(r
 def test_a_worker_whose_next_run_falls_due_within_its_wait_sleeps_to_it_not_in_redis(
         redis_kind, settings):
     """Redis checks a BLPOP's timeout at its ticks (10 a second by default): a worker
-    that blocked there for a run due in 0.3 s started it up to 100 ms late. It returns
-    at once with the seconds until the run, and its main loop sleeps to that instant."""
+    that blocked there for a run due in 0.3 s started it up to 100 ms late. Its lease
+    lane sleeps to that instant itself and leases the run then, never before its time
+    (runs/worker/lease_ahead.py, lease_at)."""
     from jobs.services import create_job
+    from runs.models import Run
 
     settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": "redis", "WORKER_POLL_S": 0.5}
-    create_job("wake.noop", delay_s=0.3)
+    run = create_job("wake.noop", delay_s=0.3).runs.get()
     worker = Worker(["default"], concurrency=1)
 
     leased, due_in = worker.lease.lease_call(1)
 
-    assert leased == [] and due_in is not None and 0 < due_in <= 0.3
+    assert ([one.lease.run_id for one in leased], due_in) == ([run.pk], None)
+    started = Run.objects.get(pk=run.pk)
+    assert started.state == "running" and started.started_at >= started.scheduled_at
 
 
 def test_a_push_stands_when_its_wake_tokens_cannot_be_written(redis_kind):

@@ -48,6 +48,11 @@ LEASES_IN_FLIGHT = 2
 # stranded while its children are all in long runs, the wait of a high-priority run, and
 # what a stopping worker releases (BENCHMARKS.md, "W2 against the ceiling").
 LEASE_MIN_SHARE = 3
+# An idle worker whose next run falls due within its poll sleeps to that instant in the
+# lease lane (LeaseAhead.lease_at): it stops listening for pushes EXACT_S before it, and
+# checks every EXACT_SLICE_S whether it is stopping.
+EXACT_S = 0.002
+EXACT_SLICE_S = 0.05
 
 log = logging.getLogger("scheduler.worker")
 
@@ -204,17 +209,52 @@ class LeaseAhead:
         if leases:
             return self.traced(leased_of(leases, c.using), began_ns), None
         due_in = self.broker.next_due_s(c.queues)
-        wait_s = c.poll_s if due_in is None else min(due_in, c.poll_s)
-        # A burst worker does not wait: it stops once idle (main.py, round). Nor does a
-        # worker whose next run falls due before the broker's wait could end for sure:
-        # it sleeps to that instant itself (runs/brokers/redis/wake.py, WAIT_SLACK_S).
-        exact = due_in is not None and due_in < wait_s + self.broker.wait_slack_s
-        if (self.stopping() or c.burst or exact
-                or not self.broker.wait_ready(c.queues, wait_s,
-                                              passing_on=self.waits_end)):
+        # A burst worker does not wait: it stops once idle (main.py, round).
+        if self.stopping() or c.burst:
+            return [], due_in
+        if due_in is not None and due_in < c.poll_s + self.broker.wait_slack_s:
+            return self.lease_at(time.monotonic() + due_in, want)
+        if not self.broker.wait_ready(c.queues, c.poll_s, passing_on=self.waits_end):
             return [], due_in
         if self.waits_end():
             return [], 0.0
+        return self.lease_now(want)
+
+    def lease_at(self, due_at: float, want: int) -> tuple[list[Leased], float | None]:
+        """In the lease lane: lease up to ``want`` runs at ``due_at`` (time.monotonic()),
+        when the next run falls due, or earlier if a push wakes the broker's wait first.
+
+        The wait for a push ends EXACT_S before that instant, later than which the
+        broker's wait may come back (its wait_slack_s), and the lane sleeps to the instant
+        itself: handing the sleep to the worker's loop made every such run a millisecond
+        or two late (its select() rounds up to whole milliseconds, then a lease is
+        submitted to this lane), a third of W3's lag (docs/performance.md)."""
+        c = self.config
+        listen_s = due_at - time.monotonic() - self.broker.wait_slack_s - EXACT_S
+        if listen_s > 0 and self.broker.wait_ready(c.queues, listen_s,
+                                                   passing_on=self.waits_end):
+            if self.waits_end():
+                return [], 0.0
+            if time.monotonic() < due_at - EXACT_S:
+                # A push woke it: a run ready now, or the wake token left by the push of
+                # the very run it waits for (runs/brokers/redis/wake.py), which is not
+                # due yet; then it sleeps on, to the earlier of the two runs' times.
+                leased, again = self.lease_now(want)
+                if leased:
+                    return leased, again
+                due_in = self.broker.next_due_s(c.queues)
+                if due_in is not None:
+                    due_at = min(due_at, time.monotonic() + due_in)
+        while (left := due_at - time.monotonic()) > 0:
+            if self.waits_end():
+                return [], 0.0
+            time.sleep(min(left, EXACT_SLICE_S))
+        return self.lease_now(want)
+
+    def lease_now(self, want: int) -> tuple[list[Leased], float | None]:
+        """In the lease lane: lease up to ``want`` runs; with none, lease again at once
+        (0.0: a wait or a sleep just ended, the broker found nothing since)."""
+        c = self.config
         began_ns = time.time_ns()
         leases = self.broker.lease(c.queues, want, c.worker_id, weights=c.weights)
         return self.traced(leased_of(leases, c.using), began_ns), None if leases else 0.0
