@@ -226,3 +226,29 @@ def test_a_transaction_making_many_runs_ready_notifies_each_queue_once(db_broker
         heard = [n.payload for n in listener.notifies(timeout=2.0)]
 
     assert sorted(heard) == ["a", "b"]
+
+
+def test_a_promote_is_one_statement_moving_due_runs_and_notifying_their_queues(db_broker):
+    """A worker that slept to its next run's time promotes it before its lease
+    (runs/brokers/database.py, _claim): the ORM's promote took six round trips there,
+    the database broker's W3 lag (runs/brokers/db_promote.py). Runs not yet due, and
+    queues not asked for, stay delayed."""
+    import psycopg
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.brokers import pg_listen
+
+    due = [create_job("listen.noop", queue=q, delay_s=0.2).runs.get() for q in ("a", "b")]
+    later = create_job("listen.noop", queue="a", delay_s=60).runs.get()
+    time.sleep(0.3)
+    with psycopg.connect(**pg_listen.listen_params("default")) as listener:
+        listener.execute(f"LISTEN {pg_listen.CHANNEL}")
+        with CaptureQueriesContext(connection) as queries:
+            moved = db_broker._promote(10, queues=["a"], announce={"c"})
+        heard = sorted(n.payload for n in listener.notifies(timeout=1.0))
+
+    assert (moved, len(queries)) == (1, 1), [q["sql"][:60] for q in queries]
+    states = dict(Run.objects.values_list("pk", "state"))
+    assert [states[due[0].pk], states[due[1].pk], states[later.pk]] == [
+        "queued", "scheduled", "scheduled"]
+    assert heard == ["a", "c"]

@@ -23,6 +23,7 @@ from django.db.models import Count, F, Min, Q
 
 from runs.brokers import db_flow, pg_listen
 from runs.brokers.base import Broker
+from runs.brokers.db_promote import promote_pg
 from runs.clock import db_now, to_ms
 from runs.execution.transitions import in_shards
 from runs.flow import control as flow
@@ -73,6 +74,8 @@ class DatabaseBroker(Broker):
         ``announce`` (queues of runs already ready) with one NOTIFY per queue, sent at the
         transaction's commit; ``queues``: only runs of those (None: all)."""
         limit = limit or conf.get("PROMOTE_BATCH")
+        if connections[self.using].vendor == "postgresql":
+            return promote_pg(self.using, limit, shards, queues, announce)
         runs = Run.objects.using(self.using)
         due = in_shards(runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using)),
                         shards)

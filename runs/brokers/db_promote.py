@@ -1,0 +1,55 @@
+"""The database broker's promote on PostgreSQL in one statement (runs/brokers/database.py):
+due delayed runs move to ``queued`` and their queues are notified (runs/brokers/pg_listen.py).
+
+The ORM's form of it (still used on SQLite) took six round trips: a savepoint, the
+database clock, the locking SELECT, the UPDATE, the NOTIFY and the release. A worker that
+slept to its next run's time pays it before every lease, and at W3's rate (a run due
+every 8.6 ms) those leases were the database broker's lag (docs/performance.md).
+"""
+
+from django.db import connections
+
+from runs.brokers import pg_listen
+from runs.models import DELAYED_STATES, Run, RunState
+from scheduler_core import conf, prepared
+
+
+def promote_pg(using: str, limit: int, shards: list[int] | None = None,
+               queues: list[str] | None = None, announce: set[str] = frozenset()) -> int:
+    """Move up to ``limit`` delayed runs due by the database clock to ``queued``, earliest
+    ``run_at`` first, skipping rows another transaction holds; only runs of ``shards``
+    (None: all; matched modulo SHARDS as runs/execution/transitions.py's in_shards) and
+    of ``queues`` (None: all). Notifies the queues of the runs moved and ``announce`` in
+    the same statement (at the commit of the caller's transaction, if one is open).
+    Returns the number of runs moved. Raises what the database raises."""
+    run = Run._meta.db_table
+    delayed = [str(s) for s in DELAYED_STATES]
+    where, params = [], [delayed]
+    if shards is not None:
+        where.append(f"AND {run}.shard %% %s = ANY(%s::int[])")
+        params += [max(conf.get("SHARDS"), 1), list(shards)]
+    if queues is not None:
+        where.append(f"AND {run}.queue = ANY(%s::text[])")
+        params.append(list(queues))
+    params += [limit, RunState.QUEUED, delayed, sorted(announce)]
+    # The state test is the run_delayed index's condition, so the walk is that index's;
+    # the UPDATE tests the state again, as the ORM's form did.
+    sql = f"""
+        WITH due AS (
+            SELECT {run}.id FROM {run}
+            WHERE {run}.state = ANY(%s::text[]) AND {run}.run_at <= clock_timestamp()
+                  {' '.join(where)}
+            ORDER BY {run}.run_at LIMIT %s FOR UPDATE SKIP LOCKED
+        ),
+        moved AS (
+            UPDATE {run} SET state = %s FROM due
+            WHERE {run}.id = due.id AND {run}.state = ANY(%s::text[])
+            RETURNING {run}.queue
+        ),
+        told AS (
+            {pg_listen.notify_sql("((SELECT array_agg(queue::text) FROM moved) || %s::text[])")}
+        )
+        SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM told)"""
+    with prepared.cursor(connections[using]) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()[0]
