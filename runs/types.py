@@ -38,6 +38,11 @@ class Lease:
     # the lease's identity.
     task: dict | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def slot(self) -> Slot:
+        """The run's place in the broker: (run id, queue, shard)."""
+        return (self.run_id, self.queue, self.shard)
+
 
 @dataclass
 class Outcome:

@@ -43,8 +43,8 @@ class Broker(ABC):
     name = ""
     # Whether _claim writes to the database (and so must share the lease's transaction).
     claims_in_database = True
-    # Whether a run stored already due may be stored ready (``queued``) and so need no
-    # push: true where the runs table is the working set (jobs/ingest/one_off.py).
+    # Whether a run stored due may be stored ready (``queued``), needing no push: true
+    # where the runs table is the working set (jobs/ingest/one_off.py).
     ready_when_stored = False
 
     def __init__(self, using: str = "default"):
@@ -60,10 +60,12 @@ class Broker(ABC):
         Call after the transaction that created or changed the runs has committed."""
 
     @abstractmethod
-    def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:
-        """Move up to ``limit`` (default PROMOTE_BATCH) due delayed runs to ready, atomically;
-        mark them ``queued``. ``shards``: only those shards (a dispatcher's own; None: all).
-        Returns how many moved."""
+    def promote(self, limit: int | None = None, shards: list[int] | None = None,
+                queues: list[str] | None = None, within_s: float = 0.0) -> int:
+        """Move up to ``limit`` (default PROMOTE_BATCH) delayed runs due now or within
+        ``within_s`` s (at most EARLY_MAX_S: children wait for run_at) to ready, marked
+        ``queued``, atomically; only of ``shards`` and ``queues`` (None: all). Returns how
+        many moved."""
 
     @abstractmethod
     def _claim(self, queues: list[str], n: int) -> list[Slot]:
@@ -296,11 +298,11 @@ class Broker(ABC):
         # A refused ack's run may be leased to another worker by now: its broker-side
         # lease (and the limit counters) are that worker's; a lapsed one is reaped. Not
         # one cancelled under it: none else holds it (docs/isolation.md, "Concurrency limits").
-        finished = [_slot(o.lease) for o, ok in zip(outcomes, accepted, strict=True) if ok]
+        finished = [o.lease.slot for o, ok in zip(outcomes, accepted, strict=True) if ok]
         refused = [o.lease for o, ok in zip(outcomes, accepted, strict=True) if not ok]
         if refused and not self.claims_in_database:  # the database's slots are its rows
             transitions.cancelled_under(refused, self.using, then=lambda gone: (
-                self._after_commit(self._forget, [_slot(lease) for lease in gone])))
+                self._after_commit(self._forget, [lease.slot for lease in gone])))
         taken = list(offer.taken) if offer is not None else []
         ttl_s = offer.ttl_s if offer is not None else 0.0
         return accepted, Books(finished, taken, ttl_s, list(retried))
@@ -317,7 +319,7 @@ class Broker(ABC):
         released attempt does not count against max_attempts. Returns the ids released."""
         released = transitions.release(leases, self.using)
         mine = set(released)
-        self._after_commit(self._forget, [_slot(lease) for lease in leases
+        self._after_commit(self._forget, [lease.slot for lease in leases
                                           if lease.run_id in mine])
         self._after_commit(self._push_ids, released)
         return released
@@ -394,7 +396,3 @@ class Broker(ABC):
         refs = transitions.run_refs(runs)
         if refs:
             self.push(refs)
-
-
-def _slot(lease: Lease) -> Slot:
-    return (lease.run_id, lease.queue, lease.shard)

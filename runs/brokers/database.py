@@ -17,6 +17,7 @@ transaction that makes runs ready notifies their queues; on SQLite they poll.
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 from django.db import connections, transaction
 from django.db.models import Count, F, Min, Q
@@ -25,6 +26,7 @@ from runs.brokers import db_flow, pg_listen
 from runs.brokers.base import Broker
 from runs.brokers.db_promote import promote_pg
 from runs.clock import db_now, to_ms
+from runs.execution.leases import EARLY_MAX_S
 from runs.execution.transitions import in_shards
 from runs.flow import control as flow
 from runs.models import DELAYED_STATES, RateBucket, Run, RunState
@@ -65,20 +67,22 @@ class DatabaseBroker(Broker):
             soon_ms = time.time() * 1000 + ANNOUNCE_AHEAD_MS
             self._promote(announce={r.queue for r in runs if to_ms(r.run_at) <= soon_ms})
 
-    def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:
-        return self._promote(limit, shards)
+    def promote(self, limit: int | None = None, shards: list[int] | None = None,
+                queues: list[str] | None = None, within_s: float = 0.0) -> int:
+        return self._promote(limit, shards, queues=queues, within_s=within_s)
 
     def _promote(self, limit: int | None = None, shards: list[int] | None = None,
-                 announce: set[str] = frozenset(), queues: list[str] | None = None) -> int:
+                 announce: set[str] = frozenset(), queues: list[str] | None = None,
+                 within_s: float = 0.0) -> int:
         """``promote``, waking idle workers of the queues of the runs moved and of
         ``announce`` (queues of runs already ready) with one NOTIFY per queue, sent at the
         transaction's commit; ``queues``: only runs of those (None: all)."""
-        limit = limit or conf.get("PROMOTE_BATCH")
+        limit, within_s = limit or conf.get("PROMOTE_BATCH"), min(within_s, EARLY_MAX_S)
         if connections[self.using].vendor == "postgresql":
-            return promote_pg(self.using, limit, shards, queues, announce)
+            return promote_pg(self.using, limit, shards, queues, announce, within_s)
         runs = Run.objects.using(self.using)
-        due = in_shards(runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using)),
-                        shards)
+        due = in_shards(runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using)
+                                    + timedelta(seconds=within_s)), shards)
         if queues is not None:
             due = due.filter(queue__in=queues)
         with transaction.atomic(using=self.using):

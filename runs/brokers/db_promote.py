@@ -15,16 +15,18 @@ from scheduler_core import conf, prepared
 
 
 def promote_pg(using: str, limit: int, shards: list[int] | None = None,
-               queues: list[str] | None = None, announce: set[str] = frozenset()) -> int:
+               queues: list[str] | None = None, announce: set[str] = frozenset(),
+               within_s: float = 0.0) -> int:
     """Move up to ``limit`` delayed runs due by the database clock to ``queued``, earliest
     ``run_at`` first, skipping rows another transaction holds; only runs of ``shards``
     (None: all; matched modulo SHARDS as runs/execution/transitions.py's in_shards) and
     of ``queues`` (None: all). Notifies the queues of the runs moved and ``announce`` in
     the same statement (at the commit of the caller's transaction, if one is open).
+    ``within_s``: also runs due within that many seconds (Broker.promote).
     Returns the number of runs moved. Raises what the database raises."""
     run = Run._meta.db_table
     delayed = [str(s) for s in DELAYED_STATES]
-    where, params = [], [delayed]
+    where, params = [], [delayed, within_s]
     if shards is not None:
         where.append(f"AND {run}.shard %% %s = ANY(%s::int[])")
         params += [max(conf.get("SHARDS"), 1), list(shards)]
@@ -37,7 +39,8 @@ def promote_pg(using: str, limit: int, shards: list[int] | None = None,
     sql = f"""
         WITH due AS (
             SELECT {run}.id FROM {run}
-            WHERE {run}.state = ANY(%s::text[]) AND {run}.run_at <= clock_timestamp()
+            WHERE {run}.state = ANY(%s::text[])
+                  AND {run}.run_at <= clock_timestamp() + %s * interval '1 second'
                   {' '.join(where)}
             ORDER BY {run}.run_at LIMIT %s FOR UPDATE SKIP LOCKED
         ),

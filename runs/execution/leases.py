@@ -21,6 +21,10 @@ from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease
 from scheduler_core import prepared
 
+# The most a run may be leased before its run_at (Broker.promote's ``within_s``): its
+# attempt starts at its run_at, and the worker's child waits for it (runs/worker/child.py).
+EARLY_MAX_S = 0.05
+
 
 def lease_match(leases: Iterable[Lease], run_field: str = "pk",
                  number_field: str = "attempt") -> Q:
@@ -44,6 +48,8 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
     One UPDATE moves each still-pending run of an active job to ``running`` and bumps its
     attempt number (the new fencing token); runs that are no longer pending, or whose job is
     paused or cancelled, are left alone and not returned. Creates one Attempt row per lease.
+    On PostgreSQL a run leased before its run_at (Broker.promote's ``within_s``, at most
+    EARLY_MAX_S ahead) starts its attempt at its run_at, and the lease's task says when.
     Must be called inside a transaction on ``using`` unless ``one_statement(using)``.
     """
     if not ids:
@@ -109,7 +115,7 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
                     # worker's child decodes it (runs/worker/lease_ahead.py, Leased).
                     "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
                     "timeout_s": r[9], "max_attempts": r[10], "retry": r[11],
-                    "trace": r[12]})
+                    "trace": r[12], "run_at_us": r[13]})
         for r in rows
     ]
 
@@ -125,13 +131,15 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
         WITH t AS (SELECT clock_timestamp() AS now),
         started AS (
             UPDATE {run} SET state = %s, attempt = {run}.attempt + 1, worker_id = %s,
-                lease_expires_at = t.now + %s * interval '1 second', started_at = t.now
+                lease_expires_at = t.now + %s * interval '1 second',
+                started_at = GREATEST(t.now, LEAST({run}.run_at,
+                                                   t.now + %s * interval '1 second'))
             FROM t
             WHERE {run}.id = ANY(%s::bigint[]) AND ({run}.state || '') = ANY(%s)
               AND {expiry.fate_sql(run, job)} = %s
             RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
                       {run}.started_at, {run}.lease_expires_at, {run}.job_id,
-                      {run}.scheduled_at, {run}.trace_context
+                      {run}.scheduled_at, {run}.trace_context, {run}.run_at
         ),
         attempts AS (
             INSERT INTO {attempt} (run_id, run_scheduled_at, number, worker_id,
@@ -141,12 +149,13 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
         SELECT s.id, s.attempt, s.queue, s.shard,
                (EXTRACT(EPOCH FROM s.lease_expires_at) * 1000000)::bigint, s.job_id,
                (EXTRACT(EPOCH FROM s.scheduled_at) * 1000000)::bigint,
-               j.handler, j.payload, j.timeout_s, j.max_attempts, j.retry, s.trace_context
+               j.handler, j.payload, j.timeout_s, j.max_attempts, j.retry, s.trace_context,
+               (EXTRACT(EPOCH FROM s.run_at) * 1000000)::bigint
         FROM started s
         CROSS JOIN LATERAL (SELECT handler, payload, timeout_s, max_attempts, retry
                             FROM {job}
                             WHERE id = s.job_id OFFSET 0) AS j"""
-    return sql, [RunState.RUNNING, worker_id, ttl_s, int_array(ids),
+    return sql, [RunState.RUNNING, worker_id, ttl_s, EARLY_MAX_S, int_array(ids),
                  [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,
                  AttemptOutcome.RUNNING]
 

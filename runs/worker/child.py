@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from runs import tracing
 from runs.clock import from_us
 from runs.context import RunContext
+from runs.execution.leases import EARLY_MAX_S
 from runs.execution.retry import exception_names, refusal, stored
 from runs.worker import handoff
 from runs.worker.results import result_problem
@@ -188,6 +189,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     returns the ``("done", ...)`` message."""
     from scheduler_core.registry import get_handler, is_internal
 
+    time.sleep(not_yet_s(task))
     began = time.monotonic()
     capture.reset(task["run_id"])
     last_beat = [0.0]
@@ -285,6 +287,16 @@ def retry_asked(exc: BaseException) -> float | bool | tuple[str, ...] | None:
     if isinstance(exc, PermanentFailure):
         return False
     return exception_names(exc)
+
+
+def not_yet_s(task: dict) -> float:
+    """Seconds until ``task``'s run_at, by this host's clock, at most EARLY_MAX_S (a run
+    leased just before its time: runs/worker/lease_ahead.py, lease_at); 0 when it is due,
+    or when the lease did not say."""
+    run_at_us = task.get("run_at")
+    if not run_at_us:
+        return 0.0
+    return min(max(run_at_us / 1e6 - time.time(), 0.0), EARLY_MAX_S)
 
 
 def take_task(task: dict, control, lock) -> bool:

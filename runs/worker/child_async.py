@@ -78,6 +78,8 @@ class AsyncRunner:
         """Run ``task``'s handler within its deadline and report its outcome."""
         from scheduler_core.registry import get_handler, is_internal
 
+        if wait_s := child.not_yet_s(task):
+            await asyncio.sleep(wait_s)
         began = time.monotonic()
         capture = RunLog(task, self.max_lines, self.send.lock, began)
         child.ASYNC_CAPTURE.set(capture)  # this asyncio task's own context

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from runs import tracing
 from runs.clock import to_us
 from runs.daemons.daemon import TRANSIENT
+from runs.execution import leases as run_leases
 from runs.models import Run
 from runs.types import Lease
 from runs.worker import wire
@@ -53,6 +54,10 @@ LEASE_MIN_SHARE = 3
 # checks every EXACT_SLICE_S whether it is stopping.
 EXACT_S = 0.002
 EXACT_SLICE_S = 0.05
+# ... and on PostgreSQL leases it EARLY_S before it, which covers a lease's round trips
+# and the hand to a child: the child starts the run at its run_at (W3 in
+# docs/performance.md; at most runs/execution/leases.py's EARLY_MAX_S).
+EARLY_S = 0.01
 
 log = logging.getLogger("scheduler.worker")
 
@@ -245,10 +250,15 @@ class LeaseAhead:
                 due_in = self.broker.next_due_s(c.queues)
                 if due_in is not None:
                     due_at = min(due_at, time.monotonic() + due_in)
-        while (left := due_at - time.monotonic()) > 0:
+        early_s = EARLY_S if run_leases.one_statement(c.using) else 0.0
+        while (left := due_at - early_s - time.monotonic()) > 0:
             if self.waits_end():
                 return [], 0.0
             time.sleep(min(left, EXACT_SLICE_S))
+        if early_s:
+            # Leased just before its time, the run starts at its run_at in the child,
+            # which then waits out the rest (runs/worker/child.py, not_yet_s).
+            self.broker.promote(queues=c.queues, within_s=2 * early_s)
         return self.lease_now(want)
 
     def lease_now(self, want: int) -> tuple[list[Leased], float | None]:

@@ -33,6 +33,7 @@ from runs.brokers.redis.wire import (
     translate_errors,
 )
 from runs.clock import to_ms
+from runs.execution.leases import EARLY_MAX_S
 from runs.flow import control as flow
 from runs.models import DELAYED_STATES, Run, RunState
 from runs.tenancy import policy
@@ -131,22 +132,24 @@ class RedisBroker(Broker):
         self.wake.send(unsent)
 
     @translate_errors
-    def promote(self, limit: int | None = None, shards: list[int] | None = None) -> int:
+    def promote(self, limit: int | None = None, shards: list[int] | None = None,
+                queues: list[str] | None = None, within_s: float = 0.0) -> int:
         limit = limit or conf.get("PROMOTE_BATCH")
         moved: list[int] = []
-        for queue, shard in self._queue_shards():
+        places = (self._queue_shards() if queues is None
+                  else [(q, s) for q in queues for s in self._known_shards(q)])
+        for queue, shard in places:
             if not self.shards.owns(shards, shard):
                 continue
             ids = self._script(
                 "promote", [self.keys.delayed(queue, shard), self.keys.ready(queue, shard)],
-                [limit])
+                [limit, int(min(within_s, EARLY_MAX_S) * 1000)])
             moved += [int(i) for i in ids]
         if moved:
             # Only a label for people reading the runs table; the lease is fenced on state
             # anyway, so a worker that started the run first is never overwritten.
-            Run.objects.using(self.using).filter(
-                pk__in=moved, state__in=DELAYED_STATES
-            ).update(state=RunState.QUEUED)
+            Run.objects.using(self.using).filter(pk__in=moved, state__in=DELAYED_STATES) \
+                .update(state=RunState.QUEUED)
         return len(moved)
 
     @translate_errors

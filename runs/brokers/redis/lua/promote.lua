@@ -3,10 +3,13 @@
 -- KEYS[1]  delayed ZSET  score run_at_ms * 10 + priority
 -- KEYS[2]  ready   ZSET  score priority * 2^42 + run_at_ms
 -- ARGV[1]  limit: most runs to move in this call
+-- ARGV[2]  (optional) ms ahead: also runs due within this many ms, for a worker whose
+--          children wait for each run's run_at (runs/worker/lease_ahead.py, lease_at)
 -- Returns the ids moved (zero-padded members, as push.lua stores them).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'WITHSCORES',
+local ahead = tonumber(ARGV[2] or '0')
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', (now + ahead) * 10 + 9, 'WITHSCORES',
   'LIMIT', 0, tonumber(ARGV[1]))
 local ids = {}
 for i = 1, #due, 2 do
