@@ -17,7 +17,6 @@ transaction that makes runs ready notifies their queues; on SQLite they poll.
 
 import time
 from collections.abc import Callable
-from datetime import timedelta
 
 from django.db import connections, transaction
 from django.db.models import Count, F, Min, Q
@@ -81,8 +80,10 @@ class DatabaseBroker(Broker):
         if connections[self.using].vendor == "postgresql":
             return promote_pg(self.using, limit, shards, queues, announce, within_s)
         runs = Run.objects.using(self.using)
-        due = in_shards(runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using)
-                                    + timedelta(seconds=within_s)), shards)
+        # No early promote here: only PostgreSQL's lease statement tells a run's child
+        # to wait for its run_at (runs/execution/leases.py).
+        due = in_shards(runs.filter(state__in=DELAYED_STATES, run_at__lte=db_now(self.using)),
+                        shards)
         if queues is not None:
             due = due.filter(queue__in=queues)
         with transaction.atomic(using=self.using):

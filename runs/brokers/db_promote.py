@@ -25,28 +25,29 @@ def promote_pg(using: str, limit: int, shards: list[int] | None = None,
     ``within_s``: also runs due within that many seconds (Broker.promote).
     Returns the number of runs moved. Raises what the database raises."""
     run = Run._meta.db_table
-    delayed = [str(s) for s in DELAYED_STATES]
-    where, params = [], [delayed, within_s]
+    # The state test is the run_delayed index's condition, in literals: a prepared
+    # statement's generic plan uses a partial index only if the text implies its
+    # predicate. The UPDATE tests the state again, as the ORM's form did.
+    delayed = ", ".join(f"'{state}'" for state in DELAYED_STATES)
+    where, params = [], [within_s]
     if shards is not None:
         where.append(f"AND {run}.shard %% %s = ANY(%s::int[])")
         params += [max(conf.get("SHARDS"), 1), list(shards)]
     if queues is not None:
         where.append(f"AND {run}.queue = ANY(%s::text[])")
         params.append(list(queues))
-    params += [limit, RunState.QUEUED, delayed, sorted(announce)]
-    # The state test is the run_delayed index's condition, so the walk is that index's;
-    # the UPDATE tests the state again, as the ORM's form did.
+    params += [limit, RunState.QUEUED, sorted(announce)]
     sql = f"""
         WITH due AS (
             SELECT {run}.id FROM {run}
-            WHERE {run}.state = ANY(%s::text[])
+            WHERE {run}.state IN ({delayed})
                   AND {run}.run_at <= clock_timestamp() + %s * interval '1 second'
                   {' '.join(where)}
             ORDER BY {run}.run_at LIMIT %s FOR UPDATE SKIP LOCKED
         ),
         moved AS (
             UPDATE {run} SET state = %s FROM due
-            WHERE {run}.id = due.id AND {run}.state = ANY(%s::text[])
+            WHERE {run}.id = due.id AND {run}.state IN ({delayed})
             RETURNING {run}.queue
         ),
         told AS (

@@ -9,6 +9,7 @@ on the database clock.
 """
 
 import json
+import time
 from collections.abc import Iterable
 
 from django.db import connections, transaction
@@ -49,7 +50,9 @@ def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> 
     attempt number (the new fencing token); runs that are no longer pending, or whose job is
     paused or cancelled, are left alone and not returned. Creates one Attempt row per lease.
     On PostgreSQL a run leased before its run_at (Broker.promote's ``within_s``, at most
-    EARLY_MAX_S ahead) starts its attempt at its run_at, and the lease's task says when.
+    EARLY_MAX_S ahead) starts its attempt at its run_at; the lease's task then holds
+    ``not_before``, that instant by this host's clock (time.time()) at the latest, for
+    the child, and ``run_at_us``, the same on the database clock.
     Must be called inside a transaction on ``using`` unless ``one_statement(using)``.
     """
     if not ids:
@@ -108,6 +111,9 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     # Times come as integer microseconds (parsing two timestamps per run cost more than
     # the rest of the row); every lease of the statement expires at the same instant.
     lapses = {us: from_us(us) for us in {r[4] for r in rows}}
+    # A run leased before its run_at waits in the child until then, measured from now by
+    # this host's clock: the database's wait, so no clock skew can make it start early.
+    received = time.time()
     return [
         Lease(r[0], r[1], r[2], r[3], lapses[r[4]],
               task={"job_id": r[5], "scheduled_at_us": r[6], "handler": r[7],
@@ -115,7 +121,9 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
                     # worker's child decodes it (runs/worker/lease_ahead.py, Leased).
                     "payload": r[8] if isinstance(r[8], str) else json.dumps(r[8]),
                     "timeout_s": r[9], "max_attempts": r[10], "retry": r[11],
-                    "trace": r[12], "run_at_us": r[13]})
+                    "trace": r[12],
+                    "not_before": received + r[13] / 1e6 if r[13] > 0 else None,
+                    "run_at_us": r[14] if r[13] > 0 else None})
         for r in rows
     ]
 
@@ -139,7 +147,7 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
               AND {expiry.fate_sql(run, job)} = %s
             RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
                       {run}.started_at, {run}.lease_expires_at, {run}.job_id,
-                      {run}.scheduled_at, {run}.trace_context, {run}.run_at
+                      {run}.scheduled_at, {run}.trace_context, t.now AS leased_at
         ),
         attempts AS (
             INSERT INTO {attempt} (run_id, run_scheduled_at, number, worker_id,
@@ -150,7 +158,8 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
                (EXTRACT(EPOCH FROM s.lease_expires_at) * 1000000)::bigint, s.job_id,
                (EXTRACT(EPOCH FROM s.scheduled_at) * 1000000)::bigint,
                j.handler, j.payload, j.timeout_s, j.max_attempts, j.retry, s.trace_context,
-               (EXTRACT(EPOCH FROM s.run_at) * 1000000)::bigint
+               (EXTRACT(EPOCH FROM s.started_at - s.leased_at) * 1000000)::bigint,
+               (EXTRACT(EPOCH FROM s.started_at) * 1000000)::bigint
         FROM started s
         CROSS JOIN LATERAL (SELECT handler, payload, timeout_s, max_attempts, retry
                             FROM {job}

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 
 from jobs.models import Job
 from runs.alerts.policy import alert_dead
@@ -157,7 +158,9 @@ def release(leases: list[Lease], using: str) -> list[int]:
         held = held_runs(leases, using)
         ids = [key[0] for key in held]
         Run.objects.using(using).filter(pk__in=ids).update(
-            state=RunState.QUEUED, run_at=now, lease_expires_at=None,
+            # A run leased before its run_at keeps it (runs/worker/lease_ahead.py, lease_at).
+            state=RunState.QUEUED, run_at=Greatest(F("run_at"), Value(now)),
+            lease_expires_at=None,
             max_attempts=F("max_attempts") + 1,
         )
         # A released run keeps its attempt number: the attempt to close is the run's own.

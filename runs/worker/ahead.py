@@ -3,6 +3,7 @@ each), and when it leases next (docs/architecture.md, "runworker"; leasing and h
 out: runs/worker/lease_ahead.py, runs/worker/async_hand.py).
 """
 
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ class Ahead:
         self.idle = False
         self.wake_at: float | None = None
         self.lease_again = False
+        # Set by wake(retry=True): ends a lease lane's sleep to its next run's time, as
+        # it ends the worker loop's idle sleep (runs/worker/lease_ahead.py, lease_at).
+        self.nudge = threading.Event()
 
     def __len__(self) -> int:
         return len(self.runs) + len(self.async_runs)
@@ -104,6 +108,7 @@ class Ahead:
         self.wake_at = None
         if retry:
             self.lease_again = True
+            self.nudge.set()
 
     def wake_if_idle(self) -> None:
         if self.idle:

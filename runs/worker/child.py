@@ -189,7 +189,6 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     returns the ``("done", ...)`` message."""
     from scheduler_core.registry import get_handler, is_internal
 
-    time.sleep(not_yet_s(task))
     began = time.monotonic()
     capture.reset(task["run_id"])
     last_beat = [0.0]
@@ -210,6 +209,9 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
     ok, result, error, retry = True, None, "", None
     try:
         _executing[0] = task["seq"]
+        # Cancellable while it waits (RunCancelled from the signal), as once running.
+        if wait_s := not_yet_s(task):
+            time.sleep(wait_s)
         result = get_handler(task["handler"])(ctx, json.loads(task["payload"]))
         _executing[0] = 0
     except BaseException as exc:  # noqa: BLE001 - SystemExit from a handler is a failure too
@@ -290,13 +292,13 @@ def retry_asked(exc: BaseException) -> float | bool | tuple[str, ...] | None:
 
 
 def not_yet_s(task: dict) -> float:
-    """Seconds until ``task``'s run_at, by this host's clock, at most EARLY_MAX_S (a run
-    leased just before its time: runs/worker/lease_ahead.py, lease_at); 0 when it is due,
-    or when the lease did not say."""
-    run_at_us = task.get("run_at")
-    if not run_at_us:
+    """Seconds until ``task``'s ``not_before`` (time.time(); set for a run leased just
+    before its run_at: runs/execution/leases.py, runs/worker/lease_ahead.py lease_at), at
+    most EARLY_MAX_S; 0 when it has passed or is not set."""
+    not_before = task.get("not_before")
+    if not not_before:
         return 0.0
-    return min(max(run_at_us / 1e6 - time.time(), 0.0), EARLY_MAX_S)
+    return min(max(not_before - time.time(), 0.0), EARLY_MAX_S)
 
 
 def take_task(task: dict, control, lock) -> bool:

@@ -78,8 +78,6 @@ class AsyncRunner:
         """Run ``task``'s handler within its deadline and report its outcome."""
         from scheduler_core.registry import get_handler, is_internal
 
-        if wait_s := child.not_yet_s(task):
-            await asyncio.sleep(wait_s)
         began = time.monotonic()
         capture = RunLog(task, self.max_lines, self.send.lock, began)
         child.ASYNC_CAPTURE.set(capture)  # this asyncio task's own context
@@ -95,6 +93,8 @@ class AsyncRunner:
         limit = asyncio.timeout(max(0.0, task["deadline"] / 1e6 - time.time()))
         try:
             async with limit:
+                if wait_s := child.not_yet_s(task):  # leased before its run_at
+                    await asyncio.sleep(wait_s)
                 result = await get_handler(task["handler"])(ctx, json.loads(task["payload"]))
         except BaseException as exc:  # noqa: BLE001 - as child.execute; CancelledError too
             ok = False

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from runs import tracing
-from runs.clock import to_us
+from runs.clock import db_now, to_us
 from runs.daemons.daemon import TRANSIENT
 from runs.execution import leases as run_leases
 from runs.models import Run
@@ -227,20 +227,22 @@ class LeaseAhead:
 
     def lease_at(self, due_at: float, want: int) -> tuple[list[Leased], float | None]:
         """In the lease lane: lease up to ``want`` runs at ``due_at`` (time.monotonic()),
-        when the next run falls due, or earlier if a push wakes the broker's wait first.
+        when the next run falls due; earlier if a push wakes the broker's wait first, or
+        an ack may have made runs (Ahead.nudge).
 
-        The wait for a push ends EXACT_S before that instant, later than which the
-        broker's wait may come back (its wait_slack_s), and the lane sleeps to the instant
-        itself: handing the sleep to the worker's loop made every such run a millisecond
-        or two late (its select() rounds up to whole milliseconds, then a lease is
-        submitted to this lane), a third of W3's lag (docs/performance.md)."""
+        The wait for a push ends the broker's wait_slack_s plus EXACT_S before the lease;
+        the lane sleeps the rest (the worker loop's select() woke a millisecond or two
+        late). On PostgreSQL it leases EARLY_S before the run's time, and the child waits
+        for that time (runs/worker/child.py, not_yet_s). W3, docs/performance.md."""
         c = self.config
-        listen_s = due_at - time.monotonic() - self.broker.wait_slack_s - EXACT_S
+        self.ahead.nudge.clear()
+        early_s = EARLY_S if run_leases.one_statement(c.using) else 0.0
+        listen_s = due_at - early_s - time.monotonic() - self.broker.wait_slack_s - EXACT_S
         if listen_s > 0 and self.broker.wait_ready(c.queues, listen_s,
                                                    passing_on=self.waits_end):
             if self.waits_end():
                 return [], 0.0
-            if time.monotonic() < due_at - EXACT_S:
+            if time.monotonic() < due_at - early_s - EXACT_S:
                 # A push woke it: a run ready now, or the wake token left by the push of
                 # the very run it waits for (runs/brokers/redis/wake.py), which is not
                 # due yet; then it sleeps on, to the earlier of the two runs' times.
@@ -250,16 +252,46 @@ class LeaseAhead:
                 due_in = self.broker.next_due_s(c.queues)
                 if due_in is not None:
                     due_at = min(due_at, time.monotonic() + due_in)
-        early_s = EARLY_S if run_leases.one_statement(c.using) else 0.0
-        while (left := due_at - early_s - time.monotonic()) > 0:
-            if self.waits_end():
-                return [], 0.0
-            time.sleep(min(left, EXACT_SLICE_S))
-        if early_s:
-            # Leased just before its time, the run starts at its run_at in the child,
-            # which then waits out the rest (runs/worker/child.py, not_yet_s).
-            self.broker.promote(queues=c.queues, within_s=2 * early_s)
+        if not self.sleep_until(due_at - early_s):
+            return [], 0.0
+        if early_s and not self.ahead.nudge.is_set():
+            leased, again = self.lease_early(want, early_s)
+            # Nothing, though the run fell due within the promote: a run held back by a
+            # rate limit (lease.lua defers it to its token's time) is leased at its time,
+            # not promoted again and again meanwhile.
+            if leased or not self.sleep_until(due_at):
+                return leased, again
         return self.lease_now(want)
+
+    def lease_early(self, want: int, early_s: float) -> tuple[list[Leased], float | None]:
+        """In the lease lane: promote the runs due within twice ``early_s`` seconds and
+        lease up to ``want``. The promote is only a head start: failing, it is logged and
+        the lease goes on (the runs are leased once due)."""
+        try:
+            self.broker.promote(queues=self.config.queues, within_s=2 * early_s)
+            # A lease's not_before errs late by its reply, commit included (a ms, more
+            # at a slow fsync); a bound on the clocks' offset from a round trip with no
+            # commit narrows it, still never early whatever the skew.
+            offset_s = db_now(self.config.using).timestamp() - time.time()
+        except TRANSIENT as exc:
+            log.debug("worker %s: early promote failed: %s", self.config.worker_id, exc)
+            offset_s = None
+        leased, again = self.lease_now(want)
+        for run in leased if offset_s is not None else ():
+            at_us = run.lease.task.get("run_at_us") if run.lease.task else None
+            if at_us and run.task.get("not_before"):
+                run.task["not_before"] = min(run.task["not_before"], at_us / 1e6 - offset_s)
+        return leased, again
+
+    def sleep_until(self, instant: float) -> bool:
+        """In the lease lane: sleep until ``instant`` (time.monotonic()) or a nudge
+        (Ahead.nudge); False if the worker is stopping (asked every EXACT_SLICE_S)."""
+        while (left := instant - time.monotonic()) > 0:
+            if self.waits_end():
+                return False
+            if self.ahead.nudge.wait(min(left, EXACT_SLICE_S)):
+                return True
+        return not self.waits_end()
 
     def lease_now(self, want: int) -> tuple[list[Leased], float | None]:
         """In the lease lane: lease up to ``want`` runs; with none, lease again at once

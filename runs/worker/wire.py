@@ -69,12 +69,13 @@ def task_of(run_id: int, attempt: int, t: dict) -> dict:
     ``deadline`` and ``seq``), from ``t``, a lease's task (Lease.task: job_id,
     scheduled_at_us, handler, payload as JSON text; max_attempts and retry, the job's, where
     the lease read them: the child logs an attempt the retry gives up on at ERROR; trace,
-    the run's traceparent or None: runs/tracing.py; run_at_us, where the lease read it:
-    the child does not start the handler before it, runs/worker/child.py)."""
+    the run's traceparent or None: runs/tracing.py; not_before, for a run leased before
+    its run_at: the child does not start the handler before it, runs/worker/child.py)."""
     return {"run_id": run_id, "job_id": t["job_id"], "attempt": attempt,
             "scheduled_at": t["scheduled_at_us"], "handler": t["handler"],
             "payload": t["payload"], "max_attempts": t.get("max_attempts"),
-            "retry": t.get("retry"), "trace": t.get("trace"), "run_at": t.get("run_at_us")}
+            "retry": t.get("retry"), "trace": t.get("trace"),
+            "not_before": t.get("not_before")}
 
 
 def send_tasks(conn, tasks: list[dict]) -> None:
