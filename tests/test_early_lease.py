@@ -35,7 +35,8 @@ def test_a_promote_within_a_few_ms_leases_a_run_whose_attempt_starts_at_its_run_
     started = Run.objects.using(broker.using).get(pk=soon.pk)
     assert lease.run_id == soon.pk and started.started_at >= started.run_at
     if started.started_at == started.run_at:  # leased before its time: the child waits
-        assert 0 < lease.task["not_before"] - time.time() <= EARLY_MAX_S
+        assert lease.task["not_before"] >= soon.run_at.timestamp()  # one clock here
+        assert lease.task["not_before"] - time.time() <= EARLY_MAX_S
     else:  # the lease came after its time (a slow machine): nothing to wait for
         assert lease.task["not_before"] is None
 
@@ -120,4 +121,35 @@ def test_an_idle_worker_leases_its_next_run_early_and_its_child_waits_for_its_ti
     started = Run.objects.using(broker.using).get(pk=soon.pk)
     assert run.lease.run_id == soon.pk and started.started_at >= soon.run_at
     if started.started_at == soon.run_at:  # leased before its time
-        assert 0 < run.task["not_before"] - soon.run_at.timestamp() <= EARLY_MAX_S
+        assert run.task["not_before"] >= soon.run_at.timestamp()  # one clock here
+        assert run.task["not_before"] - time.time() <= EARLY_MAX_S
+
+
+def test_a_childs_wait_for_its_run_is_not_counted_as_the_runs_time():
+    """The run's time (the outcome's took_s, the worker's avg_run_s that sizes its
+    lease-ahead) starts when the handler does, not when the child began to wait."""
+    from runs.worker import child
+
+    now = time.time()
+    task = {"run_id": 1, "job_id": 1, "attempt": 1, "scheduled_at": int(now * 1e6),
+            "deadline": int((now + 60) * 1e6), "handler": "noop", "payload": "{}",
+            "seq": 1, "not_before": now + 0.05}
+
+    done = child.execute(task, child.CaptureHandler(10), lambda message: None)
+
+    ok, began, finished = done[3], done[7], done[8]
+    assert ok and time.time() >= now + 0.05 and finished - began < 0.025
+
+
+def test_a_nudge_between_the_empty_lease_and_the_sleep_is_heard(settings):
+    """An ack that may have made runs can land after lease_call's empty lease and before
+    lease_at's sleep: lease_at cleared the nudge on entry and slept to the run's time."""
+    from runs.worker import Worker
+
+    settings.SCHEDULER = {**settings.SCHEDULER, "BROKER": "database", "WORKER_POLL_S": 5}
+    worker = Worker(["default"], concurrency=1, using="sqlite")
+    worker.ahead.wake(retry=True)
+    began = time.monotonic()
+    answer = worker.lease.lease_at(began + 3.0, 1)  # on SQLite: no query, no listen
+
+    assert answer == ([], 0.0) and time.monotonic() - began < 1.5

@@ -144,7 +144,8 @@ def _cancel_for_cancelled_jobs(run_ids: list[int], now: datetime, using: str) ->
 def release(leases: list[Lease], using: str) -> list[int]:
     """Give leased runs back at once without counting the attempt (graceful shutdown).
 
-    Each run goes back to ``queued`` with run_at = now; its ``max_attempts`` grows by one
+    Each run goes back to ``queued`` with run_at = now (or its own, if later: leased
+    early, runs/worker/lease_ahead.py); its ``max_attempts`` grows by one
     so the released attempt does not use up a retry. Returns the ids released.
     A fixed number of statements whatever the number of leases (a worker stopping
     releases up to its whole lease-ahead, 514 runs: two UPDATEs per run took 1.4 s): the

@@ -212,6 +212,7 @@ def execute(task: dict, capture: CaptureHandler, send) -> tuple:
         # Cancellable while it waits (RunCancelled from the signal), as once running.
         if wait_s := not_yet_s(task):
             time.sleep(wait_s)
+            began = time.monotonic()  # the wait is not the run's time (avg_run_s)
         result = get_handler(task["handler"])(ctx, json.loads(task["payload"]))
         _executing[0] = 0
     except BaseException as exc:  # noqa: BLE001 - SystemExit from a handler is a failure too

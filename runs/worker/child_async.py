@@ -95,6 +95,7 @@ class AsyncRunner:
             async with limit:
                 if wait_s := child.not_yet_s(task):  # leased before its run_at
                     await asyncio.sleep(wait_s)
+                    began = capture.began = time.monotonic()  # the run's time is its own
                 result = await get_handler(task["handler"])(ctx, json.loads(task["payload"]))
         except BaseException as exc:  # noqa: BLE001 - as child.execute; CancelledError too
             ok = False

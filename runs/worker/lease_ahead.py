@@ -209,6 +209,7 @@ class LeaseAhead:
         for a push, as long as the worker would have slept, and leases once more; the
         seconds are then 0 (lease again now: the wait is done)."""
         c = self.config
+        self.ahead.nudge.clear()  # before the lease: a nudge after it is heard (lease_at)
         began_ns = time.time_ns()
         leases = self.broker.lease(c.queues, want, c.worker_id, weights=c.weights)
         if leases:
@@ -235,7 +236,6 @@ class LeaseAhead:
         late). On PostgreSQL it leases EARLY_S before the run's time, and the child waits
         for that time (runs/worker/child.py, not_yet_s). W3, docs/performance.md."""
         c = self.config
-        self.ahead.nudge.clear()
         early_s = EARLY_S if run_leases.one_statement(c.using) else 0.0
         listen_s = due_at - early_s - time.monotonic() - self.broker.wait_slack_s - EXACT_S
         if listen_s > 0 and self.broker.wait_ready(c.queues, listen_s,
