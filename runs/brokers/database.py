@@ -112,8 +112,11 @@ class DatabaseBroker(Broker):
         return self._listener.wait(queues, timeout_s, stop=passing_on)
 
     def end_waits(self) -> None:
+        # A fresh listener next time: notifications heard by this one (its own promotes')
+        # would end a later worker's first wait in this thread at once.
         if self._listener is not None:
             self._listener.close()
+            self._listener = None
 
     def reconcile(self, batch: int = 5000, shards: list[int] | None = None,
                   keep_going=None) -> int:
