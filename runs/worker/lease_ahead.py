@@ -210,10 +210,9 @@ class LeaseAhead:
         seconds are then 0 (lease again now: the wait is done)."""
         c = self.config
         self.ahead.nudge.clear()  # before the lease: a nudge after it is heard (lease_at)
-        began_ns = time.time_ns()
-        leases = self.broker.lease(c.queues, want, c.worker_id, weights=c.weights)
-        if leases:
-            return self.traced(leased_of(leases, c.using), began_ns), None
+        leased, _ = self.lease_now(want)
+        if leased:
+            return leased, None
         due_in = self.broker.next_due_s(c.queues)
         # A burst worker does not wait: it stops once idle (main.py, round).
         if self.stopping() or c.burst:
