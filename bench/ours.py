@@ -720,6 +720,7 @@ def main() -> None:
     args = parser.parse_args()
     args.log_dir.mkdir(parents=True, exist_ok=True)
     common.install_signal_handlers()
+    common.compile_sources()
     _ensure_database()
     _setup_django()
     WORKLOADS[args.workload](args)

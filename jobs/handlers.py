@@ -16,7 +16,6 @@ import logging
 import time
 import zlib
 
-from runs.outbound.handler import http
 from scheduler_core import conf
 from scheduler_core.registry import handler
 
@@ -80,6 +79,17 @@ def always_fails(ctx, payload):
 
 DEMO = {"noop": noop, "echo": echo, "sleep": sleep, "flaky": flaky,
         "always_fails": always_fails}
+
+
+async def http(ctx, payload: dict) -> dict:
+    """The built-in ``http`` handler: runs/outbound/handler.py's ``http``, imported at its
+    first run. httpx, httpcore and cryptography took about 0.1 s of every process's start,
+    a worker's included, that never sends a request (docs/performance.md, "A worker's
+    start")."""
+    from runs.outbound.handler import http as send
+
+    return await send(ctx, payload)
+
 
 handler("http")(http)
 

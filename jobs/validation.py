@@ -12,7 +12,6 @@ from jobs import callback_fields, flow_keys, retry_fields
 from jobs.ingest import unique
 from jobs.models import QUEUE_RE, MisfirePolicy
 from jobs.schedules import cron, zones
-from runs.outbound import payload as http_payload
 from runs.tenancy.quotas import MAX_INT
 from scheduler_core import conf
 from scheduler_core.exceptions import InvalidJob
@@ -83,6 +82,10 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     if payload_error:
         errors["payload"] = payload_error
     elif spec.get("handler") == "http":
+        # Here, not at the top: it imports httpx and cryptography, which a process that
+        # never validates an http job (a worker) should not pay for at its start.
+        from runs.outbound import payload as http_payload
+
         clean["payload"], problems = http_payload.normalize(
             spec.get("payload", {}), _timeout_s(spec.get("timeout_s")), owner_id=owner_id,
             stored=stored_payload)
