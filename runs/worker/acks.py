@@ -24,6 +24,7 @@ from runs.models import AttemptOutcome
 from runs.types import Outcome
 from runs.worker.lease_ahead import leased_of
 from scheduler_core import conf
+from scheduler_core.logs import held_lines
 
 ACK_BATCH_MAX = 512  # most outcomes in one ack: beyond, another ack is queued in the lane
 # Ack batches submitted and not yet committed beyond which the worker leases no more: if
@@ -226,14 +227,16 @@ class Acks:
                 # when a lease sent before this ack committed comes back empty. Not when
                 # the ack says it pushed none (all it made were continued here).
                 self.ahead.wake(retry=True)
-            for outcome, ok in zip(outcomes, accepted, strict=True):
-                # A cancelled run's ack is refused by design, its handler stopped
-                # (runs/worker/cancels.py): reported (run_cancelled), not warned of.
-                if ok or outcome.outcome == AttemptOutcome.CANCELLED:
-                    report_outcome(outcome)
-                else:
-                    log.warning("worker: ack of run %s attempt %s refused: lease is "
-                                "stale", outcome.lease.run_id, outcome.lease.attempt)
+            # The batch's lines in one write, not one each (scheduler_core/logs.py).
+            with held_lines():
+                for outcome, ok in zip(outcomes, accepted, strict=True):
+                    # A cancelled run's ack is refused by design, its handler stopped
+                    # (runs/worker/cancels.py): reported (run_cancelled), not warned of.
+                    if ok or outcome.outcome == AttemptOutcome.CANCELLED:
+                        report_outcome(outcome)
+                    else:
+                        log.warning("worker: ack of run %s attempt %s refused: lease is "
+                                    "stale", outcome.lease.run_id, outcome.lease.attempt)
 
     def drain(self) -> None:
         """At the stop: ack everything collected and wait for every ack (the books of the

@@ -1,0 +1,63 @@
+"""The console handler of every daemon (scheduler_project/logging_config.py) and the way a
+thread holds its lines to write them at once.
+
+A worker logs one line per run outcome (runs/execution/outcomes.py). Written one by one,
+each line was its own write() to the console and its own flush: at 10,000 runs a second
+that was about a third of the worker supervisor's CPU for the line (docs/performance.md,
+"The outcome line"). Inside ``held_lines()`` a thread's lines are formatted as they come
+and written together when the block ends, in the same order; other threads' lines are
+written at once, as outside the block.
+"""
+
+import logging
+import threading
+from contextlib import contextmanager
+
+_held = threading.local()
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """logging.StreamHandler (stderr by default) whose lines a thread can hold with
+    ``held_lines()``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        lines = getattr(_held, "lines", None)
+        if lines is None:
+            super().emit(record)
+            return
+        try:
+            lines.append((self, self.format(record) + self.terminator))
+        except Exception:  # noqa: BLE001 - logging's own rule: never raise from a handler
+            self.handleError(record)
+
+    def write_all(self, text: str) -> None:
+        """Write ``text`` (whole lines) to the stream and flush, under the handler's lock."""
+        with self.lock:
+            self.stream.write(text)
+            self.flush()
+
+
+@contextmanager
+def held_lines():
+    """Hold this thread's console lines until the block ends, then write them, one write
+    per handler, also when the block raises. Nested blocks write at the outermost's end."""
+    if getattr(_held, "lines", None) is not None:
+        yield
+        return
+    _held.lines = []
+    try:
+        yield
+    finally:
+        lines, _held.lines = _held.lines, None
+        _write(lines)
+
+
+def _write(lines: list[tuple[ConsoleHandler, str]]) -> None:
+    by_handler: dict[ConsoleHandler, list[str]] = {}
+    for handler, text in lines:
+        by_handler.setdefault(handler, []).append(text)
+    for handler, texts in by_handler.items():
+        try:
+            handler.write_all("".join(texts))
+        except Exception:  # noqa: BLE001 - as StreamHandler.emit: report, never raise
+            handler.handleError(None)
