@@ -171,6 +171,11 @@ class Job(models.Model):
             # this (small, usually empty) index that read every job of a large table.
             models.Index(fields=["id"], name="job_flow_keyed",
                          condition=~Q(rate_key="") | ~Q(concurrency_key="")),
+            # Every batched ack asks whether its runs' jobs have an on_success callback
+            # (jobs/callbacks.py, watched_sql): without this (small, usually empty) index
+            # PostgreSQL answered by reading every job (docs/performance.md, "The ack").
+            models.Index(fields=["id"], name="job_on_success",
+                         condition=Q(on_success__isnull=False)),
         ]
 
     def __str__(self) -> str:
