@@ -25,10 +25,11 @@ MAX_DELAY_S = 100 * 365 * 86_400  # a century: beyond it a delay is surely a uni
 
 
 def job_limits() -> dict[str, int]:
-    """The tunable caps validate_job applies: MAX_TIMEOUT_S, MAX_RETRIES,
-    MAX_PAYLOAD_BYTES. Read them once per batch and pass them to validate_job."""
+    """The tunable caps validate_job applies, MAX_TIMEOUT_S, MAX_RETRIES and
+    MAX_PAYLOAD_BYTES, and the default MAX_LAG_S. Read them once per batch and pass them
+    to validate_job."""
     return {name: conf.get(name) for name in ("MAX_TIMEOUT_S", "MAX_RETRIES",
-                                              "MAX_PAYLOAD_BYTES")}
+                                              "MAX_PAYLOAD_BYTES", "MAX_LAG_S")}
 
 
 def utf8(text: str) -> bool:
@@ -123,7 +124,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
             errors["run_at"] = problem
     # A one-off job's schedule fields mean nothing, but a wrong one is refused at every
     # door (REST's types refused a wrongly typed one; the Python API ignored it).
-    tz, policy, max_lag = schedule_fields(spec, errors)
+    tz, policy, max_lag = schedule_fields(spec, errors, limits["MAX_LAG_S"])
     if has_cron:
         try:
             if not isinstance(spec["cron"], str):
@@ -179,20 +180,24 @@ def _when_problems(spec: dict) -> dict[str, str]:
     return {}
 
 
+# Django's enum builds its list of values anew at each read: once here, for every job.
+MISFIRE_POLICIES = frozenset(MisfirePolicy.values)
 GAP_OCCURRENCES = 100  # the occurrences whose gaps bound jitter: a DST change shows up
 
 
-def schedule_fields(spec: dict, errors: dict) -> tuple:
+def schedule_fields(spec: dict, errors: dict, default_max_lag_s: int | None = None) -> tuple:
     """(timezone, misfire_policy, max_lag_s) of ``spec`` with their defaults (UTC,
-    run_once, MAX_LAG_S seconds); a wrong one is put in ``errors`` by its field's name."""
+    run_once, ``default_max_lag_s`` seconds, read from MAX_LAG_S when None); a wrong one
+    is put in ``errors`` by its field's name."""
     tz = spec.get("timezone")
     tz = "UTC" if tz is None or tz == "" else tz
     if problem := zones.zone_problem(tz):
         errors["timezone"] = problem
     policy = spec.get("misfire_policy") or MisfirePolicy.RUN_ONCE
-    if policy not in MisfirePolicy.values:
+    if policy not in MISFIRE_POLICIES:
         errors["misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"
-    max_lag = spec.get("max_lag_s", conf.get("MAX_LAG_S"))
+    max_lag = spec["max_lag_s"] if "max_lag_s" in spec else (
+        conf.get("MAX_LAG_S") if default_max_lag_s is None else default_max_lag_s)
     if isinstance(max_lag, bool) or not isinstance(max_lag, int) \
             or not 0 <= max_lag <= MAX_INT:  # the column's range: no DataError later
         errors["max_lag_s"] = f"must be an integer from 0 to {MAX_INT} (seconds)"
