@@ -12,6 +12,8 @@ fault-test handlers (busy_loop, suicide) live in the fault-injection app, chaos/
 Each takes ``(ctx, payload)``; ``payload`` keys are documented per handler.
 """
 
+import asyncio
+import importlib
 import logging
 import time
 import zlib
@@ -81,14 +83,18 @@ DEMO = {"noop": noop, "echo": echo, "sleep": sleep, "flaky": flaky,
         "always_fails": always_fails}
 
 
+OUTBOUND = "runs.outbound.handler"
+_sender = []  # runs/outbound/handler.py's http, once imported
+
+
 async def http(ctx, payload: dict) -> dict:
     """The built-in ``http`` handler: runs/outbound/handler.py's ``http``, imported at its
     first run. httpx, httpcore and cryptography took about 0.1 s of every process's start,
     a worker's included, that never sends a request (docs/performance.md, "A worker's
-    start")."""
-    from runs.outbound.handler import http as send
-
-    return await send(ctx, payload)
+    start"). The import runs in a thread: a child's other async runs go on meanwhile."""
+    if not _sender:
+        _sender.append((await asyncio.to_thread(importlib.import_module, OUTBOUND)).http)
+    return await _sender[0](ctx, payload)
 
 
 handler("http")(http)

@@ -124,7 +124,7 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
             errors["run_at"] = problem
     # A one-off job's schedule fields mean nothing, but a wrong one is refused at every
     # door (REST's types refused a wrongly typed one; the Python API ignored it).
-    tz, policy, max_lag = schedule_fields(spec, errors, limits["MAX_LAG_S"])
+    tz, policy, max_lag = schedule_fields(spec, errors, limits.get("MAX_LAG_S"))
     if has_cron:
         try:
             if not isinstance(spec["cron"], str):
@@ -194,7 +194,8 @@ def schedule_fields(spec: dict, errors: dict, default_max_lag_s: int | None = No
     if problem := zones.zone_problem(tz):
         errors["timezone"] = problem
     policy = spec.get("misfire_policy") or MisfirePolicy.RUN_ONCE
-    if policy not in MISFIRE_POLICIES:
+    # A list or dict is refused by name, not hashed (a TypeError) against the set.
+    if not isinstance(policy, str) or policy not in MISFIRE_POLICIES:
         errors["misfire_policy"] = f"must be one of {', '.join(MisfirePolicy.values)}"
     max_lag = spec["max_lag_s"] if "max_lag_s" in spec else (
         conf.get("MAX_LAG_S") if default_max_lag_s is None else default_max_lag_s)

@@ -6,7 +6,9 @@ each line was its own write() to the console and its own flush: at 10,000 runs a
 that was about a third of the worker supervisor's CPU for the line (docs/performance.md,
 "The outcome line"). Inside ``held_lines()`` a thread's lines are formatted as they come
 and written together when the block ends, in the same order; other threads' lines are
-written at once, as outside the block.
+written at once, as outside the block. A line another handler writes (a signal
+receiver's, say) may so come out before held lines logged earlier. A daemon that exits at
+once (its stop watchdog) first writes every thread's held lines (write_held).
 """
 
 import logging
@@ -14,6 +16,8 @@ import threading
 from contextlib import contextmanager
 
 _held = threading.local()
+# Thread ident -> that thread's held lines, for write_held: another thread's exit.
+_holding: dict[int, list] = {}
 
 
 class ConsoleHandler(logging.StreamHandler):
@@ -44,12 +48,23 @@ def held_lines():
     if getattr(_held, "lines", None) is not None:
         yield
         return
-    _held.lines = []
+    _held.lines = _holding[threading.get_ident()] = []
     try:
         yield
     finally:
         lines, _held.lines = _held.lines, None
+        _holding.pop(threading.get_ident(), None)
         _write(lines)
+
+
+def write_held() -> None:
+    """Write the lines every thread holds now, for a process about to exit at once
+    (os._exit, which runs no ``finally``); they are not written again."""
+    for ident, lines in list(_holding.items()):
+        taken = list(lines)
+        lines.clear()
+        _write(taken)
+        _holding.pop(ident, None)
 
 
 def _write(lines: list[tuple[ConsoleHandler, str]]) -> None:

@@ -23,7 +23,11 @@ def prepared_acks(connection) -> int:
         return cursor.fetchone()[0]
 
 
-def test_a_direct_session_prepares_the_ack_and_each_ack_stays_fenced():
+@pytest.mark.parametrize("result", [lambda i: {"i": i}, lambda i: None],
+                         ids=["results", "no-results"])
+def test_a_direct_session_prepares_the_ack_and_each_ack_stays_fenced(result):
+    """With results the statement gets an array of them; with none, a NULL array: both
+    are prepared and fenced."""
     if os.environ.get("DATABASE_POOLER") == "pgbouncer":
         pytest.skip("this lane's sessions go through PgBouncer: nothing is prepared")
     connection = connections["default"]
@@ -36,7 +40,7 @@ def test_a_direct_session_prepares_the_ack_and_each_ack_stays_fenced():
     leases = start_attempts([r.pk for r in runs], "w1", 60, "default")
     assert len(leases) == len(runs)
     accepted = [complete([Outcome(lease=lease, outcome=AttemptOutcome.SUCCEEDED,
-                                  result={"i": i})], "default")[0]
+                                  result=result(i))], "default")[0]
                 for i, lease in enumerate(leases)]
     assert accepted == [[True]] * len(leases)
     assert prepared_acks(connection) == 1
@@ -45,6 +49,6 @@ def test_a_direct_session_prepares_the_ack_and_each_ack_stays_fenced():
                              result={"again": True})], "default")[0] == [False]
     stored = {r.pk: r for r in Run.objects.filter(pk__in=[r.pk for r in runs])}
     assert [(stored[le.run_id].state, stored[le.run_id].result) for le in leases] == [
-        (RunState.SUCCEEDED, {"i": i}) for i in range(len(leases))]
+        (RunState.SUCCEEDED, result(i)) for i in range(len(leases))]
     assert set(Attempt.objects.filter(run_id__in=stored).values_list(
         "outcome", flat=True)) == {AttemptOutcome.SUCCEEDED}

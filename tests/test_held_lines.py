@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from runs.execution.outcomes import report
-from scheduler_core.logs import ConsoleHandler, held_lines
+from scheduler_core.logs import ConsoleHandler, held_lines, write_held
 from scheduler_project.logging_config import django_logging
 
 
@@ -83,6 +83,30 @@ def test_a_nested_block_writes_at_the_outermost_end(console):
     assert stream.writes == ["test.held inner\ntest.held outer\n"]
 
 
+def test_write_held_writes_another_threads_held_lines_once(console):
+    """What a daemon's stop watchdog does before os._exit: the main thread's held lines
+    would otherwise be lost with the process."""
+    logger, stream = console
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with held_lines():
+            logger.info("held 1")
+            logger.info("held 2")
+            holding.set()
+            release.wait(5)
+
+    other = threading.Thread(target=hold)
+    other.start()
+    assert holding.wait(5)
+    assert stream.writes == []
+    write_held()
+    assert stream.writes == ["test.held held 1\ntest.held held 2\n"]
+    release.set()
+    other.join()
+    assert stream.writes == ["test.held held 1\ntest.held held 2\n"]
+
+
 def test_the_daemons_console_is_the_handler_that_holds():
     assert django_logging("INFO")["handlers"]["console"]["class"] == (
         "scheduler_core.logs.ConsoleHandler")
@@ -96,3 +120,5 @@ def test_an_outcome_line_keeps_its_fields_and_text(caplog):
     assert record.getMessage() == "run 7 succeeded (job 3, handler noop, attempt 2 in 0.250 s)"
     assert (record.run_id, record.job_id, record.attempt, record.duration_s) == (7, 3, 2, 0.25)
     assert record.name == "scheduler.runs" and record.levelno == logging.INFO
+    # No walk up the stack, but a file and line a format may show: report's.
+    assert record.pathname.endswith("outcomes.py") and record.lineno > 1

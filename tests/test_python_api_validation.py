@@ -24,6 +24,9 @@ pytestmark = pytest.mark.django_db
     ({"run_at": datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-14)))}, "run_at"),
     ({"run_at": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))}, "run_at"),
     ({"cron": "* * * * *", "timeout_s": 10**10}, "timeout_s"),
+    # Not hashable: checked against the set of policies, it must still be named.
+    ({"cron": "* * * * *", "misfire_policy": ["skip"]}, "misfire_policy"),
+    ({"misfire_policy": {"run_once": 1}}, "misfire_policy"),
 ])
 def test_bad_options_are_refused_naming_the_field(options, field):
     with pytest.raises(InvalidJob) as caught:

@@ -29,6 +29,7 @@ from redis.exceptions import RedisClusterException
 
 from runs.brokers import get_broker
 from runs.daemons.isolation import Faults
+from scheduler_core import logs
 from scheduler_core.exceptions import BrokerUnavailable, SchedulerError
 
 # RedisClusterException is not a RedisError: without it a cluster whose nodes all went
@@ -128,6 +129,7 @@ class Daemon:
         self.log.warning("%s: not stopped %g s after the stop request (waiting on the "
                          "database or broker?); exiting now, what it held expires with its "
                          "leases", self.name, self.stop_bound_s())
+        logs.write_held()  # lines a thread held to write at once (scheduler_core/logs.py)
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(1)

@@ -44,9 +44,10 @@ def report(*, run_id: int, job_id: int | None, handler: str | None, attempt: int
         verb = outcome if outcome == state else f"{outcome}, {state}"
         # The record made here and handed to the logger, as Logger.log does, less its
         # walk up the stack for the caller's file and line, which no format here shows
-        # (a tenth of the line's cost, at a line per run).
+        # (a tenth of the line's cost, at a line per run); the line is report's.
         log.handle(log.makeRecord(
-            log.name, level, __file__, 0, "run %s %s (job %s, handler %s, attempt %s%s)%s",
+            log.name, level, __file__, REPORT_LINE,
+            "run %s %s (job %s, handler %s, attempt %s%s)%s",
             (run_id, verb, job_id if job_id is not None else "?", handler or "?", attempt,
              took, said), None, "report", fields))
     if queue is not None:
@@ -54,6 +55,10 @@ def report(*, run_id: int, job_id: int | None, handler: str | None, attempt: int
     signals.send(state, run_id=run_id, job_id=job_id, handler=handler, attempt=attempt,
                  outcome=outcome, error=error,
                  **({"result": result} if state == "succeeded" else {}))
+
+
+# The record's line number: report's own, where a format asks for %(lineno)d.
+REPORT_LINE = report.__code__.co_firstlineno
 
 
 def after_reap(rows: list[tuple], fates: dict[int, str], errors: dict[int, str]) -> None:
