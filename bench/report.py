@@ -15,6 +15,7 @@ TARGETS = {
           "every peer row",
     "W2": "at least 2x every durable peer's best row, ahead of every peer's best row, and "
           "at least 60% of the bare-loop ceiling, at the median of the pairs",
+    "W3": "p99 at or below Celery tuned's on the Redis broker",
 }
 
 
@@ -95,7 +96,8 @@ def losses(summary: dict) -> list[str]:
 
 
 def targets(summary: dict) -> list[str]:
-    """Whether the targets of W1 and W2 hold at the median of the pairs, and by how much."""
+    """Whether the targets of W1, W2 and W3 hold at the median of the pairs, and by how
+    much."""
     out = []
     w1 = summary.get("W1", {})
     ours = w1.get("ours", {}).get("default", {})
@@ -131,6 +133,13 @@ def targets(summary: dict) -> list[str]:
                      f"{wd['ratio']['median']:.2f}x "
                      f"({'holds' if wd['ratio']['median'] >= 2 else 'misses 2x'})")
         out.append(line)
+    celery = summary.get("W3", {}).get("celery", {}).get("tuned", {})
+    if (celery.get("ratio") or {}).get("median"):
+        r = celery["ratio"]["median"]
+        out.append(f"* **W3** (target {TARGETS['W3']}): ours {span(celery.get('ours'))} "
+                   f"against {span(celery['figure'])} ms, {r:.2f}x "
+                   f"({'holds' if r >= 1 else 'misses'}); the database broker's (under 50 "
+                   "ms) is bench/db_broker_pairs.py's.")
     ceiling = summary.get("ceiling", {}).get("ours", {}).get("default")
     if ceiling and ceiling.get("w2_vs_cold"):
         cold, warm = ceiling["w2_vs_cold"]["median"], (ceiling.get("drain_vs_warm") or {}

@@ -124,3 +124,20 @@ def test_a_w3_row_summarised_with_n_0_shows_no_n_not_0_00():
         "n": 0, "figure": {"median": 46.9, "range": [7.1, 148.0], "n": 36},
         "durable_history": True, "unit": "ms", "pairs": 36}}})[4]
     assert "| 0.00 |" not in line and "| — |" in line
+
+
+def test_the_w3_target_says_whether_ours_is_at_or_below_celery_tuned():
+    import report
+
+    def summary(ratio):
+        return {"W3": {"celery": {"tuned": {
+            "label": "Celery", "variant": "tuned", "unit": "ms", "pairs": 5,
+            "figure": {"median": 2.5, "range": [2.1, 2.8], "n": 5},
+            "ours": {"median": 2.5 / ratio, "range": [1.6, 2.5], "n": 5},
+            "ratio": {"median": ratio, "range": [ratio, ratio], "n": 5}}}}}
+
+    held, = [line for line in report.targets(summary(1.21)) if "**W3**" in line]
+    assert "1.21x (holds)" in held and "ours 2.07 (1.60-2.50)" in held
+    missed, = [line for line in report.targets(summary(0.28)) if "**W3**" in line]
+    assert "0.28x (misses)" in missed
+    assert not [line for line in report.targets({}) if "**W3**" in line]
