@@ -89,8 +89,9 @@ def profiled(n: int, enqueue) -> dict:
             if label in spent}
 
 
-def measure(pair: str, n: int, profile: bool = False) -> dict:
-    """In this process: set up ``pair``, then time ``n`` enqueues each way."""
+def measure(pair: str, n: int, profile: bool = False, statement: bool = False) -> dict:
+    """In this process: set up ``pair``, then time ``n`` enqueues each way; with
+    ``statement``, instead the one-off create's statement alone (statement_alone)."""
     os.environ.update(DJANGO_SETTINGS_MODULE="scheduler_project.settings", DEBUG="false",
                       SECRET_KEY=secrets.token_urlsafe(50), SCHEDULER_REDIS_PREFIX="benchenq",
                       DATABASE_URL=common.pg_url(DBNAME) if pair.endswith("pg")
@@ -111,6 +112,8 @@ def measure(pair: str, n: int, profile: bool = False) -> dict:
     for i in range(enqueue_timing.WARM):  # imports, the broker's scripts, the connection
         noop.enqueue(i)
     out = {"pair": pair, "n": n, "load_1m": round(os.getloadavg()[0], 2)}
+    if statement:
+        return {**out, "statement_alone": statement_alone(lambda: noop.enqueue(0), n)}
     if profile:
         return {**out, "cpu_us": profiled(n, lambda i: noop.enqueue(i))}
     for label, inside in (("outside", False), ("inside", True)):
@@ -121,23 +124,71 @@ def measure(pair: str, n: int, profile: bool = False) -> dict:
     return {**out, **enqueue_timing.time_enqueues(noop.enqueue, n)}
 
 
+def statement_alone(enqueue, n: int) -> dict:
+    """Wall and CPU ms per call of the statement one ``enqueue()`` sends (the job and its
+    run: jobs/ingest/one_off.py), replayed ``n`` times with the same parameters on a bare
+    psycopg connection, prepared, outside a transaction: what an enqueue pays with no
+    Python of ours around it."""
+    import psycopg
+    from django.db import connection
+    from psycopg.types.json import Jsonb
+
+    from scheduler_core import prepared
+
+    sent = {}
+    real = prepared.cursor
+
+    class Kept:
+        """The cursor, keeping what it executes."""
+
+        def __init__(self, cursor):
+            self.cursor = cursor
+
+        def __enter__(self):
+            self.cursor.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.cursor.__exit__(*exc)
+
+        def execute(self, sql, params):
+            sent.update(sql=sql, params=list(params))
+            return self.cursor.execute(sql, params)
+
+        def fetchone(self):
+            return self.cursor.fetchone()
+
+    prepared.cursor = lambda conn: Kept(real(conn))
+    try:
+        enqueue()
+    finally:
+        prepared.cursor = real
+    params = [Jsonb(p.obj) if isinstance(p, Jsonb) else p for p in sent["params"]]
+    url = common.pg_url(connection.settings_dict["NAME"])
+    with psycopg.connect(url, autocommit=True, prepare_threshold=0) as pg:
+        return enqueue_timing.per_call(lambda: pg.execute(sent["sql"], params), n)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--pairs", default=",".join(PAIRS))
     parser.add_argument("--profile", action="store_true",
                         help="split the CPU of an enqueue between its parts (PARTS)")
+    parser.add_argument("--statement", action="store_true",
+                        help="time only the statement an enqueue sends (statement_alone)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.n, args.profile)))
+        print(json.dumps(measure(args.one, args.n, args.profile, args.statement)))
         return
     exists = f"SELECT 1 FROM pg_database WHERE datname = '{DBNAME}'"
     if not common.pg_exec_sql("postgres", exists):
         common.pg_exec_sql("postgres", f'CREATE DATABASE "{DBNAME}"')
     for pair in args.pairs.split(","):
         done = subprocess.run([sys.executable, __file__, "--one", pair, "--n", str(args.n),
-                               *(["--profile"] if args.profile else [])],
+                               *(["--profile"] if args.profile else []),
+                               *(["--statement"] if args.statement else [])],
                               capture_output=True, text=True, check=True)
         print(done.stdout.strip().splitlines()[-1], flush=True)
 

@@ -26,7 +26,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,6 +33,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import common  # noqa: E402
+import enqueue_timing  # noqa: E402
 import harness  # noqa: E402
 
 # row -> (its adapter, relative to bench/peers/; our side it is held against)
@@ -89,24 +89,14 @@ def floor(n: int) -> dict:
         # A logged table: a temporary one skips the WAL, and so the commit's flush.
         pg.execute("DROP TABLE IF EXISTS bench_floor_rows")
         pg.execute("CREATE TABLE bench_floor_rows (id bigserial PRIMARY KEY, payload jsonb)")
-        out["postgresql_insert"] = _per_call(
+        out["postgresql_insert"] = enqueue_timing.per_call(
             lambda: pg.execute("INSERT INTO bench_floor_rows (payload) VALUES (%s::jsonb)",
                                ['{"args": [1]}']), n)
         pg.execute("DROP TABLE bench_floor_rows")
     client = redis.Redis.from_url(common.redis_url(7))
-    out["redis_lpush"] = _per_call(lambda: client.lpush("bench:floor", "x"), n)
+    out["redis_lpush"] = enqueue_timing.per_call(lambda: client.lpush("bench:floor", "x"), n)
     client.delete("bench:floor")
     return out
-
-
-def _per_call(call, n: int) -> dict:
-    for _ in range(20):
-        call()
-    wall, cpu = time.perf_counter(), time.process_time()
-    for _ in range(n):
-        call()
-    return {"wall_ms": round((time.perf_counter() - wall) / n * 1000, 3),
-            "cpu_ms": round((time.process_time() - cpu) / n * 1000, 3)}
 
 
 def main() -> None:

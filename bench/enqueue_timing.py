@@ -33,3 +33,15 @@ def time_enqueues(enqueue, n: int) -> dict:
         out[f"{label}_wall_ms"] = round((time.perf_counter() - wall) / n * 1000, 3)
         out[f"{label}_cpu_ms"] = round((time.process_time() - cpu) / n * 1000, 3)
     return out
+
+
+def per_call(call, n: int) -> dict:
+    """Wall and CPU milliseconds per call of ``call()`` over ``n`` calls, after WARM:
+    keys ``wall_ms``, ``cpu_ms``."""
+    for _ in range(WARM):
+        call()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(n):
+        call()
+    return {"wall_ms": round((time.perf_counter() - wall) / n * 1000, 3),
+            "cpu_ms": round((time.process_time() - cpu) / n * 1000, 3)}
