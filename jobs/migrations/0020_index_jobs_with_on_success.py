@@ -9,25 +9,19 @@ INDEX = models.Index(condition=models.Q(("on_success__isnull", False)), fields=[
                      name="job_on_success")
 
 
+def _concurrently(schema_editor) -> dict:
+    # Only PostgreSQL's schema editor takes (and needs) it.
+    return {"concurrently": True} if schema_editor.connection.vendor == "postgresql" else {}
+
+
 def create(apps, schema_editor):
-    job = apps.get_model("jobs", "Job")
-    if schema_editor.connection.vendor == "postgresql":
-        quote = schema_editor.quote_name
-        schema_editor.execute(
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {quote(INDEX.name)} ON "
-            f"{quote(job._meta.db_table)} ({quote('id')}) WHERE "
-            f"{quote(job._meta.get_field('on_success').column)} IS NOT NULL")
-    else:
-        schema_editor.add_index(job, INDEX)
+    schema_editor.add_index(apps.get_model("jobs", "Job"), INDEX,
+                            **_concurrently(schema_editor))
 
 
 def drop(apps, schema_editor):
-    job = apps.get_model("jobs", "Job")
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(
-            f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(INDEX.name)}")
-    else:
-        schema_editor.remove_index(job, INDEX)
+    schema_editor.remove_index(apps.get_model("jobs", "Job"), INDEX,
+                               **_concurrently(schema_editor))
 
 
 class Migration(migrations.Migration):
