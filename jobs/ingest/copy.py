@@ -39,11 +39,23 @@ def moment(value: datetime | None) -> str:
 
 
 def next_ids(table: str, count: int, using: str = "default") -> list[int]:
-    """``count`` fresh ids of ``table``'s serial primary key ``id``, in one round trip."""
+    """``count`` fresh ids of ``table``'s serial primary key ``id``, ascending, in one
+    round trip.
+
+    The sequence is looked up once per statement (an InitPlan), not once per id: called
+    per row, ``pg_get_serial_sequence`` cost 25 ms of 10,000 ids, a tenth of a W1 batch
+    (BENCHMARKS.md, "Ingest (W1)"). Ids taken with no other session's between them come
+    back as their bounds alone; otherwise as the whole sorted list."""
+    if count < 1:
+        return []
     with connections[using].cursor() as cursor:
-        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) "
-                       "FROM generate_series(1, %s)", [table, count])
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(
+            "SELECT min(v), max(v), CASE WHEN max(v) - min(v) + 1 = count(*) THEN NULL"
+            " ELSE array_agg(v ORDER BY v) END"
+            " FROM (SELECT nextval((SELECT pg_get_serial_sequence(%s, 'id')::regclass)) AS v"
+            " FROM generate_series(1, %s)) AS taken", [table, count])
+        low, high, scattered = cursor.fetchone()
+    return list(range(low, high + 1)) if scattered is None else list(scattered)
 
 
 def copy_lines(table: str, columns: tuple[str, ...], lines: Iterable[str],
