@@ -78,12 +78,27 @@ def _succeed(rows: list[tuple[int, int, object]], now: datetime, using: str) -> 
             [now, AttemptOutcome.SUCCEEDED, *values])
 
 
+def scheduled_us(outcome: Outcome) -> int | None:
+    """The run's ``scheduled_at`` (µs since the epoch, UTC) as its lease's task carries
+    it (``scheduled_at_us``; the pipe's task: ``scheduled_at``), or None when no task
+    came with the outcome."""
+    for task, key in ((outcome.lease.task, "scheduled_at_us"), (outcome.task, "scheduled_at")):
+        if task and task.get(key) is not None:
+            return task[key]
+    return None
+
+
 def _succeed_only_pg(outcomes: list[Outcome], using: str) -> tuple[list[bool], set[int]]:
     """complete() of a batch of successes without log lines, in one statement (the common
     case of a busy worker; an ack cost six round trips, BENCHMARKS.md): the runs' fenced
     UPDATE, and the attempts of the runs it matched, on one database clock reading. A row
     locked by a concurrent reap is re-checked against the fence after the lock is granted
     (PostgreSQL's EvalPlanQual), as with the FOR UPDATE read of the general path.
+
+    When every outcome's run has its ``scheduled_at`` known (scheduled_us), the rows are
+    matched on it too: it is the history tables' partition key, and with it PostgreSQL
+    looks each run and attempt up in its own partition only, instead of in each of a
+    week's partitions (docs/performance.md, "Partitions and the ack").
 
     Runs a listener watches (runs/execution/hooks.py: a workflow's nodes) are left alone and
     returned, for the caller to ack in a transaction that tells the listener; found by
@@ -93,30 +108,39 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> tuple[list[bool], s
     run, attempt = Run._meta.db_table, Attempt._meta.db_table
     # JSONField stores None as SQL NULL and anything else as json.dumps (no encoder).
     results = [None if o.result is None else json.dumps(o.result) for o in outcomes]
+    scheduled = [scheduled_us(o) for o in outcomes]
+    pruned = None not in scheduled
     # Array literals, not lists (psycopg dumps a list element by element); with no result
     # in the batch, no array at all: unnest pads the shorter arrays with NULL.
     values = [int_array([o.lease.run_id for o in outcomes]),
               int_array([o.lease.attempt for o in outcomes]),
+              *([int_array(scheduled)] if pruned else []),
               results if any(r is not None for r in results) else None]
+    # Microseconds to timestamptz by integer interval arithmetic, exact (a float's
+    # to_timestamp could round a microsecond off and miss the row).
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
-        v AS (SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[])
-                            AS v(id, number, result)),
+        v AS (SELECT * FROM unnest(%s::bigint[], %s::int[]{{us}}, %s::text[])
+                            AS v(id, number{{us_name}}, result)),
         done AS (
             UPDATE {run} AS r SET state = %s, finished_at = t.now, result = v.result::jsonb,
                 lease_expires_at = NULL, error = ''
             FROM v, t
-            WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s{{skip}}
-            RETURNING r.id, r.attempt, r.finished_at, v.result
+            WHERE r.id = v.id AND r.attempt = v.number AND r.state = %s{{run_at}}{{skip}}
+            RETURNING r.id, r.attempt, r.scheduled_at, r.finished_at, v.result
         ),
         attempts AS (
             UPDATE {attempt} AS a SET finished_at = done.finished_at, outcome = %s,
                 result = done.result::jsonb
-            FROM done WHERE a.run_id = done.id AND a.number = done.attempt
+            FROM done WHERE a.run_id = done.id AND a.number = done.attempt{{attempt_at}}
         )
         SELECT id, attempt, false, false FROM done{{also}}"""
     watched_sql = hooks.watched_sql
     sql = sql.format(
+        us=", %s::bigint[]" if pruned else "", us_name=", us" if pruned else "",
+        run_at=" AND r.scheduled_at = timestamptz 'epoch' + v.us * interval '1 microsecond'"
+        if pruned else "",
+        attempt_at=" AND a.run_scheduled_at = done.scheduled_at" if pruned else "",
         skip=f" AND NOT {watched_sql('r.id')}" if hooks.watching() else "",
         also=f" UNION ALL SELECT v.id, v.number, true, {hooks.others_watched_sql('v.id')} "
         f"FROM v WHERE {watched_sql('v.id')}" if hooks.watching() else "")

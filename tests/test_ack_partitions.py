@@ -1,0 +1,82 @@
+"""The batched ack matches each run on its ``scheduled_at`` too, the history tables'
+partition key, when the leases carry it (docs/performance.md, "Partitions and the
+ack"), and still acks, fenced, when they do not. What the key saves is timed by
+bench/ack_statement.py --history-days; here, that it is what the rows are matched on."""
+
+import dataclasses
+
+import pytest
+from django.db import connection
+
+from runs.execution.completion import complete, scheduled_us
+from runs.execution.leases import start_attempts
+from runs.history import time_partitions
+from runs.models import Attempt, AttemptOutcome, Run, RunState
+from runs.types import Lease, Outcome
+from tests.conftest import make_runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def postgres():
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's one-statement ack")
+    time_partitions.create_ahead()
+
+
+def leased(count: int) -> list[Lease]:
+    runs = make_runs("default", count)
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(state=RunState.QUEUED)
+    leases = start_attempts([r.pk for r in runs], "w1", 60, "default")
+    assert len(leases) == count
+    return leases
+
+
+def states(leases: list[Lease]) -> tuple[set, set]:
+    ids = [le.run_id for le in leases]
+    return (set(Run.objects.filter(pk__in=ids).values_list("state", flat=True)),
+            set(Attempt.objects.filter(run_id__in=ids).values_list("outcome", flat=True)))
+
+
+def success(lease: Lease, **fields) -> Outcome:
+    return Outcome(lease=lease, outcome=AttemptOutcome.SUCCEEDED, **fields)
+
+
+def test_an_ack_matches_its_runs_on_their_scheduled_at(postgres):
+    leases = leased(4)
+    stored = dict(Run.objects.filter(pk__in=[le.run_id for le in leases])
+                  .values_list("pk", "scheduled_at"))
+    assert all(scheduled_us(success(le)) == round(stored[le.run_id].timestamp() * 1e6)
+               for le in leases)
+    # A task that names another instant matches no run: the key is part of the match.
+    wrong = [dataclasses.replace(le, task={**le.task, "scheduled_at_us":
+                                           le.task["scheduled_at_us"] + 1})
+             for le in leases[:2]]
+    assert complete([success(le) for le in wrong], "default")[0] == [False, False]
+    assert states(leases) == ({RunState.RUNNING}, {AttemptOutcome.RUNNING})
+    accepted = complete([success(le, result={"n": le.run_id}) for le in leases], "default")[0]
+    assert accepted == [True] * 4
+    assert states(leases) == ({RunState.SUCCEEDED}, {AttemptOutcome.SUCCEEDED})
+    assert sorted(Run.objects.filter(pk__in=[le.run_id for le in leases])
+                  .values_list("result", flat=True), key=lambda r: r["n"]) == [
+        {"n": le.run_id} for le in sorted(leases, key=lambda le: le.run_id)]
+
+
+def test_an_ack_without_the_runs_times_still_acks_fenced(postgres):
+    leases = leased(3)
+    bare = [Lease(le.run_id, le.attempt, le.queue, le.shard, le.expires_at) for le in leases]
+    assert scheduled_us(success(bare[0])) is None
+    stale = dataclasses.replace(bare[0], attempt=bare[0].attempt - 1)
+    accepted = complete([success(le) for le in [stale, *bare]], "default")[0]
+    assert accepted == [False, True, True, True]
+    assert states(leases) == ({RunState.SUCCEEDED}, {AttemptOutcome.SUCCEEDED})
+
+
+def test_a_task_from_the_pipe_gives_the_key_too(postgres):
+    leases = leased(2)
+    piped = [success(Lease(le.run_id, le.attempt, le.queue, le.shard, le.expires_at),
+                     task={"scheduled_at": le.task["scheduled_at_us"]}) for le in leases]
+    assert [scheduled_us(o) for o in piped] == [le.task["scheduled_at_us"] for le in leases]
+    assert complete(piped, "default")[0] == [True, True]
+    assert states(leases) == ({RunState.SUCCEEDED}, {AttemptOutcome.SUCCEEDED})
