@@ -2,7 +2,7 @@
 milliseconds per batch, on the database of bench/ours.py (docs/performance.md, "The ack").
 
     .venv/bin/python bench/ack_statement.py [--batch 500] [--rounds 20] [--jobs 20000]
-        [--history-days 7 --history-runs 300000]
+        [--history-days 7 --history-runs 300000] [--lease [--against REV]]
 
 Stores ``jobs`` one-off no-op jobs with their runs (bench/ours.py's reset and create_jobs),
 then, ``rounds`` times, in a transaction rolled back afterwards: marks ``batch`` of the runs
@@ -18,6 +18,11 @@ holding ``--history-runs`` finished runs and their attempts, as a week of histor
 default retention (HISTORY_RETENTION_S) holds: the bare ack looks each run up in every
 partition (docs/performance.md, "Partitions and the ack"). Those partitions are dropped
 at the end.
+
+With ``--lease`` each round times the lease of the batch instead (``start_attempts``, the
+Redis broker's database half: its runs queued first): ``lease``. With ``--against REV``
+also ``REV``'s runs/execution/leases.py (read with ``git show``, loaded beside this
+checkout's other modules), in alternating order within each round.
 """
 
 import argparse
@@ -40,6 +45,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--history-days", type=int, default=0)
     parser.add_argument("--history-runs", type=int, default=300_000)
+    parser.add_argument("--lease", action="store_true",
+                        help="time the lease of each batch instead of its ack")
+    parser.add_argument("--against", help="with --lease: also time this commit's lease")
     args = parser.parse_args()
     common.compile_sources()
     ours._ensure_database()
@@ -47,7 +55,7 @@ def main() -> None:
     from django.db import transaction
     from django.utils import timezone
 
-    from runs.execution import completion
+    from runs.execution import completion, leases
     from runs.models import AttemptOutcome, Run, RunState
     from runs.types import Lease, Outcome
 
@@ -56,11 +64,26 @@ def main() -> None:
     made = history(args.history_days, args.history_runs)
     rows = list(Run.objects.filter(pk__lte=args.jobs).order_by("id")
                 .values_list("id", "attempt", "scheduled_at"))
-    spent = {"keyed": [], "bare": []}
+    forms = {"lease": leases, **({args.against: module_at(args.against, "runs/execution/leases.py")}
+                                 if args.lease and args.against else {})}
+    spent = {form: [] for form in forms} if args.lease else {"keyed": [], "bare": []}
     try:
         for k in range(args.rounds):
             start = (k * args.batch) % max(len(rows) - args.batch, 1)
             batch = rows[start:start + args.batch]
+            for form in (sorted(forms, reverse=k % 2 == 1) if args.lease else []):
+                with transaction.atomic():
+                    Run.objects.filter(pk__in=[r[0] for r in batch]).update(
+                        state=RunState.QUEUED)
+                    began = time.perf_counter()
+                    taken = forms[form].start_attempts([r[0] for r in batch], "bench", 60,
+                                                       "default")
+                    spent[form].append(time.perf_counter() - began)
+                    if len(taken) != len(batch):
+                        raise SystemExit(f"round {k}: {len(batch) - len(taken)} not leased")
+                    transaction.set_rollback(True)
+            if args.lease:
+                continue
             for form in ("keyed", "bare") if k % 2 else ("bare", "keyed"):
                 with transaction.atomic():
                     Run.objects.filter(pk__in=[r[0] for r in batch]).update(
@@ -88,6 +111,23 @@ def main() -> None:
                                 "us_per_run": round(statistics.median(times[5:]) * 1e6
                                                     / args.batch, 1)}
                          for form, times in spent.items()}})
+
+
+def module_at(rev: str, path: str):
+    """The module at ``path`` as commit ``rev`` has it, loaded under a name of its own (its
+    imports are this checkout's modules)."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=BENCH.parent, check=True,
+                          capture_output=True, text=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as out:
+        out.write(text)
+    spec = importlib.util.spec_from_file_location(f"at_{rev}", out.name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def history(days: int, runs: int) -> list[str]:

@@ -1,7 +1,8 @@
-"""The batched ack matches each run on its ``scheduled_at`` too, the history tables'
-partition key, when the leases carry it (docs/performance.md, "Partitions and the
-ack"), and still acks, fenced, when they do not. What the key saves is timed by
-bench/ack_statement.py --history-days; here, that it is what the rows are matched on."""
+"""The lease and the batched ack find runs partition by partition (docs/performance.md,
+"Partitions and the ack"). The ack matches each run on its ``scheduled_at`` too, the
+history tables' partition key, when the leases carry it, and still acks, fenced, when
+they do not; the lease reads yesterday's and today's partitions first. What that saves is
+timed by bench/ack_statement.py --history-days; here, that the right rows are matched."""
 
 import dataclasses
 
@@ -79,4 +80,26 @@ def test_a_task_from_the_pipe_gives_the_key_too(postgres):
                      task={"scheduled_at": le.task["scheduled_at_us"]}) for le in leases]
     assert [scheduled_us(o) for o in piped] == [le.task["scheduled_at_us"] for le in leases]
     assert complete(piped, "default")[0] == [True, True]
+    assert states(leases) == ({RunState.SUCCEEDED}, {AttemptOutcome.SUCCEEDED})
+
+
+def test_a_lease_starts_runs_of_any_partition_once(postgres):
+    """The lease reads yesterday's and today's partitions first, then the rest for the
+    ids left (runs/execution/leases.py, start_statement): runs scheduled days before and
+    days after are leased too, each once, with its attempt."""
+    now, recent = make_runs("default", 2), make_runs("default", 3)
+    old = make_runs("default", 2, delay_s=-3 * 86_400)  # a retry waiting since then
+    ahead = make_runs("default", 2, delay_s=2 * 86_400)  # started before its time
+    runs = [*now, *recent, *old, *ahead]
+    Run.objects.filter(pk__in=[r.pk for r in ahead]).update(run_at=now[0].run_at)
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(state=RunState.QUEUED)
+    ids = [r.pk for r in runs]
+    leases = start_attempts([*ids, ids[0], 10**12], "w1", 60, "default")
+    assert sorted(le.run_id for le in leases) == sorted(ids)
+    assert [scheduled_us(success(le)) for le in sorted(leases, key=lambda le: le.run_id)] \
+        == [round(r.scheduled_at.timestamp() * 1e6) for r in sorted(runs, key=lambda r: r.pk)]
+    assert list(Attempt.objects.filter(run_id__in=ids).values_list("number", flat=True)) \
+        == [1] * len(ids)
+    assert start_attempts(ids, "w2", 60, "default") == []
+    assert complete([success(le) for le in leases], "default")[0] == [True] * len(ids)
     assert states(leases) == ({RunState.SUCCEEDED}, {AttemptOutcome.SUCCEEDED})

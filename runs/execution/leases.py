@@ -11,6 +11,7 @@ on the database clock.
 import json
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 
 from django.db import connections, transaction
 from django.db.models import F, Q
@@ -18,9 +19,10 @@ from django.db.models import F, Q
 from jobs.models import Job
 from runs.clock import db_now, from_us, seconds
 from runs.execution import expiry
+from runs.history.time_partitions import floor_to_width
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease
-from scheduler_core import prepared
+from scheduler_core import conf, prepared
 
 # The most a run may be leased before its run_at (Broker.promote's ``within_s``): its
 # attempt starts at its run_at, and the worker's child waits for it (runs/worker/child.py).
@@ -101,13 +103,23 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     scanned them all on every lease), and the job is looked up per run in subqueries the
     planner cannot turn into a hash join over every job. Being in the WHERE clause, the
     job's status is re-checked after a wait on a row lock (EvalPlanQual), so a run of a job
-    paused meanwhile is not started."""
-    sql, params = start_statement(ids, worker_id, ttl_s)
-    with prepared.cursor(connections[using]) as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    if len(rows) < len(ids):  # rare: only then can a run have been refused as expired
-        expiry.expire_refused_pg(sorted(set(ids) - {r[0] for r in rows}), using)
+    paused meanwhile is not started.
+
+    Redis hands the worker run ids only, and a lookup by id alone reads every time
+    partition of the runs table, each for about 0.25 ms a lease of 500 however few rows
+    it holds (docs/performance.md, "Partitions and the ack"). So the statement first
+    takes the runs of yesterday's and today's partitions (recent_span), and only the ids
+    it left, if any, in a second one over every partition: a retry waiting since before
+    yesterday, a run scheduled after today, a stale id. Each is its own statement, so
+    outside a transaction the first's leases stand if the second fails; they expire, as
+    those of a worker that died would."""
+    rows = _start_rows(ids, worker_id, ttl_s, using, recent_span())
+    left = set(ids) - {r[0] for r in rows}
+    if left:
+        rows += _start_rows(sorted(left), worker_id, ttl_s, using, None)
+        left -= {r[0] for r in rows}
+    if left:  # rare: only then can a run have been refused as expired
+        expiry.expire_refused_pg(sorted(left), using)
     # Times come as integer microseconds (parsing two timestamps per run cost more than
     # the rest of the row); every lease of the statement expires at the same instant.
     lapses = {us: from_us(us) for us in {r[4] for r in rows}}
@@ -128,13 +140,35 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     ]
 
 
-def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, list]:
-    """The SQL and parameters of _start_attempts_pg (PostgreSQL)."""
+def _start_rows(ids: list[int], worker_id: str, ttl_s: float, using: str,
+                span: tuple[datetime, datetime] | None) -> list[tuple]:
+    sql, params = start_statement(ids, worker_id, ttl_s, span)
+    with prepared.cursor(connections[using]) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def recent_span(now: datetime | None = None) -> tuple[datetime, datetime]:
+    """The ``scheduled_at`` span [from, to) a lease reads first: the history partitions
+    of yesterday and today (HISTORY_PARTITION_S wide; ``now`` by this host's clock by
+    default: the span only decides which partitions are read first). Whole partitions
+    cover it, so PostgreSQL leaves out every other one, the DEFAULT partition too."""
+    width = conf.get("HISTORY_PARTITION_S") or 86_400
+    start = floor_to_width(now or datetime.now(UTC), width)
+    return start - timedelta(seconds=width), start + timedelta(seconds=width)
+
+
+def start_statement(ids: list[int], worker_id: str, ttl_s: float,
+                    span: tuple[datetime, datetime] | None = None) -> tuple[str, list]:
+    """The SQL and parameters of _start_attempts_pg (PostgreSQL); with ``span``, only
+    runs whose ``scheduled_at`` is in [span[0], span[1]) are started."""
     run, attempt, job = Run._meta.db_table, Attempt._meta.db_table, Job._meta.db_table
     # A run of an active job past its expiry is not started: its fate (runs/execution/expiry.py)
     # is 'expired', not the job's status; the caller ends it expired afterwards, in a
     # statement only a refused run costs (a second walk over the ids in this one cost a
     # third of a lease).
+    within = (f" AND {run}.scheduled_at >= %s AND {run}.scheduled_at < %s"
+              if span is not None else "")
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
         started AS (
@@ -143,7 +177,7 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
                 started_at = GREATEST(t.now, LEAST({run}.run_at,
                                                    t.now + %s * interval '1 second'))
             FROM t
-            WHERE {run}.id = ANY(%s::bigint[]) AND ({run}.state || '') = ANY(%s)
+            WHERE {run}.id = ANY(%s::bigint[]){within} AND ({run}.state || '') = ANY(%s)
               AND {expiry.fate_sql(run, job)} = %s
             RETURNING {run}.id, {run}.attempt, {run}.queue, {run}.shard,
                       {run}.started_at, {run}.lease_expires_at, {run}.job_id,
@@ -165,7 +199,7 @@ def start_statement(ids: list[int], worker_id: str, ttl_s: float) -> tuple[str, 
                             FROM {job}
                             WHERE id = s.job_id OFFSET 0) AS j"""
     return sql, [RunState.RUNNING, worker_id, ttl_s, EARLY_MAX_S, int_array(ids),
-                 [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,
+                 *(span or ()), [str(s) for s in PENDING_STATES], Job.Status.ACTIVE, worker_id,
                  AttemptOutcome.RUNNING]
 
 
