@@ -5,16 +5,19 @@ they do not; the lease reads yesterday's and today's partitions first. What that
 timed by bench/ack_statement.py --history-days; here, that the right rows are matched."""
 
 import dataclasses
+from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 
+from runs.brokers import get_broker
 from runs.execution.completion import complete, scheduled_us
 from runs.execution.leases import start_attempts
+from runs.execution.transitions import run_refs
 from runs.history import time_partitions
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease, Outcome
-from tests.conftest import make_runs
+from tests.conftest import flush_redis, make_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,3 +106,44 @@ def test_a_lease_starts_runs_of_any_partition_once(postgres):
     assert start_attempts(ids, "w2", 60, "default") == []
     assert complete([success(le) for le in leases], "default")[0] == [True] * len(ids)
     assert states(leases) == ({RunState.SUCCEEDED}, {AttemptOutcome.SUCCEEDED})
+
+
+def test_an_ack_matches_a_run_scheduled_centuries_ahead(postgres):
+    """Past 2^53 µs (the year 2255) a float multiple of a microsecond is not exact."""
+    run = make_runs("default", 1)[0]
+    far = datetime(3000, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+    Run.objects.filter(pk=run.pk).update(scheduled_at=far, state=RunState.QUEUED)
+    leases = start_attempts([run.pk], "w1", 60, "default")
+    assert scheduled_us(success(leases[0])) == round(far.timestamp()) * 10**6 + 1
+    assert complete([success(leases[0])], "default")[0] == [True]
+    assert states(leases) == ({RunState.SUCCEEDED}, {AttemptOutcome.SUCCEEDED})
+
+
+@pytest.fixture
+def redis_broker():
+    flush_redis()
+    yield get_broker("default", name="redis")
+    flush_redis()
+
+
+def test_a_lease_whose_second_statement_fails_keeps_what_the_first_started(
+        postgres, redis_broker):
+    """Outside a transaction the first statement's leases are committed: the worker gets
+    them, and the runs the second did not start are given back by the next reap."""
+    recent, old = make_runs("default", 3), make_runs("default", 2, delay_s=-3 * 86_400)
+    redis_broker.push(run_refs(Run.objects.filter(pk__in=[r.pk for r in [*recent, *old]])))
+
+    def fail_the_wide_one(execute, sql, params, many, context):
+        if "started AS (" in sql and "scheduled_at >= %s" not in sql:
+            raise OperationalError("the second statement failed")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(fail_the_wide_one):
+        leases = redis_broker.lease(["default"], 10, "w1")
+    assert sorted(le.run_id for le in leases) == sorted(r.pk for r in recent)
+    assert set(Run.objects.filter(pk__in=[r.pk for r in old]).values_list(
+        "state", flat=True)) == {RunState.SCHEDULED}
+    redis_broker.reap()
+    again = redis_broker.lease(["default"], 10, "w2")
+    assert sorted(le.run_id for le in again) == sorted(r.pk for r in old)
+    assert complete([success(le) for le in [*leases, *again]], "default")[0] == [True] * 5

@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from jobs.registry import handler
 from runs.brokers import get_broker
 from runs.clock import from_us, to_us
-from runs.execution.leases import start_statement
+from runs.execution.leases import recent_span, start_statement
 from runs.execution.transitions import run_refs
 from runs.models import Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease, Outcome
@@ -91,19 +91,21 @@ def test_the_lease_plan_walks_the_ids_when_statistics_call_pending_runs_rare(red
         cursor.execute("ANALYZE runs_run")
         cursor.execute("ANALYZE jobs_job")
     burst = make_runs("default", 3000)
-    sql, params = start_statement([r.pk for r in burst[:128]], "w1", 60)
+    # Both forms: the recent partitions' (the first statement) and every partition's.
+    for span in (recent_span(), None):
+        sql, params = start_statement([r.pk for r in burst[:128]], "w1", 60, span)
 
-    with connection.cursor() as cursor:
-        cursor.execute("BEGIN")
-        cursor.execute("EXPLAIN " + sql, params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("ROLLBACK")
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute("ROLLBACK")
 
-    # By primary key: the table's, or each time partition's (runs_run_p<day>_pkey).
-    assert re.search(r"Index Scan (using|on) runs_run\w*_pkey", plan), plan
-    assert "run_state_finished" not in plan, plan
-    # Jobs are looked up per leased run, never hashed whole (20 ms a lease at 20,000).
-    assert "Hash" not in plan, plan
+        # By primary key: the table's, or each time partition's (runs_run_p<day>_pkey).
+        assert re.search(r"Index Scan (using|on) runs_run\w*_pkey", plan), plan
+        assert "run_state_finished" not in plan, plan
+        # Jobs are looked up per leased run, never hashed whole (20 ms a lease at 20,000).
+        assert "Hash" not in plan, plan
 
 
 def test_scripts_redis_forgot_are_loaded_again(redis_broker):

@@ -206,30 +206,35 @@ class Broker(ABC):
                 claimed = self._claim_weighted(queues, n, weights)
             else:
                 claimed = self._claim(queues, n)
+            unstarted: set[int] = set()
             try:
                 leases = run_leases.start_attempts(
                     [slot[0] for slot in claimed], worker_id, ttl_s, self.using
                 )
+            except run_leases.PartlyStarted as part:  # its first statement's leases stand
+                log.warning("lease: %s; their claims lapse: %s", part, part.__cause__)
+                leases, unstarted = part.leases, set(part.unstarted)
+                self._lapse_soon([s for s in claimed if s[0] in unstarted], claimed_at, ttl_s)
             except Exception:
-                # The claims would hold the runs until they lapsed (LEASE_TTL_S, a
-                # minute): let them lapse now, so the next reap gives the runs back as
-                # soon as the database answers (best effort; pending ones only). Only
-                # well within their TTL: a claim that lapsed meanwhile may have been
-                # reaped and made again by another worker, whose claim this would end.
-                if time.monotonic() - claimed_at < min(ttl_s, conf.get("LEASE_TTL_S")) / 2:
-                    self._after_commit(self._lapse, claimed)
+                self._lapse_soon(claimed, claimed_at, ttl_s)
                 raise
         started = {lease.run_id: lease for lease in leases}
-        refused = [slot for slot in claimed if slot[0] not in started]
+        refused = [s for s in claimed if s[0] not in started and s[0] not in unstarted]
         if refused:
             self._forget(refused)
         return [started[slot[0]] for slot in claimed if slot[0] in started]
 
+    def _lapse_soon(self, claimed: list[Slot], claimed_at: float, ttl_s: float) -> None:
+        """Let claims whose runs were not started lapse now, not in LEASE_TTL_S (best effort),
+        only well within their TTL: one that lapsed meanwhile may be another worker's."""
+        if claimed and time.monotonic() - claimed_at < min(ttl_s, conf.get("LEASE_TTL_S")) / 2:
+            self._after_commit(self._lapse, claimed)
+
     def _lease_transaction(self):
         """The transaction a lease runs in: none when the claim is the broker's alone and
-        start_attempts is one statement (PostgreSQL), since BEGIN and COMMIT cost two of a
-        lease's four round trips (BENCHMARKS.md); a claim made in Redis is never part of a
-        database transaction anyway (a claim whose start fails is pushed back by reap)."""
+        start_attempts needs none (PostgreSQL: run_leases.one_statement), since BEGIN and
+        COMMIT cost two of a lease's four round trips (BENCHMARKS.md); a claim made in Redis
+        is never part of a database transaction anyway (one whose start fails lapses)."""
         if not self.claims_in_database and run_leases.one_statement(self.using):
             return nullcontext()
         return transaction.atomic(using=self.using)
@@ -344,16 +349,11 @@ class Broker(ABC):
         first, so a stopping dispatcher leaves a scan of a million pending runs between
         two batches. Returns how many were pushed again."""
         pushed, last_id = 0, 0
-        pending = Run.objects.using(self.using).filter(
-            state__in=PENDING_STATES, job__status="active"
-        )
-        pending = transitions.in_shards(pending, shards)
+        pending = transitions.in_shards(Run.objects.using(self.using).filter(
+            state__in=PENDING_STATES, job__status="active"), shards)
         while last_id == 0 or keep_going is None or keep_going():
-            slots = list(
-                pending.filter(pk__gt=last_id)
-                .order_by("pk")
-                .values_list("pk", "queue", "shard")[:batch]
-            )
+            slots = list(pending.filter(pk__gt=last_id).order_by("pk")
+                         .values_list("pk", "queue", "shard")[:batch])
             if not slots:
                 return pushed
             last_id = slots[-1][0]

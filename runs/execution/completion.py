@@ -116,12 +116,14 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> tuple[list[bool], s
               int_array([o.lease.attempt for o in outcomes]),
               *([int_array(scheduled)] if pruned else []),
               results if any(r is not None for r in results) else None]
-    # Microseconds to timestamptz by integer interval arithmetic, exact (a float's
-    # to_timestamp could round a microsecond off and miss the row).
+    # Microseconds to timestamptz, exact: whole seconds and the rest apart, each a float
+    # multiple of an interval small enough to be exact (us * 1 microsecond rounds past
+    # 2^53 µs, the year 2255, and would miss the row).
     sql = f"""
         WITH t AS (SELECT clock_timestamp() AS now),
-        v AS (SELECT * FROM unnest(%s::bigint[], %s::int[]{{us}}, %s::text[])
-                            AS v(id, number{{us_name}}, result)),
+        v AS (SELECT u.id, u.number{{at}}, u.result
+              FROM unnest(%s::bigint[], %s::int[]{{us}}, %s::text[])
+                   AS u(id, number{{us_name}}, result)),
         done AS (
             UPDATE {run} AS r SET state = %s, finished_at = t.now, result = v.result::jsonb,
                 lease_expires_at = NULL, error = ''
@@ -138,8 +140,9 @@ def _succeed_only_pg(outcomes: list[Outcome], using: str) -> tuple[list[bool], s
     watched_sql = hooks.watched_sql
     sql = sql.format(
         us=", %s::bigint[]" if pruned else "", us_name=", us" if pruned else "",
-        run_at=" AND r.scheduled_at = timestamptz 'epoch' + v.us * interval '1 microsecond'"
-        if pruned else "",
+        at=", timestamptz 'epoch' + (u.us / 1000000) * interval '1 second' "
+        "+ (u.us %% 1000000) * interval '1 microsecond' AS at" if pruned else "",
+        run_at=" AND r.scheduled_at = v.at" if pruned else "",
         attempt_at=" AND a.run_scheduled_at = done.scheduled_at" if pruned else "",
         skip=f" AND NOT {watched_sql('r.id')}" if hooks.watching() else "",
         also=f" UNION ALL SELECT v.id, v.number, true, {hooks.others_watched_sql('v.id')} "

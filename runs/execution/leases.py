@@ -13,13 +13,13 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import F, Q
 
 from jobs.models import Job
 from runs.clock import db_now, from_us, seconds
 from runs.execution import expiry
-from runs.history.time_partitions import floor_to_width
+from runs.history.time_partitions import floor_to_width, partitioned
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease
 from scheduler_core import conf, prepared
@@ -40,9 +40,20 @@ def lease_match(leases: Iterable[Lease], run_field: str = "pk",
 
 
 def one_statement(using: str) -> bool:
-    """Whether start_attempts and a success-only complete are each one statement on
-    ``using`` (PostgreSQL), atomic without a transaction of their own."""
+    """Whether start_attempts and a success-only complete need no transaction of their own
+    on ``using`` (PostgreSQL): each is one statement, atomic alone, except a lease whose
+    ids are not all recent, which takes a second (_start_attempts_pg; PartlyStarted)."""
     return connections[using].vendor == "postgresql"
+
+
+class PartlyStarted(Exception):
+    """Raised by start_attempts outside a transaction when its second statement failed
+    (_start_attempts_pg): the first one's ``leases`` were committed and stand; the runs of
+    ``unstarted`` (ids) were not started. The cause is the exception's __cause__."""
+
+    def __init__(self, leases: list[Lease], unstarted: list[int]):
+        super().__init__(f"{len(unstarted)} runs not started")
+        self.leases, self.unstarted = leases, unstarted
 
 
 def start_attempts(ids: list[int], worker_id: str, ttl_s: float, using: str) -> list[Lease]:
@@ -107,25 +118,40 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
 
     Redis hands the worker run ids only, and a lookup by id alone reads every time
     partition of the runs table, each for about 0.25 ms a lease of 500 however few rows
-    it holds (docs/performance.md, "Partitions and the ack"). So the statement first
-    takes the runs of yesterday's and today's partitions (recent_span), and only the ids
-    it left, if any, in a second one over every partition: a retry waiting since before
-    yesterday, a run scheduled after today, a stale id. Each is its own statement, so
-    outside a transaction the first's leases stand if the second fails; they expire, as
-    those of a worker that died would."""
-    rows = _start_rows(ids, worker_id, ttl_s, using, recent_span())
+    it holds (docs/performance.md, "Partitions and the ack"). So on partitioned history
+    the statement first takes the runs of yesterday's and today's partitions
+    (recent_span), and only the ids it left, if any, in a second one over every partition
+    (a backlog or a retry from before yesterday, a workflow node of an older workflow run,
+    a run scheduled after today, a stale id). Inside a transaction the two are atomic
+    together; outside one, a failure of the second raises PartlyStarted with the first's
+    leases, which are committed."""
+    span = recent_span() if _partitioned(using) else None
+    rows, received = _start_rows(ids, worker_id, ttl_s, using, span)
+    leases = _leases(rows, received)
     left = set(ids) - {r[0] for r in rows}
-    if left:
-        rows += _start_rows(sorted(left), worker_id, ttl_s, using, None)
+    if left and span is not None:
+        try:
+            rows, received = _start_rows(sorted(left), worker_id, ttl_s, using, None)
+        except DatabaseError as exc:
+            if connections[using].in_atomic_block:
+                raise
+            raise PartlyStarted(leases, sorted(left)) from exc
+        leases += _leases(rows, received)
         left -= {r[0] for r in rows}
     if left:  # rare: only then can a run have been refused as expired
         expiry.expire_refused_pg(sorted(left), using)
+    return leases
+
+
+def _leases(rows: list[tuple], received: float) -> list[Lease]:
+    """The leases of a lease statement's ``rows``, whose reply came at ``received``
+    (time.time())."""
     # Times come as integer microseconds (parsing two timestamps per run cost more than
     # the rest of the row); every lease of the statement expires at the same instant.
     lapses = {us: from_us(us) for us in {r[4] for r in rows}}
-    # A run leased before its run_at waits in the child until then, measured from now by
-    # this host's clock: the database's wait, so no clock skew can make it start early.
-    received = time.time()
+    # A run leased before its run_at waits in the child until then, measured from the
+    # reply by this host's clock: the database's wait, so no clock skew can make it
+    # start early.
     return [
         Lease(r[0], r[1], r[2], r[3], lapses[r[4]],
               task={"job_id": r[5], "scheduled_at_us": r[6], "handler": r[7],
@@ -140,19 +166,31 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     ]
 
 
+# Database alias -> whether its history tables are partitioned (set at migration, 0010).
+_PARTITIONED: dict[str, bool] = {}
+
+
+def _partitioned(using: str) -> bool:
+    if using not in _PARTITIONED:
+        _PARTITIONED[using] = partitioned(using)
+    return _PARTITIONED[using]
+
+
 def _start_rows(ids: list[int], worker_id: str, ttl_s: float, using: str,
-                span: tuple[datetime, datetime] | None) -> list[tuple]:
+                span: tuple[datetime, datetime] | None) -> tuple[list[tuple], float]:
+    """The rows of one lease statement, and when they came (time.time())."""
     sql, params = start_statement(ids, worker_id, ttl_s, span)
     with prepared.cursor(connections[using]) as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return cursor.fetchall(), time.time()
 
 
 def recent_span(now: datetime | None = None) -> tuple[datetime, datetime]:
     """The ``scheduled_at`` span [from, to) a lease reads first: the history partitions
     of yesterday and today (HISTORY_PARTITION_S wide; ``now`` by this host's clock by
-    default: the span only decides which partitions are read first). Whole partitions
-    cover it, so PostgreSQL leaves out every other one, the DEFAULT partition too."""
+    default: the span only decides which partitions are read first). PostgreSQL leaves
+    out every other partition, and the DEFAULT one too once both exist (from the second
+    day of a new database)."""
     width = conf.get("HISTORY_PARTITION_S") or 86_400
     start = floor_to_width(now or datetime.now(UTC), width)
     return start - timedelta(seconds=width), start + timedelta(seconds=width)
