@@ -15,8 +15,7 @@ import logging
 import threading
 from contextlib import contextmanager
 
-_held = threading.local()
-# Thread ident -> that thread's held lines, for write_held: another thread's exit.
+# Thread ident -> that thread's held lines (write_held reads them from another thread).
 _holding: dict[int, list] = {}
 
 
@@ -25,7 +24,7 @@ class ConsoleHandler(logging.StreamHandler):
     ``held_lines()``."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        lines = getattr(_held, "lines", None)
+        lines = _holding.get(threading.get_ident())
         if lines is None:
             super().emit(record)
             return
@@ -45,16 +44,15 @@ class ConsoleHandler(logging.StreamHandler):
 def held_lines():
     """Hold this thread's console lines until the block ends, then write them, one write
     per handler, also when the block raises. Nested blocks write at the outermost's end."""
-    if getattr(_held, "lines", None) is not None:
+    ident = threading.get_ident()
+    if ident in _holding:
         yield
         return
-    _held.lines = _holding[threading.get_ident()] = []
+    _holding[ident] = []
     try:
         yield
     finally:
-        lines, _held.lines = _held.lines, None
-        _holding.pop(threading.get_ident(), None)
-        _write(lines)
+        _write(_holding.pop(ident, None) or [])
 
 
 def write_held() -> None:
