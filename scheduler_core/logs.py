@@ -12,11 +12,14 @@ once (its stop watchdog) first writes every thread's held lines (write_held).
 """
 
 import logging
+import os
 import threading
 from contextlib import contextmanager
 
 # Thread ident -> that thread's held lines (write_held reads them from another thread).
 _holding: dict[int, list] = {}
+# A forked child's new threads may get its parent's threads' idents: none holds lines.
+os.register_at_fork(after_in_child=_holding.clear)
 
 
 class ConsoleHandler(logging.StreamHandler):
@@ -57,12 +60,12 @@ def held_lines():
 
 def write_held() -> None:
     """Write the lines every thread holds now, for a process about to exit at once
-    (os._exit, which runs no ``finally``); they are not written again."""
-    for ident, lines in list(_holding.items()):
-        taken = list(lines)
-        lines.clear()
-        _write(taken)
-        _holding.pop(ident, None)
+    (os._exit, which runs no ``finally``); they are not written again. Each list is
+    taken out before it is written, so its thread writes its later lines itself."""
+    for ident in list(_holding):
+        lines = _holding.pop(ident, None)
+        if lines:
+            _write(list(lines))
 
 
 def _write(lines: list[tuple[ConsoleHandler, str]]) -> None:

@@ -147,3 +147,20 @@ def test_a_lease_whose_second_statement_fails_keeps_what_the_first_started(
     again = redis_broker.lease(["default"], 10, "w2")
     assert sorted(le.run_id for le in again) == sorted(r.pk for r in old)
     assert complete([success(le) for le in [*leases, *again]], "default")[0] == [True] * 5
+
+
+def test_a_lease_whose_expiry_of_refused_runs_fails_keeps_its_leases(postgres):
+    """Outside a transaction the runs started are committed: ending the refused ones
+    expired is best effort, left to a later lease."""
+    runs = make_runs("default", 2)
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(state=RunState.QUEUED)
+
+    def fail_the_expiry(execute, sql, params, many, context):
+        if "error = (SELECT" in sql:
+            raise OperationalError("the expiry failed")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(fail_the_expiry):
+        leases = start_attempts([r.pk for r in runs] + [10**12], "w1", 60, "default")
+    assert sorted(le.run_id for le in leases) == sorted(r.pk for r in runs)
+    assert states(leases) == ({RunState.RUNNING}, {AttemptOutcome.RUNNING})

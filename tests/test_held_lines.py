@@ -3,11 +3,13 @@ writes the outcome lines of one ack batch in one write (docs/performance.md, "Th
 outcome line")."""
 
 import logging
+import os
 import threading
 
 import pytest
 
 from runs.execution.outcomes import report
+from scheduler_core import logs
 from scheduler_core.logs import ConsoleHandler, held_lines, write_held
 from scheduler_project.logging_config import django_logging
 
@@ -122,3 +124,14 @@ def test_an_outcome_line_keeps_its_fields_and_text(caplog):
     assert record.name == "scheduler.runs" and record.levelno == logging.INFO
     # No walk up the stack, but a file and line a format may show: report's.
     assert record.pathname.endswith("outcomes.py") and record.lineno > 1
+
+
+def test_a_forked_child_holds_none_of_its_parents_lines():
+    """A child's new threads may take its parent's threads' idents: none may find a list
+    of the parent's lines there, held for ever (os.register_at_fork in logs.py)."""
+    with logs.held_lines():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if not logs._holding else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -9,11 +9,13 @@ on the database clock.
 """
 
 import json
+import logging
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from django.db import DatabaseError, connections, transaction
+from django.db import Error as DjangoDbError
+from django.db import connections, transaction
 from django.db.models import F, Q
 
 from jobs.models import Job
@@ -23,6 +25,8 @@ from runs.history.time_partitions import floor_to_width, partitioned
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease
 from scheduler_core import conf, prepared
+
+log = logging.getLogger("scheduler.broker")
 
 # The most a run may be leased before its run_at (Broker.promote's ``within_s``): its
 # attempt starts at its run_at, and the worker's child waits for it (runs/worker/child.py).
@@ -124,22 +128,30 @@ def _start_attempts_pg(ids: list[int], worker_id: str, ttl_s: float,
     (a backlog or a retry from before yesterday, a workflow node of an older workflow run,
     a run scheduled after today, a stale id). Inside a transaction the two are atomic
     together; outside one, a failure of the second raises PartlyStarted with the first's
-    leases, which are committed."""
+    leases, which are committed. Ending refused runs expired is then best effort: they
+    are still pending, and a later lease refuses and ends them."""
     span = recent_span() if _partitioned(using) else None
     rows, received = _start_rows(ids, worker_id, ttl_s, using, span)
     leases = _leases(rows, received)
     left = set(ids) - {r[0] for r in rows}
+    alone = not connections[using].in_atomic_block
     if left and span is not None:
         try:
             rows, received = _start_rows(sorted(left), worker_id, ttl_s, using, None)
-        except DatabaseError as exc:
-            if connections[using].in_atomic_block:
+        except DjangoDbError as exc:
+            if not alone:
                 raise
             raise PartlyStarted(leases, sorted(left)) from exc
         leases += _leases(rows, received)
         left -= {r[0] for r in rows}
     if left:  # rare: only then can a run have been refused as expired
-        expiry.expire_refused_pg(sorted(left), using)
+        try:
+            expiry.expire_refused_pg(sorted(left), using)
+        except DjangoDbError as exc:
+            if not alone:
+                raise
+            log.warning("lease: refused runs not ended expired, left for a later lease: %s",
+                        exc)
     return leases
 
 
