@@ -26,6 +26,7 @@ checkout's other modules), in alternating order within each round.
 """
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -126,7 +127,10 @@ def module_at(rev: str, path: str):
         out.write(text)
     spec = importlib.util.spec_from_file_location(f"at_{rev}", out.name)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        os.unlink(out.name)
     return module
 
 
@@ -177,9 +181,11 @@ def history(days: int, runs: int) -> list[str]:
 def drop(suffixes: list[str]) -> None:
     from django.db import connection
 
+    from runs.history.time_partitions import TABLES
+
     with connection.cursor() as cursor:
         for suffix in suffixes:
-            for table in ("runs_logline", "runs_attempt", "runs_run"):
+            for table, _ in reversed(TABLES):
                 cursor.execute(f"DROP TABLE IF EXISTS {table}_{suffix}")
 
 
