@@ -122,6 +122,13 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
             errors["run_at"] = "must carry a UTC offset (naive datetimes are ambiguous)"
         elif problem := moment_problem(run_at):
             errors["run_at"] = problem
+    if plain(spec):
+        # Most specs give none of them: their groups' cleaned values for an absent field,
+        # without running the groups (half of a bulk create's validation).
+        clean.update(absent_fields())
+        if errors:
+            raise InvalidJob(errors)
+        return clean
     # A one-off job's schedule fields mean nothing, but a wrong one is refused at every
     # door (REST's types refused a wrongly typed one; the Python API ignored it).
     tz, policy, max_lag = schedule_fields(spec, errors, limits.get("MAX_LAG_S"))
@@ -154,6 +161,42 @@ def validate_job(spec: dict, limits: dict[str, int] | None = None, *,
     if errors:
         raise InvalidJob(errors)
     return clean
+
+
+# The fields of validate_job's optional groups: a schedule's own fields, the unique key,
+# retry and expiry, the flow keys and the callbacks.
+OPTIONAL_FIELDS = frozenset({
+    "cron", "timezone", "misfire_policy", "max_lag_s", "jitter_s",
+    "unique_key", "unique_period_s", "unique_states", "retry", "expires_at", "expires_in_s",
+    "rate_key", "concurrency_key", "concurrency_limit", *callback_fields.CALLBACK_FIELDS})
+_ABSENT: dict = {}
+
+
+def plain(spec: dict) -> bool:
+    """Whether ``spec`` gives none of OPTIONAL_FIELDS: each is left out or None (a REST
+    create names them all), the timezone may also be "UTC" or "" (its default), and
+    ``max_lag_s`` must be left out, since None is refused for it."""
+    if spec.keys().isdisjoint(OPTIONAL_FIELDS):  # no set built: the bulk create's case
+        return True
+    for key in spec.keys() & OPTIONAL_FIELDS:
+        value = spec[key]
+        if value is None and key != "max_lag_s" or key == "timezone" and value in ("UTC", ""):
+            continue
+        return False
+    return True
+
+
+def absent_fields() -> dict:
+    """The cleaned values validate_job's optional groups give a spec that has none of
+    OPTIONAL_FIELDS: made once, by those groups' own checks of an empty spec, so the
+    short way can never disagree with the long one."""
+    if not _ABSENT:
+        clean: dict = {}
+        retry_fields.problems({}, clean, moment_problem)
+        flow_keys.problems({}, clean)
+        callback_fields.problems({}, clean, payload_problem)
+        _ABSENT.update(clean)
+    return _ABSENT
 
 
 # (key, the name a message gives it): every way in names them alike (jobs/spec.py).
