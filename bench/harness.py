@@ -155,3 +155,30 @@ def hardware() -> dict:
             "load_1m_at_start": round(os.getloadavg()[0], 2)}
 
 
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of every CPU since boot, from /proc/stat's first line."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user .. steal
+
+
+def settle(idle_share: float = 0.85, window_s: float = 3.0, most_s: float = 120.0) -> dict:
+    """Wait until the machine has been at least ``idle_share`` idle over a ``window_s``
+    window (seconds), for at most ``most_s`` seconds, and return {"waited_s",
+    "idle_share"} (the last window's). A workload's first pair ran in the tail of the one
+    before: the first W3 chain, run just after the W2 drains, had a p99 two to three
+    times the later chains' (BENCHMARKS.md, "Where we lose"). Off Linux it waits for
+    nothing."""
+    if not os.path.exists("/proc/stat"):
+        return {"waited_s": 0.0, "idle_share": None}
+    began = time.monotonic()
+    while True:
+        idle, total = _cpu_times()
+        time.sleep(window_s)
+        idle2, total2 = _cpu_times()
+        share = (idle2 - idle) / max(total2 - total, 1)
+        waited = time.monotonic() - began
+        if share >= idle_share or waited >= most_s:
+            return {"waited_s": round(waited, 1), "idle_share": round(share, 2)}

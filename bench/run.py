@@ -11,6 +11,8 @@ only) and reused while that file's hash is unchanged; then, per workload, each p
 (bench/rows.py: every peer at its documented defaults and at its best documented tuning)
 is measured in K interleaved pairs with ours (bench/pairs.py, default K = 3). Systems never
 run at once. A crashed or timed-out adapter is recorded as failed and the run goes on.
+Each workload starts once the machine has settled from the last (harness.settle: 85%
+idle over 3 s, two minutes at most).
 Point it at servers of the run's own with BENCH_PG_PORT and BENCH_REDIS_PORT.
 
 ``--workloads W7`` (alone, with ``--pairs``) runs W7, workflows beside Celery's canvas,
@@ -186,6 +188,9 @@ def main() -> None:
     summary_new: dict = {}
     for workload in workloads:
         cells = {}
+        quiet = harness.settle()
+        common.log(f"[run] {workload}: machine {quiet['idle_share']} idle after "
+                   f"{quiet['waited_s']} s")
         peers = [s for s in systems if s != "ours" and s in pythons
                  and workload in rows.SYSTEMS[s]["workloads"] and workload != "ceiling"]
         with_ours = "ours" in systems and not args.no_ours
