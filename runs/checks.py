@@ -7,6 +7,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from runs.daemons.daemon import sqlite_warning
+from runs.history import time_partitions
 from runs.tenancy import policy
 from scheduler_core import conf
 from scheduler_core.startup import TAG
@@ -40,3 +41,23 @@ def check_sqlite(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     return [checks.Warning(f"DATABASES[{alias!r}]: {warning}", id="scheduler.W006")
             for alias, config in settings.DATABASES.items()
             if (warning := sqlite_warning(config))]
+
+
+@checks.register(TAG)
+def check_history_partitions(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """scheduler.E011: HISTORY_PARTITION_S neither 0 nor at least 60 seconds: the
+    dispatcher could not keep partitions ahead, and every lease would fail
+    (runs/history/time_partitions.py, width_s)."""
+    try:
+        width = conf.get("HISTORY_PARTITION_S")
+    except ImproperlyConfigured:
+        return []  # a value that does not read as its type: scheduler.E004 names it
+    if width == 0 or width >= time_partitions.MIN_WIDTH_S:
+        return []
+    return [checks.Error(
+        f"HISTORY_PARTITION_S is {width}: a partition of the history tables must be at "
+        f"least {time_partitions.MIN_WIDTH_S} seconds wide (0: plain tables, only when "
+        "migrating a new database).",
+        hint="Leave it at its default, a day (86400), or give a width of a minute or more; "
+             "docs/retention.md, \"Partitioned history\"",
+        id="scheduler.E011")]

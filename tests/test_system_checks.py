@@ -65,6 +65,13 @@ def test_e005_a_bad_isolation_setting():
     assert ids(SCHEDULER={"PRIORITY_CLASSES": "0-4:1"}) == ["scheduler.E005"]
 
 
+@pytest.mark.parametrize("width", [1, 59, -60])
+def test_e011_a_history_partition_under_a_minute(width):
+    assert ids(SCHEDULER={"HISTORY_PARTITION_S": width}) == ["scheduler.E011"]
+    assert ids(SCHEDULER={"HISTORY_PARTITION_S": 0}) == []
+    assert ids(SCHEDULER={"HISTORY_PARTITION_S": 60}) == []
+
+
 def test_w006_a_sqlite_database_the_daemons_cannot_share(settings, monkeypatch):
     monkeypatch.setitem(settings.DATABASES["sqlite"], "OPTIONS", {})
     assert ids() == ["scheduler.W006"]

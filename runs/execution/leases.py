@@ -21,10 +21,10 @@ from django.db.models import F, Q
 from jobs.models import Job
 from runs.clock import db_now, from_us, seconds
 from runs.execution import expiry
-from runs.history.time_partitions import floor_to_width, partitioned
+from runs.history.time_partitions import floor_to_width, partitioned, width_s
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease
-from scheduler_core import conf, prepared
+from scheduler_core import prepared
 
 log = logging.getLogger("scheduler.broker")
 
@@ -203,7 +203,7 @@ def recent_span(now: datetime | None = None) -> tuple[datetime, datetime]:
     default: the span only decides which partitions are read first). PostgreSQL leaves
     out every other partition, and the DEFAULT one too once both exist (from the second
     day of a new database)."""
-    width = conf.get("HISTORY_PARTITION_S") or 86_400
+    width = width_s()
     start = floor_to_width(now or datetime.now(UTC), width)
     return start - timedelta(seconds=width), start + timedelta(seconds=width)
 

@@ -92,12 +92,16 @@ def floor_to_width(moment: datetime, width_s: int) -> datetime:
     return EPOCH + timedelta(seconds=elapsed - elapsed % width_s)
 
 
+MIN_WIDTH_S = 60
+
+
 def width_s() -> int:
     """HISTORY_PARTITION_S, checked: a partition at least a minute wide. 0 only tells the
     migration to keep plain tables; a database partitioned already takes a day."""
     width = conf.get("HISTORY_PARTITION_S") or 86_400
-    if width < 60:
-        raise ValueError(f"HISTORY_PARTITION_S must be at least 60 seconds, not {width}")
+    if width < MIN_WIDTH_S:  # refused at start too (runs/checks.py, scheduler.E011)
+        raise ValueError(f"HISTORY_PARTITION_S must be at least {MIN_WIDTH_S} seconds, "
+                         f"not {width}")
     return width
 
 
