@@ -26,7 +26,16 @@ def to_ms(moment: datetime) -> int:
     """Milliseconds since the Unix epoch for an aware datetime (the Redis scores' unit),
     rounded up: a run whose score says it is due is never due later than that, so a lease
     (Redis clock) cannot start it before its run_at (database clock, microseconds)."""
-    return -((EPOCH - moment) // MILLISECOND)
+    global _last_ms
+    last = _last_ms
+    if last[0] is moment:  # a batch's runs share one run_at: pushed, then woken for
+        return last[1]
+    ms = -((EPOCH - moment) // MILLISECOND)
+    _last_ms = (moment, ms)  # one tuple, replaced whole: safe between threads
+    return ms
+
+
+_last_ms: tuple = (None, 0)
 
 
 def to_us(moment: datetime) -> int:

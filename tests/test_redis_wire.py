@@ -65,3 +65,22 @@ def test_commands_of_redis_pys_pipeline_keep_their_place_and_parsing(wire):
     pipe.hint("LPUSH", f"{prefix}:list", "1")
 
     assert pipe.execute() == [1, [(b"m", 2.0)], 1]
+
+
+@pytest.mark.parametrize("commands", [
+    [("SADD", "k", "a", b"b", 7, 2.5, "é"), ("EVALSHA", "0" * 40, 1, "key", -3, "")],
+    [("SCRIPT LOAD", "return 1")],  # a two-word name: redis-py's packing splits it
+    [("SET", "k", memoryview(b"v"))],  # an argument hiredis does not take
+])
+def test_one_write_holds_what_redis_pys_packing_gives(wire, commands):
+    from runs.brokers.redis.wire import _packed
+
+    client, _ = wire
+    if not isinstance(client, redis.Redis):
+        pytest.skip("a cluster's calls go through redis-py's pipeline")
+    connection = client.connection_pool.get_connection()
+    try:
+        assert b"".join(_packed(connection, commands)) == b"".join(
+            bytes(chunk) for chunk in connection.pack_commands(commands))
+    finally:
+        client.connection_pool.release(connection)

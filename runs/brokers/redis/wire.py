@@ -26,8 +26,14 @@ from redis._parsers.commands import CommandPolicies, RequestPolicy, ResponsePoli
 from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.policies import PolicyResolver, StaticPolicyResolver
 from redis.exceptions import RedisClusterException
+from redis.utils import HIREDIS_AVAILABLE
 
 from scheduler_core.exceptions import BrokerUnavailable
+
+if HIREDIS_AVAILABLE:
+    import hiredis
+else:
+    hiredis = None
 
 log = logging.getLogger("scheduler.broker")
 CLUSTER_SCHEME = "redis+cluster://"
@@ -157,7 +163,7 @@ def exchange(client: redis.Redis, commands: list[tuple]) -> list:
 
 
 def _exchange_on(connection, callbacks, commands: list[tuple]) -> list:
-    connection.send_packed_command(connection.pack_commands(commands))
+    connection.send_packed_command(_packed(connection, commands))
     replies = []
     for command in commands:  # every reply is read, so the connection stays in step
         try:
@@ -169,6 +175,19 @@ def _exchange_on(connection, callbacks, commands: list[tuple]) -> list:
                 reply = callbacks[command[0]](reply)
         replies.append(reply)
     return replies
+
+
+def _packed(connection, commands: list[tuple]) -> list[bytes]:
+    """``commands`` in the Redis protocol, for one write: by hiredis at once when each
+    is a one-word command of str, bytes and numbers (ours are), else by ``connection``.
+    redis-py's own packing looks at each argument first, a third of a 10,000-run push's
+    CPU."""
+    if hiredis is not None and all(" " not in command[0] for command in commands):
+        try:
+            return [b"".join([hiredis.pack_command(command) for command in commands])]
+        except TypeError:  # an argument hiredis cannot send (memoryview, bytearray)
+            pass
+    return connection.pack_commands(commands)
 
 
 class Wire:
