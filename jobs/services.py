@@ -14,10 +14,11 @@ from jobs import flow_keys, retry_fields, tenants
 from jobs.guards import refuse_managed
 from jobs.ingest import bulk as ingest
 from jobs.ingest import one_off
+from jobs.ingest.checking import InvalidJobs, validate_specs
 from jobs.models import Job
 from jobs.schedules import cron, pausing
 from jobs.spec import CREATE_JOB, CREATE_JOBS, NAMES, translate, unknown_message
-from jobs.validation import job_limits, moment_problem, validate_job
+from jobs.validation import moment_problem, validate_job
 from runs import tracing
 from runs.brokers import get_broker
 from runs.brokers.shards import shard_of
@@ -31,17 +32,6 @@ from scheduler_core.registry import creatable_handler_names
 
 # Creates retried when a concurrent create took a unique key first (jobs/ingest/unique.py).
 UNIQUE_RETRIES = 2
-
-
-class InvalidJobs(InvalidJob):
-    """Some jobs of a bulk request are invalid; ``errors`` maps each bad item's index to
-    its field errors. Nothing was stored."""
-
-    def __init__(self, errors: dict[int, dict[str, str]]):
-        self.item_errors = errors
-        flat = {f"[{i}].{field}": reason for i, errs in errors.items()
-                for field, reason in errs.items()}
-        super().__init__(flat)
 
 
 def _spec(handler, payload, *, name=None, run_at=None, delay_s=None, cron=None,
@@ -110,28 +100,6 @@ def create_job(handler: str, payload: dict | None = None, *, owner=None, using="
     if one_off.applies(cleaned, bounds, using):
         return one_off.create_one(cleaned[0], owner, bounds, using)
     return _insert_validated(cleaned, owner, bounds, using)[0]
-
-
-def validate_specs(specs: list[dict], bounds: tenants.Bounds | None = None) -> list[dict]:
-    """Every spec checked by ``validate_job`` and, given an owner's ``bounds``, by
-    tenants.field_problems; returns the cleaned specs, a priority, timeout_s or
-    max_attempts left out (None) filled with its default within the bounds
-    (tenants.defaults_within). Raises InvalidJobs with every bad item's index and fields."""
-    limits, cleaned, errors = job_limits(), [], {}
-    owner_id = bounds.owner_id if bounds is not None else None  # what secrets are sealed for
-    # Defaults are filled in first, so the bounds check them as if the client sent them.
-    defaults = tenants.defaults_within(bounds)
-    for i, spec in enumerate(specs):
-        spec = tenants.with_defaults(spec, defaults)
-        try:
-            cleaned.append(validate_job(spec, limits, owner_id=owner_id))
-        except InvalidJob as exc:
-            errors[i] = exc.errors
-        if bounds is not None and (problems := tenants.field_problems(spec, bounds)):
-            errors[i] = {**problems, **errors.get(i, {})}
-    if errors:
-        raise InvalidJobs(errors)
-    return cleaned
 
 
 def create_jobs(specs: list[dict], *, owner=None, using: str = "default"
