@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
+from django.utils.functional import empty
 
 
 def flag(raw) -> bool:
@@ -212,31 +212,31 @@ DEFAULTS: dict[str, Tunable] = {
 }
 
 
-# settings.SCHEDULER, checked, with the settings object it was read from, until a setting
-# changes (setting_changed) or the settings object does (override_settings swaps it, even
-# to delete a setting, which sends no signal). A project without SCHEDULER paid Django's
-# missing-attribute path, an exception, on every read: 4 of the 6 µs a get() took.
-_overrides: list = []
+# settings.SCHEDULER as last checked, and its length: a dict read again is checked again
+# only when it is another object or has other keys. One tuple, replaced whole, so threads
+# never see half of it.
+_checked: tuple = (None, 0)
+_NONE: dict = {}
 
 
 def _configured() -> dict:
+    global _checked
+    # Read from the settings object behind django.conf.settings: for a project without
+    # SCHEDULER (the default), LazySettings' own path raises and catches an AttributeError
+    # on every read, 4 of the 6 µs a get() took. Every change (override_settings, an
+    # assignment, pytest's settings fixture) is seen: nothing but the check is kept.
     wrapped = settings._wrapped
-    if _overrides and _overrides[0] is wrapped:
-        return _overrides[1]
-    overrides = getattr(settings, "SCHEDULER", {}) or {}
+    overrides = (getattr(settings, "SCHEDULER", None) if wrapped is empty
+                 else getattr(wrapped, "SCHEDULER", None)) or _NONE
+    last = _checked
+    if last[0] is overrides and last[1] == len(overrides):
+        return overrides
     # The few keys given, not a set of every default: get() is called on every ack.
     unknown = [key for key in overrides if key not in DEFAULTS]
     if unknown:
         raise ImproperlyConfigured(f"Unknown SCHEDULER settings: {', '.join(sorted(unknown))}")
-    _overrides[:] = [wrapped, overrides]
+    _checked = (overrides, len(overrides))
     return overrides
-
-
-def _settings_changed(**kwargs) -> None:
-    _overrides.clear()
-
-
-setting_changed.connect(_settings_changed)
 
 
 def get(name: str):

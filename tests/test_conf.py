@@ -1,5 +1,5 @@
-"""scheduler_core.conf: settings.SCHEDULER is read once and again after each settings
-change, so every change a test or a deployment makes through Django is seen."""
+"""scheduler_core.conf: settings.SCHEDULER is read on every get, from the settings object
+itself, and only its check of unknown keys is kept, so every change is seen."""
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -33,3 +33,20 @@ def test_an_unknown_key_is_refused_after_a_change(settings):
     settings.SCHEDULER = {"SHARDZ": 2}
     with pytest.raises(ImproperlyConfigured, match="Unknown SCHEDULER settings: SHARDZ"):
         conf.get("SHARDS")
+
+
+def test_an_assignment_without_a_signal_is_seen():
+    from django.conf import settings
+
+    saved = getattr(settings._wrapped, "SCHEDULER", None)
+    try:
+        settings.SCHEDULER = {"SHARDS": 3}  # LazySettings' own assignment: no signal
+        assert conf.get("SHARDS") == 3
+        settings.SCHEDULER["SHARDZ"] = 1  # in place: a key more is checked again
+        with pytest.raises(ImproperlyConfigured, match="SHARDZ"):
+            conf.get("SHARDS")
+    finally:
+        if saved is None:
+            del settings.SCHEDULER
+        else:
+            settings.SCHEDULER = saved
