@@ -71,6 +71,8 @@ def test_commands_of_redis_pys_pipeline_keep_their_place_and_parsing(wire):
     [("SADD", "k", "a", b"b", 7, 2.5, "é"), ("EVALSHA", "0" * 40, 1, "key", -3, "")],
     [("SCRIPT LOAD", "return 1")],  # a two-word name: redis-py's packing splits it
     [("SET", "k", memoryview(b"v"))],  # an argument hiredis does not take
+    [(b"SET", "k", "v"), ("SET\tX", "k")],  # a name in bytes, or with other whitespace
+    [("ZADD", "z", i, "m" * 100) for i in range(2000)],  # more than one piece
 ])
 def test_one_write_holds_what_redis_pys_packing_gives(wire, commands):
     from runs.brokers.redis.wire import _packed

@@ -21,10 +21,10 @@ from django.db.models import F, Q
 from jobs.models import Job
 from runs.clock import db_now, from_us, seconds
 from runs.execution import expiry
-from runs.history.time_partitions import floor_to_width, partitioned, width_s
+from runs.history.time_partitions import floor_to_width, partitioned
 from runs.models import PENDING_STATES, Attempt, AttemptOutcome, Run, RunState
 from runs.types import Lease
-from scheduler_core import prepared
+from scheduler_core import conf, prepared
 
 log = logging.getLogger("scheduler.broker")
 
@@ -203,7 +203,9 @@ def recent_span(now: datetime | None = None) -> tuple[datetime, datetime]:
     default: the span only decides which partitions are read first). PostgreSQL leaves
     out every other partition, and the DEFAULT one too once both exist (from the second
     day of a new database)."""
-    width = width_s()
+    # Not width_s(), which raises on a width under a minute: a worker that skipped the
+    # start's checks (scheduler.E011) still leases, reading more partitions than it need.
+    width = conf.get("HISTORY_PARTITION_S") or 86_400
     start = floor_to_width(now or datetime.now(UTC), width)
     return start - timedelta(seconds=width), start + timedelta(seconds=width)
 
