@@ -3,6 +3,7 @@ broker on PostgreSQL, split into its phases, with the CPU each process spends pe
 (docs/performance.md, "Ingest: where a batch goes").
 
     .venv/bin/python bench/ingest_phases.py [--batch 10000] [--rounds 5] [--without-fks]
+                                            [--pgqueuer [--write]]
 
 Per round, from empty tables: wall and this process's CPU milliseconds of each phase
 (validation; the database clock and the id ranges; the COPY of the jobs; the runs'
@@ -16,8 +17,11 @@ Prints one JSON line: the median of each figure over the rounds, CPU µs per job
 process, and the jobs per second two cores could reach at that CPU per job. With
 ``--pgqueuer`` the same for pgqueuer's bulk enqueue (``Queries.enqueue`` with lists of
 1,000, as W1 times it: bench/peers/pgqueuer/bench.py) in its own virtualenv, a round
-of it after each of ours. Servers: BENCH_PG_PORT, BENCH_REDIS_PORT (bench/common.py); databases
-bench_ingest_phases and bench_pgqueuer.
+of it after each of ours. ``--write`` also saves the line, with the date and the
+machine, to bench/results/ingest-phases.json, whence BENCHMARKS.md's W1 target line
+gives W1's floor (bench/report.py); bench/run.py's W1 stage runs it so. Servers:
+BENCH_PG_PORT, BENCH_REDIS_PORT (bench/common.py); databases bench_ingest_phases and
+bench_pgqueuer.
 """
 
 import argparse
@@ -29,7 +33,8 @@ import os
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from pathlib import Path
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
@@ -38,6 +43,7 @@ sys.path.insert(0, BENCH)
 import common  # noqa: E402
 
 DBNAME = "bench_ingest_phases"
+OUT = Path(BENCH) / "results" / "ingest-phases.json"
 # (label, module, attribute path): each wrapped to add up its wall and CPU time. A phase
 # includes the phases called inside it; "runs" includes its COPY.
 PHASES = [
@@ -223,11 +229,16 @@ def main() -> None:
                         help="drop the runs' and the jobs' foreign keys first (what they cost)")
     parser.add_argument("--pgqueuer", action="store_true",
                         help="pgqueuer's bulk enqueue too, measured alike")
+    parser.add_argument("--write", action="store_true",
+                        help="save the result to bench/results/ingest-phases.json")
     args = parser.parse_args()
     peer = Pgqueuer(args.batch) if args.pgqueuer else None
     out = measure(args.batch, args.rounds, args.without_fks, between=peer)
     if peer is not None:
         out["pgqueuer"] = peer.summary()
+    if args.write:
+        OUT.write_text(json.dumps({"date": date.today().isoformat(),
+                                   "hardware": common.hardware(), **out}, indent=1) + "\n")
     print(json.dumps(out))
 
 

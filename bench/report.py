@@ -3,6 +3,7 @@ bench/pairs.py (BENCHMARKS.md, "Rules": medians of interleaved pairs with their 
 the load; ratios against the best peer row overall and the best that keeps a durable
 history)."""
 
+import json
 from pathlib import Path
 
 import rows
@@ -115,6 +116,8 @@ def targets(summary: dict) -> list[str]:
             line += (f"; against the strongest peer row ({worst[1]} {worst[2]}) ours is "
                      f"{worst[0]:.2f}x ({'ahead' if worst[0] >= 1 else 'behind'})")
         out.append(line + ".")
+    if floor := w1_floor():
+        out.append(floor)
     w2 = summary.get("W2", {})
     # A peer's best tuning is whichever of its rows ours beats by the least: a documented
     # tuning can lose to the defaults on this machine (Dramatiq's larger read-ahead did).
@@ -150,6 +153,31 @@ def targets(summary: dict) -> list[str]:
                    f"{ceiling['w2_vs_cold']['range'][1]:.0%}), drain against the warm loop "
                    f"{'—' if warm is None else f'{warm:.0%}'}, {ceiling['pairs']} pairs.")
     return out
+
+
+FLOOR = Path(__file__).resolve().parent / "results" / "ingest-phases.json"
+
+
+def w1_floor(path: Path = FLOOR) -> str | None:
+    """The W1 target's floor line from ``path`` (bench/ingest_phases.py --pgqueuer
+    --write): CPU per job of ours and of pgqueuer's bulk enqueue, and whether PostgreSQL's
+    share of ours alone, on both cores, stays below pgqueuer's whole enqueue; None when
+    it was not measured."""
+    try:
+        found = json.loads(path.read_text())
+        ours, peer = found["cpu_us_per_job"], found["pgqueuer"]["cpu_us_per_job"]
+    except (OSError, ValueError, KeyError):
+        return None
+    ours_pg_most = 2e6 / ours["postgresql"]
+    peer_most = 2e6 / peer["total"]
+    held = ("so no client could make ours catch up: the target's floor"
+            if ours_pg_most < peer_most else "which is no floor: the gap is ours to close")
+    machine = ", ".join(found["hardware"].split(", ")[:2])  # the CPU and its cores
+    return (f"* **W1 floor** (`bench/ingest_phases.py --pgqueuer`, {found['date']}, "
+            f"{machine}): CPU per job ours {ours['total']:g} µs (PostgreSQL "
+            f"{ours['postgresql']:g}), pgqueuer's bulk enqueue {peer['total']:g}. On both "
+            f"cores PostgreSQL's share of ours alone allows {fmt(ours_pg_most)} jobs/s, "
+            f"pgqueuer's whole enqueue {fmt(peer_most)}, {held}.")
 
 
 def verdict(jobs_per_s: float | None, target: float = 10_000) -> str:

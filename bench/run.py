@@ -12,7 +12,9 @@ only) and reused while that file's hash is unchanged; then, per workload, each p
 is measured in K interleaved pairs with ours (bench/pairs.py, default K = 3). Systems never
 run at once. A crashed or timed-out adapter is recorded as failed and the run goes on.
 Each workload starts once the machine has settled from the last (harness.settle: 85%
-idle over 3 s, two minutes at most).
+idle over 3 s, two minutes at most). With ours and pgqueuer, the W1 stage also measures
+W1's floor, the CPU per job of both (bench/ingest_phases.py --pgqueuer --write), which the
+W1 target's lines give.
 Point it at servers of the run's own with BENCH_PG_PORT and BENCH_REDIS_PORT.
 
 ``--workloads W7`` (alone, with ``--pairs``) runs W7, workflows beside Celery's canvas,
@@ -42,6 +44,7 @@ generated blocks of BENCHMARKS.md and bench/results/plots/*.png.
 import argparse
 import importlib.util
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -113,6 +116,16 @@ def ours_row(workload: str, cells: dict) -> dict | None:
     if workload == "W1":
         row["ours_rest"] = pairing.spread(rest)
     return row
+
+
+def w1_floor(notes: list[str]) -> None:
+    """W1's floor, CPU per job of ours and of pgqueuer's bulk enqueue, saved for the
+    report (bench/ingest_phases.py --pgqueuer --write); a failure is noted, not raised."""
+    common.log("[run] W1: CPU per job, ours and pgqueuer's (bench/ingest_phases.py)")
+    done = subprocess.run([sys.executable, str(BENCH / "ingest_phases.py"), "--pgqueuer",
+                           "--rounds", "3", "--write"], capture_output=True, text=True)
+    if done.returncode:
+        notes.append(f"W1 floor not measured: {(done.stdout + done.stderr)[-300:]}")
 
 
 def w7(pairs: int) -> int:
@@ -223,6 +236,8 @@ def main() -> None:
                     "ours", workload, pythons["ours"], "default",
                     rows.size_args("ours", workload, args.quick, args.n), args.quick,
                     log_dir)} for _ in range(args.pairs)]}
+        if workload == "W1" and with_ours and "pgqueuer" in pythons and not args.quick:
+            w1_floor(notes)
         checkpoint(workload, cells, raw, summary_new, (hw, command, today, notes, began, args),
                    final=workload == workloads[-1])
 

@@ -141,3 +141,25 @@ def test_the_w3_target_says_whether_ours_is_at_or_below_celery_tuned():
     missed, = [line for line in report.targets(summary(0.28)) if "**W3**" in line]
     assert "0.28x (misses)" in missed
     assert not [line for line in report.targets({}) if "**W3**" in line]
+
+
+def test_the_w1_floor_says_whether_postgresqls_share_alone_is_below_the_peer(tmp_path):
+    import json
+
+    import report
+
+    def floor(ours_pg, peer_total):
+        path = tmp_path / f"{ours_pg}-{peer_total}.json"
+        path.write_text(json.dumps({
+            "date": "2026-12-07", "hardware": "Some CPU, 2 cores, 8 GiB RAM, Linux, Python",
+            "cpu_us_per_job": {"client": 30.0, "postgresql": ours_pg, "redis": 7.0,
+                               "total": 37.0 + ours_pg},
+            "pgqueuer": {"cpu_us_per_job": {"client": 9.0, "postgresql": 27.0,
+                                            "total": peer_total}}}))
+        return report.w1_floor(path)
+
+    floored = floor(46.0, 36.0)
+    assert "Some CPU, 2 cores)" in floored and "43,478 jobs/s" in floored
+    assert "the target's floor" in floored
+    assert "no floor" in floor(20.0, 36.0)
+    assert report.w1_floor(tmp_path / "missing.json") is None
