@@ -170,8 +170,9 @@ def w1_floor(path: Path = FLOOR) -> str | None:
         return None
     ours_pg_most = 2e6 / ours["postgresql"]
     peer_most = 2e6 / peer["total"]
-    held = ("so no client could make ours catch up: the target's floor"
-            if ours_pg_most < peer_most else "which is no floor: the gap is ours to close")
+    held = ("a floor: ours' two rows a job cost PostgreSQL alone more CPU than pgqueuer's "
+            "enqueue costs in all" if ours_pg_most < peer_most
+            else "no floor: the gap is ours to close")
     machine = ", ".join(found["hardware"].split(", ")[:2])  # the CPU and its cores
     return (f"* **W1 floor** (`bench/ingest_phases.py --pgqueuer`, {found['date']}, "
             f"{machine}): CPU per job ours {ours['total']:g} µs (PostgreSQL "

@@ -160,6 +160,6 @@ def test_the_w1_floor_says_whether_postgresqls_share_alone_is_below_the_peer(tmp
 
     floored = floor(46.0, 36.0)
     assert "Some CPU, 2 cores)" in floored and "43,478 jobs/s" in floored
-    assert "the target's floor" in floored
+    assert "a floor: ours" in floored
     assert "no floor" in floor(20.0, 36.0)
     assert report.w1_floor(tmp_path / "missing.json") is None
