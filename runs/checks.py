@@ -46,8 +46,8 @@ def check_sqlite(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 @checks.register(TAG)
 def check_history_partitions(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """scheduler.E011: HISTORY_PARTITION_S neither 0 nor at least 60 seconds: the
-    dispatcher could not keep partitions ahead, and every lease would fail
-    (runs/history/time_partitions.py, width_s)."""
+    dispatcher could not keep partitions ahead (runs/history/time_partitions.py,
+    width_s), and the rows would pile up in the DEFAULT partition."""
     try:
         width = conf.get("HISTORY_PARTITION_S")
     except ImproperlyConfigured:

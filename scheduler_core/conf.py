@@ -212,10 +212,10 @@ DEFAULTS: dict[str, Tunable] = {
 }
 
 
-# settings.SCHEDULER as last checked, and its length: a dict read again is checked again
+# settings.SCHEDULER as last checked, and its keys: a dict read again is checked again
 # only when it is another object or has other keys. One tuple, replaced whole, so threads
 # never see half of it.
-_checked: tuple = (None, 0)
+_checked: tuple = (None, frozenset())
 _NONE: dict = {}
 
 
@@ -229,13 +229,14 @@ def _configured() -> dict:
     overrides = (getattr(settings, "SCHEDULER", None) if wrapped is empty
                  else getattr(wrapped, "SCHEDULER", None)) or _NONE
     last = _checked
-    if last[0] is overrides and last[1] == len(overrides):
+    if last[0] is overrides and overrides.keys() == last[1]:
         return overrides
     # The few keys given, not a set of every default: get() is called on every ack.
     unknown = [key for key in overrides if key not in DEFAULTS]
     if unknown:
-        raise ImproperlyConfigured(f"Unknown SCHEDULER settings: {', '.join(sorted(unknown))}")
-    _checked = (overrides, len(overrides))
+        raise ImproperlyConfigured(
+            f"Unknown SCHEDULER settings: {', '.join(sorted(map(str, unknown)))}")
+    _checked = (overrides, frozenset(overrides))
     return overrides
 
 

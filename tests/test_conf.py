@@ -45,6 +45,12 @@ def test_an_assignment_without_a_signal_is_seen():
         settings.SCHEDULER["SHARDZ"] = 1  # in place: a key more is checked again
         with pytest.raises(ImproperlyConfigured, match="SHARDZ"):
             conf.get("SHARDS")
+        settings.SCHEDULER = {"SHARDS": 3}
+        assert conf.get("SHARDS") == 3
+        del settings.SCHEDULER["SHARDS"]  # another key, the same number of them
+        settings.SCHEDULER["SHARDZ"] = 3
+        with pytest.raises(ImproperlyConfigured, match="SHARDZ"):
+            conf.get("SHARDS")
     finally:
         if saved is None:
             del settings.SCHEDULER

@@ -299,7 +299,7 @@ def _maps(nodes, known: set, pairs: list, pair_set: set, trigger_rules: dict,
 
 def _node_jobs(specs: list[tuple], bounds, errors: dict, workflow_name) -> list[dict]:
     """Each node's job spec checked by the jobs' own rules and the owner's bounds
-    (jobs/services.py, validate_specs); field errors land under ``nodes[i].<field>``."""
+    (jobs/ingest/checking.py, validate_specs); field errors land under ``nodes[i].<field>``."""
     if not specs:
         return []
     # A workflow name with a problem of its own is named under "name", not again under

@@ -59,7 +59,7 @@ REPLAN_FROM_RUNS = 100
 
 
 def insert(cleaned: list[dict], owner, bounds, using: str) -> "CreatedJobs":
-    """Store the jobs of the cleaned specs (services.validate_specs' output) in one
+    """Store the jobs of the cleaned specs (jobs/ingest/checking.py, validate_specs' output) in one
     transaction (a savepoint when nested, so a unique key taken meanwhile rolls back only
     this) and return them. Raises tenants.QuotaExceeded; a unique key taken concurrently
     raises IntegrityError (Django's, or psycopg's from COPY), which create_jobs retries."""
