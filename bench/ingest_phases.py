@@ -232,6 +232,8 @@ def main() -> None:
     parser.add_argument("--write", action="store_true",
                         help="save the result to bench/results/ingest-phases.json")
     args = parser.parse_args()
+    if args.write and (not args.pgqueuer or args.without_fks):
+        parser.error("--write saves W1's floor: it needs --pgqueuer and not --without-fks")
     peer = Pgqueuer(args.batch) if args.pgqueuer else None
     out = measure(args.batch, args.rounds, args.without_fks, between=peer)
     if peer is not None:

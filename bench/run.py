@@ -121,9 +121,15 @@ def ours_row(workload: str, cells: dict) -> dict | None:
 def w1_floor(notes: list[str]) -> None:
     """W1's floor, CPU per job of ours and of pgqueuer's bulk enqueue, saved for the
     report (bench/ingest_phases.py --pgqueuer --write); a failure is noted, not raised."""
+    harness.settle()
     common.log("[run] W1: CPU per job, ours and pgqueuer's (bench/ingest_phases.py)")
-    done = subprocess.run([sys.executable, str(BENCH / "ingest_phases.py"), "--pgqueuer",
-                           "--rounds", "3", "--write"], capture_output=True, text=True)
+    try:
+        done = subprocess.run([sys.executable, str(BENCH / "ingest_phases.py"), "--pgqueuer",
+                               "--rounds", "3", "--write"], capture_output=True, text=True,
+                              timeout=900)
+    except subprocess.TimeoutExpired:
+        notes.append("W1 floor not measured: bench/ingest_phases.py ran past 900 s")
+        return
     if done.returncode:
         notes.append(f"W1 floor not measured: {(done.stdout + done.stderr)[-300:]}")
 

@@ -143,23 +143,26 @@ def test_the_w3_target_says_whether_ours_is_at_or_below_celery_tuned():
     assert not [line for line in report.targets({}) if "**W3**" in line]
 
 
-def test_the_w1_floor_says_whether_postgresqls_share_alone_is_below_the_peer(tmp_path):
+def test_the_w1_floor_weighs_ours_cpu_per_job_against_the_rate_pgqueuer_reached(tmp_path):
     import json
 
     import report
 
-    def floor(ours_pg, peer_total):
-        path = tmp_path / f"{ours_pg}-{peer_total}.json"
+    def floor(ours_pg, ours_total, reached, **extra):
+        path = tmp_path / f"{ours_pg}-{ours_total}-{reached}.json"
         path.write_text(json.dumps({
             "date": "2026-12-07", "hardware": "Some CPU, 2 cores, 8 GiB RAM, Linux, Python",
-            "cpu_us_per_job": {"client": 30.0, "postgresql": ours_pg, "redis": 7.0,
-                               "total": 37.0 + ours_pg},
-            "pgqueuer": {"cpu_us_per_job": {"client": 9.0, "postgresql": 27.0,
-                                            "total": peer_total}}}))
+            "cpu_us_per_job": {"postgresql": ours_pg, "total": ours_total},
+            "pgqueuer": {"jobs_per_s": reached, "cpu_us_per_job": {"total": 31.0}},
+            **extra}))
         return report.w1_floor(path)
 
-    floored = floor(46.0, 36.0)
-    assert "Some CPU, 2 cores)" in floored and "43,478 jobs/s" in floored
-    assert "a floor: ours" in floored
-    assert "no floor" in floor(20.0, 36.0)
+    # PostgreSQL's share alone allows 2e6 / 80 = 25,000 jobs/s, below 30,000.
+    assert "a floor even for a client" in floor(80.0, 120.0, 30_000)
+    # All of ours' CPU allows 2e6 / 80 = 25,000, PostgreSQL's share 43,478: the client's.
+    today = floor(46.0, 80.0, 30_000)
+    assert "Some CPU, 2 cores)" in today and "allow ours 25,000 jobs/s" in today
+    assert "a floor of today's CPU per job" in today and "43,478" in today
+    assert "no floor" in floor(46.0, 80.0, 20_000)
+    assert floor(46.0, 80.0, 30_000, without_fks=True) is None
     assert report.w1_floor(tmp_path / "missing.json") is None
