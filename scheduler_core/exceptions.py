@@ -7,6 +7,20 @@ class SchedulerError(Exception):
     def __init__(self, message: str | None = None):
         super().__init__(message or self.__doc__)
 
+    def __reduce__(self):
+        # Pickled (a process pool, a result backend, Django's parallel test runner), an
+        # exception is remade by calling its class with its args: the message, which most
+        # of ours do not take (RetryAfter wants seconds, InvalidJob a dict). Remade from
+        # its state instead.
+        return (_remade, (type(self), self.args, self.__dict__))
+
+
+def _remade(cls: type, args: tuple, state: dict) -> SchedulerError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class InvalidJob(SchedulerError, ValueError):
     """A job definition is invalid.
