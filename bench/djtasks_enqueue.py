@@ -21,14 +21,11 @@ line per pair.
 import argparse
 import collections
 import contextlib
-import functools
-import importlib
 import json
 import os
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -37,6 +34,7 @@ sys.path.insert(0, str(BENCH.parent))
 
 import common  # noqa: E402
 import enqueue_timing  # noqa: E402
+import timed_parts  # noqa: E402
 
 DBNAME = "bench_djtasks_enqueue"
 SQLITE = "/tmp/bench-djtasks-enqueue.sqlite3"
@@ -61,28 +59,10 @@ PARTS = [
 ]
 
 
-def _timed(function, label: str, spent: collections.Counter):
-    @functools.wraps(function)
-    def timed(*args, **kwargs):
-        start = time.process_time()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            spent[label] += time.process_time() - start
-
-    return timed
-
-
 def profiled(n: int, enqueue) -> dict:
     """CPU µs per call of each of PARTS over ``n`` calls of ``enqueue(i)``."""
     spent = collections.Counter()
-    for label, module, path in PARTS:
-        owner = importlib.import_module(module)
-        *outer, name = path.split(".")
-        for part in outer:
-            owner = getattr(owner, part)
-        if hasattr(owner, name):
-            setattr(owner, name, _timed(getattr(owner, name), label, spent))
+    timed_parts.wrap(PARTS, spent)
     for i in range(n):
         enqueue(i)
     return {label: round(spent[label] / n * 1e6, 1) for label, _, _ in PARTS

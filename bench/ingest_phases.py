@@ -26,8 +26,6 @@ bench_pgqueuer.
 
 import argparse
 import collections
-import functools
-import importlib
 import json
 import os
 import statistics
@@ -41,6 +39,7 @@ sys.path.insert(0, os.path.dirname(BENCH))
 sys.path.insert(0, BENCH)
 
 import common  # noqa: E402
+import timed_parts  # noqa: E402
 
 DBNAME = "bench_ingest_phases"
 OUT = Path(BENCH) / "results" / "ingest-phases.json"
@@ -55,19 +54,6 @@ PHASES = [
     ("Redis push", "runs.brokers.redis.broker", "RedisBroker.push"),
 ]
 FOREIGN_KEYS = (("runs_run", "job_id", "jobs_job"), ("jobs_job", "owner_id", "auth_user"))
-
-
-def _timed(function, label: str, wall: collections.Counter, cpu: collections.Counter):
-    @functools.wraps(function)
-    def timed(*args, **kwargs):
-        began, began_cpu = time.perf_counter(), time.process_time()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            wall[label] += time.perf_counter() - began
-            cpu[label] += time.process_time() - began_cpu
-
-    return timed
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -108,12 +94,7 @@ def measure(batch: int, rounds: int, without_fks: bool, between=None) -> dict:
 
     call_command("migrate", verbosity=0)
     wall, cpu = collections.Counter(), collections.Counter()
-    for label, module, path in PHASES:
-        owner = importlib.import_module(module)
-        *outer, name = path.split(".")
-        for part in outer:
-            owner = getattr(owner, part)
-        setattr(owner, name, _timed(getattr(owner, name), label, wall, cpu))
+    timed_parts.wrap(PHASES, cpu, wall)
     user = get_user_model().objects.create(username="bench")
     with connection.cursor() as cursor:
         if without_fks:
