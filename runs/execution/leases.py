@@ -204,7 +204,7 @@ def recent_span(now: datetime | None = None) -> tuple[datetime, datetime]:
     out every other partition, and the DEFAULT one too once both exist (from the second
     day of a new database)."""
     # Not width_s(), which raises on a width under a minute: a worker that skipped the
-    # start's checks (scheduler.E011) still leases, reading more partitions than it need.
+    # start's checks (scheduler.E011) still leases, reading more partitions than it needs.
     width = conf.get("HISTORY_PARTITION_S") or 86_400
     start = floor_to_width(now or datetime.now(UTC), width)
     return start - timedelta(seconds=width), start + timedelta(seconds=width)
