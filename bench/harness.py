@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import common
+import cpu_meter
 import rows
 
 BENCH = Path(__file__).resolve().parent
@@ -155,15 +156,6 @@ def hardware() -> dict:
             "load_1m_at_start": round(os.getloadavg()[0], 2)}
 
 
-
-
-def _cpu_times() -> tuple[int, int]:
-    """(idle, total) jiffies of every CPU since boot, from /proc/stat's first line."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:]]
-    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user .. steal
-
-
 def settle(idle_share: float = 0.85, window_s: float = 3.0, most_s: float = 120.0) -> dict:
     """Wait until the machine has been at least ``idle_share`` idle over a ``window_s``
     window (seconds), for at most ``most_s`` seconds, and return {"waited_s",
@@ -175,9 +167,9 @@ def settle(idle_share: float = 0.85, window_s: float = 3.0, most_s: float = 120.
         return {"waited_s": 0.0, "idle_share": None}
     began = time.monotonic()
     while True:
-        idle, total = _cpu_times()
+        idle, total = cpu_meter.machine_idle()
         time.sleep(window_s)
-        idle2, total2 = _cpu_times()
+        idle2, total2 = cpu_meter.machine_idle()
         share = (idle2 - idle) / max(total2 - total, 1)
         waited = time.monotonic() - began
         if share >= idle_share or waited >= most_s:

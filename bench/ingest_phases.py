@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(BENCH))
 sys.path.insert(0, BENCH)
 
 import common  # noqa: E402
+import cpu_meter  # noqa: E402
 import timed_parts  # noqa: E402
 
 DBNAME = "bench_ingest_phases"
@@ -54,13 +55,6 @@ PHASES = [
     ("Redis push", "runs.brokers.redis.broker", "RedisBroker.push"),
 ]
 FOREIGN_KEYS = (("runs_run", "job_id", "jobs_job"), ("jobs_job", "owner_id", "auth_user"))
-
-
-def _proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _drop_foreign_keys(cursor) -> None:
@@ -103,10 +97,6 @@ def measure(batch: int, rounds: int, without_fks: bool, between=None) -> dict:
         backend = cursor.fetchone()[0]
     client = redis.Redis(host=common.REDIS_HOST, port=common.REDIS_PORT)
 
-    def redis_cpu_s() -> float:
-        info = client.info("cpu")
-        return info["used_cpu_user"] + info["used_cpu_sys"]
-
     now = datetime.now(UTC)
     seen = collections.defaultdict(list)
     for _ in range(rounds):
@@ -116,9 +106,11 @@ def measure(batch: int, rounds: int, without_fks: bool, between=None) -> dict:
         specs = [{"handler": "noop", "payload": {"i": i}, "run_at": now} for i in range(batch)]
         wall.clear()
         cpu.clear()
-        marks = (time.perf_counter(), time.process_time(), _proc_cpu_s(backend), redis_cpu_s())
+        marks = (time.perf_counter(), time.process_time(), cpu_meter.own_cpu_s(backend),
+                 cpu_meter.redis_cpu_s(client))
         services.create_jobs(specs, owner=user)
-        ends = (time.perf_counter(), time.process_time(), _proc_cpu_s(backend), redis_cpu_s())
+        ends = (time.perf_counter(), time.process_time(), cpu_meter.own_cpu_s(backend),
+                cpu_meter.redis_cpu_s(client))
         spent = [end - mark for end, mark in zip(ends, marks, strict=True)]
         for key, value in zip(("wall", "client", "postgresql", "redis"), spent, strict=True):
             seen[key].append(value)
@@ -149,7 +141,8 @@ def measure(batch: int, rounds: int, without_fks: bool, between=None) -> dict:
 # schema, then {"wall_s", "client_s", "postgresql_s"} of the enqueue alone.
 PGQUEUER_ROUND = """
 import asyncio, json, sys, time
-sys.argv = ["bench.py", "W1"]
+n = int(sys.argv[1])
+sys.argv = ["bench.py", "W1"]  # the adapter parses its own arguments
 import bench as adapter
 from cpu_meter import own_cpu_s
 
@@ -167,7 +160,7 @@ async def main(n):
                     (b - a for a, b in zip(marks, ends))))
 
 adapter.reset("tuned")
-print(json.dumps(asyncio.run(main(int(sys.argv_n)))))
+print(json.dumps(asyncio.run(main(n))))
 """
 
 
@@ -186,7 +179,7 @@ class Pgqueuer:
         import subprocess
 
         done = subprocess.run(
-            [str(self.python), "-c", PGQUEUER_ROUND.replace("sys.argv_n", repr(str(self.batch)))],
+            [str(self.python), "-c", PGQUEUER_ROUND, str(self.batch)],
             capture_output=True, text=True, cwd=self.here, check=True,
             env={**os.environ, "PYTHONPATH": f"{self.here}:{BENCH}"})
         for key, value in json.loads(done.stdout.strip().splitlines()[-1]).items():
