@@ -43,17 +43,18 @@ def prose(text: str) -> str:
 
 def names_in_code() -> set[str]:
     """Every ALL_CAPS identifier and string constant of the application's code: its
-    constants, the settings it reads and the environment variables it looks up."""
+    constants, the settings it reads and the environment variables it looks up; and of
+    tests/conftest.py, which docs/testing.md describes."""
     found = set()
-    for package in APP_CODE:
-        for path in (ROOT / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Name):
-                    found.add(node.id)
-                elif isinstance(node, ast.Attribute):
-                    found.add(node.attr)
-                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                    found.add(node.value)
+    paths = [path for package in APP_CODE for path in (ROOT / package).rglob("*.py")]
+    for path in [*paths, ROOT / "tests" / "conftest.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name):
+                found.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                found.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.add(node.value)
     return {name for name in found if CAPS.fullmatch(name)}
 
 

@@ -18,11 +18,11 @@ from tests.test_flow_limits import queue_keyed
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 
-# 20 s (1,000 starts) in the suite; FLOW_RATE_WINDOW_S=60 gives the full minute
+# 10 s (500 starts) in the suite; FLOW_RATE_WINDOW_S=60 gives the full minute
 # (docs/isolation.md). The burst is the default, one second's worth: a smaller one loses
 # tokens while SQLite's write lock is held elsewhere.
 RATE, BURST = 50, 50
-WINDOW_S = int(os.environ.get("FLOW_RATE_WINDOW_S", "20"))
+WINDOW_S = int(os.environ.get("FLOW_RATE_WINDOW_S", "10"))
 # A run's started_at is written after its token was taken (the start's own statement),
 # by up to a few tens of ms under load: the measured windows may hold that much more.
 SKEW_S = 0.1
@@ -91,7 +91,7 @@ def test_a_concurrency_key_is_never_exceeded_while_workers_are_killed(broker, tm
     runs = Run.objects.using(broker.using)
     try:
         for kill in range(3):  # SIGKILL a worker with its children, then replace it
-            time.sleep(3)
+            time.sleep(2)
             victim = workers.pop(0)
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
