@@ -16,8 +16,10 @@ call. Servers: BENCH_PG_PORT / BENCH_REDIS_PORT (bench/common.py).
 
 Per row and figure: the medians over the pairs and, as BENCHMARKS.md's tables give it,
 ``ours / row``, the median of the pairs' own ratios (peer's milliseconds over ours: above 1
-ours is faster). Writes bench/results/enqueue-pairs.json and prints a table. ``--floor``
-prints instead what any durable enqueue pays here with no framework (floor()).
+ours is faster). Writes bench/results/enqueue-pairs.json, with the floors the summary's
+targets weigh them against (bench/floors.py): floor() and, with the database row, the
+statement ours sends replayed alone. Prints a table. ``--floor`` prints instead what any
+durable enqueue pays here with no framework (floor()).
 """
 
 import argparse
@@ -99,6 +101,14 @@ def floor(n: int) -> dict:
     return out
 
 
+def our_statement(n: int) -> dict:
+    """Wall and CPU ms per call of the statement our database-broker enqueue sends,
+    replayed alone (bench/djtasks_enqueue.py --statement): the part of ours no Python of
+    ours can shorten."""
+    return last_json([sys.executable, str(BENCH / "djtasks_enqueue.py"), "--one", "db-pg",
+                      "--n", str(n), "--statement"])["statement_alone"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=5)
@@ -132,9 +142,13 @@ def main() -> None:
                        f"{got['ours']['outside_wall_ms']} ms, {row} "
                        f"{got['row']['outside_wall_ms']} ms (wall, outside)")
         results[row] = {"ours_side": side, "pairs": pairs, "summary": summary(pairs)}
+    # The floors BENCHMARKS.md's targets weigh the rows against (bench/floors.py).
+    floors = floor(args.n)
+    if "vtasks" in results:
+        floors["our_statement"] = our_statement(args.n)
     OUT.write_text(json.dumps({"measured": datetime.now(UTC).isoformat(timespec="seconds"),
-                               "n": args.n, "rows": results, "notes": notes}, indent=1)
-                   + "\n")
+                               "n": args.n, "rows": results, "floor": floors,
+                               "notes": notes}, indent=1) + "\n")
     print("| row | ours | figure | ours, ms | row, ms | ours / row |")
     print("|---|---|---|---:|---:|---:|")
     for row, result in results.items():

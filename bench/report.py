@@ -3,9 +3,9 @@ bench/pairs.py (BENCHMARKS.md, "Rules": medians of interleaved pairs with their 
 the load; ratios against the best peer row overall and the best that keeps a durable
 history)."""
 
-import json
 from pathlib import Path
 
+import floors
 import rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def targets(summary: dict) -> list[str]:
             line += (f"; against the strongest peer row ({worst[1]} {worst[2]}) ours is "
                      f"{worst[0]:.2f}x ({'ahead' if worst[0] >= 1 else 'behind'})")
         out.append(line + ".")
-        if floor := w1_floor():
+        if floor := floors.w1_floor():
             out.append(floor)
     w2 = summary.get("W2", {})
     # A peer's best tuning is whichever of its rows ours beats by the least: a documented
@@ -152,42 +152,7 @@ def targets(summary: dict) -> list[str]:
                    f"{ceiling['w2_vs_cold']['range'][0]:.0%}-"
                    f"{ceiling['w2_vs_cold']['range'][1]:.0%}), drain against the warm loop "
                    f"{'—' if warm is None else f'{warm:.0%}'}, {ceiling['pairs']} pairs.")
-    return out
-
-
-FLOOR = Path(__file__).resolve().parent / "results" / "ingest-phases.json"
-
-
-def w1_floor(path: Path = FLOOR) -> str | None:
-    """The W1 target's floor line from ``path`` (bench/ingest_phases.py --pgqueuer
-    --write): CPU per job of ours and of pgqueuer's bulk enqueue, measured in the same
-    rounds, and the rates ours' CPU per job allows on both cores, all of it and
-    PostgreSQL's share alone, against the rate pgqueuer reached in those rounds. None
-    when it was not measured."""
-    try:
-        found = json.loads(path.read_text())
-        ours, peer = found["cpu_us_per_job"], found["pgqueuer"]
-    except (OSError, ValueError, KeyError):
-        return None
-    if found.get("without_fks"):
-        return None  # an experiment, not the schema as deployed
-    all_most, pg_most = 2e6 / ours["total"], 2e6 / ours["postgresql"]
-    reached = peer["jobs_per_s"]
-    if pg_most < reached:
-        held = ("a floor even for a client and a Redis that cost nothing: PostgreSQL's "
-                "share of ours alone allows less")
-    elif all_most < reached:
-        held = (f"a floor of today's CPU per job; PostgreSQL's share alone would allow "
-                f"{fmt(pg_most)}, so the client's share is what can still give")
-    else:
-        held = "no floor: the gap is ours to close"
-    machine = ", ".join(found["hardware"].split(", ")[:2])  # the CPU and its cores
-    return (f"* **W1 floor** (`bench/ingest_phases.py --pgqueuer`, {found['date']}, "
-            f"{machine}): CPU per job ours {ours['total']:g} µs (PostgreSQL "
-            f"{ours['postgresql']:g}), pgqueuer's bulk enqueue "
-            f"{peer['cpu_us_per_job']['total']:g}. At that cost both cores allow ours "
-            f"{fmt(all_most)} jobs/s; pgqueuer reached {fmt(reached)} in the same rounds: "
-            f"{held}.")
+    return out + floors.enqueue_lines()
 
 
 def verdict(jobs_per_s: float | None, target: float = 10_000) -> str:

@@ -14,7 +14,9 @@ run at once. A crashed or timed-out adapter is recorded as failed and the run go
 Each workload starts once the machine has settled from the last (harness.settle: 85%
 idle over 3 s, two minutes at most). With ours and pgqueuer, the W1 stage also measures
 W1's floor, the CPU per job of both (bench/ingest_phases.py --pgqueuer --write), which the
-W1 target's lines give.
+W1 target's lines give; with ours and django-vtasks, one ``.enqueue()`` against both of its
+backends and the floors beside them (bench/enqueue_pairs.py), which the ``.enqueue()``
+targets' lines give (bench/floors.py).
 Point it at servers of the run's own with BENCH_PG_PORT and BENCH_REDIS_PORT.
 
 ``--workloads W7`` (alone, with ``--pairs``) runs W7, workflows beside Celery's canvas,
@@ -134,6 +136,23 @@ def w1_floor(notes: list[str]) -> None:
         notes.append(f"W1 floor not measured: {(done.stdout + done.stderr)[-300:]}")
 
 
+def enqueue_rows(notes: list[str]) -> None:
+    """One ``.enqueue()``, ours against django-vtasks on Valkey and on its database, 5
+    pairs, with the floors (bench/enqueue_pairs.py), saved for the report; a failure is
+    noted, not raised."""
+    harness.settle()
+    common.log("[run] one .enqueue(), ours and django-vtasks' (bench/enqueue_pairs.py)")
+    try:
+        done = subprocess.run([sys.executable, str(BENCH / "enqueue_pairs.py"), "--pairs",
+                               "5", "--n", "1000", "--rows", "vtasksvk,vtasks"],
+                              capture_output=True, text=True, timeout=1200)
+    except subprocess.TimeoutExpired:
+        notes.append(".enqueue() rows not measured: bench/enqueue_pairs.py ran past 1200 s")
+        return
+    if done.returncode:
+        notes.append(f".enqueue() rows not measured: {(done.stdout + done.stderr)[-300:]}")
+
+
 def w7(pairs: int) -> int:
     """``--workloads W7``: workflows beside Celery's canvas, which has a driver of its own
     (bench/workflows.py: its own shapes, figures and bench/results/workflows.json, ours
@@ -244,6 +263,9 @@ def main() -> None:
                     log_dir)} for _ in range(args.pairs)]}
         if workload == "W1" and with_ours and "pgqueuer" in pythons and not args.quick:
             w1_floor(notes)
+        if (workload == "W1" and with_ours and {"vtasks", "vtasksvk"} <= set(pythons)
+                and not args.quick):
+            enqueue_rows(notes)
         checkpoint(workload, cells, raw, summary_new, (hw, command, today, notes, began, args),
                    final=workload == workloads[-1])
 

@@ -146,7 +146,7 @@ def test_the_w3_target_says_whether_ours_is_at_or_below_celery_tuned():
 def test_the_w1_floor_weighs_ours_cpu_per_job_against_the_rate_pgqueuer_reached(tmp_path):
     import json
 
-    import report
+    import floors
 
     def floor(ours_pg, ours_total, reached, **extra):
         path = tmp_path / f"{ours_pg}-{ours_total}-{reached}.json"
@@ -155,7 +155,7 @@ def test_the_w1_floor_weighs_ours_cpu_per_job_against_the_rate_pgqueuer_reached(
             "cpu_us_per_job": {"postgresql": ours_pg, "total": ours_total},
             "pgqueuer": {"jobs_per_s": reached, "cpu_us_per_job": {"total": 31.0}},
             **extra}))
-        return report.w1_floor(path)
+        return floors.w1_floor(path)
 
     # PostgreSQL's share alone allows 2e6 / 80 = 25,000 jobs/s, below 30,000.
     assert "a floor even for a client" in floor(80.0, 120.0, 30_000)
@@ -165,4 +165,38 @@ def test_the_w1_floor_weighs_ours_cpu_per_job_against_the_rate_pgqueuer_reached(
     assert "a floor of today's CPU per job" in today and "43,478" in today
     assert "no floor" in floor(46.0, 80.0, 20_000)
     assert floor(46.0, 80.0, 30_000, without_fks=True) is None
-    assert report.w1_floor(tmp_path / "missing.json") is None
+    assert floors.w1_floor(tmp_path / "missing.json") is None
+
+
+def test_the_enqueue_lines_weigh_ours_against_each_django_vtasks_row_and_its_floor(tmp_path):
+    import json
+
+    import floors
+
+    def lines(valkey_ratio, db_ratio, floor):
+        def row(ratio, ours_ms):
+            figure = {"ours": ours_ms, "row": ours_ms * ratio, "ours_over_row": ratio}
+            return {"pairs": [{}, {}, {}], "summary": {"outside_wall_ms": figure,
+                                                       "outside_cpu_ms": figure}}
+        path = tmp_path / "enqueue.json"
+        path.write_text(json.dumps({"measured": "2026-12-08T02:00:00+00:00", "floor": floor,
+                                    "rows": {"vtasksvk": row(valkey_ratio, 1.5),
+                                             "vtasks": row(db_ratio, 1.0)}}))
+        return floors.enqueue_lines(path)
+
+    bare = {"postgresql_insert": {"wall_ms": 0.33}, "redis_lpush": {"wall_ms": 0.06},
+            "our_statement": {"wall_ms": 0.5}}
+    # Valkey's row at 0.15 ms: twice is 0.30, below the bare 0.39; the database row at
+    # 0.72 ms, above our statement's 0.5.
+    valkey, db = lines(0.10, 0.72, bare)
+    assert "Redis broker" in valkey and "0.10x wall" in valkey and "(misses)" in valkey
+    assert "a floor: a bare INSERT's commit and a Redis round trip alone take 0.39" in valkey
+    assert "database broker" in db and "(misses)" in db
+    assert "the Python around it is what can still give" in db
+    # A database row faster than our statement alone: a floor of the design.
+    _, db = lines(0.10, 0.4, bare)
+    assert "a floor of today's two rows" in db
+    # Targets met: no floor clause.
+    valkey, db = lines(0.6, 1.1, bare)
+    assert valkey.endswith("(holds).") and db.endswith("(holds).")
+    assert floors.enqueue_lines(tmp_path / "missing.json") == []
