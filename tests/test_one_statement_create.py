@@ -203,3 +203,37 @@ def test_a_direct_session_prepares_the_create_and_a_pooled_one_never_does(pair):
         t.noop.enqueue(i)
     assert prepared_creates(connection) == 0
     assert Run.objects.using(pair.using).count() == 10 + PREPARE_THRESHOLD + 1
+
+
+def test_the_one_statement_create_stores_every_column_as_the_bulk_create_does(pair):
+    """Each parameter of the statement is read from its field (one_off._plain_read: the
+    instance's value, or pre_save where that stamps one): a job with every optional field
+    set is stored alike by create_job (the statement on PostgreSQL) and by create_jobs
+    (the bulk path), column for column, but for ids and creation stamps."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run_at = timezone.now() + timedelta(hours=1)
+    spec = {"name": "every-field", "queue": "mail", "shard_key": "tenant-7", "priority": 2,
+            "timeout_s": 42, "max_attempts": 4, "run_at": run_at,
+            "retry": {"kind": "exponential", "base_s": 3, "cap_s": 60},
+            "expires_in_s": 900, "rate_key": "payload.who",
+            "concurrency_key": "payload.who", "concurrency_limit": 3,
+            "on_success": "echo", "on_failure": {"handler": "noop", "payload": {"x": 1}}}
+    one = services.create_job("noop", {"who": "w", "n": [1, "é"]}, using=pair.using, **spec)
+    bulk = services.create_jobs([{"handler": "noop", "payload": {"who": "w", "n": [1, "é"]},
+                                  **spec}], using=pair.using)[0]
+    stamps = {"id", "created_at", "updated_at"}
+    jobs = Job.objects.using(pair.using).in_bulk([one.pk, bulk.pk])
+    for field in Job._meta.concrete_fields:
+        if field.attname not in stamps:
+            assert (getattr(jobs[one.pk], field.attname)
+                    == getattr(jobs[bulk.pk], field.attname)), field.attname
+    runs = {run.job_id: run for run in Run.objects.using(pair.using)
+            .filter(job_id__in=[one.pk, bulk.pk])}
+    for field in Run._meta.concrete_fields:
+        if field.attname not in stamps | {"job_id"}:
+            assert (getattr(runs[one.pk], field.attname)
+                    == getattr(runs[bulk.pk], field.attname)), field.attname
+    assert jobs[one.pk].retry == spec["retry"] and runs[one.pk].run_at == run_at
