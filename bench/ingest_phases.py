@@ -19,7 +19,7 @@ process, and the jobs per second two cores could reach at that CPU per job. With
 1,000, as W1 times it: bench/peers/pgqueuer/bench.py) in its own virtualenv, a round
 of it after each of ours. ``--write`` also saves the line, with the date and the
 machine, to bench/results/ingest-phases.json, whence BENCHMARKS.md's W1 target line
-gives W1's floor (bench/report.py); bench/run.py's W1 stage runs it so. Servers:
+gives W1's floor (bench/floors.py); bench/run.py's W1 stage runs it so. Servers:
 BENCH_PG_PORT, BENCH_REDIS_PORT (bench/common.py); databases bench_ingest_phases and
 bench_pgqueuer.
 """

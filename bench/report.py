@@ -97,8 +97,8 @@ def losses(summary: dict) -> list[str]:
 
 
 def targets(summary: dict) -> list[str]:
-    """Whether the targets of W1, W2 and W3 hold at the median of the pairs, and by how
-    much."""
+    """Whether the targets of W1, W2, W3 and one ``.enqueue()`` hold at the median of
+    the pairs, and by how much; the floors beside them (bench/floors.py)."""
     out = []
     w1 = summary.get("W1", {})
     ours = w1.get("ours", {}).get("default", {})

@@ -15,8 +15,8 @@ Each workload starts once the machine has settled from the last (harness.settle:
 idle over 3 s, two minutes at most). With ours and pgqueuer, the W1 stage also measures
 W1's floor, the CPU per job of both (bench/ingest_phases.py --pgqueuer --write), which the
 W1 target's lines give; with ours and django-vtasks, one ``.enqueue()`` against both of its
-backends and the floors beside them (bench/enqueue_pairs.py), which the ``.enqueue()``
-targets' lines give (bench/floors.py).
+backends and django-tasks-db, and the floors beside them (bench/enqueue_pairs.py), which
+the ``.enqueue()`` targets' lines give (bench/floors.py).
 Point it at servers of the run's own with BENCH_PG_PORT and BENCH_REDIS_PORT.
 
 ``--workloads W7`` (alone, with ``--pairs``) runs W7, workflows beside Celery's canvas,
@@ -137,14 +137,14 @@ def w1_floor(notes: list[str]) -> None:
 
 
 def enqueue_rows(notes: list[str]) -> None:
-    """One ``.enqueue()``, ours against django-vtasks on Valkey and on its database, 5
-    pairs, with the floors (bench/enqueue_pairs.py), saved for the report; a failure is
-    noted, not raised."""
+    """One ``.enqueue()``, ours against django-vtasks on Valkey and on its database and
+    against django-tasks-db, 5 pairs, with the floors (bench/enqueue_pairs.py), saved for
+    the report; a failure is noted, not raised."""
     harness.settle()
     common.log("[run] one .enqueue(), ours and django-vtasks' (bench/enqueue_pairs.py)")
     try:
         done = subprocess.run([sys.executable, str(BENCH / "enqueue_pairs.py"), "--pairs",
-                               "5", "--n", "1000", "--rows", "vtasksvk,vtasks"],
+                               "5", "--n", "1000"],
                               capture_output=True, text=True, timeout=1200)
     except subprocess.TimeoutExpired:
         notes.append(".enqueue() rows not measured: bench/enqueue_pairs.py ran past 1200 s")

@@ -173,30 +173,42 @@ def test_the_enqueue_lines_weigh_ours_against_each_django_vtasks_row_and_its_flo
 
     import floors
 
-    def lines(valkey_ratio, db_ratio, floor):
-        def row(ratio, ours_ms):
-            figure = {"ours": ours_ms, "row": ours_ms * ratio, "ours_over_row": ratio}
-            return {"pairs": [{}, {}, {}], "summary": {"outside_wall_ms": figure,
-                                                       "outside_cpu_ms": figure}}
+    def lines(valkey, db, floor):
+        """``valkey`` and ``db``: (wall ratio, CPU ratio) of ours against each row, ours
+        taking 1.5 ms on Valkey and 1.0 on the database, wall and CPU alike."""
+        def row(ratios, ours_ms):
+            return {"pairs": [{}, {}, {}], "summary": {
+                name: {"ours": ours_ms, "row": ours_ms * ratio, "ours_over_row": ratio}
+                for name, ratio in zip(("outside_wall_ms", "outside_cpu_ms"), ratios,
+                                       strict=True)}}
         path = tmp_path / "enqueue.json"
         path.write_text(json.dumps({"measured": "2026-12-08T02:00:00+00:00", "floor": floor,
-                                    "rows": {"vtasksvk": row(valkey_ratio, 1.5),
-                                             "vtasks": row(db_ratio, 1.0)}}))
+                                    "rows": {"vtasksvk": row(valkey, 1.5),
+                                             "vtasks": row(db, 1.0)}}))
         return floors.enqueue_lines(path)
 
-    bare = {"postgresql_insert": {"wall_ms": 0.33}, "redis_lpush": {"wall_ms": 0.06},
-            "our_statement": {"wall_ms": 0.5}}
-    # Valkey's row at 0.15 ms: twice is 0.30, below the bare 0.39; the database row at
-    # 0.72 ms, above our statement's 0.5.
-    valkey, db = lines(0.10, 0.72, bare)
+    bare = {"postgresql_insert": {"wall_ms": 0.33, "cpu_ms": 0.07},
+            "redis_lpush": {"wall_ms": 0.06, "cpu_ms": 0.04},
+            "our_statement": {"wall_ms": 0.5, "cpu_ms": 0.12}}
+    # Valkey's row at 0.15 ms wall allows ours 0.30, below the bare 0.39: a floor; its
+    # CPU, 0.15 ms too, allows 0.30, above the bare 0.11: ours to close.
+    valkey, db = lines((0.10, 0.10), (0.72, 0.72), bare)
     assert "Redis broker" in valkey and "0.10x wall" in valkey and "(misses)" in valkey
-    assert "a floor: a bare INSERT's commit and a Redis round trip alone take 0.39" in valkey
+    assert "wall: a floor, a bare INSERT's commit and a Redis round trip take 0.39" in valkey
+    assert "CPU: no floor" in valkey and "ours to close" in valkey
+    # The database row at 0.72 ms, above our statement's 0.5: no floor on either figure.
     assert "database broker" in db and "(misses)" in db
-    assert "the Python around it is what can still give" in db
-    # A database row faster than our statement alone: a floor of the design.
-    _, db = lines(0.10, 0.4, bare)
-    assert "a floor of today's two rows" in db
-    # Targets met: no floor clause.
-    valkey, db = lines(0.6, 1.1, bare)
+    assert "wall: no floor" in db and "CPU: no floor" in db
+    # A database row faster than our statement alone: a floor of our two rows.
+    _, db = lines((0.10, 0.10), (0.4, 0.4), bare)
+    assert "wall: a floor, the statement ours sends" in db
+    # Only the CPU misses: the line misses, and names the CPU's floor only.
+    _, db = lines((0.6, 0.6), (1.2, 0.9), bare)
+    assert "(misses)" in db and "CPU: no floor" in db and "wall:" not in db
+    # Met, at the bounds themselves: no floor clause.
+    valkey, db = lines((0.5, 0.5), (1.0, 1.0), bare)
     assert valkey.endswith("(holds).") and db.endswith("(holds).")
+    # No floor measured: the verdict alone.
+    valkey, _ = lines((0.10, 0.10), (1.0, 1.0), {})
+    assert valkey.endswith("(misses).")
     assert floors.enqueue_lines(tmp_path / "missing.json") == []
