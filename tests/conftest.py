@@ -277,11 +277,12 @@ def pytest_configure(config):
 CLUSTER_QUICK = frozenset({"test_broker_contract.py", "test_isolation.py",
                            "test_broker_fifo.py", "test_due_leases.py",
                            "test_redis_push.py"})
-# Elsewhere the cluster pair reaches the broker's Redis code only through lines that the
-# files above and these reach on it too, measured line by line: these cover the rest
-# (the wake, a workflow's acks and continuations, the flow gates, django.tasks) and, with
-# the flow daemons, what runs in a daemon's process. Their cluster instances run with the
-# slow tests; every other file's are skipped unless TEST_EVERY_CLUSTER_PAIR=1.
+# Elsewhere, the files whose cluster instances run with the slow tests: measured, they
+# reach the broker's Redis code where the files above do not (the wake, a workflow's
+# acks and continuations, the flow gates, django.tasks); and the flow-control and
+# django.tasks daemon tests, whose broker calls run in daemons, out of the measure's
+# sight. Every other file's cluster instances are skipped unless
+# TEST_EVERY_CLUSTER_PAIR=1.
 CLUSTER_SLOW = frozenset({"test_worker_wake.py", "test_workflows_continuation.py",
                           "test_workflows_continuation_race.py",
                           "test_workflows_pause_requeue.py", "test_workflows_stale_stats.py",
@@ -289,16 +290,23 @@ CLUSTER_SLOW = frozenset({"test_worker_wake.py", "test_workflows_continuation.py
                           "test_django_tasks.py", "test_flow_daemons.py",
                           "test_django_tasks_workers.py"})
 EVERY_CLUSTER_PAIR = os.environ.get("TEST_EVERY_CLUSTER_PAIR") == "1"
+# A renamed file would be skipped on the cluster without a word: the lists are checked.
+_missing = sorted(name for name in CLUSTER_QUICK | CLUSTER_SLOW
+                  if not (ROOT / "tests" / name).exists())
+if _missing:
+    raise RuntimeError(f"tests/conftest.py names test files that do not exist: {_missing}")
+CLUSTER_PAIRS = frozenset(pair for pair, (_, _, redis_kind) in PAIRS.items()
+                          if redis_kind == "cluster")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark slow the cluster pair's instances in CLUSTER_SLOW, and skip them in any file
-    outside CLUSTER_QUICK and CLUSTER_SLOW (before ``-m`` selects)."""
+    """Mark slow every cluster-pair instance outside CLUSTER_QUICK, which keeps them out
+    of the quick phase, and skip those outside CLUSTER_SLOW too unless
+    TEST_EVERY_CLUSTER_PAIR=1 (before ``-m`` selects)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if (callspec is None
-                or callspec.params.get("broker") != "redis_cluster-postgresql"
+        if (callspec is None or callspec.params.get("broker") not in CLUSTER_PAIRS
                 or item.path.name in CLUSTER_QUICK):
             continue
         item.add_marker(pytest.mark.slow)
