@@ -17,9 +17,9 @@ call. Servers: BENCH_PG_PORT / BENCH_REDIS_PORT (bench/common.py).
 Per row and figure: the medians over the pairs and, as BENCHMARKS.md's tables give it,
 ``ours / row``, the median of the pairs' own ratios (peer's milliseconds over ours: above 1
 ours is faster). Writes bench/results/enqueue-pairs.json, with the floors the summary's
-targets weigh them against (bench/floors.py): floor() and, with the database row, the
-statement ours sends replayed alone. Prints a table. ``--floor`` prints instead what any
-durable enqueue pays here with no framework (floor()).
+targets weigh them against (bench/floors.py): floor() and, for each django-vtasks row,
+the statement ours sends on that side replayed alone. Prints a table. ``--floor``
+prints instead what any durable enqueue pays here with no framework (floor()).
 """
 
 import argparse
@@ -102,11 +102,11 @@ def floor(n: int) -> dict:
     return out
 
 
-def our_statement(n: int) -> dict:
-    """Wall and CPU ms per call of the statement our database-broker enqueue sends,
-    replayed alone (bench/djtasks_enqueue.py --statement): the part of ours no Python of
-    ours can shorten."""
-    return last_json([sys.executable, str(BENCH / "djtasks_enqueue.py"), "--one", "db-pg",
+def our_statement(n: int, side: str) -> dict:
+    """Wall and CPU ms per call of the statement our enqueue on ``side`` (redis-pg or
+    db-pg) sends, replayed alone (bench/djtasks_enqueue.py --statement): the part of
+    ours no Python of ours can shorten."""
+    return last_json([sys.executable, str(BENCH / "djtasks_enqueue.py"), "--one", side,
                       "--n", str(n), "--statement"])["statement_alone"]
 
 
@@ -145,8 +145,9 @@ def main() -> None:
         results[row] = {"ours_side": side, "pairs": pairs, "summary": summary(pairs)}
     # The floors BENCHMARKS.md's targets weigh the rows against (bench/floors.py).
     floors = floor(args.n)
-    if "vtasks" in results:
-        floors["our_statement"] = our_statement(args.n)
+    for row, key in (("vtasksvk", "our_statement_redis"), ("vtasks", "our_statement")):
+        if row in results:
+            floors[key] = our_statement(args.n, ROWS[row][1])
     OUT.write_text(json.dumps({"measured": datetime.now(UTC).isoformat(timespec="seconds"),
                                "n": args.n, "rows": results, "floor": floors,
                                "notes": notes}, indent=1) + "\n")
