@@ -65,11 +65,10 @@ def w1_floor(path: Path = INGEST) -> str | None:
 def enqueue_lines(path: Path = ENQUEUE) -> list[str]:
     """One Targets line per django-vtasks row of ``path`` (bench/enqueue_pairs.py): ours
     and the row outside a transaction, wall / CPU ms per call at the median of the pairs,
-    the median of the pairs' ratios, whether the target holds, and, for each figure that
-    misses, the floor that file measured (``floor``) and how far ours is above it: on
-    Valkey, a bare durable INSERT and a Redis round trip against the row's figure
-    widened by the target; on the database, the statement ours sends, alone, against the
-    row's whole enqueue. Empty when it was not measured."""
+    the median of the pairs' ratios (row ms over ours: above 1 ours is faster), whether
+    the target holds, and, for each figure that misses, whether a floor that file
+    measured (``floor``; _enqueue_floor) keeps ours from it. Empty when it was not
+    measured."""
     found = _read(path)
     if not found or "rows" not in found:
         return []
@@ -83,22 +82,17 @@ def enqueue_lines(path: Path = ENQUEUE) -> list[str]:
         s = result["summary"]
         wall, cpu = s["outside_wall_ms"], s["outside_cpu_ms"]
         missed = [(name, figure) for name, figure in (("wall", wall), ("CPU", cpu))
-                  if _ratio(figure) < least]
+                  if figure["ours_over_row"] < least]
         line = (f"* **`.enqueue()`, {'Redis' if row == 'vtasksvk' else 'database'} broker** "
                 f"(target {target}; `bench/enqueue_pairs.py`, {day}, "
                 f"{len(result['pairs'])} pairs): ours {wall['ours']:.2f} / {cpu['ours']:.2f} "
                 f"ms against {wall['row']:.2f} / {cpu['row']:.2f}, "
-                f"{_ratio(wall):.2f}x wall, {_ratio(cpu):.2f}x CPU "
+                f"{wall['ours_over_row']:.2f}x wall, {cpu['ours_over_row']:.2f}x CPU "
                 f"({'misses' if missed else 'holds'})")
         for name, figure in missed:
             line += _enqueue_floor(row, floor, name, figure, least)
         out.append(line + ".")
     return out
-
-
-def _ratio(figure: dict) -> float:
-    """The median of the pairs' row / ours ratios (above 1 ours is faster)."""
-    return figure["ours_over_row"]
 
 
 def _enqueue_floor(row: str, floor: dict, name: str, figure: dict, least: float) -> str:
