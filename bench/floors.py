@@ -1,9 +1,9 @@
 """The Targets lines BENCHMARKS.md's summary takes from measurements outside the pairs'
 cells: W1's floor, CPU per job of ours against pgqueuer's bulk enqueue
 (bench/ingest_phases.py), and one django.tasks ``.enqueue()`` against django-vtasks on
-each of its backends (bench/enqueue_pairs.py), with the floor a durable enqueue pays on
-this machine. Each reads a results file; with nothing measured, w1_floor returns None
-and enqueue_lines an empty list."""
+each of its backends (bench/enqueue_pairs.py), with the floors of a durable enqueue and
+of today's statement on this machine. Each reads a results file; with nothing
+measured, w1_floor returns None and enqueue_lines an empty list."""
 
 import json
 from pathlib import Path
@@ -106,20 +106,21 @@ def _enqueue_floor(row: str, floor: dict, name: str, figure: dict, least: float)
     found = []
     if row == "vtasksvk" and lpush is not None:
         if "postgresql_insert" in floor:
-            found.append(("any durable enqueue's, a bare INSERT's commit and a Redis round "
-                          "trip", floor["postgresql_insert"][key] + lpush))
+            found.append(("the floor of any durable enqueue (a bare INSERT's commit and a "
+                          "Redis round trip)", floor["postgresql_insert"][key] + lpush))
         if "our_statement_redis" in floor:
-            found.append(("today's two rows', the statement ours sends alone and a Redis "
-                          "round trip", floor["our_statement_redis"][key] + lpush))
+            found.append(("the floor of today's two rows (the statement ours sends, alone, "
+                          "and a Redis round trip)", floor["our_statement_redis"][key] + lpush))
     elif row == "vtasks" and "our_statement" in floor:
-        found.append(("today's two rows', the statement ours sends alone",
+        found.append(("the floor of today's two rows (the statement ours sends, alone)",
                       floor["our_statement"][key]))
     if not found:
         return ""
     for label, cost in found:
         if cost > allowed:
-            return (f"; {name}: a floor, {label}: {cost:.2f} ms against the {allowed:.2f} "
-                    f"the target allows (ours {figure['ours']:.2f})")
+            return (f"; {name}: held by {label}, {cost:.2f} ms, above the {allowed:.2f} the "
+                    f"target allows (ours {figure['ours']:.2f})")
     label, cost = found[-1]
-    return (f"; {name}: no floor ({label}: {cost:.2f} ms of the {allowed:.2f} the target "
-            f"allows), the rest of ours' {figure['ours']:.2f} is ours to close")
+    return (f"; {name}: no floor: {label} takes {cost:.2f} of the {allowed:.2f} allowed, "
+            f"and ours, at {figure['ours']:.2f}, is {figure['ours'] - allowed:.2f} ms over, "
+            "ours to close")

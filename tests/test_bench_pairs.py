@@ -196,20 +196,21 @@ def test_the_enqueue_lines_weigh_ours_against_each_django_vtasks_row_and_its_flo
     # statement's 0.14 with the round trip: ours to close.
     valkey, db = lines((0.10, 0.10), (0.72, 0.72), bare)
     assert "Redis broker" in valkey and "0.10x wall" in valkey and "(misses)" in valkey
-    assert ("wall: a floor, any durable enqueue's, a bare INSERT's commit and a Redis round "
-            "trip: 0.39 ms against the 0.30") in valkey
-    assert "CPU: no floor (today's two rows', the statement ours sends alone" in valkey
-    assert "ours to close" in valkey
+    assert ("wall: held by the floor of any durable enqueue (a bare INSERT's commit and a "
+            "Redis round trip), 0.39 ms, above the 0.30") in valkey
+    assert "CPU: no floor: the floor of today's two rows (the statement ours sends" in valkey
+    assert "and ours, at 1.50, is 1.20 ms over, ours to close" in valkey
     # Valkey's row at 0.24 ms (ratio 0.16 of 1.5) allows 0.48: above the bare 0.39, below
     # our statement's 0.51 with the round trip: a floor of today's two rows.
     valkey, _ = lines((0.16, 0.5), (1.0, 1.0), bare)
-    assert "wall: a floor, today's two rows'" in valkey and "CPU:" not in valkey
+    assert "wall: held by the floor of today's two rows" in valkey and "CPU:" not in valkey
     # The database row at 0.72 ms, above our statement's 0.5: no floor on either figure.
     assert "database broker" in db and "(misses)" in db
     assert "wall: no floor" in db and "CPU: no floor" in db
     # A database row faster than our statement alone: a floor of our two rows.
     _, db = lines((0.10, 0.10), (0.4, 0.4), bare)
-    assert "wall: a floor, today's two rows', the statement ours sends alone: 0.50" in db
+    assert ("wall: held by the floor of today's two rows (the statement ours sends, alone), "
+            "0.50 ms") in db
     # Only the CPU misses: the line misses, and names the CPU's floor only.
     _, db = lines((0.6, 0.6), (1.2, 0.9), bare)
     assert "(misses)" in db and "CPU: no floor" in db and "wall:" not in db
