@@ -207,9 +207,11 @@ def test_a_direct_session_prepares_the_create_and_a_pooled_one_never_does(pair):
 
 def test_the_one_statement_create_stores_every_column_as_the_bulk_create_does(pair):
     """Each parameter of the statement is read from its field (one_off._plain_read: the
-    instance's value, or pre_save where that stamps one): a job with every optional field
-    set is stored alike by create_job (the statement on PostgreSQL) and by create_jobs
-    (the bulk path), column for column, but for ids and creation stamps."""
+    instance's value, or pre_save where that stamps one): a job with the optional fields
+    of a one-off create set is stored alike by create_job (the statement) and by
+    create_jobs (the bulk path), column for column, but for ids and creation stamps."""
+    if not on_postgresql(pair):
+        pytest.skip("SQLite takes the bulk path (jobs/ingest/bulk.py) both ways")
     from datetime import timedelta
 
     from django.utils import timezone
