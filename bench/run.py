@@ -120,37 +120,21 @@ def ours_row(workload: str, cells: dict) -> dict | None:
     return row
 
 
-def w1_floor(notes: list[str]) -> None:
-    """W1's floor, CPU per job of ours and of pgqueuer's bulk enqueue, saved for the
-    report (bench/ingest_phases.py --pgqueuer --write); a failure is noted, not raised."""
+def measure_beside(what: str, script: str, args: list[str], timeout_s: int,
+                   notes: list[str]) -> None:
+    """Once the machine has settled, run bench/``script`` with ``args``, which saves a
+    results file a Targets line reads (bench/floors.py); a failure or a run past
+    ``timeout_s`` seconds is noted as ``what`` not measured, not raised."""
     harness.settle()
-    common.log("[run] W1: CPU per job, ours and pgqueuer's (bench/ingest_phases.py)")
+    common.log(f"[run] {what} (bench/{script})")
     try:
-        done = subprocess.run([sys.executable, str(BENCH / "ingest_phases.py"), "--pgqueuer",
-                               "--rounds", "3", "--write"], capture_output=True, text=True,
-                              timeout=900)
+        done = subprocess.run([sys.executable, str(BENCH / script), *args],
+                              capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        notes.append("W1 floor not measured: bench/ingest_phases.py ran past 900 s")
+        notes.append(f"{what} not measured: bench/{script} ran past {timeout_s} s")
         return
     if done.returncode:
-        notes.append(f"W1 floor not measured: {(done.stdout + done.stderr)[-300:]}")
-
-
-def enqueue_rows(notes: list[str]) -> None:
-    """One ``.enqueue()``, ours against django-vtasks on Valkey and on its database and
-    against django-tasks-db, 5 pairs, with the floors (bench/enqueue_pairs.py), saved for
-    the report; a failure is noted, not raised."""
-    harness.settle()
-    common.log("[run] one .enqueue(), ours and django-vtasks' (bench/enqueue_pairs.py)")
-    try:
-        done = subprocess.run([sys.executable, str(BENCH / "enqueue_pairs.py"), "--pairs",
-                               "5", "--n", "1000"],
-                              capture_output=True, text=True, timeout=1200)
-    except subprocess.TimeoutExpired:
-        notes.append(".enqueue() rows not measured: bench/enqueue_pairs.py ran past 1200 s")
-        return
-    if done.returncode:
-        notes.append(f".enqueue() rows not measured: {(done.stdout + done.stderr)[-300:]}")
+        notes.append(f"{what} not measured: {(done.stdout + done.stderr)[-300:]}")
 
 
 def w7(pairs: int) -> int:
@@ -262,10 +246,14 @@ def main() -> None:
                     rows.size_args("ours", workload, args.quick, args.n), args.quick,
                     log_dir)} for _ in range(args.pairs)]}
         if workload == "W1" and with_ours and "pgqueuer" in pythons and not args.quick:
-            w1_floor(notes)
+            # W1's floor: CPU per job of ours and of pgqueuer's bulk enqueue.
+            measure_beside("W1 floor", "ingest_phases.py",
+                           ["--pgqueuer", "--rounds", "3", "--write"], 900, notes)
         if (workload == "W1" and with_ours and {"vtasks", "vtasksvk"} <= set(pythons)
                 and not args.quick):
-            enqueue_rows(notes)
+            # One .enqueue() against django-vtasks' two backends and django-tasks-db.
+            measure_beside(".enqueue() rows", "enqueue_pairs.py",
+                           ["--pairs", "5", "--n", "1000"], 1200, notes)
         checkpoint(workload, cells, raw, summary_new, (hw, command, today, notes, began, args),
                    final=workload == workloads[-1])
 
