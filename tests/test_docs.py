@@ -41,13 +41,11 @@ def prose(text: str) -> str:
     return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
 
 
-def names_in_code(*more: Path) -> set[str]:
-    """Every ALL_CAPS identifier and string constant of the application's code: its
-    constants, the settings it reads and the environment variables it looks up; and of
-    the files ``more``."""
+def names_in(paths) -> set[str]:
+    """Every ALL_CAPS identifier and string constant of the Python files ``paths``: their
+    constants, the settings they read and the environment variables they look up."""
     found = set()
-    paths = [path for package in APP_CODE for path in (ROOT / package).rglob("*.py")]
-    for path in [*paths, *more]:
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Name):
                 found.add(node.id)
@@ -56,6 +54,11 @@ def names_in_code(*more: Path) -> set[str]:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 found.add(node.value)
     return {name for name in found if CAPS.fullmatch(name)}
+
+
+def names_in_code() -> set[str]:
+    """names_in the application's code."""
+    return names_in(path for package in APP_CODE for path in (ROOT / package).rglob("*.py"))
 
 
 def procfile_variables() -> set[str]:
@@ -87,7 +90,7 @@ def test_every_setting_or_variable_a_doc_names_is_read_by_the_code(doc):
     named = set(CAPS.findall(prose(doc.read_text())))
 
     # docs/testing.md describes tests/conftest.py too.
-    known = KNOWN | (names_in_code(ROOT / "tests" / "conftest.py")
+    known = KNOWN | (names_in([ROOT / "tests" / "conftest.py"])
                      if doc.name == "testing.md" else set())
     assert named - known == set(), f"{doc.name} names what no code, setting or Procfile has"
 
